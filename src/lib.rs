@@ -1,1 +1,88 @@
+//! swarm-operator: shares a SwarmPool's jobs over the workers of a StatefulSet, each job on
+//! exactly one worker, through a ConfigMap the workers mount.
+//!
+//! Pure core, thin shell: [`planner`] (with [`rollout`] and [`conditions`]) decides everything
+//! from observed state without a client; [`controller`] watches, fetches, calls the planner and
+//! carries out its plan.
 
+pub mod cli;
+pub mod conditions;
+pub mod controller;
+pub mod crd;
+pub mod http;
+pub mod metrics;
+pub mod planner;
+pub mod rollout;
+pub mod telemetry;
+
+/// Errors of a reconcile. Invalid specs are not errors: they become a Failed status.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading the pool's ConfigMap failed.
+    #[error("failed to read ConfigMap {name}: {source}")]
+    GetConfigMap {
+        /// ConfigMap name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the pool's ConfigMap failed.
+    #[error("failed to apply ConfigMap {name}: {source}")]
+    ApplyConfigMap {
+        /// ConfigMap name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Listing the worker pods from the API server failed.
+    #[error("failed to list pods in namespace {namespace}: {source}")]
+    ListPods {
+        /// Namespace.
+        namespace: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting a stale worker pod failed.
+    #[error("failed to delete pod {name}: {source}")]
+    DeletePod {
+        /// Pod name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the pool's status failed.
+    #[error("failed to patch the status: {source}")]
+    PatchStatus {
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The SwarmPool has no namespace (it is a namespaced resource, so this is a bug upstream).
+    #[error("SwarmPool has no namespace")]
+    MissingNamespace,
+    /// Planning did not settle after writing: the ConfigMap kept differing from the plan.
+    #[error("the plan did not settle after {rounds} rounds; the ConfigMap keeps changing")]
+    Unsettled {
+        /// Planning rounds run.
+        rounds: usize,
+    },
+}
+
+impl Error {
+    /// Short label for the `error` label of the failure metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::GetConfigMap { .. } => "get_configmap",
+            Error::ApplyConfigMap { .. } => "apply_configmap",
+            Error::ListPods { .. } => "list_pods",
+            Error::DeletePod { .. } => "delete_pod",
+            Error::PatchStatus { .. } => "patch_status",
+            Error::MissingNamespace => "missing_namespace",
+            Error::Unsettled { .. } => "unsettled",
+        }
+    }
+}

@@ -1,1 +1,134 @@
-fn main() {}
+//! `swarm-operator`: the operator binary. Only wiring; the logic lives in the library.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::{Args, Parser, Subcommand};
+use prometheus_client::registry::Registry;
+use swarm_operator::cli::plan::{self, PlanArgs};
+use swarm_operator::http::HttpState;
+use swarm_operator::metrics::Metrics;
+use swarm_operator::telemetry::{self, LogFormat};
+use swarm_operator::{controller, crd, http};
+use tokio::sync::watch;
+use tracing::info;
+
+/// Shares a SwarmPool's jobs over the workers of a StatefulSet, each job on exactly one worker.
+#[derive(Parser, Debug)]
+#[command(
+    name = "swarm-operator",
+    version,
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the controller (the default when no subcommand is given).
+    Run(RunArgs),
+    /// Print the SwarmPool CustomResourceDefinition as YAML.
+    Crd,
+    /// Print the config.yml the operator would write for a pool.
+    Plan(PlanArgs),
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Watch only this namespace (default: all namespaces).
+    #[arg(long, value_name = "NS")]
+    namespace: Option<String>,
+    /// Log output format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Address of the /healthz, /readyz and /metrics endpoints.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    http_addr: SocketAddr,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        None => run(cli.run),
+        Some(Command::Run(args)) => run(args),
+        Some(Command::Crd) => {
+            print!("{}", crd::crd_yaml());
+            Ok(())
+        }
+        Some(Command::Plan(args)) => plan::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    telemetry::init(args.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        info!(
+            version = env!("CARGO_PKG_VERSION"),
+            namespace = args.namespace.as_deref().unwrap_or("(all)"),
+            "starting swarm-operator"
+        );
+        let client = kube::Client::try_default().await.context(
+            "no Kubernetes client configuration (KUBECONFIG, ~/.kube/config or in-cluster)",
+        )?;
+        let listener = tokio::net::TcpListener::bind(args.http_addr)
+            .await
+            .with_context(|| format!("binding {}", args.http_addr))?;
+
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        let state = Arc::new(HttpState::new(registry));
+
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            info!("shutdown requested; finishing running reconciles");
+            let _ = stop.send(true);
+        });
+        let server = http::serve(listener, state.clone(), until(stopped.clone()));
+        let controller = controller::run(client, args.namespace, metrics, state, until(stopped));
+        let (served, ()) = tokio::join!(server, controller);
+        served.context("serving HTTP")?;
+        info!("stopped");
+        Ok(())
+    })
+}
+
+/// Resolves once `stopped` turns true.
+async fn until(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

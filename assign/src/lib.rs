@@ -1,1 +1,53 @@
+//! Pure assignment of a SwarmPool's jobs to the workers of its StatefulSet, and the worker config
+//! format.
+//!
+//! Nothing here talks to Kubernetes or does I/O: the operator fetches the pool, the StatefulSet
+//! and the current `config.yml`, calls [`plan`], and writes what comes back. The same [`plan`]
+//! backs `swarm-operator plan`.
+//!
+//! Three strategies ([`Strategy`]):
+//! - `Sticky` (default): every job exactly once, perfect balance, the fewest moves from the
+//!   current assignment, and a canonical assignment from scratch.
+//! - `Consistent`: jump consistent hash of the job name.
+//! - `Contiguous`: jobs in spec order in contiguous chunks.
 
+mod assignment;
+mod consistent;
+mod contiguous;
+pub mod hash;
+mod jobs;
+mod movement;
+mod plan;
+pub mod predecessor;
+mod sticky;
+mod strategy;
+pub mod worker_config;
+
+pub use assignment::{Assignment, pod_name};
+pub use jobs::{JobsError, validate_jobs};
+pub use movement::Movement;
+pub use plan::{PlanOutcome, PlanRequest, plan};
+pub use strategy::Strategy;
+pub use worker_config::{ParseError, WorkerConfig, Workload};
+
+/// Assigns `jobs` to the ordinals `0..replicas` with `strategy`.
+///
+/// `current` is the assignment now in the ConfigMap, if any; only `Sticky` uses it. Jobs must be
+/// valid ([`validate_jobs`]): non-empty and unique. Within each worker, jobs keep their spec
+/// order. With `replicas == 0` the result has no workers and holds no job.
+pub fn assign(
+    strategy: Strategy,
+    jobs: &[String],
+    replicas: usize,
+    current: Option<&Assignment>,
+) -> Assignment {
+    if replicas == 0 {
+        return Assignment::default();
+    }
+    let owners = match strategy {
+        Strategy::Sticky => sticky::owners(jobs, replicas, current),
+        Strategy::Consistent => consistent::owners(jobs, replicas),
+        Strategy::Contiguous => contiguous::owners(jobs.len(), replicas),
+    };
+    Assignment::from_owners(jobs, &owners, replicas)
+}

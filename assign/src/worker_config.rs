@@ -1,0 +1,212 @@
+//! The `config.yml` that workers read: one type for the operator that writes it and the workers
+//! that read it, so the format is defined in one place.
+//!
+//! ```yaml
+//! version: 3            # config version: +1 each time any worker's job set changes
+//! workloads:
+//!   swarm-worker-0:     # pod name <statefulset>-<ordinal>; every ordinal 0..N-1 appears
+//!     version: 3        # config version at which this worker's job set last changed
+//!     jobs:
+//!     - stream:xxrtve1
+//!   swarm-worker-1:
+//!     version: 1
+//!     jobs: []
+//! ```
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use serde::ser::{SerializeMap, SerializeStruct};
+use serde::{Deserialize, Serialize, Serializer};
+
+use crate::Assignment;
+
+/// The whole `config.yml`: a version and the workload of every pod, in ordinal order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// Config version: 1 for the first config, +1 each time any worker's job set changes.
+    pub version: u64,
+    workloads: Vec<(String, Workload)>,
+}
+
+/// The part of the config one pod reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Workload {
+    /// The config version at which this worker's job set last changed.
+    pub version: u64,
+    /// The jobs this worker runs, in spec order.
+    pub jobs: Vec<String>,
+}
+
+/// Why a `config.yml` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// The text is empty or only whitespace.
+    #[error("config.yml is empty")]
+    Empty,
+    /// The text is not YAML of the worker config shape.
+    #[error("config.yml is not a worker config: {0}")]
+    Yaml(#[source] serde_yaml::Error),
+}
+
+impl WorkerConfig {
+    /// A config with the given version and workloads. Workloads are stored in ordinal order
+    /// (`w-2` before `w-10`) whatever the order given; a repeated pod name keeps its last entry.
+    pub fn new(version: u64, workloads: impl IntoIterator<Item = (String, Workload)>) -> Self {
+        let mut workloads: Vec<(String, Workload)> = workloads.into_iter().collect();
+        // Stable sort, then keep the last of each run of equal names.
+        workloads.sort_by(|a, b| pod_order(&a.0, &b.0));
+        let mut unique: Vec<(String, Workload)> = Vec::with_capacity(workloads.len());
+        for entry in workloads {
+            match unique.last_mut() {
+                Some(last) if last.0 == entry.0 => *last = entry,
+                _ => unique.push(entry),
+            }
+        }
+        Self {
+            version,
+            workloads: unique,
+        }
+    }
+
+    /// The YAML text of this config. The same config always gives byte-identical text.
+    pub fn render(&self) -> String {
+        serde_yaml::to_string(self).expect("strings and integers always serialize to YAML")
+    }
+
+    /// Reads a `config.yml`. Unknown fields are ignored; missing versions read as 0 (the
+    /// predecessor wrote none at the top level) and missing or null job lists as empty.
+    pub fn parse(text: &str) -> Result<WorkerConfig, ParseError> {
+        if text.trim().is_empty() {
+            return Err(ParseError::Empty);
+        }
+        let raw: RawConfig = serde_yaml::from_str(text).map_err(ParseError::Yaml)?;
+        let workloads = raw
+            .workloads
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(pod, raw)| {
+                let raw = raw.unwrap_or_default();
+                let workload = Workload {
+                    version: raw.version.unwrap_or(0),
+                    jobs: raw.jobs.unwrap_or_default(),
+                };
+                (pod, workload)
+            });
+        Ok(WorkerConfig::new(raw.version.unwrap_or(0), workloads))
+    }
+
+    /// The workload of `pod`, if the config has one.
+    pub fn workload(&self, pod: &str) -> Option<&Workload> {
+        self.workloads
+            .binary_search_by(|(name, _)| pod_order(name, pod))
+            .ok()
+            .map(|found| &self.workloads[found].1)
+    }
+
+    /// Every pod and its workload, in ordinal order.
+    pub fn workloads(&self) -> impl Iterator<Item = (&str, &Workload)> {
+        self.workloads
+            .iter()
+            .map(|(pod, workload)| (pod.as_str(), workload))
+    }
+
+    /// The number of pods in the config.
+    pub fn len(&self) -> usize {
+        self.workloads.len()
+    }
+
+    /// Whether the config names no pod.
+    pub fn is_empty(&self) -> bool {
+        self.workloads.is_empty()
+    }
+
+    /// The assignment this config encodes for `statefulset`, whose pods are `<statefulset>-<i>`.
+    ///
+    /// Returns `None` when no pod of `statefulset` appears (a config written for another
+    /// StatefulSet). Pods of other names are ignored. With K pods of `statefulset` in the config,
+    /// the assignment has K ordinals; a pod whose ordinal is K or more (a gap left by a hand
+    /// edit) is ignored, so its jobs count as unassigned instead of inflating N.
+    pub fn assignment(&self, statefulset: &str) -> Option<Assignment> {
+        let ours: Vec<(usize, &Workload)> = self
+            .workloads
+            .iter()
+            .filter_map(|(pod, workload)| {
+                let ordinal = pod.strip_prefix(statefulset)?.strip_prefix('-')?;
+                Some((parse_ordinal(ordinal)?, workload))
+            })
+            .collect();
+        if ours.is_empty() {
+            return None;
+        }
+        let mut workers = vec![Vec::new(); ours.len()];
+        for (ordinal, workload) in ours {
+            if let Some(worker) = workers.get_mut(ordinal) {
+                worker.clone_from(&workload.jobs);
+            }
+        }
+        Some(Assignment::new(workers))
+    }
+}
+
+impl Serialize for WorkerConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The workloads as a YAML mapping in stored (ordinal) order.
+        struct Workloads<'a>(&'a [(String, Workload)]);
+        impl Serialize for Workloads<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(self.0.len()))?;
+                for (pod, workload) in self.0 {
+                    map.serialize_entry(pod, workload)?;
+                }
+                map.end()
+            }
+        }
+        let mut config = serializer.serialize_struct("WorkerConfig", 2)?;
+        config.serialize_field("version", &self.version)?;
+        config.serialize_field("workloads", &Workloads(&self.workloads))?;
+        config.end()
+    }
+}
+
+/// The config as read, before defaults.
+#[derive(Deserialize)]
+struct RawConfig {
+    #[serde(default)]
+    version: Option<u64>,
+    #[serde(default)]
+    workloads: Option<BTreeMap<String, Option<RawWorkload>>>,
+}
+
+/// One workload as read, before defaults.
+#[derive(Deserialize, Default)]
+struct RawWorkload {
+    #[serde(default)]
+    version: Option<u64>,
+    #[serde(default)]
+    jobs: Option<Vec<String>>,
+}
+
+/// The ordinal written in decimal without leading zeros, as the StatefulSet controller names
+/// pods.
+fn parse_ordinal(text: &str) -> Option<usize> {
+    let canonical = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    if canonical { text.parse().ok() } else { None }
+}
+
+/// Pod names in ordinal order: by the prefix before the last `-`, then by the ordinal after it
+/// as a number (`w-9` before `w-10`); names without an ordinal sort before those with one.
+fn pod_order(a: &str, b: &str) -> Ordering {
+    fn key(pod: &str) -> (&str, Option<usize>) {
+        match pod.rsplit_once('-') {
+            Some((prefix, ordinal)) => match parse_ordinal(ordinal) {
+                Some(ordinal) => (prefix, Some(ordinal)),
+                None => (pod, None),
+            },
+            None => (pod, None),
+        }
+    }
+    key(a).cmp(&key(b)).then_with(|| a.cmp(b))
+}

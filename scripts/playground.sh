@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# One command to try swarm-operator on a laptop, no cluster needed: builds the operator and the
+# simulated control plane (kube-sim), starts the simulation, installs the CRD and the examples,
+# runs the operator against it and prints the kubectl commands to try. Ctrl-C stops everything.
+#
+# Settings (environment): PLAYGROUND_TIME_SCALE (simulated delays factor, default 0.2: a pod's
+# 30 s termination grace takes 6 s), PLAYGROUND_DIR (state directory, default .playground/).
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${repo_root}"
+
+state_dir="${PLAYGROUND_DIR:-${repo_root}/.playground}"
+time_scale="${PLAYGROUND_TIME_SCALE:-0.2}"
+target_dir="${CARGO_TARGET_DIR:-${repo_root}/target}"
+kubeconfig="${state_dir}/kubeconfig"
+sim_log="${state_dir}/kube-sim.log"
+operator_log="${state_dir}/operator.log"
+
+say() { echo "playground: $*"; }
+die() { echo "playground: $*" >&2; exit 1; }
+
+sim_pid=""
+operator_pid=""
+cleanup() {
+    trap - INT TERM EXIT
+    local pid
+    for pid in ${operator_pid} ${sim_pid}; do
+        kill -TERM "${pid}" 2>/dev/null || true
+    done
+    for pid in ${operator_pid} ${sim_pid}; do
+        # Give each a few seconds to shut down gracefully, then make sure it is gone.
+        for _ in $(seq 50); do
+            kill -0 "${pid}" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "${pid}" 2>/dev/null || true
+        wait "${pid}" 2>/dev/null || true
+    done
+    if [[ -n "${sim_pid}${operator_pid}" ]]; then
+        say "stopped the operator and the simulation (logs kept in ${state_dir})"
+    fi
+}
+trap 'cleanup; exit 130' INT
+trap 'cleanup; exit 143' TERM
+trap cleanup EXIT
+
+mkdir -p "${state_dir}"
+# The state directory ignores itself, so it never shows up in git status.
+echo '*' > "${state_dir}/.gitignore"
+rm -f "${kubeconfig}"
+
+say "building swarm-operator and kube-sim"
+cargo build -p swarm-operator -p kube-sim
+operator_bin="${target_dir}/debug/swarm-operator"
+sim_bin="${target_dir}/debug/kube-sim"
+
+if [[ -n "${KUBECTL:-}" ]]; then
+    kubectl="${KUBECTL}"
+else
+    say "installing or reusing the pinned kubectl (scripts/install-kubectl.sh)"
+    kubectl="$(scripts/install-kubectl.sh)"
+fi
+k() { KUBECONFIG="${kubeconfig}" "${kubectl}" "$@"; }
+
+say "starting kube-sim (time scale ${time_scale}), log ${sim_log}"
+"${sim_bin}" --kubeconfig "${kubeconfig}" --time-scale "${time_scale}" >"${sim_log}" 2>&1 &
+sim_pid=$!
+for _ in $(seq 300); do
+    [[ -s "${kubeconfig}" ]] && break
+    kill -0 "${sim_pid}" 2>/dev/null || die "kube-sim exited; see ${sim_log}"
+    sleep 0.1
+done
+[[ -s "${kubeconfig}" ]] || die "kube-sim wrote no kubeconfig within 30 s; see ${sim_log}"
+server="$(sed -n 's/^ *server: *//p' "${kubeconfig}" | head -n 1)"
+
+say "kubectl apply -f crds/"
+k apply -f crds/
+k wait --for=condition=Established --timeout=60s crd/swarmpools.swarm.io >/dev/null
+
+http_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+say "starting swarm-operator, log ${operator_log}"
+KUBECONFIG="${kubeconfig}" "${operator_bin}" run --http-addr "127.0.0.1:${http_port}" \
+    >"${operator_log}" 2>&1 &
+operator_pid=$!
+for _ in $(seq 600); do
+    curl -fs "http://127.0.0.1:${http_port}/readyz" >/dev/null 2>&1 && break
+    kill -0 "${operator_pid}" 2>/dev/null || die "swarm-operator exited; see ${operator_log}"
+    sleep 0.1
+done
+
+say "kubectl apply -f examples/"
+k apply -f examples/
+namespace="$(k get swarmpools -A -o jsonpath='{.items[0].metadata.namespace}')"
+pool="$(k get swarmpools -A -o jsonpath='{.items[0].metadata.name}')"
+config_map="$(k -n "${namespace}" get swarmpool "${pool}" -o jsonpath='{.spec.configMap}')"
+statefulset="$(k -n "${namespace}" get statefulsets -o jsonpath='{.items[0].metadata.name}')"
+say "waiting for the pool to be Balanced"
+k -n "${namespace}" wait "swarmpool/${pool}" --for=jsonpath='{.status.phase}'=Balanced \
+    --timeout=120s >/dev/null || say "not Balanced yet; see ${operator_log}"
+k -n "${namespace}" get swarmpools
+
+kubectl_hint="kubectl"
+if [[ "$(command -v kubectl || true)" != "${kubectl}" ]]; then
+    kubectl_hint="${kubectl}"
+fi
+cat <<EOF
+
+The simulated cluster is running at ${server}; the operator is watching it.
+Try, in another terminal:
+
+  export KUBECONFIG=${kubeconfig}
+  ${kubectl_hint} -n ${namespace} get swarmpools
+  ${kubectl_hint} -n ${namespace} scale statefulset ${statefulset} --replicas=3
+  ${kubectl_hint} -n ${namespace} get swarmpools -w
+  ${kubectl_hint} -n ${namespace} describe swarmpool ${pool}
+  ${kubectl_hint} -n ${namespace} get configmap ${config_map} -o yaml
+  ${kubectl_hint} -n ${namespace} get pods
+  curl -s ${server}/kube-sim/v1/mounts    # what each pod mounted when it started
+
+Operator metrics: http://127.0.0.1:${http_port}/metrics
+Logs: ${operator_log}, ${sim_log}
+Press Ctrl-C to stop everything.
+EOF
+
+# Runs until Ctrl-C, or until one of the two exits on its own.
+set +e
+wait -n "${sim_pid}" "${operator_pid}"
+status=$?
+set -e
+say "a process exited on its own (status ${status}); stopping; see ${state_dir}"
+exit 1

@@ -1,0 +1,245 @@
+//! Watch streams: newline-separated `{"type","object"}` events strictly after a
+//! resourceVersion, with selector transitions, bookmarks, initial events, the 410 ERROR
+//! event after compaction, and `timeoutSeconds`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{StatusCode, header};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
+
+use super::http::RequestContext;
+use super::resources::selectors;
+use super::table::{self, Mode};
+use super::{ApiServer, stream_body};
+use crate::store::{
+    ApiError, Change, EventType, FieldSelector, LabelSelector, ResourceType, meta, to_served,
+};
+
+/// How often a watch that allows bookmarks gets one.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(15);
+/// Watch length when the client sets no `timeoutSeconds`.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+struct Filter {
+    rt: Arc<ResourceType>,
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+}
+
+impl Filter {
+    fn matches(&self, obj: &Value) -> bool {
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| meta::namespace(obj) == ns)
+            && self.labels.matches(obj)
+            && self.fields.matches(obj)
+    }
+}
+
+struct Encoder {
+    rt: Arc<ResourceType>,
+    mode: Mode,
+    include: String,
+    headers_sent: bool,
+}
+
+impl Encoder {
+    fn event(&mut self, kind: &str, obj: &Value) -> Bytes {
+        let object = match self.mode {
+            Mode::Full => obj.clone(),
+            Mode::Metadata => table::partial(obj),
+            Mode::Table => {
+                let md = json!({"resourceVersion": meta::resource_version(obj)});
+                let t = table::table(
+                    &self.rt,
+                    std::slice::from_ref(obj),
+                    md,
+                    &self.include,
+                    !self.headers_sent,
+                );
+                self.headers_sent = true;
+                t
+            }
+        };
+        line(kind, object)
+    }
+
+    fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
+        let (kind, api_version) = match self.mode {
+            Mode::Metadata => (
+                "PartialObjectMetadata".to_string(),
+                "meta.k8s.io/v1".to_string(),
+            ),
+            _ => (self.rt.kind.clone(), self.rt.api_version()),
+        };
+        let mut metadata = json!({"resourceVersion": rv.to_string()});
+        if initial_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        line(
+            "BOOKMARK",
+            json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
+        )
+    }
+}
+
+fn line(kind: &str, object: Value) -> Bytes {
+    let mut buf = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    buf.push(b'\n');
+    Bytes::from(buf)
+}
+
+fn expired_event(err: &ApiError) -> Bytes {
+    line("ERROR", err.to_status())
+}
+
+/// The event (if any) one change produces for this watch.
+fn event_for(filter: &Filter, enc: &mut Encoder, change: &Change) -> Option<Bytes> {
+    if change.storage != filter.rt.storage {
+        return None;
+    }
+    let cur = to_served(&change.object, &filter.rt);
+    let cur_matches = filter.matches(&cur);
+    let prev_matches = change
+        .prev
+        .as_ref()
+        .map(|p| filter.matches(&to_served(p, &filter.rt)))
+        .unwrap_or(false);
+    let kind = match change.event_type {
+        EventType::Added => cur_matches.then_some("ADDED"),
+        EventType::Deleted => (cur_matches || prev_matches).then_some("DELETED"),
+        EventType::Modified => match (prev_matches, cur_matches) {
+            (true, true) => Some("MODIFIED"),
+            (false, true) => Some("ADDED"),
+            (true, false) => Some("DELETED"),
+            (false, false) => None,
+        },
+    }?;
+    Some(enc.event(kind, &cur))
+}
+
+/// Starts a watch response.
+pub(crate) fn serve(
+    api: &ApiServer,
+    rt: &Arc<ResourceType>,
+    namespace: Option<&str>,
+    ctx: &RequestContext,
+) -> Result<Response, ApiError> {
+    let (labels, fields) = selectors(rt, ctx)?;
+    let from = match ctx.param("resourceVersion").filter(|s| !s.is_empty()) {
+        None => None,
+        Some(rv) => Some(
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?,
+        ),
+    };
+    let send_initial = ctx.flag("sendInitialEvents");
+    let bookmarks = ctx.flag("allowWatchBookmarks");
+    let timeout = match ctx.param("timeoutSeconds") {
+        Some(t) => Duration::from_secs(
+            t.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
+        None => DEFAULT_TIMEOUT,
+    };
+    let filter = Filter {
+        rt: rt.clone(),
+        namespace: namespace.map(String::from),
+        labels,
+        fields,
+    };
+    let mut enc = Encoder {
+        rt: rt.clone(),
+        mode: table::mode(&ctx.accept),
+        include: ctx.param("includeObject").unwrap_or("Metadata").to_string(),
+        headers_sent: false,
+    };
+    let start = {
+        let state = api.store().lock();
+        if send_initial {
+            state.watch(rt, None)
+        } else {
+            state.watch(rt, from)
+        }
+    };
+    let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    let mut closing = api.closing();
+    match start {
+        Err(err) => {
+            // A too-old resourceVersion is an ERROR event in a 200 stream, which makes
+            // clients relist instead of retrying the same watch.
+            let _ = tx.try_send(expired_event(&err));
+        }
+        Ok(start) => {
+            tokio::spawn(async move {
+                let mut initial: Vec<Bytes> = start
+                    .initial
+                    .iter()
+                    .filter(|o| filter.matches(o))
+                    .map(|o| enc.event("ADDED", o))
+                    .collect();
+                if send_initial {
+                    initial.push(enc.bookmark(start.rv, true));
+                }
+                let mut last_rv = start.rv;
+                for change in &start.backlog {
+                    if let Some(ev) = event_for(&filter, &mut enc, change) {
+                        initial.push(ev);
+                    }
+                }
+                for ev in initial {
+                    if tx.send(ev).await.is_err() {
+                        return;
+                    }
+                }
+                let mut rx_changes = start.rx;
+                let deadline = tokio::time::sleep(timeout);
+                tokio::pin!(deadline);
+                let mut ticker = tokio::time::interval(BOOKMARK_EVERY);
+                ticker.tick().await;
+                loop {
+                    tokio::select! {
+                        _ = &mut deadline => break,
+                        _ = closing.changed() => break,
+                        _ = ticker.tick(), if bookmarks => {
+                            if tx.send(enc.bookmark(last_rv, false)).await.is_err() {
+                                break;
+                            }
+                        }
+                        _ = tx.closed() => break,
+                        change = rx_changes.recv() => match change {
+                            Ok(change) => {
+                                last_rv = change.rv;
+                                if let Some(ev) = event_for(&filter, &mut enc, &change) {
+                                    if tx.send(ev).await.is_err() {
+                                        break;
+                                    }
+                                }
+                            }
+                            Err(broadcast::error::RecvError::Lagged(_)) => {
+                                let err = ApiError::expired("the watch fell behind; relist");
+                                let _ = tx.send(expired_event(&err)).await;
+                                break;
+                            }
+                            Err(broadcast::error::RecvError::Closed) => break,
+                        }
+                    }
+                }
+            });
+        }
+    }
+    let stream = ReceiverStream::new(rx).map(Ok::<Bytes, std::convert::Infallible>);
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .body(stream_body(stream))
+        .expect("valid response"))
+}

@@ -1,0 +1,514 @@
+//! Structural schemas of custom resources: pruning of unknown fields, defaulting, and
+//! validation with kube-apiserver's messages.
+
+use serde_json::{Map, Value, json};
+
+use super::error::Cause;
+
+fn preserves_unknown(schema: &Value) -> bool {
+    schema
+        .get("x-kubernetes-preserve-unknown-fields")
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+fn is_embedded(schema: &Value) -> bool {
+    schema
+        .get("x-kubernetes-embedded-resource")
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+/// Standard ObjectMeta fields kept by pruning.
+const OBJECT_META: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Removes fields the schema does not know; returns their paths.
+pub(crate) fn prune(schema: &Value, obj: &mut Value) -> Vec<String> {
+    let mut unknown = Vec::new();
+    if let Some(map) = obj.as_object_mut() {
+        if let Some(Value::Object(m)) = map.get_mut("metadata") {
+            let keys: Vec<String> = m.keys().cloned().collect();
+            for k in keys {
+                if !OBJECT_META.contains(&k.as_str()) {
+                    m.remove(&k);
+                    unknown.push(format!("metadata.{k}"));
+                }
+            }
+        }
+        prune_map(schema, map, "", &mut unknown, true);
+    }
+    unknown
+}
+
+fn prune_map(
+    schema: &Value,
+    map: &mut Map<String, Value>,
+    path: &str,
+    unknown: &mut Vec<String>,
+    root: bool,
+) {
+    let props = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties");
+    let keep_all = preserves_unknown(schema);
+    let keys: Vec<String> = map.keys().cloned().collect();
+    for k in keys {
+        if (root || is_embedded(schema)) && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")
+        {
+            continue;
+        }
+        let child_path = if path.is_empty() {
+            k.clone()
+        } else {
+            format!("{path}.{k}")
+        };
+        let child_schema = props.and_then(|p| p.get(&k)).or(match additional {
+            Some(a) if a.is_object() => Some(a),
+            _ => None,
+        });
+        match child_schema {
+            Some(cs) => {
+                if let Some(v) = map.get_mut(&k) {
+                    prune_value(cs, v, &child_path, unknown);
+                }
+            }
+            None => {
+                let allowed = keep_all || additional.and_then(Value::as_bool) == Some(true);
+                if !allowed {
+                    map.remove(&k);
+                    unknown.push(child_path);
+                }
+            }
+        }
+    }
+}
+
+fn prune_value(schema: &Value, v: &mut Value, path: &str, unknown: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            let structured =
+                schema.get("properties").is_some() || schema.get("additionalProperties").is_some();
+            if structured || !preserves_unknown(schema) {
+                prune_map(schema, m, path, unknown, false);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter_mut().enumerate() {
+                    prune_value(item_schema, item, &format!("{path}[{i}]"), unknown);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Fills in `default` values of absent fields, top-down.
+pub(crate) fn default(schema: &Value, obj: &mut Value) {
+    match obj {
+        Value::Object(map) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, ps) in props {
+                    if !map.contains_key(k) {
+                        if let Some(d) = ps.get("default") {
+                            map.insert(k.clone(), d.clone());
+                        }
+                    }
+                    if let Some(child) = map.get_mut(k) {
+                        default(ps, child);
+                    }
+                }
+            }
+            if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                let props = schema.get("properties").and_then(Value::as_object);
+                for (k, v) in map.iter_mut() {
+                    if props.is_none_or(|p| !p.contains_key(k)) {
+                        default(ap, v);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(is) = schema.get("items") {
+                items.iter_mut().for_each(|i| default(is, i));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{s:?}"),
+        Value::Null => "\"null\"".into(),
+        other => other.to_string(),
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Validates an object against its schema; every violation is one cause.
+pub(crate) fn validate(schema: &Value, obj: &Value) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if let Some(map) = obj.as_object() {
+        let stripped: Map<String, Value> = map
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut root_schema = schema.clone();
+        if let Some(req) = root_schema
+            .get_mut("required")
+            .and_then(Value::as_array_mut)
+        {
+            req.retain(|r| !matches!(r.as_str(), Some("apiVersion" | "kind" | "metadata")));
+        }
+        check(&root_schema, &Value::Object(stripped), "", &mut causes);
+    }
+    causes
+}
+
+fn number(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
+    let field = if path.is_empty() {
+        "<root>".to_string()
+    } else {
+        path.to_string()
+    };
+    let in_body = |msg: &str| format!("{field} in body {msg}");
+    if v.is_null() {
+        if schema.get("nullable").and_then(Value::as_bool) != Some(true)
+            && schema.get("type").is_some()
+        {
+            let t = schema["type"].as_str().unwrap_or("");
+            causes.push(Cause::new(
+                "FieldValueTypeInvalid",
+                &field,
+                format!(
+                    "Invalid value: \"null\": {}",
+                    in_body(&format!("must be of type {t}: \"null\""))
+                ),
+            ));
+        }
+        return;
+    }
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true);
+    if int_or_string {
+        if !matches!(type_name(v), "integer" | "string") {
+            causes.push(Cause::new(
+                "FieldValueTypeInvalid",
+                &field,
+                format!(
+                    "Invalid value: {}: {}",
+                    show(v),
+                    in_body(&format!(
+                        "must be of type integer,string: {:?}",
+                        type_name(v)
+                    ))
+                ),
+            ));
+            return;
+        }
+    } else if let Some(t) = schema.get("type").and_then(Value::as_str) {
+        let actual = type_name(v);
+        let ok = actual == t || (t == "number" && actual == "integer");
+        if !ok {
+            causes.push(Cause::new(
+                "FieldValueTypeInvalid",
+                &field,
+                format!(
+                    "Invalid value: {}: {}",
+                    show(v),
+                    in_body(&format!("must be of type {t}: {actual:?}"))
+                ),
+            ));
+            return;
+        }
+    }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        if !options.contains(v) {
+            let supported = options.iter().map(show).collect::<Vec<_>>().join(", ");
+            causes.push(Cause::new(
+                "FieldValueNotSupported",
+                &field,
+                format!(
+                    "Unsupported value: {}: supported values: {supported}",
+                    show(v)
+                ),
+            ));
+        }
+    }
+    match v {
+        Value::Number(_) => {
+            let n = number(v).unwrap_or(0.0);
+            let excl_min = schema.get("exclusiveMinimum").and_then(Value::as_bool) == Some(true);
+            let excl_max = schema.get("exclusiveMaximum").and_then(Value::as_bool) == Some(true);
+            if let Some(min) = schema.get("minimum").and_then(number) {
+                if n < min || (excl_min && n == min) {
+                    let rel = if excl_min {
+                        "greater than"
+                    } else {
+                        "greater than or equal to"
+                    };
+                    causes.push(Cause::new(
+                        "FieldValueInvalid",
+                        &field,
+                        format!(
+                            "Invalid value: {v}: {}",
+                            in_body(&format!("should be {rel} {}", schema["minimum"]))
+                        ),
+                    ));
+                }
+            }
+            if let Some(max) = schema.get("maximum").and_then(number) {
+                if n > max || (excl_max && n == max) {
+                    let rel = if excl_max {
+                        "less than"
+                    } else {
+                        "less than or equal to"
+                    };
+                    causes.push(Cause::new(
+                        "FieldValueInvalid",
+                        &field,
+                        format!(
+                            "Invalid value: {v}: {}",
+                            in_body(&format!("should be {rel} {}", schema["maximum"]))
+                        ),
+                    ));
+                }
+            }
+        }
+        Value::String(s) => {
+            let len = s.chars().count() as u64;
+            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
+                if len > max {
+                    causes.push(Cause::new(
+                        "FieldValueTooLong",
+                        &field,
+                        format!("Too long: may not be more than {max} bytes"),
+                    ));
+                }
+            }
+            if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
+                if len < min {
+                    causes.push(Cause::new(
+                        "FieldValueInvalid",
+                        &field,
+                        format!(
+                            "Invalid value: {}: {}",
+                            show(v),
+                            in_body(&format!("should be at least {min} chars long"))
+                        ),
+                    ));
+                }
+            }
+            if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
+                if let Ok(re) = regex::Regex::new(p) {
+                    if !re.is_match(s) {
+                        causes.push(Cause::new(
+                            "FieldValueInvalid",
+                            &field,
+                            format!(
+                                "Invalid value: {}: {}",
+                                show(v),
+                                in_body(&format!("should match '{p}'"))
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
+                if items.len() as u64 > max {
+                    causes.push(Cause::new(
+                        "FieldValueTooMany",
+                        &field,
+                        format!("Too many: {}: must have at most {max} items", items.len()),
+                    ));
+                }
+            }
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
+                if (items.len() as u64) < min {
+                    causes.push(Cause::new(
+                        "FieldValueInvalid",
+                        &field,
+                        format!(
+                            "Invalid value: {}: {}",
+                            items.len(),
+                            in_body(&format!("should have at least {min} items"))
+                        ),
+                    ));
+                }
+            }
+            let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
+            let unique = schema.get("uniqueItems").and_then(Value::as_bool) == Some(true);
+            if list_type == Some("set") || unique {
+                for (i, item) in items.iter().enumerate() {
+                    if items[..i].contains(item) {
+                        causes.push(Cause::new(
+                            "FieldValueDuplicate",
+                            format!("{field}[{i}]"),
+                            format!("Duplicate value: {}", show(item)),
+                        ));
+                    }
+                }
+            }
+            if list_type == Some("map") {
+                let keys: Vec<&str> = schema
+                    .get("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                for (i, item) in items.iter().enumerate() {
+                    let same = |o: &Value| keys.iter().all(|k| o.get(k) == item.get(k));
+                    if items[..i].iter().any(same) {
+                        let key: Map<String, Value> = keys
+                            .iter()
+                            .filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone())))
+                            .collect();
+                        causes.push(Cause::new(
+                            "FieldValueDuplicate",
+                            format!("{field}[{i}]"),
+                            format!("Duplicate value: {}", json!(key)),
+                        ));
+                    }
+                }
+            }
+            if let Some(is) = schema.get("items") {
+                for (i, item) in items.iter().enumerate() {
+                    check(is, item, &format!("{path}[{i}]"), causes);
+                }
+            }
+        }
+        Value::Object(map) => {
+            if let Some(req) = schema.get("required").and_then(Value::as_array) {
+                for r in req.iter().filter_map(Value::as_str) {
+                    if !map.contains_key(r) {
+                        let f = if path.is_empty() {
+                            r.to_string()
+                        } else {
+                            format!("{path}.{r}")
+                        };
+                        causes.push(Cause::new("FieldValueRequired", f, "Required value"));
+                    }
+                }
+            }
+            if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
+                if map.len() as u64 > max {
+                    causes.push(Cause::new(
+                        "FieldValueTooMany",
+                        &field,
+                        format!("Too many: {}: must have at most {max} items", map.len()),
+                    ));
+                }
+            }
+            if let Some(min) = schema.get("minProperties").and_then(Value::as_u64) {
+                if (map.len() as u64) < min {
+                    causes.push(Cause::new(
+                        "FieldValueInvalid",
+                        &field,
+                        format!(
+                            "Invalid value: {}: {}",
+                            map.len(),
+                            in_body(&format!("should have at least {min} properties"))
+                        ),
+                    ));
+                }
+            }
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, cv) in map {
+                let child = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                if let Some(ps) = props.and_then(|p| p.get(k)).or(additional) {
+                    check(ps, cv, &child, causes);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {"spec": {"type": "object", "required": ["jobs"], "properties": {
+            "jobs": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string", "minLength": 1}},
+            "port": {"x-kubernetes-int-or-string": true},
+            "mode": {"type": "string", "enum": ["a", "b"], "default": "a"},
+            "replicas": {"type": "integer", "minimum": 0}
+        }}}})
+    }
+
+    #[test]
+    fn set_list_duplicates_are_reported_with_index() {
+        let causes = validate(&schema(), &json!({"spec": {"jobs": ["x", "y", "x"]}}));
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "spec.jobs[2]");
+        assert_eq!(causes[0].reason, "FieldValueDuplicate");
+    }
+
+    #[test]
+    fn int_or_string_accepts_both_and_rejects_others() {
+        assert!(validate(&schema(), &json!({"spec": {"jobs": [], "port": 8080}})).is_empty());
+        assert!(validate(&schema(), &json!({"spec": {"jobs": [], "port": "http"}})).is_empty());
+        assert_eq!(
+            validate(&schema(), &json!({"spec": {"jobs": [], "port": true}})).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn prune_drops_unknown_and_default_fills_absent() {
+        let mut obj = json!({"apiVersion": "x/v1", "kind": "X", "metadata": {"name": "n"}, "spec": {"jobs": [], "bogus": 1}});
+        assert_eq!(prune(&schema(), &mut obj), vec!["spec.bogus".to_string()]);
+        default(&schema(), &mut obj);
+        assert_eq!(obj["spec"]["mode"], "a");
+    }
+
+    #[test]
+    fn required_type_enum_and_bounds_are_checked() {
+        let causes = validate(&schema(), &json!({"spec": {"mode": "c", "replicas": -1}}));
+        let reasons: Vec<&str> = causes.iter().map(|c| c.reason.as_str()).collect();
+        assert!(reasons.contains(&"FieldValueRequired"));
+        assert!(reasons.contains(&"FieldValueNotSupported"));
+        assert!(reasons.contains(&"FieldValueInvalid"));
+    }
+}

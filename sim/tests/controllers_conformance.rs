@@ -1,0 +1,871 @@
+//! Conformance of the controllers running inside the simulation (cases 20-23 of the sim
+//! spec, plus Background/Orphan garbage collection, Parallel pod management and the mounts
+//! endpoint). Every check goes through the HTTP API as a client would.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube_sim::{Sim, SimConfig};
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// Generous upper bound for anything to happen; never a performance goal.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+struct Harness {
+    sim: Sim,
+    http: Client,
+}
+
+impl Harness {
+    /// A simulation where a 30 s grace period takes 0.3 s and pods start after `ready_delay`
+    /// simulated seconds.
+    async fn start(time_scale: f64, ready_delay: Duration) -> Self {
+        let config = SimConfig {
+            time_scale,
+            pod_ready_delay: ready_delay,
+            ..SimConfig::default()
+        };
+        let sim = Sim::start(config).await.expect("simulation starts");
+        Self {
+            sim,
+            http: Client::new(),
+        }
+    }
+
+    async fn fast() -> Self {
+        Self::start(0.01, Duration::from_secs(1)).await
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> (StatusCode, Value) {
+        self.request_as(method, path, body, "application/json")
+            .await
+    }
+
+    async fn request_as(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+        content_type: &str,
+    ) -> (StatusCode, Value) {
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.sim.url()))
+            .header("Accept", "application/json");
+        if let Some(body) = body {
+            req = req
+                .header("Content-Type", content_type)
+                .body(body.to_string());
+        }
+        let resp = req.send().await.expect("request is answered");
+        let status = resp.status();
+        let text = resp.text().await.expect("body is readable");
+        let value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, value)
+    }
+
+    async fn get(&self, path: &str) -> Option<Value> {
+        let (status, body) = self.request(Method::GET, path, None).await;
+        match status {
+            StatusCode::OK => Some(body),
+            StatusCode::NOT_FOUND => None,
+            other => panic!("GET {path}: unexpected {other}: {body}"),
+        }
+    }
+
+    async fn create(&self, path: &str, obj: Value) -> Value {
+        let (status, body) = self.request(Method::POST, path, Some(obj)).await;
+        assert_eq!(status, StatusCode::CREATED, "POST {path}: {body}");
+        body
+    }
+
+    async fn delete(&self, path: &str, options: Value) -> Value {
+        let (status, body) = self.request(Method::DELETE, path, Some(options)).await;
+        assert!(
+            status == StatusCode::OK || status == StatusCode::ACCEPTED,
+            "DELETE {path}: {status} {body}"
+        );
+        body
+    }
+
+    async fn pod(&self, name: &str) -> Option<Value> {
+        self.get(&format!("/api/v1/namespaces/default/pods/{name}"))
+            .await
+    }
+
+    async fn pods(&self) -> Vec<Value> {
+        let list = self
+            .get("/api/v1/namespaces/default/pods")
+            .await
+            .expect("pods are listable");
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    async fn statefulset(&self, name: &str) -> Option<Value> {
+        self.get(&format!(
+            "/apis/apps/v1/namespaces/default/statefulsets/{name}"
+        ))
+        .await
+    }
+
+    async fn mounts(&self) -> Vec<Value> {
+        let body = self
+            .get("/kube-sim/v1/mounts")
+            .await
+            .expect("mounts endpoint is served");
+        body.as_array().cloned().expect("mounts is a JSON list")
+    }
+
+    /// Polls `check` until it returns `Some`, panicking with `what` after [`PATIENCE`].
+    async fn eventually<T, F, Fut>(&self, what: &str, mut check: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Starts a watch on `path` from `resource_version`, collecting every event.
+    async fn watch(&self, path: &str, resource_version: &str) -> Watch {
+        let url = format!(
+            "{}{path}?watch=true&resourceVersion={resource_version}",
+            self.sim.url()
+        );
+        let resp = self.http.get(url).send().await.expect("watch starts");
+        assert_eq!(resp.status(), StatusCode::OK);
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = events.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = resp.bytes_stream();
+            let mut buffer = Vec::new();
+            while let Some(Ok(chunk)) = stream.next().await {
+                buffer.extend_from_slice(&chunk);
+                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    if let Ok(event) = serde_json::from_slice::<Value>(&line) {
+                        sink.lock().unwrap().push(event);
+                    }
+                }
+            }
+        });
+        Watch { events, task }
+    }
+
+    async fn list_resource_version(&self, path: &str) -> String {
+        let list = self.get(path).await.expect("list is served");
+        list["metadata"]["resourceVersion"]
+            .as_str()
+            .expect("a list has a resourceVersion")
+            .to_string()
+    }
+}
+
+struct Watch {
+    events: Arc<Mutex<Vec<Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watch {
+    fn events(&self) -> Vec<Value> {
+        self.events.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn statefulset(name: &str, replicas: u32, policy: Option<&str>) -> Value {
+    let mut sts = json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "worker", "image": "busybox:1.36"}]}
+            }
+        }
+    });
+    if let Some(policy) = policy {
+        sts["spec"]["podManagementPolicy"] = json!(policy);
+    }
+    sts
+}
+
+const STS_PATH: &str = "/apis/apps/v1/namespaces/default/statefulsets";
+const PODS_PATH: &str = "/api/v1/namespaces/default/pods";
+
+fn name_of(obj: &Value) -> &str {
+    obj["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+fn uid_of(obj: &Value) -> &str {
+    obj["metadata"]["uid"].as_str().unwrap_or_default()
+}
+
+fn is_ready(pod: &Value) -> bool {
+    pod["status"]["phase"] == "Running"
+        && pod["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+fn is_terminating(obj: &Value) -> bool {
+    !obj["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// Position of the first event matching `predicate`.
+fn first(events: &[Value], predicate: impl Fn(&str, &Value) -> bool) -> Option<usize> {
+    events
+        .iter()
+        .position(|e| predicate(e["type"].as_str().unwrap_or_default(), &e["object"]))
+}
+
+async fn wait_all_ready(h: &Harness, set: &str, replicas: usize) {
+    h.eventually(
+        &format!("{set} to have {replicas} ready replicas"),
+        || async {
+            let sts = h.statefulset(set).await?;
+            (sts["status"]["readyReplicas"] == json!(replicas)
+                && sts["status"]["availableReplicas"] == json!(replicas)
+                && sts["status"]["replicas"] == json!(replicas))
+            .then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn ordered_ready_creates_each_pod_after_its_predecessor_is_ready_with_identity_labels_and_owner()
+ {
+    let h = Harness::fast().await;
+    let rv = h.list_resource_version(PODS_PATH).await;
+    let watch = h.watch(PODS_PATH, &rv).await;
+    h.create(STS_PATH, statefulset("web", 3, None)).await;
+    wait_all_ready(&h, "web", 3).await;
+
+    let sts = h.statefulset("web").await.expect("set exists");
+    let status = &sts["status"];
+    assert_eq!(status["replicas"], 3);
+    assert_eq!(status["readyReplicas"], 3);
+    assert_eq!(status["availableReplicas"], 3);
+    assert_eq!(status["currentReplicas"], 3);
+    assert_eq!(status["updatedReplicas"], 3);
+    assert_eq!(status["observedGeneration"], sts["metadata"]["generation"]);
+    assert_eq!(status["currentRevision"], status["updateRevision"]);
+    let revision = status["updateRevision"]
+        .as_str()
+        .expect("updateRevision set");
+    assert!(revision.starts_with("web-"), "{revision}");
+
+    // Wait until the watch has seen every pod become ready, then check the order.
+    h.eventually("the watch to see web-2 ready", || async {
+        watch
+            .events()
+            .iter()
+            .any(|e| name_of(&e["object"]) == "web-2" && is_ready(&e["object"]))
+            .then_some(())
+    })
+    .await;
+    let events = watch.events();
+    for (before, after) in [("web-0", "web-1"), ("web-1", "web-2")] {
+        let ready = first(&events, |_, o| name_of(o) == before && is_ready(o))
+            .unwrap_or_else(|| panic!("{before} never became ready"));
+        let created = first(&events, |t, o| t == "ADDED" && name_of(o) == after)
+            .unwrap_or_else(|| panic!("{after} was never created"));
+        assert!(
+            ready < created,
+            "{after} was created (event {created}) before {before} was ready (event {ready})"
+        );
+    }
+
+    for ordinal in 0..3 {
+        let name = format!("web-{ordinal}");
+        let pod = h.pod(&name).await.expect("pod exists");
+        let labels = &pod["metadata"]["labels"];
+        assert_eq!(labels["app"], "web");
+        assert_eq!(labels["statefulset.kubernetes.io/pod-name"], json!(name));
+        assert_eq!(
+            labels["apps.kubernetes.io/pod-index"],
+            json!(ordinal.to_string())
+        );
+        assert_eq!(labels["controller-revision-hash"], json!(revision));
+        assert_eq!(
+            pod["metadata"]["ownerReferences"],
+            json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web",
+                    "uid": uid_of(&sts), "controller": true, "blockOwnerDeletion": true}])
+        );
+        assert_eq!(pod["spec"]["hostname"], json!(name));
+        assert_eq!(pod["spec"]["subdomain"], "web");
+        assert!(
+            pod["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty())
+        );
+        assert!(
+            pod["status"]["podIP"]
+                .as_str()
+                .is_some_and(|ip| !ip.is_empty())
+        );
+        assert!(pod["status"]["startTime"].is_string());
+        for condition in ["PodScheduled", "Initialized", "ContainersReady", "Ready"] {
+            let ok = pod["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["type"] == condition && c["status"] == "True");
+            assert!(ok, "{name} lacks condition {condition}=True");
+        }
+        let container = &pod["status"]["containerStatuses"][0];
+        assert_eq!(container["name"], "worker");
+        assert_eq!(container["ready"], true);
+        assert!(container["state"]["running"]["startedAt"].is_string());
+    }
+    drop(watch);
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn ordered_ready_waits_for_an_unready_pod_before_creating_the_next() {
+    // Unscaled time and a long start delay: web-0 stays unready for the whole test.
+    let h = Harness::start(1.0, Duration::from_secs(3600)).await;
+    h.create(STS_PATH, statefulset("web", 3, None)).await;
+    h.eventually("web-0 to be created and bound", || async {
+        let pod = h.pod("web-0").await?;
+        pod["spec"]["nodeName"].is_string().then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let names: Vec<String> = h
+        .pods()
+        .await
+        .iter()
+        .map(|p| name_of(p).to_string())
+        .collect();
+    assert_eq!(
+        names,
+        ["web-0"],
+        "only web-0 may exist while it is not ready"
+    );
+    let pod = h.pod("web-0").await.unwrap();
+    assert_eq!(pod["status"]["phase"], "Pending");
+    let sts = h.statefulset("web").await.unwrap();
+    assert_eq!(sts["status"]["replicas"], 1);
+    assert_eq!(sts["status"]["availableReplicas"], 0);
+    assert!(
+        sts["status"].get("readyReplicas").is_none(),
+        "zero readyReplicas is omitted"
+    );
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn parallel_policy_creates_every_pod_without_waiting_for_readiness() {
+    let h = Harness::start(1.0, Duration::from_secs(3600)).await;
+    h.create(STS_PATH, statefulset("par", 3, Some("Parallel")))
+        .await;
+    let names = h
+        .eventually("three pods", || async {
+            let names: Vec<String> = h
+                .pods()
+                .await
+                .iter()
+                .map(|p| name_of(p).to_string())
+                .collect();
+            (names.len() == 3).then_some(names)
+        })
+        .await;
+    assert_eq!(names, ["par-0", "par-1", "par-2"]);
+    assert!(h.pods().await.iter().all(|p| !is_ready(p)));
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn scale_down_removes_the_highest_ordinal_first_and_a_deleted_pod_returns_with_a_new_uid() {
+    let h = Harness::fast().await;
+    h.create(STS_PATH, statefulset("web", 3, None)).await;
+    wait_all_ready(&h, "web", 3).await;
+
+    let rv = h.list_resource_version(PODS_PATH).await;
+    let watch = h.watch(PODS_PATH, &rv).await;
+    let (status, scale) = h
+        .request_as(
+            Method::PATCH,
+            &format!("{STS_PATH}/web/scale"),
+            Some(json!({"spec": {"replicas": 1}})),
+            "application/merge-patch+json",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{scale}");
+    assert_eq!(scale["spec"]["replicas"], 1);
+    h.eventually("web-1 and web-2 to be gone", || async {
+        let names: Vec<String> = h
+            .pods()
+            .await
+            .iter()
+            .map(|p| name_of(p).to_string())
+            .collect();
+        (names == ["web-0"]).then_some(())
+    })
+    .await;
+    wait_all_ready(&h, "web", 1).await;
+    let events = watch.events();
+    let terminating = |name: &'static str| {
+        first(&events, move |t, o| {
+            t == "MODIFIED" && name_of(o) == name && is_terminating(o)
+        })
+        .unwrap_or_else(|| panic!("{name} was never marked for deletion"))
+    };
+    let gone = |name: &'static str| {
+        first(&events, move |t, o| t == "DELETED" && name_of(o) == name)
+            .unwrap_or_else(|| panic!("{name} was never removed"))
+    };
+    assert!(
+        terminating("web-2") < terminating("web-1"),
+        "web-2 must go first"
+    );
+    assert!(
+        gone("web-2") < terminating("web-1"),
+        "OrderedReady removes web-1 only once web-2 is gone"
+    );
+    drop(watch);
+
+    let old = h.pod("web-0").await.unwrap();
+    let old_uid = uid_of(&old).to_string();
+    let rv = h.list_resource_version(PODS_PATH).await;
+    let watch = h.watch(PODS_PATH, &rv).await;
+    h.delete(&format!("{PODS_PATH}/web-0"), json!({})).await;
+    let new = h
+        .eventually("web-0 to come back with a new uid and be ready", || async {
+            let pod = h.pod("web-0").await?;
+            (uid_of(&pod) != old_uid && is_ready(&pod)).then_some(pod)
+        })
+        .await;
+    assert_ne!(uid_of(&new), old_uid);
+    let events = watch.events();
+    let old_gone = first(&events, |t, o| t == "DELETED" && uid_of(o) == old_uid)
+        .expect("the old web-0 is removed");
+    let new_added = first(&events, |t, o| t == "ADDED" && name_of(o) == "web-0")
+        .expect("a new web-0 is created");
+    assert!(
+        old_gone < new_added,
+        "the new web-0 appears only once the old one is fully gone"
+    );
+    drop(watch);
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn pod_delete_sets_deletion_timestamp_from_the_grace_period_and_removes_the_pod_when_it_ends()
+{
+    let h = Harness::fast().await;
+    for (name, grace) in [("default-grace", None), ("short-grace", Some(5))] {
+        let mut pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}
+        });
+        if let Some(grace) = grace {
+            pod["spec"]["terminationGracePeriodSeconds"] = json!(grace);
+        }
+        h.create(PODS_PATH, pod).await;
+    }
+    for name in ["default-grace", "short-grace"] {
+        h.eventually("pod to run", || async {
+            is_ready(&h.pod(name).await?).then_some(())
+        })
+        .await;
+    }
+
+    // The request's grace period wins over the pod's; without one the pod's (30 s) applies.
+    let cases = [
+        ("default-grace", json!({}), 30),
+        ("short-grace", json!({"gracePeriodSeconds": 20}), 20),
+    ];
+    for (name, options, grace) in cases {
+        let rv = h.list_resource_version(PODS_PATH).await;
+        let watch = h.watch(PODS_PATH, &rv).await;
+        let requested = chrono::Utc::now();
+        let asked = Instant::now();
+        let deleted = h.delete(&format!("{PODS_PATH}/{name}"), options).await;
+        let stamp = deleted["metadata"]["deletionTimestamp"]
+            .as_str()
+            .expect("the DELETE answer carries deletionTimestamp");
+        let stamp = chrono::DateTime::parse_from_rfc3339(stamp).unwrap();
+        let offset = (stamp.with_timezone(&chrono::Utc) - requested).num_seconds();
+        assert!(
+            (grace - 2..=grace + 1).contains(&offset),
+            "{name}: deletionTimestamp is {offset}s after the request, expected about {grace}s"
+        );
+        assert_eq!(
+            deleted["metadata"]["deletionGracePeriodSeconds"],
+            json!(grace)
+        );
+
+        h.eventually("pod to be gone", || async {
+            h.pod(name).await.is_none().then_some(())
+        })
+        .await;
+        let took = asked.elapsed();
+        // Scaled grace is grace * 0.01 s: the pod may not vanish earlier than that.
+        let scaled = Duration::from_millis(grace as u64 * 10);
+        assert!(
+            took >= scaled,
+            "{name} was removed after {took:?}, before its grace {scaled:?}"
+        );
+        let events = watch.events();
+        let marked = first(&events, |t, o| {
+            t == "MODIFIED" && name_of(o) == name && is_terminating(o)
+        })
+        .expect("the pod stays, marked for deletion");
+        let removed = first(&events, |t, o| t == "DELETED" && name_of(o) == name)
+            .expect("the pod is removed when its grace ends");
+        assert!(marked < removed);
+    }
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn foreground_delete_of_a_statefulset_removes_its_pods_before_the_set() {
+    let h = Harness::fast().await;
+    h.create(STS_PATH, statefulset("web", 3, None)).await;
+    wait_all_ready(&h, "web", 3).await;
+
+    let deleted = h
+        .delete(
+            &format!("{STS_PATH}/web"),
+            json!({"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Foreground"}),
+        )
+        .await;
+    assert!(is_terminating(&deleted));
+    assert!(
+        deleted["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| f.contains(&json!("foregroundDeletion")))
+    );
+    // The pods need their 0.3 s grace: the set must still be there, waiting for them.
+    let waiting = h
+        .statefulset("web")
+        .await
+        .expect("the set waits for its pods");
+    assert!(is_terminating(&waiting));
+
+    let pods_seen_while_set_existed = Cell::new(0);
+    h.eventually("the set to be gone", || async {
+        let pods = h.pods().await.len();
+        match h.statefulset("web").await {
+            Some(_) => {
+                pods_seen_while_set_existed.set(pods_seen_while_set_existed.get().max(pods));
+                None
+            }
+            None => Some(()),
+        }
+    })
+    .await;
+    assert!(
+        pods_seen_while_set_existed.get() > 0,
+        "pods existed while the set was being deleted"
+    );
+    assert!(h.pods().await.is_empty(), "every pod went before the set");
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn background_delete_of_a_statefulset_removes_the_set_at_once_and_its_pods_after() {
+    let h = Harness::fast().await;
+    h.create(STS_PATH, statefulset("web", 2, None)).await;
+    wait_all_ready(&h, "web", 2).await;
+    h.delete(
+        &format!("{STS_PATH}/web"),
+        json!({"propagationPolicy": "Background"}),
+    )
+    .await;
+    assert!(h.statefulset("web").await.is_none(), "the set goes at once");
+    h.eventually("its pods to be collected", || async {
+        h.pods().await.is_empty().then_some(())
+    })
+    .await;
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn orphan_delete_of_a_statefulset_keeps_its_pods_without_owner_references() {
+    let h = Harness::fast().await;
+    h.create(STS_PATH, statefulset("web", 2, None)).await;
+    wait_all_ready(&h, "web", 2).await;
+    let uids: Vec<String> = h
+        .pods()
+        .await
+        .iter()
+        .map(|p| uid_of(p).to_string())
+        .collect();
+    h.delete(
+        &format!("{STS_PATH}/web"),
+        json!({"propagationPolicy": "Orphan"}),
+    )
+    .await;
+    h.eventually("the set to be gone", || async {
+        h.statefulset("web").await.is_none().then_some(())
+    })
+    .await;
+    // Give the collector time to act wrongly before checking that it did not.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let pods = h.pods().await;
+    let kept: Vec<String> = pods.iter().map(|p| uid_of(p).to_string()).collect();
+    assert_eq!(kept, uids, "the same pod instances remain");
+    for pod in &pods {
+        let refs = &pod["metadata"]["ownerReferences"];
+        // Like the API server, no empty list: clients index it as absent.
+        assert!(
+            refs.is_null(),
+            "{} still has owner references: {refs}",
+            name_of(pod)
+        );
+        assert!(!is_terminating(pod));
+    }
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn dependent_of_a_deleted_config_map_is_collected_but_one_with_a_live_owner_stays() {
+    let h = Harness::fast().await;
+    let cm_path = "/api/v1/namespaces/default/configmaps";
+    let owner = h
+        .create(
+            cm_path,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": "owner", "namespace": "default"}}),
+        )
+        .await;
+    let other = h
+        .create(
+            cm_path,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                 "metadata": {"name": "other", "namespace": "default"}}),
+        )
+        .await;
+    let reference = |o: &Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": name_of(o), "uid": uid_of(o)});
+    h.create(
+        cm_path,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "only-child", "namespace": "default",
+                     "ownerReferences": [reference(&owner)]}}),
+    )
+    .await;
+    h.create(
+        cm_path,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "shared-child", "namespace": "default",
+                     "ownerReferences": [reference(&owner), reference(&other)]}}),
+    )
+    .await;
+    h.delete(&format!("{cm_path}/owner"), json!({})).await;
+    h.eventually("only-child to be collected", || async {
+        h.get(&format!("{cm_path}/only-child"))
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let shared = h
+        .eventually("shared-child to drop the dangling reference", || async {
+            let obj = h.get(&format!("{cm_path}/shared-child")).await?;
+            (obj["metadata"]["ownerReferences"].as_array()?.len() == 1).then_some(obj)
+        })
+        .await;
+    assert_eq!(
+        shared["metadata"]["ownerReferences"][0]["uid"],
+        json!(uid_of(&other))
+    );
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn mounts_record_each_pod_instance_config_map_content_as_of_its_start() {
+    let h = Harness::fast().await;
+    let cm_path = "/api/v1/namespaces/default/configmaps";
+    let cm = h
+        .create(
+            cm_path,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "jobs", "namespace": "default"},
+            "data": {"config.yml": "version: 1"}}),
+        )
+        .await;
+    let mut sts = statefulset("web", 2, None);
+    sts["spec"]["template"]["spec"]["volumes"] = json!([
+        {"name": "jobs", "configMap": {"name": "jobs"}},
+        {"name": "extra", "configMap": {"name": "missing-but-optional", "optional": true}}
+    ]);
+    h.create(STS_PATH, sts).await;
+    wait_all_ready(&h, "web", 2).await;
+
+    let mounts = h.mounts().await;
+    let pods = h.pods().await;
+    assert_eq!(mounts.len(), 2, "one entry per live pod: {mounts:#?}");
+    for (entry, pod) in mounts.iter().zip(&pods) {
+        assert_eq!(entry["namespace"], "default");
+        assert_eq!(entry["pod"], pod["metadata"]["name"]);
+        assert_eq!(entry["uid"], pod["metadata"]["uid"]);
+        assert_eq!(entry["startedAt"], pod["status"]["startTime"]);
+        assert_eq!(
+            entry["configMaps"],
+            json!({"jobs": {"resourceVersion": cm["metadata"]["resourceVersion"],
+                            "data": {"config.yml": "version: 1"}}}),
+            "the optional missing ConfigMap is absent"
+        );
+    }
+
+    // A running pod keeps what it mounted; a re-created one mounts the new content.
+    let (status, updated) = h
+        .request_as(
+            Method::PATCH,
+            &format!("{cm_path}/jobs"),
+            Some(json!({"data": {"config.yml": "version: 2"}})),
+            "application/merge-patch+json",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let old_uid = uid_of(&h.pod("web-1").await.unwrap()).to_string();
+    h.delete(&format!("{PODS_PATH}/web-1"), json!({})).await;
+    let fresh = h
+        .eventually("web-1 re-created and started", || async {
+            let mounts = h.mounts().await;
+            let web1: Vec<&Value> = mounts.iter().filter(|m| m["pod"] == "web-1").collect();
+            (web1.len() == 1 && web1[0]["uid"] != json!(old_uid)).then(|| mounts.clone())
+        })
+        .await;
+    let by_pod: BTreeMap<String, &Value> = fresh
+        .iter()
+        .map(|m| (m["pod"].as_str().unwrap().to_string(), m))
+        .collect();
+    assert_eq!(
+        by_pod["web-0"]["configMaps"]["jobs"]["data"]["config.yml"],
+        "version: 1"
+    );
+    assert_eq!(
+        by_pod["web-1"]["configMaps"]["jobs"]["data"]["config.yml"],
+        "version: 2"
+    );
+    assert_eq!(
+        by_pod["web-1"]["configMaps"]["jobs"]["resourceVersion"],
+        updated["metadata"]["resourceVersion"]
+    );
+    assert!(
+        fresh.iter().all(|m| m["uid"] != json!(old_uid)),
+        "the gone instance is dropped"
+    );
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn pod_waits_in_pending_until_a_required_config_map_exists() {
+    let h = Harness::fast().await;
+    h.create(
+        PODS_PATH,
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "needs-cm", "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                     "volumes": [{"name": "cfg", "configMap": {"name": "later"}}]}
+        }),
+    )
+    .await;
+    // Many start delays pass; without the ConfigMap the pod must not start.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pod = h.pod("needs-cm").await.unwrap();
+    assert_eq!(pod["status"]["phase"], "Pending");
+    assert!(h.mounts().await.is_empty());
+
+    h.create(
+        "/api/v1/namespaces/default/configmaps",
+        json!({"apiVersion": "v1",
+        "kind": "ConfigMap", "metadata": {"name": "later", "namespace": "default"},
+        "data": {"k": "v"}}),
+    )
+    .await;
+    h.eventually("the pod to start", || async {
+        is_ready(&h.pod("needs-cm").await?).then_some(())
+    })
+    .await;
+    let mounts = h.mounts().await;
+    assert_eq!(mounts[0]["configMaps"]["later"]["data"], json!({"k": "v"}));
+    h.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn template_change_rolls_pods_to_the_new_revision_from_the_highest_ordinal() {
+    let h = Harness::fast().await;
+    h.create(STS_PATH, statefulset("web", 3, None)).await;
+    wait_all_ready(&h, "web", 3).await;
+    let before = h.statefulset("web").await.unwrap();
+    let old_revision = before["status"]["updateRevision"].clone();
+
+    let rv = h.list_resource_version(PODS_PATH).await;
+    let watch = h.watch(PODS_PATH, &rv).await;
+    let (status, patched) = h
+        .request_as(
+            Method::PATCH,
+            &format!("{STS_PATH}/web"),
+            Some(json!({"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}})),
+            "application/merge-patch+json",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    let after = h
+        .eventually("the rollout to finish", || async {
+            let sts = h.statefulset("web").await?;
+            let s = &sts["status"];
+            (s["updateRevision"] != old_revision
+                && s["currentRevision"] == s["updateRevision"]
+                && s["updatedReplicas"] == 3
+                && s["readyReplicas"] == 3)
+                .then_some(sts)
+        })
+        .await;
+    assert_eq!(
+        after["status"]["observedGeneration"],
+        after["metadata"]["generation"]
+    );
+    let new_revision = after["status"]["updateRevision"].clone();
+    for pod in h.pods().await {
+        assert_eq!(
+            pod["metadata"]["labels"]["controller-revision-hash"],
+            new_revision
+        );
+        assert_eq!(pod["metadata"]["annotations"]["rev"], "2");
+    }
+    let events = watch.events();
+    let order: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "DELETED")
+        .map(|e| name_of(&e["object"]))
+        .collect();
+    assert_eq!(order, ["web-2", "web-1", "web-0"]);
+    drop(watch);
+    h.sim.shutdown().await;
+}

@@ -1,0 +1,431 @@
+//! kubectl 1.37 driving the simulation (case 24 of the sim spec): `apply` (client-side and
+//! server-side), `scale`, `get` with a CRD's printer columns, `get -w`, `wait` and `delete`.
+//!
+//! kubectl is found through `$KUBECTL`, then `<workspace>/.tools/bin/kubectl`, then `PATH`;
+//! `scripts/install-kubectl.sh` installs the pinned version into `.tools`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use kube_sim::{Sim, SimConfig};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+/// Upper bound for one kubectl invocation; never a performance goal.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
+
+fn find_kubectl() -> PathBuf {
+    if let Some(path) = std::env::var_os("KUBECTL").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the sim crate lives inside the workspace");
+    let local = workspace.join(".tools/bin/kubectl");
+    if local.is_file() {
+        return local;
+    }
+    if let Some(paths) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&paths) {
+            let candidate = dir.join("kubectl");
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    panic!(
+        "kubectl not found: set KUBECTL, or run scripts/install-kubectl.sh to install the \
+         pinned kubectl into .tools/bin/kubectl, or put kubectl on PATH"
+    );
+}
+
+struct Output {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// kubectl bound to one simulation's kubeconfig and a private discovery cache.
+struct Kubectl {
+    binary: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Kubectl {
+    fn new(sim: &Sim) -> Self {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        sim.write_kubeconfig(&dir.path().join("kubeconfig"))
+            .expect("kubeconfig is written");
+        Self {
+            binary: find_kubectl(),
+            dir,
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(&self.binary);
+        command
+            .args(args)
+            .env("KUBECONFIG", self.dir.path().join("kubeconfig"))
+            .env("HOME", self.dir.path())
+            .env("KUBECACHEDIR", self.dir.path().join("cache"))
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        command
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        let future = self.command(args).output();
+        let output = tokio::time::timeout(COMMAND_TIMEOUT, future)
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish"))
+            .expect("kubectl runs");
+        Output {
+            success: output.status.success(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Runs kubectl and returns stdout, failing the test when kubectl fails.
+    async fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        assert!(
+            out.success,
+            "kubectl {args:?} failed\nstdout: {}\nstderr: {}",
+            out.stdout, out.stderr
+        );
+        out.stdout
+    }
+
+    /// Runs kubectl expecting failure and returns stderr.
+    async fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        assert!(
+            !out.success,
+            "kubectl {args:?} should have failed\nstdout: {}",
+            out.stdout
+        );
+        out.stderr
+    }
+
+    fn manifest(&self, name: &str, yaml: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, yaml).expect("manifest is written");
+        path.to_string_lossy().into_owned()
+    }
+}
+
+const CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.kube-sim.io
+spec:
+  group: example.kube-sim.io
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      subresources: {status: {}}
+      additionalPrinterColumns:
+        - {name: Size, type: integer, jsonPath: .spec.size}
+        - {name: Color, type: string, jsonPath: .spec.color}
+        - {name: Phase, type: string, jsonPath: .status.phase}
+        - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
+      schema:
+        openAPIV3Schema:
+          type: object
+          properties:
+            spec:
+              type: object
+              properties:
+                size: {type: integer, minimum: 1}
+                color: {type: string}
+            status:
+              type: object
+              properties:
+                phase: {type: string}
+"#;
+
+const WIDGET: &str = r#"
+apiVersion: example.kube-sim.io/v1
+kind: Widget
+metadata: {name: small, namespace: default}
+spec: {size: 3, color: blue}
+"#;
+
+fn statefulset(annotation: &str) -> String {
+    format!(
+        r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: web
+  namespace: default
+  annotations: {{note: "{annotation}"}}
+spec:
+  replicas: 1
+  serviceName: web
+  selector:
+    matchLabels: {{app: web}}
+  template:
+    metadata:
+      labels: {{app: web}}
+    spec:
+      containers:
+        - name: worker
+          image: busybox:1.36
+          env: [{{name: MODE, value: test}}]
+"#
+    )
+}
+
+fn config_map(mode: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: default}}\ndata: {{mode: {mode}}}\n"
+    )
+}
+
+/// Splits kubectl's table output into rows of cells, cutting each line at the columns where
+/// the header's titles start, so an empty cell stays an empty string.
+fn table(stdout: &str) -> Vec<Vec<String>> {
+    let mut lines = stdout.lines().filter(|l| !l.trim().is_empty());
+    let Some(header) = lines.next() else {
+        return Vec::new();
+    };
+    let starts: Vec<usize> = header
+        .char_indices()
+        .filter(|&(i, c)| c != ' ' && (i == 0 || header.as_bytes()[i - 1] == b' '))
+        .map(|(i, _)| i)
+        .collect();
+    std::iter::once(header)
+        .chain(lines)
+        .map(|line| {
+            starts
+                .iter()
+                .enumerate()
+                .map(|(n, &start)| {
+                    let end = starts
+                        .get(n + 1)
+                        .copied()
+                        .unwrap_or(line.len())
+                        .min(line.len());
+                    line.get(start.min(end)..end)
+                        .unwrap_or("")
+                        .trim()
+                        .to_string()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_scales_gets_watches_waits_and_deletes_against_the_simulation() {
+    let config = SimConfig {
+        time_scale: 0.01,
+        ..SimConfig::default()
+    };
+    let sim = Sim::start(config).await.expect("simulation starts");
+    let k = Kubectl::new(&sim);
+
+    // Client and server versions agree closely enough for kubectl not to warn about skew.
+    let version = k.ok(&["version", "-o", "json"]).await;
+    let version: serde_json::Value = serde_json::from_str(&version).expect("version is JSON");
+    assert!(
+        version["serverVersion"]["gitVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1.36")),
+        "{version}"
+    );
+
+    // A CRD: apply, wait for Established, then a custom resource printed with its columns.
+    let crd = k.manifest("crd.yaml", CRD);
+    let out = k.ok(&["apply", "-f", &crd]).await;
+    assert!(
+        out.contains(
+            "customresourcedefinition.apiextensions.k8s.io/widgets.example.kube-sim.io created"
+        ),
+        "{out}"
+    );
+    let out = k
+        .ok(&[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.kube-sim.io",
+            "--timeout=30s",
+        ])
+        .await;
+    assert!(out.contains("condition met"), "{out}");
+    let widget = k.manifest("widget.yaml", WIDGET);
+    let out = k.ok(&["apply", "-f", &widget]).await;
+    assert!(
+        out.contains("widget.example.kube-sim.io/small created"),
+        "{out}"
+    );
+    let rows = table(&k.ok(&["get", "widgets"]).await);
+    assert_eq!(rows[0], ["NAME", "SIZE", "COLOR", "PHASE", "AGE"]);
+    // A printer column whose path is missing is a null cell, which kubectl leaves blank.
+    assert_eq!(rows[1][..4], ["small", "3", "blue", ""], "{rows:?}");
+    let out = k.ok(&["apply", "-f", &widget]).await;
+    assert!(
+        out.contains("widget.example.kube-sim.io/small unchanged"),
+        "{out}"
+    );
+
+    // Server-side apply: a second manager conflicts on the same field unless it forces.
+    let alice = k.manifest("cm-alice.yaml", &config_map("fast"));
+    let bob = k.manifest("cm-bob.yaml", &config_map("safe"));
+    let out = k
+        .ok(&[
+            "apply",
+            "--server-side",
+            "--field-manager=alice",
+            "-f",
+            &alice,
+        ])
+        .await;
+    assert!(
+        out.contains("configmap/settings serverside-applied"),
+        "{out}"
+    );
+    let err = k
+        .fails(&["apply", "--server-side", "--field-manager=bob", "-f", &bob])
+        .await;
+    assert!(err.contains("conflict"), "{err}");
+    k.ok(&[
+        "apply",
+        "--server-side",
+        "--field-manager=bob",
+        "--force-conflicts",
+        "-f",
+        &bob,
+    ])
+    .await;
+    let mode = k
+        .ok(&[
+            "get",
+            "configmap",
+            "settings",
+            "-o",
+            "jsonpath={.data.mode}",
+        ])
+        .await;
+    assert_eq!(mode, "safe");
+
+    // A StatefulSet: client-side apply, readiness, re-apply (strategic merge), scale.
+    let sts = k.manifest("sts.yaml", &statefulset("one"));
+    let out = k.ok(&["apply", "-f", &sts]).await;
+    assert!(out.contains("statefulset.apps/web created"), "{out}");
+    let out = k
+        .ok(&[
+            "wait",
+            "--for=condition=Ready",
+            "pod/web-0",
+            "--timeout=60s",
+        ])
+        .await;
+    assert!(out.contains("pod/web-0 condition met"), "{out}");
+    let sts = k.manifest("sts.yaml", &statefulset("two"));
+    let out = k.ok(&["apply", "-f", &sts]).await;
+    assert!(out.contains("statefulset.apps/web configured"), "{out}");
+    let note = k
+        .ok(&[
+            "get",
+            "sts",
+            "web",
+            "-o",
+            "jsonpath={.metadata.annotations.note}",
+        ])
+        .await;
+    assert_eq!(note, "two");
+    let out = k.ok(&["scale", "statefulset", "web", "--replicas=3"]).await;
+    assert!(out.contains("statefulset.apps/web scaled"), "{out}");
+    k.ok(&[
+        "wait",
+        "--for=jsonpath={.status.readyReplicas}=3",
+        "statefulset/web",
+        "--timeout=60s",
+    ])
+    .await;
+    let pods = k.ok(&["get", "pods", "-l", "app=web", "-o", "name"]).await;
+    assert_eq!(
+        pods.lines().collect::<Vec<_>>(),
+        ["pod/web-0", "pod/web-1", "pod/web-2"]
+    );
+    let rows = table(&k.ok(&["get", "pods", "-l", "app=web"]).await);
+    assert_eq!(rows[0][0], "NAME");
+    assert_eq!(rows.len(), 4, "{rows:?}");
+
+    // `get -w` prints the current row, then a row per change.
+    let mut watch = k
+        .command(&["get", "widgets", "-w"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl get -w starts");
+    let mut lines = BufReader::new(watch.stdout.take().expect("stdout is piped")).lines();
+    let mut next_line = async || {
+        tokio::time::timeout(COMMAND_TIMEOUT, lines.next_line())
+            .await
+            .expect("kubectl get -w prints in time")
+            .expect("stdout is readable")
+            .expect("kubectl get -w keeps running")
+    };
+    let header = next_line().await;
+    assert!(header.starts_with("NAME"), "{header}");
+    let first = next_line().await;
+    assert!(
+        first.starts_with("small") && first.contains(" 3 "),
+        "{first}"
+    );
+    k.ok(&[
+        "patch",
+        "widget",
+        "small",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":5}}"#,
+    ])
+    .await;
+    let changed = next_line().await;
+    let cells: Vec<&str> = changed.split_whitespace().collect();
+    assert_eq!(cells[..3], ["small", "5", "blue"], "{changed}");
+    watch.kill().await.expect("kubectl get -w stops");
+
+    // Delete: a custom resource, then the set in the foreground (kubectl waits for it).
+    let out = k.ok(&["delete", "widget", "small"]).await;
+    assert!(
+        out.contains(r#"widget.example.kube-sim.io "small" deleted"#),
+        "{out}"
+    );
+    let out = k
+        .ok(&[
+            "delete",
+            "statefulset",
+            "web",
+            "--cascade=foreground",
+            "--timeout=60s",
+        ])
+        .await;
+    assert!(out.contains(r#"statefulset.apps "web" deleted"#), "{out}");
+    let err = k.fails(&["get", "statefulset", "web"]).await;
+    assert!(
+        err.contains("NotFound") || err.contains("not found"),
+        "{err}"
+    );
+    let pods = k.ok(&["get", "pods", "-l", "app=web", "-o", "name"]).await;
+    assert_eq!(
+        pods.trim(),
+        "",
+        "foreground deletion removed the pods before the set"
+    );
+    let out = k.ok(&["delete", "-f", &crd]).await;
+    assert!(out.contains("deleted"), "{out}");
+
+    sim.shutdown().await;
+}

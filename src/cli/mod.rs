@@ -1,0 +1,3 @@
+//! Subcommands other than `run` and `crd`.
+
+pub mod plan;

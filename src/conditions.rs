@@ -1,0 +1,192 @@
+//! Status conditions and their reasons.
+//!
+//! One reason describes the pool at a time; it is the reason of all three conditions
+//! (`Ready`, `Progressing`, `Degraded`), each with its own True/False. A condition's
+//! `lastTransitionTime` changes only when its status flips.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::Phase;
+
+/// Condition type: the pool is Balanced.
+pub const READY: &str = "Ready";
+/// Condition type: the operator is moving the pool towards its spec (refreshing or starting workers).
+pub const PROGRESSING: &str = "Progressing";
+/// Condition type: the pool runs with reduced capacity or cannot be reconciled.
+pub const DEGRADED: &str = "Degraded";
+
+/// Reason constants, PascalCase, as they appear in conditions and events.
+pub mod reason {
+    /// The ConfigMap is current, no worker is stale and every worker is Ready.
+    pub const BALANCED: &str = "Balanced";
+    /// Stale workers are waiting to be refreshed.
+    pub const ROLLING_OUT: &str = "RollingOut";
+    /// Worker pods are being created, restarted or becoming Ready.
+    pub const WORKERS_STARTING: &str = "WorkersStarting";
+    /// No worker pod exists yet.
+    pub const WAITING_FOR_WORKERS: &str = "WaitingForWorkers";
+    /// A worker has not been Ready for longer than the startup grace period.
+    pub const WORKERS_NOT_READY: &str = "WorkersNotReady";
+    /// The StatefulSet has 0 replicas: every job is unassigned.
+    pub const NO_REPLICAS: &str = "NoReplicas";
+    /// `spec.paused` holds back changes that are not written yet.
+    pub const PAUSED: &str = "Paused";
+    /// No StatefulSet in the namespace matches the selector.
+    pub const STATEFUL_SET_NOT_FOUND: &str = "StatefulSetNotFound";
+    /// Several StatefulSets match the selector.
+    pub const AMBIGUOUS_SELECTOR: &str = "AmbiguousSelector";
+    /// The selector is empty and would match every StatefulSet.
+    pub const EMPTY_SELECTOR: &str = "EmptySelector";
+    /// The selector has an expression the operator cannot evaluate.
+    pub const INVALID_SELECTOR: &str = "InvalidSelector";
+    /// A job is empty or listed twice.
+    pub const INVALID_JOBS: &str = "InvalidJobs";
+    /// `rollout.maxUnavailable` is neither a non-negative integer nor a percentage.
+    pub const INVALID_MAX_UNAVAILABLE: &str = "InvalidMaxUnavailable";
+    /// The rendered `config.yml` does not fit in a ConfigMap.
+    pub const CONFIG_MAP_TOO_LARGE: &str = "ConfigMapTooLarge";
+    /// The ConfigMap is controlled by another object.
+    pub const CONFIG_MAP_CONFLICT: &str = "ConfigMapConflict";
+    /// Event reason: a new config version was written.
+    pub const REBALANCED: &str = "Rebalanced";
+    /// Event reason: a stale worker's pod was deleted to load the new config.
+    pub const REFRESHING_WORKER: &str = "RefreshingWorker";
+    /// Event reason: the ConfigMap's `config.yml` could not be read and was rebuilt.
+    pub const CONFIG_UNREADABLE: &str = "ConfigUnreadable";
+}
+
+/// Where the pool stands: the phase plus the reason and message shared by the conditions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// `status.phase`.
+    pub phase: Phase,
+    /// PascalCase reason (one of [`reason`]).
+    pub reason: &'static str,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+impl Verdict {
+    /// Builds a verdict.
+    pub fn new(phase: Phase, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            phase,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn statuses(&self) -> [(&'static str, bool); 3] {
+        let progressing =
+            matches!(self.phase, Phase::RollingOut) || self.reason == reason::WAITING_FOR_WORKERS;
+        [
+            (READY, self.phase == Phase::Balanced),
+            (PROGRESSING, progressing),
+            (
+                DEGRADED,
+                matches!(self.phase, Phase::Degraded | Phase::Failed),
+            ),
+        ]
+    }
+
+    /// The `Ready`, `Progressing` and `Degraded` conditions for this verdict. A condition keeps
+    /// the `lastTransitionTime` of its `previous` namesake when its status did not flip.
+    pub fn conditions(
+        &self,
+        previous: &[Condition],
+        generation: Option<i64>,
+        now: Timestamp,
+    ) -> Vec<Condition> {
+        self.statuses()
+            .into_iter()
+            .map(|(type_, is_true)| {
+                let status = if is_true { "True" } else { "False" };
+                let last_transition_time = previous
+                    .iter()
+                    .find(|c| c.type_ == type_ && c.status == status)
+                    .map(|c| c.last_transition_time.clone())
+                    .unwrap_or(Time(now));
+                Condition {
+                    type_: type_.to_owned(),
+                    status: status.to_owned(),
+                    reason: self.reason.to_owned(),
+                    message: self.message.clone(),
+                    observed_generation: generation,
+                    last_transition_time,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(seconds).unwrap()
+    }
+
+    fn find<'a>(conditions: &'a [Condition], type_: &str) -> &'a Condition {
+        conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn balanced_is_ready_not_progressing_not_degraded() {
+        let c =
+            Verdict::new(Phase::Balanced, reason::BALANCED, "ok").conditions(&[], Some(3), at(10));
+        assert_eq!(find(&c, READY).status, "True");
+        assert_eq!(find(&c, PROGRESSING).status, "False");
+        assert_eq!(find(&c, DEGRADED).status, "False");
+        assert!(
+            c.iter()
+                .all(|c| c.reason == "Balanced" && c.observed_generation == Some(3))
+        );
+    }
+
+    #[test]
+    fn failed_is_degraded_with_the_failure_reason() {
+        let v = Verdict::new(Phase::Failed, reason::STATEFUL_SET_NOT_FOUND, "none");
+        let c = v.conditions(&[], None, at(10));
+        assert_eq!(find(&c, READY).status, "False");
+        assert_eq!(find(&c, READY).reason, "StatefulSetNotFound");
+        assert_eq!(find(&c, DEGRADED).status, "True");
+    }
+
+    #[test]
+    fn waiting_for_workers_counts_as_progressing() {
+        let v = Verdict::new(Phase::Pending, reason::WAITING_FOR_WORKERS, "");
+        let c = v.conditions(&[], None, at(1));
+        assert_eq!(find(&c, PROGRESSING).status, "True");
+        let paused = Verdict::new(Phase::Pending, reason::PAUSED, "").conditions(&[], None, at(1));
+        assert_eq!(find(&paused, PROGRESSING).status, "False");
+    }
+
+    #[test]
+    fn last_transition_time_changes_only_when_the_status_flips() {
+        let first = Verdict::new(Phase::RollingOut, reason::ROLLING_OUT, "a").conditions(
+            &[],
+            None,
+            at(100),
+        );
+        // Same statuses, other reason and message: every transition time is kept.
+        let second = Verdict::new(Phase::RollingOut, reason::WORKERS_STARTING, "b").conditions(
+            &first,
+            None,
+            at(200),
+        );
+        for type_ in [READY, PROGRESSING, DEGRADED] {
+            assert_eq!(find(&second, type_).last_transition_time, Time(at(100)));
+        }
+        // Ready and Progressing flip, Degraded stays False.
+        let third =
+            Verdict::new(Phase::Balanced, reason::BALANCED, "c").conditions(&second, None, at(300));
+        assert_eq!(find(&third, READY).last_transition_time, Time(at(300)));
+        assert_eq!(
+            find(&third, PROGRESSING).last_transition_time,
+            Time(at(300))
+        );
+        assert_eq!(find(&third, DEGRADED).last_transition_time, Time(at(100)));
+    }
+}

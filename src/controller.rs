@@ -1,0 +1,597 @@
+//! The controller: watches, caches, the reconcile loop and its error policy.
+//!
+//! Triggers: SwarmPools; ConfigMaps they own; StatefulSets and Pods mapped to the pools that
+//! select them (a pod through its controlling StatefulSet). StatefulSets and Pods are read from
+//! reflector caches that feed the same streams that trigger reconciles, so a reconcile never
+//! runs on a cache older than its trigger. The ConfigMap is read with one GET per reconcile: it
+//! holds the config version and the rollout bookkeeping, and must reflect this operator's own
+//! last write.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{debug, info, instrument, warn};
+
+use crate::Error;
+use crate::crd::SwarmPool;
+use crate::http::HttpState;
+use crate::metrics::Metrics;
+use crate::planner::{self, MANAGER, Observed, POOL_LABEL, Plan, PlannedEvent};
+use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh};
+
+/// Server-side apply field manager for every write, and the events' reporting controller.
+pub const FIELD_MANAGER: &str = MANAGER;
+/// Label the StatefulSet controller puts on every pod it creates; the pod watch is limited to it.
+pub const STATEFULSET_POD_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// Planning rounds in one reconcile: write, list live, resolve, write, plan deletes.
+const MAX_PLAN_ROUNDS: usize = 6;
+/// How long a requested pod deletion is remembered in case the cache has not seen it yet.
+const DELETING_MEMORY: Duration = Duration::from_secs(600);
+/// First and last retry delay of the per-pool backoff for transient errors.
+const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// State shared by all reconciles.
+pub struct Context {
+    client: Client,
+    reporter: Reporter,
+    statefulsets: Store<StatefulSet>,
+    pods: Store<Pod>,
+    metrics: Metrics,
+    /// Consecutive failures per pool, for the backoff.
+    failures: Mutex<HashMap<ObjectRef<SwarmPool>, u32>>,
+    /// Pod uids whose deletion was requested, per pool, with when.
+    deleting: Mutex<HashMap<ObjectRef<SwarmPool>, BTreeMap<String, Instant>>>,
+}
+
+impl Context {
+    fn deleting(&self, pool: &ObjectRef<SwarmPool>) -> BTreeSet<String> {
+        let mut all = self.deleting.lock().expect("deleting lock poisoned");
+        let Some(uids) = all.get_mut(pool) else {
+            return BTreeSet::new();
+        };
+        uids.retain(|_, at| at.elapsed() < DELETING_MEMORY);
+        uids.keys().cloned().collect()
+    }
+
+    fn remember_deleting(&self, pool: &ObjectRef<SwarmPool>, uid: &str) {
+        self.deleting
+            .lock()
+            .expect("deleting lock poisoned")
+            .entry(pool.clone())
+            .or_default()
+            .insert(uid.to_owned(), Instant::now());
+    }
+
+    fn record_failure(&self, pool: &ObjectRef<SwarmPool>) -> u32 {
+        let mut failures = self.failures.lock().expect("failures lock poisoned");
+        let n = failures.entry(pool.clone()).or_default();
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    fn record_success(&self, pool: &ObjectRef<SwarmPool>) {
+        self.failures
+            .lock()
+            .expect("failures lock poisoned")
+            .remove(pool);
+    }
+}
+
+/// Retry delay after `failures` consecutive failures: 1s, 2s, 4s, ... capped at 5 minutes.
+pub fn backoff_delay(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    BACKOFF_MIN.saturating_mul(1 << exp).min(BACKOFF_MAX)
+}
+
+/// Runs the controller until `shutdown` resolves: watches in `namespace` (all when `None`),
+/// marks `http` ready once the caches have synced.
+pub async fn run(
+    client: Client,
+    namespace: Option<String>,
+    metrics: Metrics,
+    http: Arc<HttpState>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let pools: Api<SwarmPool> = scoped(&client, namespace.as_deref());
+    let (sts_store, sts_writer) = reflector::store::<StatefulSet>();
+    let statefulsets = watcher(
+        scoped(&client, namespace.as_deref()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(|sts: &mut StatefulSet| sts.managed_fields_mut().clear())
+    .reflect(sts_writer)
+    .touched_objects();
+    let (pod_store, pod_writer) = reflector::store::<Pod>();
+    let pods = watcher(
+        scoped(&client, namespace.as_deref()),
+        watcher::Config::default().labels(STATEFULSET_POD_LABEL),
+    )
+    .default_backoff()
+    .modify(trim_pod)
+    .reflect(pod_writer)
+    .touched_objects();
+
+    let controller = Controller::new(pools, watcher::Config::default());
+    let pool_store = controller.store();
+    {
+        let (pools, sts, pods, http) = (
+            pool_store.clone(),
+            sts_store.clone(),
+            pod_store.clone(),
+            http.clone(),
+        );
+        tokio::spawn(async move {
+            let synced = pools.wait_until_ready().await.is_ok()
+                && sts.wait_until_ready().await.is_ok()
+                && pods.wait_until_ready().await.is_ok();
+            if synced {
+                info!("caches synced; reconciling");
+                http.set_ready();
+            }
+        });
+    }
+
+    let context = Arc::new(Context {
+        client: client.clone(),
+        reporter: Reporter {
+            controller: FIELD_MANAGER.to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+        statefulsets: sts_store.clone(),
+        pods: pod_store,
+        metrics,
+        failures: Mutex::default(),
+        deleting: Mutex::default(),
+    });
+    let by_sts = pool_store.clone();
+    let by_pod = pool_store;
+    controller
+        .owns(
+            scoped::<ConfigMap>(&client, namespace.as_deref()),
+            watcher::Config::default().labels(POOL_LABEL),
+        )
+        .watches_stream(statefulsets, move |sts| {
+            pools_for_statefulset(&by_sts.state(), &sts)
+        })
+        .watches_stream(pods, move |pod| {
+            pools_for_pod(&by_pod.state(), &sts_store, &pod)
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            match result {
+                Ok((pool, _)) => {
+                    debug!(pool = %pool.name, namespace = ?pool.namespace, "reconciled")
+                }
+                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {} // logged by error_policy
+                Err(error) => debug!(%error, "controller event"),
+            }
+        })
+        .await;
+    info!("controller stopped");
+}
+
+fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as Resource>::DynamicType: Default,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Keeps only what the planner reads of a pod: identity, owners, deletion and conditions.
+fn trim_pod(pod: &mut Pod) {
+    pod.managed_fields_mut().clear();
+    pod.annotations_mut().clear();
+    pod.spec = None;
+    if let Some(status) = pod.status.as_mut() {
+        *status = PodStatus {
+            conditions: status.conditions.take(),
+            phase: status.phase.take(),
+            ..PodStatus::default()
+        };
+    }
+}
+
+/// Pools that select `sts` by label, or reported it as theirs (so a relabelled or deleted
+/// StatefulSet still reaches the pool that used it).
+pub fn pools_for_statefulset(
+    pools: &[Arc<SwarmPool>],
+    sts: &StatefulSet,
+) -> Vec<ObjectRef<SwarmPool>> {
+    let name = sts.name_any();
+    pools
+        .iter()
+        .filter(|pool| pool.namespace() == sts.namespace())
+        .filter(|pool| {
+            planner::selects(&pool.spec.selector, sts)
+                || pool.status.as_ref().and_then(|s| s.stateful_set.as_deref())
+                    == Some(name.as_str())
+        })
+        .map(|pool| ObjectRef::from_obj(pool.as_ref()))
+        .collect()
+}
+
+/// Name of the StatefulSet that controls `pod`, if one does.
+pub fn controlling_statefulset(pod: &Pod) -> Option<&str> {
+    pod.owner_references()
+        .iter()
+        .find(|r| {
+            r.controller == Some(true) && r.kind == "StatefulSet" && r.api_version == "apps/v1"
+        })
+        .map(|r| r.name.as_str())
+}
+
+/// Pools whose workers include `pod`: through its controlling StatefulSet.
+pub fn pools_for_pod(
+    pools: &[Arc<SwarmPool>],
+    statefulsets: &Store<StatefulSet>,
+    pod: &Pod,
+) -> Vec<ObjectRef<SwarmPool>> {
+    let Some(sts_name) = controlling_statefulset(pod) else {
+        return Vec::new();
+    };
+    let key = ObjectRef::new(sts_name).within(&pod.namespace().unwrap_or_default());
+    match statefulsets.get(&key) {
+        Some(sts) => pools_for_statefulset(pools, &sts),
+        None => pools
+            .iter()
+            .filter(|pool| {
+                pool.namespace() == pod.namespace()
+                    && pool.status.as_ref().and_then(|s| s.stateful_set.as_deref())
+                        == Some(sts_name)
+            })
+            .map(|pool| ObjectRef::from_obj(pool.as_ref()))
+            .collect(),
+    }
+}
+
+/// One reconcile: observe, plan, write the ConfigMap, resolve stale workers against live pods,
+/// plan again, delete stale pods, report status and events.
+#[instrument(skip(pool, ctx), fields(pool = %pool.name_any(), namespace = pool.namespace().unwrap_or_default()))]
+async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.metrics.reconcile_started();
+    let key = ObjectRef::from_obj(pool.as_ref());
+    let namespace = pool.namespace().ok_or(Error::MissingNamespace)?;
+    let client = &ctx.client;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let cm_name = pool.config_map_name();
+
+    let mut config_map =
+        config_maps
+            .get_opt(&cm_name)
+            .await
+            .map_err(|source| Error::GetConfigMap {
+                name: cm_name.clone(),
+                source,
+            })?;
+    let statefulsets = ctx
+        .statefulsets
+        .state_filter(|sts| sts.namespace().as_deref() == Some(namespace.as_str()));
+    let mut pods = ctx
+        .pods
+        .state_filter(|pod| pod.namespace().as_deref() == Some(namespace.as_str()));
+    let mut pods_are_live = false;
+    let deleting = ctx.deleting(&key);
+
+    let mut events: Vec<PlannedEvent> = Vec::new();
+    let mut rounds = 0;
+    let plan: Plan = loop {
+        rounds += 1;
+        let mut plan = planner::plan(&Observed {
+            pool: &pool,
+            statefulsets: statefulsets.iter().map(AsRef::as_ref).collect(),
+            pods: pods.iter().map(AsRef::as_ref).collect(),
+            pods_are_live,
+            config_map: config_map.as_ref(),
+            deleting: &deleting,
+            now: Timestamp::now(),
+        });
+        events.append(&mut plan.events);
+        if rounds >= MAX_PLAN_ROUNDS && (plan.apply.is_some() || plan.needs_live_pods) {
+            return Err(Error::Unsettled { rounds });
+        }
+        if let Some(desired) = plan.apply.take() {
+            let unresolved = PendingRefresh::parse(
+                desired
+                    .annotations()
+                    .get(PENDING_REFRESH_ANNOTATION)
+                    .map(String::as_str),
+            )
+            .is_ok_and(|p| p.has_unresolved());
+            let applied = config_maps
+                .patch(
+                    &cm_name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&desired),
+                )
+                .await
+                .map_err(|source| Error::ApplyConfigMap {
+                    name: cm_name.clone(),
+                    source,
+                })?;
+            ctx.metrics.config_writes.inc();
+            info!(configmap = %cm_name, version = applied.annotations().get(planner::VERSION_ANNOTATION).map(String::as_str), "wrote ConfigMap");
+            config_map = Some(applied);
+            // Pods listed before this write cannot tell which instances mounted the old content.
+            if unresolved {
+                pods_are_live = false;
+            }
+            continue;
+        }
+        if plan.needs_live_pods && !pods_are_live {
+            let mut params = ListParams::default();
+            if let Some(selector) = &plan.pod_selector {
+                params = params.labels(selector);
+            }
+            let list = pods_api
+                .list(&params)
+                .await
+                .map_err(|source| Error::ListPods {
+                    namespace: namespace.clone(),
+                    source,
+                })?;
+            pods = list.items.into_iter().map(Arc::new).collect();
+            pods_are_live = true;
+            continue;
+        }
+        break plan;
+    };
+
+    for delete in &plan.deletes {
+        let params = DeleteParams::default().preconditions(Preconditions {
+            uid: Some(delete.uid.clone()),
+            resource_version: None,
+        });
+        match pods_api.delete(&delete.name, &params).await {
+            Ok(_) => {
+                ctx.metrics.pod_refreshes.inc();
+                info!(pod = %delete.name, uid = %delete.uid, "deleted stale worker pod");
+            }
+            // Gone or already replaced by a new instance: that is what the delete was for.
+            Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => {
+                debug!(pod = %delete.name, uid = %delete.uid, "stale worker pod already replaced");
+            }
+            Err(source) => {
+                return Err(Error::DeletePod {
+                    name: delete.name.clone(),
+                    source,
+                });
+            }
+        }
+        ctx.remember_deleting(&key, &delete.uid);
+    }
+
+    if pool.status.as_ref() != Some(&plan.status) {
+        let pools: Api<SwarmPool> = Api::namespaced(client.clone(), &namespace);
+        let patch = json!({
+            "apiVersion": SwarmPool::api_version(&()),
+            "kind": SwarmPool::kind(&()),
+            "status": plan.status,
+        });
+        pools
+            .patch_status(
+                &pool.name_any(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&patch),
+            )
+            .await
+            .map_err(|source| Error::PatchStatus { source })?;
+        debug!(phase = ?plan.status.phase, "status updated");
+    }
+
+    publish(&ctx, &pool, events).await;
+    ctx.record_success(&key);
+    Ok(Action::requeue(plan.requeue_after))
+}
+
+/// Publishes events; a failure to publish is logged, never fails the reconcile.
+async fn publish(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEvent>) {
+    if events.is_empty() {
+        return;
+    }
+    // A recorder per reconcile: the recorder folds events with the same reason into one series
+    // without updating the note, which would hide each new version and each refreshed pod.
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let reference = pool.object_ref(&());
+    for event in events {
+        let secondary = event
+            .related_pod
+            .as_ref()
+            .map(|(name, uid)| ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Pod".to_owned()),
+                name: Some(name.clone()),
+                namespace: pool.namespace(),
+                uid: Some(uid.clone()),
+                ..ObjectReference::default()
+            });
+        let result = recorder
+            .publish(
+                &Event {
+                    type_: if event.warning {
+                        EventType::Warning
+                    } else {
+                        EventType::Normal
+                    },
+                    reason: event.reason.to_owned(),
+                    note: Some(event.note.clone()),
+                    action: event.action.to_owned(),
+                    secondary,
+                },
+                &reference,
+            )
+            .await;
+        if let Err(error) = result {
+            warn!(%error, reason = event.reason, "failed to publish event");
+        }
+    }
+}
+
+fn error_policy(pool: Arc<SwarmPool>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = ObjectRef::from_obj(pool.as_ref());
+    let failures = ctx.record_failure(&key);
+    let delay = backoff_delay(failures);
+    ctx.metrics.reconcile_failed(error);
+    warn!(
+        pool = %pool.name_any(),
+        namespace = pool.namespace().unwrap_or_default(),
+        %error,
+        failures,
+        retry_in_secs = delay.as_secs(),
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{SwarmPoolSpec, SwarmPoolStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+        LabelSelector, ObjectMeta, OwnerReference,
+    };
+
+    fn pool(name: &str, app: &str, reported: Option<&str>) -> Arc<SwarmPool> {
+        let mut pool = SwarmPool::new(
+            name,
+            SwarmPoolSpec {
+                selector: LabelSelector {
+                    match_labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
+                    ..LabelSelector::default()
+                },
+                jobs: vec![],
+                config_map: None,
+                strategy: Default::default(),
+                rollout: Default::default(),
+                paused: false,
+            },
+        );
+        pool.metadata.namespace = Some("ns".into());
+        pool.status = reported.map(|sts| SwarmPoolStatus {
+            stateful_set: Some(sts.into()),
+            ..SwarmPoolStatus::default()
+        });
+        Arc::new(pool)
+    }
+
+    fn sts(name: &str, app: &str) -> StatefulSet {
+        StatefulSet {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
+                ..ObjectMeta::default()
+            },
+            ..StatefulSet::default()
+        }
+    }
+
+    fn names(refs: Vec<ObjectRef<SwarmPool>>) -> Vec<String> {
+        let mut names: Vec<String> = refs.into_iter().map(|r| r.name).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_statefulset_triggers_the_pools_that_select_it_or_used_it() {
+        let pools = [
+            pool("a", "web", None),
+            pool("b", "db", Some("web")),
+            pool("c", "db", None),
+        ];
+        assert_eq!(
+            names(pools_for_statefulset(&pools, &sts("web", "web"))),
+            ["a", "b"]
+        );
+    }
+
+    #[test]
+    fn a_statefulset_in_another_namespace_triggers_nothing() {
+        let pools = [pool("a", "web", None)];
+        let mut other = sts("web", "web");
+        other.metadata.namespace = Some("elsewhere".into());
+        assert!(pools_for_statefulset(&pools, &other).is_empty());
+    }
+
+    #[test]
+    fn a_pod_triggers_pools_through_its_controlling_statefulset() {
+        let pools = [pool("a", "web", None), pool("c", "db", None)];
+        let (store, mut writer) = reflector::store::<StatefulSet>();
+        writer.apply_watcher_event(&watcher::Event::Apply(sts("web", "web")));
+        let mut pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("web-0".into()),
+                namespace: Some("ns".into()),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: "StatefulSet".into(),
+                    name: "web".into(),
+                    uid: "u".into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]),
+                ..ObjectMeta::default()
+            },
+            ..Pod::default()
+        };
+        assert_eq!(names(pools_for_pod(&pools, &store, &pod)), ["a"]);
+        pod.metadata.owner_references = None;
+        assert!(pools_for_pod(&pools, &store, &pod).is_empty());
+    }
+
+    #[test]
+    fn backoff_doubles_from_one_second_and_caps_at_five_minutes() {
+        assert_eq!(backoff_delay(1), Duration::from_secs(1));
+        assert_eq!(backoff_delay(2), Duration::from_secs(2));
+        assert_eq!(backoff_delay(5), Duration::from_secs(16));
+        assert_eq!(backoff_delay(9), Duration::from_secs(256));
+        assert_eq!(backoff_delay(10), Duration::from_secs(300));
+        assert_eq!(backoff_delay(u32::MAX), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn trimmed_pods_keep_what_the_planner_reads() {
+        let mut pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("web-0".into()),
+                uid: Some("u".into()),
+                annotations: Some(BTreeMap::from([("a".to_owned(), "b".to_owned())])),
+                ..ObjectMeta::default()
+            },
+            spec: Some(Default::default()),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                pod_ip: Some("10.0.0.1".into()),
+                conditions: Some(vec![Default::default()]),
+                ..PodStatus::default()
+            }),
+        };
+        trim_pod(&mut pod);
+        assert!(pod.spec.is_none());
+        assert!(pod.annotations().is_empty());
+        let status = pod.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Running"));
+        assert_eq!(status.conditions.map(|c| c.len()), Some(1));
+        assert!(status.pod_ip.is_none());
+        assert_eq!(pod.metadata.uid.as_deref(), Some("u"));
+    }
+}

@@ -1,0 +1,289 @@
+//! The `SwarmPool` custom resource (`swarm.io/v1alpha1`).
+//!
+//! Field names and doc comments are a contract: the doc comments become the schema descriptions
+//! that `kubectl explain swarmpool.spec` shows, and `crds/swarmpool.yaml` is generated from these
+//! types (`swarm-operator crd`).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+pub use swarm_assign::Strategy;
+
+/// API group of the `SwarmPool` resource.
+pub const GROUP: &str = "swarm.io";
+/// API version of the `SwarmPool` resource.
+pub const VERSION: &str = "v1alpha1";
+/// Default of `spec.rollout.maxUnavailable`.
+pub const DEFAULT_MAX_UNAVAILABLE: &str = "25%";
+
+/// A list of jobs shared over the workers of one StatefulSet: each job runs on exactly one worker.
+#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+// Clippy reads the repeated `type_ = ...` of separate printcolumn(...) entries as duplicates.
+#[allow(clippy::duplicated_attributes)]
+#[kube(
+    group = "swarm.io",
+    version = "v1alpha1",
+    kind = "SwarmPool",
+    plural = "swarmpools",
+    shortname = "swp",
+    namespaced,
+    status = "SwarmPoolStatus",
+    derive = "PartialEq",
+    doc = "SwarmPool shares a list of jobs over the workers (pods) of one StatefulSet, each job on exactly one worker, through a ConfigMap the workers mount.",
+    printcolumn(
+        name = "StatefulSet",
+        type_ = "string",
+        json_path = ".status.statefulSet",
+        description = "The StatefulSet whose pods are the workers"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.ready",
+        description = "Ready workers / workers"
+    ),
+    printcolumn(
+        name = "Jobs",
+        type_ = "integer",
+        json_path = ".status.jobs",
+        description = "Number of jobs in the pool"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "integer",
+        json_path = ".status.version",
+        description = "Config version now in the ConfigMap"
+    ),
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Pending, RollingOut, Balanced, Degraded or Failed"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Unassigned",
+        type_ = "integer",
+        json_path = ".status.unassignedJobs",
+        description = "Jobs no worker holds (the StatefulSet has 0 replicas)",
+        priority = 1
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SwarmPoolSpec {
+    /// Selects the worker StatefulSet in the pool's namespace by the StatefulSet's own labels
+    /// (not its pods' labels). Exactly one StatefulSet must match; an empty selector is rejected.
+    pub selector: LabelSelector,
+
+    /// The jobs to run: opaque, unique, non-empty strings. Each is assigned to exactly one worker.
+    /// May be empty.
+    #[schemars(schema_with = "job_set_schema")]
+    pub jobs: Vec<String>,
+
+    /// Name of the ConfigMap the operator writes (key `config.yml`) and the workers mount.
+    /// Defaults to `<pool name>-config`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<String>,
+
+    /// How jobs are assigned to workers: `Sticky` (balanced, moves as few jobs as possible),
+    /// `Consistent` (jump consistent hash of the job name) or `Contiguous` (jobs in spec order,
+    /// in contiguous chunks).
+    #[serde(default)]
+    pub strategy: Strategy,
+
+    /// How workers whose job set changed pick up their new jobs.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
+
+    /// When true, the operator computes and reports the assignment in the status but writes
+    /// nothing to the ConfigMap and deletes no pod.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+/// How workers pick up a changed job set.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// `DeletePods`: delete the pod of every worker whose job set changed (once per change) so
+    /// the StatefulSet re-creates it on the new config. `None`: only write the ConfigMap; the
+    /// workers reload it themselves.
+    #[serde(default)]
+    pub policy: RolloutPolicy,
+
+    /// How many workers may be unavailable at once while stale workers are refreshed: an
+    /// integer, or a percentage of the StatefulSet's replicas such as `25%` (rounded down).
+    /// At least 1 either way. Pods that are not Ready or are terminating count as unavailable.
+    #[serde(default = "default_max_unavailable")]
+    #[schemars(schema_with = "max_unavailable_schema")]
+    pub max_unavailable: IntOrString,
+}
+
+impl Default for RolloutSpec {
+    fn default() -> Self {
+        Self {
+            policy: RolloutPolicy::default(),
+            max_unavailable: default_max_unavailable(),
+        }
+    }
+}
+
+fn default_max_unavailable() -> IntOrString {
+    IntOrString::String(DEFAULT_MAX_UNAVAILABLE.to_owned())
+}
+
+/// `DeletePods`: delete the pod of every worker whose job set changed (once per change) so the
+/// StatefulSet re-creates it on the new config. `None`: only write the ConfigMap; the workers
+/// reload it themselves.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RolloutPolicy {
+    /// Delete the pods of workers whose job set changed, paced by `maxUnavailable`.
+    #[default]
+    DeletePods,
+    /// Only write the ConfigMap; the workers reload it themselves.
+    None,
+}
+
+/// Observed state of a SwarmPool, written by the operator.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SwarmPoolStatus {
+    /// The `metadata.generation` of the spec this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// Summary of the pool: `Pending`, `RollingOut`, `Balanced`, `Degraded` or `Failed`. The
+    /// `Ready` condition carries the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+
+    /// Name of the StatefulSet the selector matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stateful_set: Option<String>,
+
+    /// Number of workers: the StatefulSet's desired replicas.
+    #[serde(default)]
+    pub workers: i32,
+
+    /// Number of workers whose pod is Ready.
+    #[serde(default)]
+    pub ready_workers: i32,
+
+    /// `readyWorkers/workers`, for display.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
+
+    /// Number of jobs in the spec.
+    #[serde(default)]
+    pub jobs: i32,
+
+    /// Number of jobs no worker holds (only when the StatefulSet has 0 replicas).
+    #[serde(default)]
+    pub unassigned_jobs: i32,
+
+    /// The config version now in the ConfigMap (`version` in `config.yml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<i64>,
+
+    /// Pod names of workers that still run on an older job set and wait to be refreshed,
+    /// in ordinal order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stale_workers: Vec<String>,
+
+    /// Conditions of types `Ready`, `Progressing` and `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+/// Summary of the pool: `Pending`, `RollingOut`, `Balanced`, `Degraded` or `Failed`. The
+/// `Ready` condition carries the reason.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Waiting for the first worker pod to exist, or paused with changes not yet written.
+    Pending,
+    /// Stale workers are being refreshed, or workers are (re)starting.
+    RollingOut,
+    /// The ConfigMap is current, no worker is stale and every worker is Ready.
+    Balanced,
+    /// The StatefulSet has 0 replicas, or a worker has not been Ready for a while.
+    Degraded,
+    /// The pool cannot be reconciled as specified; the `Ready` condition says why.
+    Failed,
+}
+
+impl Phase {
+    /// The name as it appears in the status.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::RollingOut => "RollingOut",
+            Phase::Balanced => "Balanced",
+            Phase::Degraded => "Degraded",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl SwarmPool {
+    /// Name of the ConfigMap this pool writes: `spec.configMap` or `<pool name>-config`.
+    pub fn config_map_name(&self) -> String {
+        match &self.spec.config_map {
+            Some(name) if !name.is_empty() => name.clone(),
+            _ => format!(
+                "{}-config",
+                self.metadata.name.as_deref().unwrap_or_default()
+            ),
+        }
+    }
+}
+
+/// The CRD as YAML, as `swarm-operator crd` prints it and `crds/swarmpool.yaml` holds it.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let yaml = serde_yaml::to_string(&SwarmPool::crd()).expect("a CRD always serializes to YAML");
+    format!("# Generated by `swarm-operator crd` from src/crd.rs; do not edit.\n{yaml}")
+}
+
+fn job_set_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "The jobs to run: opaque, unique, non-empty strings. Each is assigned to exactly one worker. May be empty.",
+        "type": "array",
+        "items": { "type": "string", "minLength": 1 },
+        "x-kubernetes-list-type": "set",
+    })
+}
+
+fn max_unavailable_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "description": "How many workers may be unavailable at once while stale workers are refreshed: an integer, or a percentage of the StatefulSet's replicas such as `25%` (rounded down). At least 1 either way. Pods that are not Ready or are terminating count as unavailable.",
+        "x-kubernetes-int-or-string": true,
+        "default": DEFAULT_MAX_UNAVAILABLE,
+    })
+}
+
+fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let item = generator.subschema_for::<Condition>();
+    let mut schema = schemars::json_schema!({
+        "description": "Conditions of types `Ready`, `Progressing` and `Degraded`.",
+        "type": "array",
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["type"],
+    });
+    schema.insert("items".into(), json!(item));
+    schema
+}

@@ -1,0 +1,120 @@
+//! The HTTP endpoints: `/healthz`, `/readyz` and `/metrics` on one port.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+
+/// State shared by the handlers.
+pub struct HttpState {
+    ready: AtomicBool,
+    registry: Registry,
+}
+
+impl HttpState {
+    /// Not ready until [`HttpState::set_ready`] is called.
+    pub fn new(registry: Registry) -> Self {
+        Self {
+            ready: AtomicBool::new(false),
+            registry,
+        }
+    }
+
+    /// Marks the operator ready (its caches have synced).
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+/// The router serving the three endpoints.
+pub fn router(state: Arc<HttpState>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}
+
+async fn readyz(State(state): State<Arc<HttpState>>) -> impl IntoResponse {
+    if state.is_ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    }
+}
+
+async fn metrics(State(state): State<Arc<HttpState>>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        crate::metrics::encode(&state.registry),
+    )
+}
+
+/// Serves the endpoints on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<HttpState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    tracing::info!(addr = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn get_status(state: Arc<HttpState>, path: &str) -> (StatusCode, String) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+        let response = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
+        let status = StatusCode::from_u16(response.status().as_u16()).unwrap();
+        let body = response.text().await.unwrap();
+        server.abort();
+        (status, body)
+    }
+
+    #[tokio::test]
+    async fn readyz_answers_503_until_the_caches_have_synced() {
+        let state = Arc::new(HttpState::new(Registry::default()));
+        assert_eq!(
+            get_status(state.clone(), "/readyz").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            get_status(state.clone(), "/healthz").await.0,
+            StatusCode::OK
+        );
+        state.set_ready();
+        assert_eq!(get_status(state, "/readyz").await.0, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn metrics_endpoint_serves_the_registry() {
+        let mut registry = Registry::default();
+        let metrics = crate::metrics::Metrics::default().register(&mut registry);
+        metrics.config_writes.inc();
+        let (status, body) = get_status(Arc::new(HttpState::new(registry)), "/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            body.contains("swarm_operator_config_writes_total 1"),
+            "{body}"
+        );
+    }
+}

@@ -1,0 +1,142 @@
+//! Prometheus metrics of the controller, served on `/metrics`.
+
+use std::time::Instant;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Label set of the failure counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// [`crate::Error::metric_label`] of the failure.
+    pub error: String,
+}
+
+/// The controller's metrics, all prefixed `swarm_operator_`.
+#[derive(Clone)]
+pub struct Metrics {
+    /// Reconciliations started.
+    pub reconciliations: Counter,
+    /// Reconciliations that failed, by error.
+    pub failures: Family<ErrorLabels, Counter>,
+    /// Reconcile duration in seconds.
+    pub duration: Histogram,
+    /// ConfigMap writes (server-side applies).
+    pub config_writes: Counter,
+    /// Stale worker pods deleted.
+    pub pod_refreshes: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self {
+            reconciliations: Counter::default(),
+            failures: Family::default(),
+            duration: Histogram::new([
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+            ]),
+            config_writes: Counter::default(),
+            pod_refreshes: Counter::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Registers every metric in `registry` under the `swarm_operator` prefix.
+    pub fn register(self, registry: &mut Registry) -> Self {
+        let r = registry.sub_registry_with_prefix("swarm_operator");
+        r.register(
+            "reconciliations",
+            "Reconciliations started",
+            self.reconciliations.clone(),
+        );
+        r.register(
+            "reconcile_failures",
+            "Reconciliations that failed, by error",
+            self.failures.clone(),
+        );
+        r.register(
+            "reconcile_duration_seconds",
+            "Reconcile duration in seconds",
+            self.duration.clone(),
+        );
+        r.register(
+            "config_writes",
+            "ConfigMap writes",
+            self.config_writes.clone(),
+        );
+        r.register(
+            "pod_refreshes",
+            "Stale worker pods deleted",
+            self.pod_refreshes.clone(),
+        );
+        self
+    }
+
+    /// Counts a reconcile and returns a guard that records its duration when dropped.
+    pub fn reconcile_started(&self) -> ReconcileTimer {
+        self.reconciliations.inc();
+        ReconcileTimer {
+            start: Instant::now(),
+            histogram: self.duration.clone(),
+        }
+    }
+
+    /// Counts a failed reconcile.
+    pub fn reconcile_failed(&self, error: &crate::Error) {
+        self.failures
+            .get_or_create(&ErrorLabels {
+                error: error.metric_label().to_owned(),
+            })
+            .inc();
+    }
+}
+
+/// Records the reconcile duration on drop.
+pub struct ReconcileTimer {
+    start: Instant,
+    histogram: Histogram,
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        self.histogram.observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+/// The registry in the Prometheus text format.
+pub fn encode(registry: &Registry) -> String {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, registry)
+        .expect("writing to a String cannot fail");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_exposed_with_the_operator_prefix() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        drop(metrics.reconcile_started());
+        metrics.reconcile_failed(&crate::Error::MissingNamespace);
+        let text = encode(&registry);
+        assert!(
+            text.contains("swarm_operator_reconciliations_total 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("swarm_operator_reconcile_failures_total{error=\"missing_namespace\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("swarm_operator_reconcile_duration_seconds_count 1"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,19 @@
+//! End-to-end suite: the built `swarm-operator` binary, driven through the real `kubectl`.
+//!
+//! Every test starts its own simulated control plane (`kube-sim`, in process), writes a
+//! kubeconfig for it, runs the operator binary as a separate process against that kubeconfig
+//! and acts through `kubectl` as a user would. Assertions read the API directly and, on the
+//! simulation, its inspection endpoints: what every pod instance mounted when it started and
+//! the log of the HTTP requests the operator made.
+//!
+//! With `SWARM_E2E_KUBECONFIG` set to a kubeconfig, no simulation is started: the same tests
+//! run one at a time against that cluster (namespace `swarm` is deleted before each), the
+//! operator runs out of cluster, and the simulation-only assertions are skipped with a note.
+//!
+//! kubectl is taken from `KUBECTL`, then `.tools/bin/kubectl`, then `PATH`;
+//! `scripts/install-kubectl.sh` installs the pinned one.
+
+#[path = "e2e/harness/mod.rs"]
+mod harness;
+#[path = "e2e/scenarios/mod.rs"]
+mod scenarios;

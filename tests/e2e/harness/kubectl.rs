@@ -1,0 +1,149 @@
+//! Running the real `kubectl` against the cluster under test, the way a user would.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+
+/// The repository root (manifests, scripts and tools are found relative to it).
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Finds kubectl: `KUBECTL`, then `<repo>/.tools/bin/kubectl`, then `PATH`.
+pub fn locate() -> PathBuf {
+    if let Some(path) = env::var_os("KUBECTL").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "KUBECTL={} does not name a file; unset it or run scripts/install-kubectl.sh",
+            path.display()
+        );
+        return path;
+    }
+    let tools = repo_root().join(".tools/bin/kubectl");
+    if tools.is_file() {
+        return tools;
+    }
+    env::var_os("PATH")
+        .iter()
+        .flat_map(env::split_paths)
+        .map(|dir| dir.join("kubectl"))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "kubectl not found (KUBECTL unset, no .tools/bin/kubectl, none on PATH); \
+                 run scripts/install-kubectl.sh or scripts/test.sh"
+            )
+        })
+}
+
+/// What one kubectl invocation printed.
+#[derive(Debug)]
+pub struct Output {
+    /// Whether kubectl exited with status 0.
+    pub success: bool,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+/// A kubectl bound to one kubeconfig, recording every invocation for the failure report.
+#[derive(Clone)]
+pub struct Kubectl {
+    binary: PathBuf,
+    kubeconfig: PathBuf,
+    cache_dir: PathBuf,
+    transcript: Arc<Mutex<Vec<String>>>,
+}
+
+impl Kubectl {
+    /// A kubectl using `kubeconfig`, with a discovery cache private to this test (simulations
+    /// reuse ports, and a cache from an earlier one would describe other resources).
+    pub fn new(kubeconfig: &Path, cache_dir: &Path) -> Kubectl {
+        Kubectl {
+            binary: locate(),
+            kubeconfig: kubeconfig.to_path_buf(),
+            cache_dir: cache_dir.to_path_buf(),
+            transcript: Arc::default(),
+        }
+    }
+
+    /// Runs kubectl with `args` from the repository root and returns what it printed.
+    pub async fn run(&self, args: &[&str]) -> Output {
+        let output = tokio::process::Command::new(&self.binary)
+            .args(args)
+            .current_dir(repo_root())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", &self.cache_dir)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
+        let result = Output {
+            success: output.status.success(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        };
+        self.record(args, &output.status.to_string(), &result);
+        result
+    }
+
+    /// Runs kubectl and fails the test unless it succeeds; returns its standard output.
+    pub async fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        assert!(
+            out.success,
+            "kubectl {} failed:\n{}{}",
+            args.join(" "),
+            out.stdout,
+            out.stderr
+        );
+        out.stdout
+    }
+
+    /// Runs kubectl and fails the test unless it fails; returns its standard error.
+    pub async fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args).await;
+        assert!(
+            !out.success,
+            "kubectl {} succeeded but should have failed:\n{}",
+            args.join(" "),
+            out.stdout
+        );
+        out.stderr
+    }
+
+    /// Every invocation so far, with its exit status and output.
+    pub fn transcript(&self) -> Vec<String> {
+        self.transcript
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    fn record(&self, args: &[&str], status: &str, out: &Output) {
+        const KEEP: usize = 4000;
+        let clip = |s: &str| -> String {
+            if s.len() <= KEEP {
+                return s.to_string();
+            }
+            let mut cut = KEEP;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            format!("{}... ({} bytes)", &s[..cut], s.len())
+        };
+        let entry = format!(
+            "$ kubectl {}\n[{status}]\n{}{}",
+            args.join(" "),
+            clip(&out.stdout),
+            clip(&out.stderr)
+        );
+        self.transcript
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(entry);
+    }
+}

@@ -1,0 +1,383 @@
+//! The test environment of one scenario: a cluster, kubectl, the operator process, and the
+//! reads the assertions use.
+
+pub mod kubectl;
+pub mod manifests;
+pub mod observe;
+pub mod operator;
+pub mod poll;
+pub mod sim_inspect;
+pub mod worker_config;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use serde_json::Value;
+
+use kubectl::{Kubectl, repo_root};
+use manifests::Example;
+use operator::Operator;
+use sim_inspect::{HARNESS_USER_AGENT, PodMounts, RequestRecord, SimInspector};
+
+/// Names a kubeconfig of a real cluster to run the suite against instead of simulations.
+const REAL_CLUSTER_ENV: &str = "SWARM_E2E_KUBECONFIG";
+
+/// Against a real cluster the scenarios share namespace `swarm` and run one at a time.
+static REAL_CLUSTER_SERIAL: Mutex<()> = Mutex::new(());
+
+/// How fast a test's simulation runs.
+#[derive(Clone, Copy, Debug)]
+pub struct SimSpeed {
+    /// Factor on every simulated delay (termination grace, readiness).
+    pub time_scale: f64,
+    /// Pod start-up time before scaling.
+    pub pod_ready_delay: Duration,
+}
+
+impl SimSpeed {
+    /// Fast: a 30 s termination grace takes 0.6 s, a pod is Ready after 20 ms.
+    pub const FAST: SimSpeed = SimSpeed {
+        time_scale: 0.02,
+        pod_ready_delay: Duration::from_secs(1),
+    };
+}
+
+/// One scenario's cluster, kubectl, operator and scratch directory. Dropping it kills the
+/// operator; when the test is failing it prints the operator's log and the kubectl transcript.
+pub struct Env {
+    name: String,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    sim: Option<kube_sim::Sim>,
+    inspector: Option<SimInspector>,
+    /// kube client for the assertions' reads (its own user agent, never taken for the operator).
+    pub client: kube::Client,
+    http: reqwest::Client,
+    /// kubectl bound to this environment's kubeconfig.
+    pub kubectl: Kubectl,
+    /// The example manifests.
+    pub example: Example,
+    operator: Option<Operator>,
+    operator_logs: Vec<PathBuf>,
+    _serial: Option<MutexGuard<'static, ()>>,
+}
+
+impl Env {
+    /// A fresh environment with a fast simulation (or the real cluster, see the crate docs).
+    pub async fn start(name: &str) -> Env {
+        Env::start_with(name, SimSpeed::FAST).await
+    }
+
+    /// A fresh environment whose simulation runs at `speed`.
+    pub async fn start_with(name: &str, speed: SimSpeed) -> Env {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("swarm-e2e-{name}-"))
+            .tempdir()
+            .expect("create a scratch directory");
+        let http = reqwest::Client::builder()
+            .user_agent(HARNESS_USER_AGENT)
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("build an HTTP client");
+        let (kubeconfig, sim, serial) = match real_cluster_kubeconfig() {
+            Some(path) => {
+                let guard = REAL_CLUSTER_SERIAL
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                eprintln!("{name}: against the real cluster of {}", path.display());
+                (path, None, Some(guard))
+            }
+            None => {
+                let config = kube_sim::SimConfig {
+                    time_scale: speed.time_scale,
+                    pod_ready_delay: speed.pod_ready_delay,
+                    ..kube_sim::SimConfig::default()
+                };
+                let sim = kube_sim::Sim::start(config)
+                    .await
+                    .expect("start the simulated control plane");
+                let path = dir.path().join("kubeconfig");
+                sim.write_kubeconfig(&path).expect("write the kubeconfig");
+                (path, Some(sim), None)
+            }
+        };
+        let inspector = sim
+            .as_ref()
+            .map(|sim| SimInspector::new(sim.url(), http.clone()));
+        let client = harness_client(&kubeconfig).await;
+        let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kube-cache"));
+        let env = Env {
+            name: name.to_string(),
+            dir,
+            kubeconfig,
+            sim,
+            inspector,
+            client,
+            http,
+            kubectl,
+            example: Example::load(),
+            operator: None,
+            operator_logs: Vec::new(),
+            _serial: serial,
+        };
+        if env.sim.is_none() {
+            env.reset_real_cluster().await;
+        }
+        env
+    }
+
+    /// Like [`Env::start`], but `None` (with a note) against a real cluster, for scenarios
+    /// that only make sense on a disposable simulation.
+    pub async fn start_sim_only(name: &str, why: &str) -> Option<Env> {
+        if let Some(path) = real_cluster_kubeconfig() {
+            eprintln!(
+                "note: {name} skipped against the real cluster of {}: {why}",
+                path.display()
+            );
+            return None;
+        }
+        Some(Env::start(name).await)
+    }
+
+    /// Whether this environment runs on a simulation (inspection endpoints available).
+    pub fn is_sim(&self) -> bool {
+        self.sim.is_some()
+    }
+
+    /// Logs that a simulation-only assertion is skipped.
+    pub fn note_skipped(&self, what: &str) {
+        eprintln!(
+            "note: {}: {what} not checked against a real cluster",
+            self.name
+        );
+    }
+
+    /// A path in this test's scratch directory.
+    pub fn scratch(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    /// Starts the operator binary and waits until it reports ready.
+    pub async fn start_operator(&mut self) {
+        assert!(self.operator.is_none(), "an operator is already running");
+        let log = self.scratch(&format!("operator-{}.log", self.operator_logs.len() + 1));
+        let mut operator = Operator::spawn(&self.kubeconfig, &log);
+        self.operator_logs.push(log);
+        operator.wait_ready(&self.http).await;
+        self.operator = Some(operator);
+    }
+
+    /// Kills the operator with SIGKILL (no graceful shutdown), as a crash would.
+    pub async fn kill_operator(&mut self) {
+        let mut operator = self.operator.take().expect("no operator is running");
+        operator.kill().await;
+    }
+
+    /// Fails the test if the operator process has exited.
+    pub fn assert_operator_running(&mut self) {
+        if let Some(operator) = self.operator.as_mut() {
+            assert!(
+                operator.is_running(),
+                "the operator exited unexpectedly; see its log below"
+            );
+        }
+    }
+
+    /// `kubectl apply -f crds/`, then waits for the CRD to be established.
+    pub async fn install_crds(&self) {
+        self.kubectl.ok(&["apply", "-f", "crds/"]).await;
+        self.kubectl
+            .ok(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/swarmpools.swarm.io",
+            ])
+            .await;
+    }
+
+    /// `kubectl apply -f examples/`.
+    pub async fn apply_examples(&self) {
+        self.kubectl.ok(&["apply", "-f", "examples/"]).await;
+    }
+
+    /// The common start of most scenarios: CRDs, the operator, the examples, and a settled
+    /// pool at the example's replicas, checked against every invariant.
+    pub async fn install_example(&mut self) -> observe::Observed {
+        self.install_crds().await;
+        self.start_operator().await;
+        self.apply_examples().await;
+        let settled = observe::wait_balanced(self, self.example.replicas()).await;
+        observe::assert_invariants(self, &settled).await;
+        settled
+    }
+
+    /// The example SwarmPool as the API serves it, if it exists.
+    pub async fn pool(&self) -> Option<Value> {
+        self.pool_named(&self.example.pool_name()).await
+    }
+
+    /// A SwarmPool in the example namespace, as the API serves it, if it exists.
+    pub async fn pool_named(&self, name: &str) -> Option<Value> {
+        let gvk = GroupVersionKind::gvk("swarm.io", "v1alpha1", "SwarmPool");
+        let resource = ApiResource::from_gvk_with_plural(&gvk, "swarmpools");
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &self.example.namespace(), &resource);
+        let pool = api.get_opt(name).await.expect("GET the SwarmPool");
+        pool.map(|p| serde_json::to_value(p).expect("SwarmPool as JSON"))
+    }
+
+    /// A ConfigMap in the example namespace, if it exists.
+    pub async fn config_map(&self, name: &str) -> Option<ConfigMap> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.example.namespace());
+        api.get_opt(name).await.expect("GET the ConfigMap")
+    }
+
+    /// Every pod in the example namespace.
+    pub async fn pods(&self) -> Vec<Pod> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &self.example.namespace());
+        api.list(&ListParams::default())
+            .await
+            .expect("LIST pods")
+            .items
+    }
+
+    /// Every events.k8s.io/v1 Event in the example namespace.
+    pub async fn events(&self) -> Vec<Event> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.example.namespace());
+        api.list(&ListParams::default())
+            .await
+            .expect("LIST events.k8s.io/v1 events")
+            .items
+    }
+
+    /// Whether an object exists, by its manifest's apiVersion, kind, namespace and name
+    /// (plural found by discovery, as kubectl does).
+    pub async fn exists(&self, manifest: &Value) -> bool {
+        let api_version = manifests::str_at(manifest, "/apiVersion");
+        let kind = manifests::str_at(manifest, "/kind");
+        let name = manifests::str_at(manifest, "/metadata/name");
+        let (group, version) = api_version
+            .split_once('/')
+            .unwrap_or(("", api_version.as_str()));
+        let gvk = GroupVersionKind::gvk(group, version, &kind);
+        let (resource, caps) = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .unwrap_or_else(|e| panic!("discovery of {api_version} {kind}: {e}"));
+        let api: Api<DynamicObject> = match manifest.pointer("/metadata/namespace") {
+            Some(Value::String(ns)) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            _ if caps.scope == kube::discovery::Scope::Namespaced => {
+                Api::default_namespaced_with(self.client.clone(), &resource)
+            }
+            _ => Api::all_with(self.client.clone(), &resource),
+        };
+        api.get_opt(&name)
+            .await
+            .unwrap_or_else(|e| panic!("GET {kind} {name}: {e}"))
+            .is_some()
+    }
+
+    /// What every live pod mounted (simulation only).
+    pub async fn mounts(&self) -> Option<Vec<PodMounts>> {
+        match &self.inspector {
+            Some(inspector) => Some(inspector.mounts().await),
+            None => None,
+        }
+    }
+
+    /// A position in the request log: requests made from now on come after it.
+    pub async fn request_mark(&self) -> usize {
+        match &self.inspector {
+            Some(inspector) => inspector.requests().await.len(),
+            None => 0,
+        }
+    }
+
+    /// The operator's requests after `mark`, oldest first (simulation only).
+    pub async fn operator_requests_since(&self, mark: usize) -> Option<Vec<RequestRecord>> {
+        let inspector = self.inspector.as_ref()?;
+        let all = inspector.requests().await;
+        Some(
+            all.into_iter()
+                .skip(mark)
+                .filter(RequestRecord::is_from_operator)
+                .collect(),
+        )
+    }
+
+    async fn reset_real_cluster(&self) {
+        let namespace = self.example.namespace();
+        self.kubectl
+            .ok(&[
+                "delete",
+                "namespace",
+                &namespace,
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=180s",
+            ])
+            .await;
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        eprintln!(
+            "==== {}: scratch directory {}",
+            self.name,
+            self.dir.path().display()
+        );
+        for (i, log) in self.operator_logs.iter().enumerate() {
+            eprintln!(
+                "==== operator log, run {}:\n{}",
+                i + 1,
+                operator::read_log(log)
+            );
+        }
+        eprintln!("==== kubectl transcript:");
+        for entry in self.kubectl.transcript() {
+            eprintln!("{entry}");
+        }
+        eprintln!("==== end of {}", self.name);
+        // Keep the scratch directory (kubeconfig, logs) for a look after the failure.
+        let dir = std::mem::replace(
+            &mut self.dir,
+            tempfile::tempdir().expect("create a placeholder directory"),
+        );
+        let _ = dir.keep();
+    }
+}
+
+fn real_cluster_kubeconfig() -> Option<PathBuf> {
+    std::env::var_os(REAL_CLUSTER_ENV)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// A kube client for the kubeconfig at `path`, identifying itself as the suite.
+async fn harness_client(path: &Path) -> kube::Client {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .unwrap_or_else(|e| panic!("cannot read kubeconfig {}: {e}", path.display()));
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("invalid kubeconfig {}: {e}", path.display()));
+    config.headers.push((
+        "user-agent".parse().expect("header name"),
+        HARNESS_USER_AGENT.parse().expect("header value"),
+    ));
+    kube::Client::try_from(config).expect("build a kube client")
+}
+
+/// The repository's manifests directory `dir` (e.g. `deploy`), absolute.
+pub fn repo_path(dir: &str) -> PathBuf {
+    repo_root().join(dir)
+}

@@ -1,0 +1,221 @@
+//! Scenario 9: the install manifests apply with kustomize, and the RBAC they grant covers every
+//! request the operator makes (the simulation does not enforce RBAC, so this is where a
+//! missing verb shows before a real cluster refuses it).
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::scale;
+use crate::harness::manifests::{parse_yaml_stream, str_at};
+use crate::harness::observe::{balanced, wait_for};
+use crate::harness::{Env, repo_path};
+
+const SIM_ONLY: &str = "it installs cluster-wide objects and an in-cluster Deployment";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_k_deploy_installs_every_object_with_a_restricted_operator_pod() {
+    let Some(env) = Env::start_sim_only("deploy-base", SIM_ONLY).await else {
+        return;
+    };
+    let objects = apply_kustomization(&env, "deploy/").await;
+    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in [
+        "CustomResourceDefinition",
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+    ] {
+        assert!(
+            kinds.contains(&kind),
+            "deploy/ installs a {kind}: {kinds:?}"
+        );
+    }
+    env.kubectl
+        .ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/swarmpools.swarm.io",
+        ])
+        .await;
+    let deployment = only(&objects, "Deployment");
+    assert_eq!(str_at(deployment, "/metadata/namespace"), "swarm-system");
+    assert_restricted(deployment);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_k_namespaced_overlay_installs_a_role_and_a_namespaced_operator() {
+    let Some(env) = Env::start_sim_only("deploy-namespaced", SIM_ONLY).await else {
+        return;
+    };
+    let overlay = "deploy/overlays/namespaced";
+    let objects = apply_kustomization(&env, overlay).await;
+    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert!(
+        kinds.contains(&"Role") && kinds.contains(&"RoleBinding"),
+        "{kinds:?}"
+    );
+    assert!(
+        !kinds.contains(&"ClusterRole") && !kinds.contains(&"ClusterRoleBinding"),
+        "a single-namespace install grants nothing cluster-wide: {kinds:?}"
+    );
+    let role = only(&objects, "Role");
+    let watched = str_at(role, "/metadata/namespace");
+    let deployment = only(&objects, "Deployment");
+    let args: Vec<String> = container(deployment)
+        .get("args")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let namespace_arg = args
+        .iter()
+        .position(|a| a == "--namespace")
+        .and_then(|i| args.get(i + 1).cloned())
+        .or_else(|| {
+            args.iter()
+                .find_map(|a| a.strip_prefix("--namespace=").map(str::to_string))
+        });
+    assert_eq!(
+        namespace_arg.as_deref(),
+        Some(watched.as_str()),
+        "the operator watches the namespace its Role covers: args {args:?}"
+    );
+    assert_restricted(deployment);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_role_grants_every_request_the_operator_makes() {
+    let Some(mut env) = Env::start_sim_only("deploy-rbac", SIM_ONLY).await else {
+        return;
+    };
+    // Exercise the paths of a healthy pool: first write, refreshes, a scale-up.
+    env.install_example().await;
+    scale(&env, 3).await;
+    let sts = env.example.statefulset_name();
+    wait_for(&env, "Balanced over 3 workers", |o| balanced(o, 3, &sts)).await;
+    let requests = env
+        .operator_requests_since(0)
+        .await
+        .expect("the simulation's request log");
+    assert!(!requests.is_empty(), "the operator made requests");
+
+    let rendered = env.kubectl.ok(&["kustomize", "deploy/"]).await;
+    let objects = parse_yaml_stream(&rendered, "kubectl kustomize deploy/");
+    let rules = only(&objects, "ClusterRole")["rules"]
+        .as_array()
+        .expect("ClusterRole rules")
+        .clone();
+    let mut denied = Vec::new();
+    for request in &requests {
+        let Some(target) = request.target() else {
+            continue;
+        };
+        let verb = request.verb();
+        let allowed = rules.iter().any(|rule| {
+            let has = |field: &str, value: &str| {
+                rule[field]
+                    .as_array()
+                    .is_some_and(|vs| vs.iter().any(|v| v == value || v == "*"))
+            };
+            let names_ok = match rule["resourceNames"].as_array() {
+                Some(names) if !names.is_empty() => target
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| names.iter().any(|v| v == n)),
+                _ => true,
+            };
+            has("apiGroups", &target.group)
+                && has("resources", &target.rbac_resource())
+                && has("verbs", &verb)
+                && names_ok
+        });
+        if !allowed {
+            denied.push(format!(
+                "{verb} {}/{} ({})",
+                target.group,
+                target.rbac_resource(),
+                request.describe()
+            ));
+        }
+    }
+    denied.sort();
+    denied.dedup();
+    assert!(
+        denied.is_empty(),
+        "the ClusterRole of deploy/ does not allow: {denied:#?}"
+    );
+}
+
+/// `kubectl apply -k <dir>`, then checks every object `kubectl kustomize <dir>` renders now
+/// exists; returns the rendered objects.
+async fn apply_kustomization(env: &Env, dir: &str) -> Vec<Value> {
+    assert!(Path::new(&repo_path(dir)).is_dir(), "{dir} exists");
+    env.kubectl.ok(&["apply", "-k", dir]).await;
+    let rendered = env.kubectl.ok(&["kustomize", dir]).await;
+    let objects = parse_yaml_stream(&rendered, &format!("kubectl kustomize {dir}"));
+    assert!(!objects.is_empty(), "{dir} renders objects");
+    for object in &objects {
+        assert!(
+            env.exists(object).await,
+            "{} {} from {dir} was not created",
+            object["kind"],
+            object["metadata"]["name"]
+        );
+    }
+    objects
+}
+
+fn only<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<&Value> = objects.iter().filter(|o| o["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "exactly one {kind}");
+    found[0]
+}
+
+fn container(deployment: &Value) -> &Value {
+    let containers = deployment
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .expect("Deployment containers");
+    assert_eq!(containers.len(), 1, "one operator container");
+    &containers[0]
+}
+
+/// The restricted Pod Security profile plus a read-only root file system, and probes.
+fn assert_restricted(deployment: &Value) {
+    let pod = deployment.pointer("/spec/template/spec").expect("pod spec");
+    let c = container(deployment);
+    let either = |pointer: &str| c.pointer(pointer).or_else(|| pod.pointer(pointer)).cloned();
+    assert_eq!(
+        either("/securityContext/runAsNonRoot"),
+        Some(Value::Bool(true))
+    );
+    assert_eq!(
+        c.pointer("/securityContext/allowPrivilegeEscalation"),
+        Some(&Value::Bool(false))
+    );
+    assert_eq!(
+        c.pointer("/securityContext/readOnlyRootFilesystem"),
+        Some(&Value::Bool(true))
+    );
+    assert_eq!(
+        c.pointer("/securityContext/capabilities/drop"),
+        Some(&Value::from(vec!["ALL"]))
+    );
+    assert_eq!(
+        either("/securityContext/seccompProfile/type"),
+        Some(Value::from("RuntimeDefault"))
+    );
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert!(
+            c.get(probe).is_some(),
+            "the operator container has a {probe}"
+        );
+    }
+}

@@ -1,0 +1,28 @@
+//! The nine end-to-end scenarios of the simulation issue, one module each.
+
+mod bad_input;
+mod deploy;
+mod install;
+mod job_edits;
+mod pool_deletion;
+mod quiet;
+mod restart;
+mod scale_down;
+mod scale_up;
+
+use crate::harness::Env;
+
+/// `kubectl -n <example namespace> <args...>`, which must succeed; returns its stdout.
+async fn kubectl_ns(env: &Env, args: &[&str]) -> String {
+    let namespace = env.example.namespace();
+    let mut full = vec!["-n", namespace.as_str()];
+    full.extend_from_slice(args);
+    env.kubectl.ok(&full).await
+}
+
+/// `kubectl scale statefulset <example sts> --replicas=<n>`.
+async fn scale(env: &Env, replicas: usize) {
+    let sts = env.example.statefulset_name();
+    let replicas = format!("--replicas={replicas}");
+    kubectl_ns(env, &["scale", "statefulset", &sts, &replicas]).await;
+}

@@ -1,0 +1,102 @@
+//! Scenario 5: the operator dies in the middle of a rollout; its successor finishes it from
+//! what the cluster records, without a new version and without deleting any pod twice.
+
+use std::time::Duration;
+
+use super::scale;
+use crate::harness::observe::{
+    assert_invariants, balanced, operator_pod_deletes, pool_events, wait_for,
+};
+use crate::harness::worker_config::touched_workers;
+use crate::harness::{Env, SimSpeed};
+
+/// Slow enough that a refreshed pod stays terminating for seconds (30 s grace -> 3 s), so the
+/// operator can be killed while it waits on one.
+const SLOW: SimSpeed = SimSpeed {
+    time_scale: 0.1,
+    pod_ready_delay: Duration::from_secs(2),
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_killed_mid_rollout_resumes_it_without_new_version_or_second_delete() {
+    let mut env = Env::start_with("restart", SLOW).await;
+    let before = env.install_example().await;
+    let sts = env.example.statefulset_name();
+    let v1 = before.config().version;
+    let mark = env.request_mark().await;
+
+    scale(&env, 3).await;
+    let sim = env.is_sim();
+    let mid = wait_for(
+        &env,
+        "a rollout in progress: stale workers and a pod terminating",
+        |o| {
+            let version = o.config.as_ref().map_or(0, |c| c.version);
+            if version <= v1 {
+                return Err(format!("still version {version}"));
+            }
+            if o.stale_workers().is_empty() {
+                return Err("no stale worker reported".into());
+            }
+            // A real cluster's pods stop fast; there, a reported stale worker is enough.
+            if sim && !o.pods.values().any(|p| p.terminating) {
+                return Err("no refreshed pod terminating yet".into());
+            }
+            Ok(())
+        },
+    )
+    .await;
+    env.kill_operator().await;
+    let version = mid.config().version;
+    assert_eq!(version, v1 + 1);
+
+    env.start_operator().await;
+    let after = wait_for(&env, "the rollout completed by the new operator", |o| {
+        balanced(o, 3, &sts)
+    })
+    .await;
+    assert_invariants(&env, &after).await;
+    assert_eq!(
+        after.config().version,
+        version,
+        "a restart must not move the version"
+    );
+
+    let touched = touched_workers(before.config(), after.config());
+    for (pod, uid) in before.uids() {
+        assert_ne!(
+            after.pods[&pod].uid, uid,
+            "{pod} lost jobs, so it was refreshed"
+        );
+        assert!(touched.contains(&pod));
+    }
+    match operator_pod_deletes(&env, mark).await {
+        Some(deletes) => {
+            for pod in before.uids().keys() {
+                assert_eq!(
+                    deletes.get(pod),
+                    Some(&1),
+                    "{pod} deleted exactly once across both operator runs: {deletes:?}"
+                );
+            }
+            let new_pod = format!("{sts}-2");
+            assert!(
+                deletes.get(&new_pod).copied().unwrap_or(0) <= 1,
+                "{deletes:?}"
+            );
+        }
+        None => env.note_skipped("pod deletions in the request log"),
+    }
+
+    let rebalanced: i32 = pool_events(&env, &env.example.pool_name())
+        .await
+        .iter()
+        .filter(|e| e.reason == "Rebalanced")
+        .map(|e| e.count)
+        .sum();
+    assert_eq!(
+        rebalanced, 2,
+        "one Rebalanced per version, none for the restart"
+    );
+    env.assert_operator_running();
+}

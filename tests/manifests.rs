@@ -1,0 +1,131 @@
+//! The shipped manifests agree with the operator: the example pool selects the example
+//! StatefulSet and names the ConfigMap its pods mount, and the install grants what the
+//! controller uses under the restricted pod security profile.
+
+use std::path::Path;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use serde::de::DeserializeOwned;
+use swarm_operator::crd::SwarmPool;
+use swarm_operator::planner;
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+/// The document of `kind` in a multi-document YAML file.
+fn document<T: DeserializeOwned>(path: &str, kind: &str) -> T {
+    let text = read(path);
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value = serde_yaml::Value::deserialize(doc).unwrap();
+        if value["kind"].as_str() == Some(kind) {
+            return serde_yaml::from_value(value).unwrap();
+        }
+    }
+    panic!("no {kind} in {path}");
+}
+
+use serde::Deserialize;
+
+#[test]
+fn the_example_pool_selects_the_example_statefulset_and_names_the_configmap_its_pods_mount() {
+    let pool: SwarmPool = document("examples/swarmpool.yaml", "SwarmPool");
+    let sts: StatefulSet = document("examples/worker-statefulset.yaml", "StatefulSet");
+    assert_eq!(pool.metadata.namespace.as_deref(), Some("swarm"));
+    assert_eq!(sts.metadata.namespace.as_deref(), Some("swarm"));
+    assert_eq!(pool.spec.jobs.len(), 27);
+    swarm_assign::validate_jobs(&pool.spec.jobs).unwrap();
+    assert!(planner::selects(&pool.spec.selector, &sts));
+
+    let spec = sts.spec.unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    let template = spec.template;
+    let pod_labels = template.metadata.unwrap().labels.unwrap();
+    for (k, v) in spec.selector.match_labels.unwrap() {
+        assert_eq!(pod_labels.get(&k), Some(&v), "the pod template carries the selector labels");
+    }
+    let pod = template.spec.unwrap();
+    let volume = pod.volumes.unwrap().into_iter().find(|v| v.config_map.is_some()).unwrap();
+    let config_map = volume.config_map.unwrap();
+    assert_eq!(config_map.name, pool.config_map_name());
+    assert_eq!(config_map.optional, Some(true));
+    let container = &pod.containers[0];
+    let mount = container.volume_mounts.as_ref().unwrap().iter().find(|m| m.name == volume.name).unwrap();
+    assert_eq!(mount.mount_path, "/app/config");
+    let pod_name = container.env.as_ref().unwrap().iter().find(|e| e.name == "POD_NAME").unwrap();
+    let field = pod_name.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+    assert_eq!(field.field_path, "metadata.name");
+}
+
+#[test]
+fn the_examples_namespace_is_applied_before_the_objects_in_it() {
+    let mut files: Vec<String> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| name.ends_with(".yaml"))
+        .collect();
+    files.sort();
+    assert_eq!(files[0], "namespace.yaml", "kubectl apply -f examples/ goes in name order");
+}
+
+fn sorted(mut rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
+    for rule in &mut rules {
+        rule.verbs.sort();
+    }
+    rules.sort_by(|a, b| format!("{:?}{:?}", a.api_groups, a.resources).cmp(&format!("{:?}{:?}", b.api_groups, b.resources)));
+    rules
+}
+
+#[test]
+fn cluster_and_namespaced_installs_grant_the_same_rules() {
+    let cluster: ClusterRole = document("deploy/rbac/cluster_role.yaml", "ClusterRole");
+    let namespaced: Role = document("deploy/overlays/namespaced/role.yaml", "Role");
+    assert_eq!(sorted(cluster.rules.unwrap()), sorted(namespaced.rules.unwrap()));
+}
+
+#[test]
+fn rbac_grants_no_write_beyond_what_the_controller_does() {
+    let cluster: ClusterRole = document("deploy/rbac/cluster_role.yaml", "ClusterRole");
+    for rule in cluster.rules.unwrap() {
+        let resources = rule.resources.unwrap_or_default().join(",");
+        let allowed: &[&str] = match resources.as_str() {
+            "swarmpools" | "statefulsets" => &["list", "watch"],
+            "swarmpools/status" => &["patch"],
+            "pods" => &["list", "watch", "delete"],
+            "configmaps" => &["get", "list", "watch", "create", "patch"],
+            "events" => &["create", "patch"],
+            other => panic!("unexpected resource {other}"),
+        };
+        let mut verbs = rule.verbs.clone();
+        verbs.sort();
+        let mut want: Vec<String> = allowed.iter().map(|v| (*v).to_owned()).collect();
+        want.sort();
+        assert_eq!(verbs, want, "{resources}");
+    }
+}
+
+#[test]
+fn the_operator_runs_under_the_restricted_pod_security_profile_with_probes() {
+    let deployment: Deployment = document("deploy/manager/deployment.yaml", "Deployment");
+    let spec = deployment.spec.unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("Recreate"));
+    let pod = spec.template.spec.unwrap();
+    let pod_security = pod.security_context.unwrap();
+    assert_eq!(pod_security.run_as_non_root, Some(true));
+    assert_eq!(pod_security.run_as_user, Some(65532));
+    assert_eq!(pod_security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    let container = &pod.containers[0];
+    let security = container.security_context.as_ref().unwrap();
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.capabilities.as_ref().unwrap().drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    let path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        probe.as_ref().unwrap().http_get.as_ref().unwrap().path.clone().unwrap()
+    };
+    assert_eq!(path(&container.liveness_probe), "/healthz");
+    assert_eq!(path(&container.readiness_probe), "/readyz");
+    assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 8080);
+    assert!(container.resources.as_ref().unwrap().limits.is_some());
+}

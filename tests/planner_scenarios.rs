@@ -1,0 +1,864 @@
+//! Scenario tests of the pure planner: a small in-memory world (pool, StatefulSet, pods,
+//! ConfigMap) is reconciled the way the controller does it (plan, apply the ConfigMap, list
+//! pods live when asked, plan again, delete), and a StatefulSet stand-in replaces deleted pods.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use swarm_assign::worker_config::WorkerConfig;
+use swarm_operator::conditions::{self, reason};
+use swarm_operator::crd::{Phase, RolloutPolicy, RolloutSpec, Strategy, SwarmPool, SwarmPoolSpec};
+use swarm_operator::planner::{self, CONFIG_KEY, Observed, Plan, PlannedEvent, VERSION_ANNOTATION};
+use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
+
+const NS: &str = "swarm";
+const STS: &str = "swarm-worker";
+const POOL_UID: &str = "pool-uid";
+const STS_UID: &str = "sts-uid";
+const CM: &str = "swarm-worker-config";
+
+/// The 27 jobs of the predecessor's example configuration.
+fn example_jobs() -> Vec<String> {
+    [
+        "stream:xxrtve1", "stream:xxrtve2", "stream:zrtve2:new", "stream:zrtve1:new", "stream:zrtve0:new",
+        "stream:cctv0:updated", "stream:history:new", "stream:foo:new", "stream:xxctv3:new",
+        "stream:cctv3:updated", "stream:xxctv0:updated", "stream:xxctv10:updated", "stream:xxctv11:updated",
+        "stream:xxctv12:updated", "stream:xxctv13:updated", "stream:xxctv14:updated", "stream:yxctv1:updated",
+        "stream:yxctv2:updated", "stream:yxctv3:updated", "stream:xabcn0:updated", "stream:xacb01:updated",
+        "stream:xacb02:updated", "stream:xacb03:updated", "stream:xacb04:updated",
+        "stream:sportnews0:updated", "stream:cars:new", "stream:cars:updated",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn t0() -> Timestamp {
+    Timestamp::from_second(1_700_000_000).unwrap()
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+fn pool(jobs: Vec<String>) -> SwarmPool {
+    let mut pool = SwarmPool::new(
+        "swarm-pool",
+        SwarmPoolSpec {
+            selector: LabelSelector {
+                match_labels: Some(labels(&[("app", "swarm-worker")])),
+                ..LabelSelector::default()
+            },
+            jobs,
+            config_map: Some(CM.into()),
+            strategy: Strategy::Sticky,
+            rollout: RolloutSpec::default(),
+            paused: false,
+        },
+    );
+    pool.metadata.namespace = Some(NS.into());
+    pool.metadata.uid = Some(POOL_UID.into());
+    pool.metadata.generation = Some(1);
+    pool
+}
+
+fn statefulset(name: &str, uid: &str, replicas: i32) -> StatefulSet {
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            uid: Some(uid.into()),
+            labels: Some(labels(&[("app", "swarm-worker")])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(labels(&[("app", "swarm-worker")])),
+                ..LabelSelector::default()
+            },
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    }
+}
+
+fn pod(ordinal: usize, uid: &str, ready: bool, at: Timestamp) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("{STS}-{ordinal}")),
+            namespace: Some(NS.into()),
+            uid: Some(uid.into()),
+            creation_timestamp: Some(Time(at)),
+            labels: Some(labels(&[("app", "swarm-worker")])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "StatefulSet".into(),
+                name: STS.into(),
+                uid: STS_UID.into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(PodStatus {
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: if ready { "True" } else { "False" }.into(),
+                last_transition_time: Some(Time(at)),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+/// An in-memory cluster with one pool, reconciled like the controller does.
+struct World {
+    pool: SwarmPool,
+    statefulsets: Vec<StatefulSet>,
+    /// Pods as the API server has them.
+    pods: Vec<Pod>,
+    /// Pods as the watch cache has them, when it lags behind.
+    stale_cache: Option<Vec<Pod>>,
+    config_map: Option<ConfigMap>,
+    deleting: BTreeSet<String>,
+    now: Timestamp,
+    next_uid: usize,
+    /// ConfigMap writes so far.
+    writes: usize,
+    /// Live pod lists so far.
+    live_lists: usize,
+    /// Deletes so far: (pod, uid).
+    deleted: Vec<(String, String)>,
+    /// Events of the last reconcile.
+    events: Vec<PlannedEvent>,
+    /// Whether the last reconcile changed the status.
+    status_written: bool,
+}
+
+impl World {
+    /// A pool over `replicas` Ready workers, nothing written yet.
+    fn new(jobs: Vec<String>, replicas: usize) -> Self {
+        let mut world = World {
+            pool: pool(jobs),
+            statefulsets: vec![statefulset(STS, STS_UID, replicas as i32)],
+            pods: Vec::new(),
+            stale_cache: None,
+            config_map: None,
+            deleting: BTreeSet::new(),
+            now: t0(),
+            next_uid: 0,
+            writes: 0,
+            live_lists: 0,
+            deleted: Vec::new(),
+            events: Vec::new(),
+            status_written: false,
+        };
+        for ordinal in 0..replicas {
+            let uid = world.uid();
+            world.pods.push(pod(ordinal, &uid, true, world.now));
+        }
+        world
+    }
+
+    fn uid(&mut self) -> String {
+        self.next_uid += 1;
+        format!("uid-{}", self.next_uid)
+    }
+
+    fn replicas(&self) -> usize {
+        self.statefulsets[0].spec.as_ref().unwrap().replicas.unwrap() as usize
+    }
+
+    fn scale(&mut self, replicas: i32) {
+        self.statefulsets[0].spec.as_mut().unwrap().replicas = Some(replicas);
+    }
+
+    fn observe(&self, pods: &[Pod], pods_are_live: bool) -> Plan {
+        planner::plan(&Observed {
+            pool: &self.pool,
+            statefulsets: self.statefulsets.iter().collect(),
+            pods: pods.iter().collect(),
+            pods_are_live,
+            config_map: self.config_map.as_ref(),
+            deleting: &self.deleting,
+            now: self.now,
+        })
+    }
+
+    fn cached_pods(&self) -> Vec<Pod> {
+        self.stale_cache.clone().unwrap_or_else(|| self.pods.clone())
+    }
+
+    /// One reconcile, as `controller::reconcile` runs it.
+    fn reconcile(&mut self) -> Plan {
+        let mut pods = self.cached_pods();
+        let mut live = false;
+        self.events.clear();
+        for _ in 0..6 {
+            let mut plan = self.observe(&pods, live);
+            self.events.append(&mut plan.events);
+            if let Some(desired) = plan.apply.take() {
+                let unresolved = desired.annotations()[PENDING_REFRESH_ANNOTATION].contains("\"\"");
+                self.apply(desired);
+                if unresolved {
+                    live = false;
+                }
+                continue;
+            }
+            if plan.needs_live_pods && !live {
+                self.live_lists += 1;
+                pods = self.pods.clone();
+                live = true;
+                continue;
+            }
+            for delete in &plan.deletes {
+                let pod = self
+                    .pods
+                    .iter_mut()
+                    .find(|p| p.name_any() == delete.name && p.metadata.uid.as_deref() == Some(&delete.uid));
+                if let Some(pod) = pod {
+                    pod.metadata.deletion_timestamp = Some(Time(self.now));
+                }
+                self.deleted.push((delete.name.clone(), delete.uid.clone()));
+                self.deleting.insert(delete.uid.clone());
+            }
+            self.status_written = self.pool.status.as_ref() != Some(&plan.status);
+            self.pool.status = Some(plan.status.clone());
+            return plan;
+        }
+        panic!("planning did not settle");
+    }
+
+    /// Server-side apply of our fields onto the ConfigMap.
+    fn apply(&mut self, desired: ConfigMap) {
+        self.writes += 1;
+        let cm = self.config_map.get_or_insert_with(|| ConfigMap {
+            metadata: ObjectMeta {
+                name: desired.metadata.name.clone(),
+                namespace: desired.metadata.namespace.clone(),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        });
+        cm.data.get_or_insert_default().extend(desired.data.unwrap());
+        cm.metadata.labels.get_or_insert_default().extend(desired.metadata.labels.unwrap());
+        cm.metadata.annotations.get_or_insert_default().extend(desired.metadata.annotations.unwrap());
+        let refs = cm.metadata.owner_references.get_or_insert_default();
+        for r in desired.metadata.owner_references.unwrap() {
+            if !refs.iter().any(|have| have.uid == r.uid) {
+                refs.push(r);
+            }
+        }
+    }
+
+    /// The StatefulSet controller and kubelet: terminating pods go, missing ordinals are
+    /// re-created with a new uid, pods become Ready, surplus ordinals are removed.
+    fn settle_pods(&mut self) {
+        self.now += SignedDuration::from_secs(10);
+        let replicas = self.replicas();
+        self.pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+        self.pods.retain(|p| ordinal(p) < replicas);
+        for ordinal in 0..replicas {
+            if !self.pods.iter().any(|p| self::ordinal(p) == ordinal) {
+                let uid = self.uid();
+                self.pods.push(pod(ordinal, &uid, true, self.now));
+            }
+        }
+        self.pods.sort_by_key(ordinal);
+    }
+
+    /// Reconciles and lets pods settle until the pool is Balanced (or `limit` rounds pass).
+    fn run_to_balanced(&mut self, limit: usize) {
+        for _ in 0..limit {
+            let plan = self.reconcile();
+            if plan.status.phase == Some(Phase::Balanced) {
+                return;
+            }
+            self.settle_pods();
+        }
+        panic!("not balanced after {limit} rounds: {:?}", self.pool.status);
+    }
+
+    fn config(&self) -> WorkerConfig {
+        WorkerConfig::parse(&self.config_map.as_ref().unwrap().data.as_ref().unwrap()[CONFIG_KEY]).unwrap()
+    }
+
+    fn pending(&self) -> BTreeMap<String, String> {
+        serde_json::from_str(&self.config_map.as_ref().unwrap().annotations()[PENDING_REFRESH_ANNOTATION]).unwrap()
+    }
+
+    fn uid_of(&self, ordinal: usize) -> String {
+        self.pods.iter().find(|p| self::ordinal(p) == ordinal).unwrap().metadata.uid.clone().unwrap()
+    }
+
+    fn pod_mut(&mut self, ordinal: usize) -> &mut Pod {
+        self.pods.iter_mut().find(|p| self::ordinal(p) == ordinal).unwrap()
+    }
+
+    fn event_reasons(&self) -> Vec<&'static str> {
+        self.events.iter().map(|e| e.reason).collect()
+    }
+
+    fn ready_condition(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        let status = self.pool.status.as_ref().unwrap();
+        status.conditions.iter().find(|c| c.type_ == conditions::READY).unwrap()
+    }
+}
+
+fn ordinal(pod: &Pod) -> usize {
+    pod.name_any().rsplit_once('-').unwrap().1.parse().unwrap()
+}
+
+fn set_ready(pod: &mut Pod, ready: bool, since: Timestamp) {
+    let condition = &mut pod.status.as_mut().unwrap().conditions.as_mut().unwrap()[0];
+    condition.status = if ready { "True" } else { "False" }.into();
+    condition.last_transition_time = Some(Time(since));
+}
+
+fn names(list: &[(String, String)]) -> Vec<&str> {
+    list.iter().map(|(n, _)| n.as_str()).collect()
+}
+
+/// A world that went through its first rollout and is Balanced on `replicas` workers.
+fn balanced(jobs: Vec<String>, replicas: usize) -> World {
+    let mut world = World::new(jobs, replicas);
+    world.run_to_balanced(20);
+    world.deleted.clear();
+    world.writes = 0;
+    world
+}
+
+#[test]
+fn first_write_assigns_every_job_once_and_refreshes_the_running_workers_one_at_a_time() {
+    let mut world = World::new(example_jobs(), 2);
+    let uids = [world.uid_of(0), world.uid_of(1)];
+    let plan = world.reconcile();
+
+    let config = world.config();
+    assert_eq!(config.version, 1);
+    let loads: Vec<usize> = config.workloads().map(|(_, w)| w.jobs.len()).collect();
+    assert_eq!(loads, [14, 13]);
+    let mut all: Vec<&String> = config.workloads().flat_map(|(_, w)| &w.jobs).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 27, "every job exactly once");
+
+    // Both pods started without the config: both are stale, recorded by uid.
+    let pending = world.pending();
+    assert_eq!(pending["swarm-worker-0"], uids[0]);
+    assert_eq!(pending["swarm-worker-1"], uids[1]);
+    // 25% of 2 rounds down to 0, raised to 1: one pod at a time.
+    assert_eq!(world.deleted, vec![("swarm-worker-0".to_owned(), uids[0].clone())]);
+    assert_eq!(plan.status.phase, Some(Phase::RollingOut));
+    assert_eq!(plan.status.stale_workers, ["swarm-worker-0", "swarm-worker-1"]);
+    assert_eq!(plan.status.version, Some(1));
+    assert_eq!(plan.status.jobs, 27);
+    assert_eq!(world.event_reasons(), [reason::REBALANCED, reason::REFRESHING_WORKER]);
+
+    let cm = world.config_map.as_ref().unwrap();
+    assert_eq!(cm.labels()["app.kubernetes.io/managed-by"], "swarm-operator");
+    assert_eq!(cm.labels()["swarm.io/pool"], "swarm-pool");
+    assert_eq!(cm.annotations()[VERSION_ANNOTATION], "1");
+    let owner = &cm.owner_references()[0];
+    assert_eq!((owner.uid.as_str(), owner.kind.as_str(), owner.controller), (POOL_UID, "SwarmPool", Some(true)));
+
+    // While worker 0 terminates, worker 1 waits (the budget is spent).
+    world.reconcile();
+    assert_eq!(world.deleted.len(), 1);
+
+    world.settle_pods();
+    world.reconcile();
+    assert_eq!(names(&world.deleted), ["swarm-worker-0", "swarm-worker-1"]);
+    assert_eq!(world.pending().keys().collect::<Vec<_>>(), ["swarm-worker-1"]);
+
+    world.settle_pods();
+    let plan = world.reconcile();
+    assert_eq!(plan.status.phase, Some(Phase::Balanced));
+    assert_eq!(plan.status.ready.as_deref(), Some("2/2"));
+    assert!(plan.status.stale_workers.is_empty());
+    assert_eq!(world.ready_condition().status, "True");
+    assert_eq!(world.config().version, 1, "refreshing workers does not change the config");
+}
+
+#[test]
+fn a_reconcile_that_changes_nothing_writes_nothing() {
+    let mut world = balanced(example_jobs(), 3);
+    let lists = world.live_lists;
+    let plan = world.reconcile();
+    assert!(plan.apply.is_none());
+    assert_eq!(world.writes, 0, "no ConfigMap write");
+    assert!(world.deleted.is_empty(), "no delete");
+    assert!(!world.status_written, "no status write");
+    assert!(world.events.is_empty(), "no event");
+    assert_eq!(world.live_lists, lists, "no live list either");
+    assert_eq!(plan.requeue_after, planner::REQUEUE_IDLE);
+}
+
+#[test]
+fn first_write_before_any_pod_exists_restarts_nothing() {
+    let mut world = World::new(example_jobs(), 2);
+    world.pods.clear();
+    let plan = world.reconcile();
+    assert_eq!(world.config().version, 1);
+    assert!(world.pending().is_empty(), "pods created later mount the new content");
+    assert!(world.deleted.is_empty());
+    assert_eq!(plan.status.phase, Some(Phase::Pending));
+    assert_eq!(world.ready_condition().reason, reason::WAITING_FOR_WORKERS);
+}
+
+#[test]
+fn scale_up_moves_jobs_only_to_the_new_worker_and_waits_for_it_before_restarting_others() {
+    let mut world = balanced(example_jobs(), 2);
+    let before = world.config();
+    world.scale(3);
+    let plan = world.reconcile();
+
+    let after = world.config();
+    assert_eq!(after.version, before.version + 1);
+    let new_worker = after.workload("swarm-worker-2").unwrap();
+    assert_eq!(new_worker.jobs.len(), 9, "exactly floor(27/3) jobs move, all to the new worker");
+    for old in ["swarm-worker-0", "swarm-worker-1"] {
+        let (b, a) = (&before.workload(old).unwrap().jobs, &after.workload(old).unwrap().jobs);
+        assert!(a.iter().all(|job| b.contains(job)), "{old} only loses jobs");
+    }
+    // worker 2 has no pod yet: nothing to refresh there, and it counts as unavailable.
+    assert!(world.pending().keys().all(|p| p != "swarm-worker-2"));
+    assert!(world.deleted.is_empty(), "the missing worker spends the budget");
+    assert_eq!(plan.status.phase, Some(Phase::RollingOut));
+    assert_eq!(plan.status.workers, 3);
+
+    world.settle_pods();
+    world.reconcile();
+    assert_eq!(names(&world.deleted), ["swarm-worker-0"]);
+    world.run_to_balanced(10);
+    assert_eq!(names(&world.deleted), ["swarm-worker-0", "swarm-worker-1"]);
+}
+
+#[test]
+fn scale_down_gives_the_removed_workers_jobs_to_the_others_and_never_touches_the_removed_pod() {
+    let mut world = balanced(example_jobs(), 3);
+    let removed_uid = world.uid_of(2);
+    world.scale(2);
+    world.reconcile();
+    let config = world.config();
+    assert_eq!(config.len(), 2);
+    let loads: Vec<usize> = config.workloads().map(|(_, w)| w.jobs.len()).collect();
+    assert_eq!(loads, [14, 13]);
+    assert!(world.pending().keys().all(|p| p != "swarm-worker-2"));
+    assert!(!world.deleted.iter().any(|(_, uid)| *uid == removed_uid));
+}
+
+#[test]
+fn adding_a_job_refreshes_only_the_worker_that_receives_it() {
+    let mut world = balanced(example_jobs(), 3);
+    let before = world.config();
+    world.pool.spec.jobs.push("stream:new:job".into());
+    world.pool.metadata.generation = Some(2);
+    world.reconcile();
+    let after = world.config();
+    assert_eq!(after.version, before.version + 1);
+    let touched: Vec<&str> = after
+        .workloads()
+        .filter(|(pod, w)| before.workload(pod).unwrap().jobs != w.jobs)
+        .map(|(pod, _)| pod)
+        .collect();
+    assert_eq!(touched.len(), 1);
+    assert_eq!(world.pending().keys().collect::<Vec<_>>(), touched);
+    assert_eq!(names(&world.deleted), touched);
+    assert_eq!(world.pool.status.as_ref().unwrap().observed_generation, Some(2));
+}
+
+#[test]
+fn removing_a_job_refreshes_at_most_two_workers() {
+    let mut world = balanced(example_jobs(), 3);
+    world.pool.spec.jobs.retain(|j| j != "stream:xxrtve1");
+    world.reconcile();
+    assert!((1..=2).contains(&world.pending().len()), "{:?}", world.pending());
+    let mut all: Vec<String> = world.config().workloads().flat_map(|(_, w)| w.jobs.clone()).collect();
+    all.sort();
+    assert_eq!(all.len(), 26);
+    assert!(!all.contains(&"stream:xxrtve1".to_owned()));
+}
+
+#[test]
+fn a_crash_looping_stale_worker_is_deleted_at_once_without_spending_the_budget() {
+    let mut world = balanced(example_jobs(), 4);
+    let now = world.now;
+    set_ready(world.pod_mut(3), false, now);
+    world.pool.spec.jobs.clear();
+    world.reconcile();
+    // All four workers changed; worker 3 is not Ready (deleted first, free), and one Ready
+    // worker would fit 25% of 4 = 1 if nothing were unavailable, but worker 3 is.
+    assert_eq!(names(&world.deleted), ["swarm-worker-3"]);
+}
+
+#[test]
+fn a_worker_whose_jobs_did_not_change_is_never_deleted_even_when_crash_looping() {
+    let mut world = balanced(example_jobs(), 3);
+    let now = world.now;
+    set_ready(world.pod_mut(1), false, now - SignedDuration::from_mins(10));
+    let plan = world.reconcile();
+    assert!(world.deleted.is_empty());
+    assert_eq!(plan.status.phase, Some(Phase::Degraded));
+    assert_eq!(world.ready_condition().reason, reason::WORKERS_NOT_READY);
+    assert_eq!(plan.status.ready.as_deref(), Some("2/3"));
+    assert_eq!(plan.status.ready_workers, 2);
+}
+
+#[test]
+fn a_worker_not_ready_for_less_than_the_grace_period_is_starting_not_degraded() {
+    let mut world = balanced(example_jobs(), 3);
+    let now = world.now;
+    set_ready(world.pod_mut(1), false, now - SignedDuration::from_secs(30));
+    let plan = world.reconcile();
+    assert_eq!(plan.status.phase, Some(Phase::RollingOut));
+    assert_eq!(world.ready_condition().reason, reason::WORKERS_STARTING);
+    assert_eq!(plan.requeue_after, planner::REQUEUE_ROLLING);
+}
+
+#[test]
+fn a_terminating_stale_pod_is_never_deleted_again_and_holds_the_budget() {
+    let mut world = balanced(example_jobs(), 4);
+    // Worker 0 is already terminating (someone else deleted it).
+    let now = world.now;
+    world.pod_mut(0).metadata.deletion_timestamp = Some(Time(now));
+    world.pool.spec.jobs.clear();
+    world.reconcile();
+    assert!(world.deleted.is_empty(), "{:?}", world.deleted);
+    assert_eq!(world.pool.status.as_ref().unwrap().stale_workers.len(), 4);
+}
+
+#[test]
+fn after_an_operator_restart_mid_rollout_no_pod_is_deleted_twice_and_the_rollout_finishes() {
+    let mut world = World::new(example_jobs(), 4);
+    world.reconcile();
+    let first = world.deleted.clone();
+    assert_eq!(first.len(), 1);
+    let writes = world.writes;
+
+    // Restart: the in-memory record of requested deletes is gone; the cache lists the pod as
+    // terminating, as the API server has it.
+    world.deleting.clear();
+    world.reconcile();
+    assert_eq!(world.deleted, first, "the terminating pod is not deleted again");
+    assert_eq!(world.writes, writes, "the version survives: nothing to rewrite");
+
+    world.run_to_balanced(20);
+    let mut refreshed: Vec<&str> = names(&world.deleted);
+    refreshed.sort();
+    assert_eq!(refreshed, ["swarm-worker-0", "swarm-worker-1", "swarm-worker-2", "swarm-worker-3"]);
+    assert_eq!(world.config().version, 1);
+}
+
+#[test]
+fn a_crash_between_the_config_write_and_the_uid_resolution_is_recovered() {
+    let mut world = balanced(example_jobs(), 2);
+    // The previous process wrote version 2 with unresolved entries and died.
+    let mut config = world.config();
+    config.version = 2;
+    let cm = world.config_map.as_mut().unwrap();
+    cm.data.as_mut().unwrap().insert(CONFIG_KEY.into(), config.render());
+    cm.annotations_mut().insert(VERSION_ANNOTATION.into(), "2".into());
+    cm.annotations_mut()
+        .insert(PENDING_REFRESH_ANNOTATION.into(), r#"{"swarm-worker-1":""}"#.into());
+    let uid1 = world.uid_of(1);
+
+    world.reconcile();
+    assert_eq!(world.pending()["swarm-worker-1"], uid1, "resolved against a live pod list");
+    assert_eq!(names(&world.deleted), ["swarm-worker-1"]);
+}
+
+#[test]
+fn a_cache_lagging_behind_a_replaced_pod_does_not_end_the_refresh_early() {
+    let mut world = balanced(example_jobs(), 2);
+    world.pool.spec.jobs.push("stream:extra".into());
+    // The cache still shows no pod for worker 0 (it lags behind the StatefulSet), while the
+    // API server has the instance that started before the write.
+    let mut cache = world.pods.clone();
+    cache.retain(|p| ordinal(p) != 0);
+    world.stale_cache = Some(cache);
+    world.reconcile();
+    let touched: Vec<String> = world.pending().keys().cloned().collect();
+    assert_eq!(touched.len(), 1);
+    // The entry is kept with the uid of the live pod, whatever the cache says.
+    let ordinal: usize = touched[0].rsplit_once('-').unwrap().1.parse().unwrap();
+    assert_eq!(world.pending()[&touched[0]], world.uid_of(ordinal));
+    assert!(world.live_lists > 0);
+}
+
+#[test]
+fn a_pod_not_controlled_by_the_statefulset_is_never_deleted() {
+    let mut world = World::new(example_jobs(), 2);
+    for pod in &mut world.pods {
+        pod.metadata.owner_references.as_mut().unwrap()[0].uid = "someone-else".into();
+    }
+    let plan = world.reconcile();
+    assert!(world.deleted.is_empty());
+    assert!(world.pending().is_empty());
+    assert_eq!(plan.status.phase, Some(Phase::Pending), "no worker pod of ours exists");
+}
+
+#[test]
+fn an_unowned_configmap_is_adopted_and_its_assignment_kept() {
+    // A placeholder written by hand before install, holding a valid assignment at version 7.
+    let reference = balanced(example_jobs(), 2);
+    let text = reference.config().render().replace("version: 1", "version: 7");
+    let mut world = World::new(example_jobs(), 2);
+    world.config_map = Some(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(CM.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), text)])),
+        ..ConfigMap::default()
+    });
+    world.reconcile();
+    let cm = world.config_map.as_ref().unwrap();
+    assert_eq!(cm.owner_references()[0].uid, POOL_UID, "adopted");
+    assert_eq!(world.config().version, 7, "same assignment, same version");
+    assert!(world.pending().is_empty(), "no worker's job set changed");
+    assert!(world.deleted.is_empty());
+    assert!(!world.event_reasons().contains(&reason::REBALANCED));
+}
+
+#[test]
+fn an_unowned_configmap_with_the_predecessors_broken_layout_is_repaired() {
+    // The predecessor's layout of the 27 jobs: job 14 twice, job 27 nowhere.
+    let jobs = example_jobs();
+    let text = format!(
+        "workloads:\n  swarm-worker-0:\n    jobs: {:?}\n  swarm-worker-1:\n    jobs: {:?}\n",
+        &jobs[0..14],
+        &jobs[13..26]
+    );
+    let mut world = World::new(jobs, 2);
+    world.config_map = Some(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(CM.into()),
+            namespace: Some(NS.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), text)])),
+        ..ConfigMap::default()
+    });
+    world.reconcile();
+    let config = world.config();
+    assert!(config.version >= 1);
+    let mut all: Vec<&String> = config.workloads().flat_map(|(_, w)| &w.jobs).collect();
+    let count = all.len();
+    all.sort();
+    all.dedup();
+    assert_eq!((count, all.len()), (27, 27), "each job exactly once");
+}
+
+#[test]
+fn a_configmap_controlled_by_something_else_is_never_written() {
+    let mut world = World::new(example_jobs(), 2);
+    world.config_map = Some(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(CM.into()),
+            namespace: Some(NS.into()),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                name: "other".into(),
+                uid: "other-uid".into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    });
+    let plan = world.reconcile();
+    assert_eq!(world.writes, 0);
+    assert!(world.deleted.is_empty());
+    assert_eq!(plan.status.phase, Some(Phase::Failed));
+    assert_eq!(world.ready_condition().reason, reason::CONFIG_MAP_CONFLICT);
+    assert!(world.ready_condition().message.contains("Deployment other"));
+    assert_eq!(world.events.len(), 1);
+    assert!(world.events[0].warning);
+    assert_eq!(plan.requeue_after, planner::REQUEUE_CONFLICT);
+
+    // The failure persists: no second warning, no status write.
+    world.reconcile();
+    assert!(world.events.is_empty());
+    assert!(!world.status_written);
+}
+
+#[test]
+fn a_paused_pool_reports_the_change_but_writes_and_deletes_nothing() {
+    let mut world = balanced(example_jobs(), 2);
+    world.pool.spec.paused = true;
+    world.scale(3);
+    world.settle_pods();
+    let plan = world.reconcile();
+    assert_eq!(world.writes, 0);
+    assert!(world.deleted.is_empty());
+    assert_eq!(plan.status.phase, Some(Phase::Pending));
+    assert_eq!(world.ready_condition().reason, reason::PAUSED);
+    assert_eq!(plan.status.version, Some(1), "the version in the ConfigMap, not the planned one");
+    assert_eq!(plan.status.workers, 3);
+
+    world.pool.spec.paused = false;
+    world.reconcile();
+    assert_eq!(world.config().version, 2);
+}
+
+#[test]
+fn zero_replicas_leave_every_job_unassigned_and_delete_nothing() {
+    let mut world = balanced(example_jobs(), 2);
+    world.scale(0);
+    let plan = world.reconcile();
+    let config = world.config();
+    assert!(config.is_empty(), "empty workloads");
+    assert_eq!(config.version, 2);
+    assert!(world.deleted.is_empty());
+    assert!(world.pending().is_empty());
+    assert_eq!(plan.status.phase, Some(Phase::Degraded));
+    assert_eq!(plan.status.unassigned_jobs, 27);
+    assert_eq!(plan.status.workers, 0);
+    assert_eq!(world.ready_condition().reason, reason::NO_REPLICAS);
+}
+
+#[test]
+fn the_version_continues_from_the_configmap_after_a_restart() {
+    let mut world = balanced(example_jobs(), 2);
+    let mut config = world.config();
+    config.version = 5;
+    world
+        .config_map
+        .as_mut()
+        .unwrap()
+        .data
+        .as_mut()
+        .unwrap()
+        .insert(CONFIG_KEY.into(), config.render());
+    world.pool.spec.jobs.push("stream:later".into());
+    let plan = world.reconcile();
+    assert_eq!(world.config().version, 6);
+    assert_eq!(plan.status.version, Some(6));
+}
+
+#[test]
+fn an_unreadable_config_continues_from_the_version_annotation() {
+    let mut world = balanced(example_jobs(), 2);
+    let cm = world.config_map.as_mut().unwrap();
+    cm.data.as_mut().unwrap().insert(CONFIG_KEY.into(), "{{{ not yaml".into());
+    cm.annotations_mut().insert(VERSION_ANNOTATION.into(), "9".into());
+    world.reconcile();
+    assert_eq!(world.config().version, 10);
+    assert!(world.event_reasons().contains(&reason::CONFIG_UNREADABLE));
+}
+
+#[test]
+fn rollout_policy_none_writes_the_config_and_restarts_nobody() {
+    let mut world = World::new(example_jobs(), 3);
+    world.pool.spec.rollout.policy = RolloutPolicy::None;
+    let plan = world.reconcile();
+    assert_eq!(world.config().version, 1);
+    assert!(world.pending().is_empty());
+    assert!(world.deleted.is_empty());
+    assert_eq!(plan.status.phase, Some(Phase::Balanced));
+}
+
+#[test]
+fn max_unavailable_paces_the_refresh() {
+    let mut world = World::new(example_jobs(), 6);
+    world.pool.spec.rollout.max_unavailable = IntOrString::Int(2);
+    world.reconcile();
+    assert_eq!(names(&world.deleted), ["swarm-worker-0", "swarm-worker-1"]);
+    world.reconcile();
+    assert_eq!(world.deleted.len(), 2, "two are terminating: no more until they are back");
+    world.settle_pods();
+    world.reconcile();
+    assert_eq!(names(&world.deleted)[2..], ["swarm-worker-2", "swarm-worker-3"]);
+}
+
+fn assert_failed(world: &mut World, reason: &str) -> Plan {
+    let plan = world.reconcile();
+    assert_eq!(plan.status.phase, Some(Phase::Failed));
+    assert!(plan.apply.is_none() && world.writes == 0, "no ConfigMap write");
+    assert!(world.deleted.is_empty(), "no delete");
+    assert_eq!(world.ready_condition().reason, reason);
+    assert_eq!(world.ready_condition().status, "False");
+    let warning = world.events.iter().find(|e| e.warning).expect("a Warning event");
+    assert_eq!(warning.reason, reason);
+    plan
+}
+
+#[test]
+fn no_matching_statefulset_fails_with_statefulset_not_found() {
+    let mut world = World::new(example_jobs(), 2);
+    world.statefulsets[0].metadata.labels = Some(labels(&[("app", "other")]));
+    assert_failed(&mut world, reason::STATEFUL_SET_NOT_FOUND);
+}
+
+#[test]
+fn two_matching_statefulsets_fail_with_ambiguous_selector() {
+    let mut world = World::new(example_jobs(), 2);
+    world.statefulsets.push(statefulset("second", "second-uid", 1));
+    let plan = assert_failed(&mut world, reason::AMBIGUOUS_SELECTOR);
+    assert!(world.ready_condition().message.contains("second, swarm-worker"));
+    assert_eq!(plan.status.stateful_set, None);
+}
+
+#[test]
+fn an_empty_selector_fails_instead_of_matching_everything() {
+    let mut world = World::new(example_jobs(), 2);
+    world.pool.spec.selector = LabelSelector::default();
+    assert_failed(&mut world, reason::EMPTY_SELECTOR);
+}
+
+#[test]
+fn duplicate_jobs_fail_with_the_job_named() {
+    let mut world = World::new(example_jobs(), 2);
+    world.pool.spec.jobs.push("stream:xxrtve1".into());
+    assert_failed(&mut world, reason::INVALID_JOBS);
+    assert!(world.ready_condition().message.contains("stream:xxrtve1"));
+}
+
+#[test]
+fn a_malformed_max_unavailable_fails() {
+    let mut world = World::new(example_jobs(), 2);
+    world.pool.spec.rollout.max_unavailable = IntOrString::String("lots".into());
+    assert_failed(&mut world, reason::INVALID_MAX_UNAVAILABLE);
+}
+
+#[test]
+fn a_config_over_one_mebibyte_fails_naming_its_size_and_the_limit() {
+    let jobs: Vec<String> = (0..40_000).map(|i| format!("stream:a-rather-long-job-name-{i:08}")).collect();
+    let mut world = World::new(jobs, 2);
+    assert_failed(&mut world, reason::CONFIG_MAP_TOO_LARGE);
+    let message = &world.ready_condition().message;
+    assert!(message.contains("1048576"), "{message}");
+    let size: usize = message
+        .split_whitespace()
+        .find_map(|w| w.parse().ok())
+        .expect("the size in bytes");
+    assert!(size > 1_048_576, "{message}");
+}
+
+#[test]
+fn failure_status_keeps_what_is_known_and_flips_back_when_fixed() {
+    let mut world = balanced(example_jobs(), 2);
+    let balanced_since = world.ready_condition().last_transition_time.clone();
+    world.statefulsets[0].metadata.labels = Some(labels(&[("app", "moved")]));
+    world.now += SignedDuration::from_secs(60);
+    world.reconcile();
+    let status = world.pool.status.clone().unwrap();
+    assert_eq!(status.version, Some(1));
+    assert_ne!(world.ready_condition().last_transition_time, balanced_since);
+
+    world.statefulsets[0].metadata.labels = Some(labels(&[("app", "swarm-worker")]));
+    let plan = world.reconcile();
+    assert_eq!(plan.status.phase, Some(Phase::Balanced));
+    assert_eq!(world.writes, 0, "the config did not change");
+}
