@@ -76,11 +76,20 @@ fn read_assignment(text: Option<&str>, pod: &str) -> Assignment {
 fn log(assignment: &Assignment, pod: &str) {
     match assignment {
         Assignment::NoFile => info!(pod, "no assignment yet: no config file; waiting"),
-        Assignment::Unreadable(error) => warn!(pod, %error, "no assignment yet: config unreadable; waiting"),
-        Assignment::NoEntry { version } => {
-            info!(pod, version, "no assignment yet: no entry for this pod; waiting")
+        Assignment::Unreadable(error) => {
+            warn!(pod, %error, "no assignment yet: config unreadable; waiting")
         }
-        Assignment::Jobs { version, since, jobs } => {
+        Assignment::NoEntry { version } => {
+            info!(
+                pod,
+                version, "no assignment yet: no entry for this pod; waiting"
+            )
+        }
+        Assignment::Jobs {
+            version,
+            since,
+            jobs,
+        } => {
             info!(pod, version, since, count = jobs.len(), jobs = ?jobs, "running jobs")
         }
     }
@@ -88,7 +97,11 @@ fn log(assignment: &Assignment, pod: &str) {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    tracing_subscriber::fmt().with_writer(std::io::stderr).init();
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .init();
     let args = Args::parse();
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("installing the SIGTERM handler");

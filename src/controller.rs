@@ -22,6 +22,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
+use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
 
 use crate::Error;
@@ -49,6 +50,9 @@ pub struct Context {
     reporter: Reporter,
     statefulsets: Store<StatefulSet>,
     pods: Store<Pod>,
+    /// Whether the caches have completed their initial list: reconciles wait for it, so an
+    /// empty cache right after start is never taken for "no StatefulSet, no pods".
+    synced: watch::Receiver<Synced>,
     metrics: Metrics,
     /// Consecutive failures per pool, for the backoff.
     failures: Mutex<HashMap<ObjectRef<SwarmPool>, u32>>,
@@ -59,11 +63,13 @@ pub struct Context {
 impl Context {
     fn deleting(&self, pool: &ObjectRef<SwarmPool>) -> BTreeSet<String> {
         let mut all = self.deleting.lock().expect("deleting lock poisoned");
-        let Some(uids) = all.get_mut(pool) else {
-            return BTreeSet::new();
-        };
-        uids.retain(|_, at| at.elapsed() < DELETING_MEMORY);
-        uids.keys().cloned().collect()
+        all.retain(|_, uids| {
+            uids.retain(|_, at| at.elapsed() < DELETING_MEMORY);
+            !uids.is_empty()
+        });
+        all.get(pool)
+            .map(|uids| uids.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn remember_deleting(&self, pool: &ObjectRef<SwarmPool>, uid: &str) {
@@ -105,40 +111,37 @@ pub async fn run(
     http: Arc<HttpState>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let pools: Api<SwarmPool> = scoped(&client, namespace.as_deref());
+    let ns = namespace.as_deref();
+    let (synced_tx, synced) = watch::channel(Synced::default());
+
+    let (pool_store, pool_writer) = reflector::store::<SwarmPool>();
+    let pools = watcher(scoped::<SwarmPool>(&client, ns), watcher::Config::default())
+        .default_backoff()
+        .reflect(pool_writer)
+        .inspect(mark_synced(synced_tx.clone(), Cache::Pools))
+        .applied_objects();
     let (sts_store, sts_writer) = reflector::store::<StatefulSet>();
-    let statefulsets = watcher(
-        scoped(&client, namespace.as_deref()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(|sts: &mut StatefulSet| sts.managed_fields_mut().clear())
-    .reflect(sts_writer)
-    .touched_objects();
+    let statefulsets = watcher(scoped(&client, ns), watcher::Config::default())
+        .default_backoff()
+        .modify(|sts: &mut StatefulSet| sts.managed_fields_mut().clear())
+        .reflect(sts_writer)
+        .inspect(mark_synced(synced_tx.clone(), Cache::StatefulSets))
+        .touched_objects();
     let (pod_store, pod_writer) = reflector::store::<Pod>();
     let pods = watcher(
-        scoped(&client, namespace.as_deref()),
+        scoped(&client, ns),
         watcher::Config::default().labels(STATEFULSET_POD_LABEL),
     )
     .default_backoff()
     .modify(trim_pod)
     .reflect(pod_writer)
+    .inspect(mark_synced(synced_tx, Cache::Pods))
     .touched_objects();
 
-    let controller = Controller::new(pools, watcher::Config::default());
-    let pool_store = controller.store();
     {
-        let (pools, sts, pods, http) = (
-            pool_store.clone(),
-            sts_store.clone(),
-            pod_store.clone(),
-            http.clone(),
-        );
+        let mut synced = synced.clone();
         tokio::spawn(async move {
-            let synced = pools.wait_until_ready().await.is_ok()
-                && sts.wait_until_ready().await.is_ok()
-                && pods.wait_until_ready().await.is_ok();
-            if synced {
+            if synced.wait_for(Synced::all).await.is_ok() {
                 info!("caches synced; reconciling");
                 http.set_ready();
             }
@@ -153,15 +156,16 @@ pub async fn run(
         },
         statefulsets: sts_store.clone(),
         pods: pod_store,
+        synced,
         metrics,
         failures: Mutex::default(),
         deleting: Mutex::default(),
     });
     let by_sts = pool_store.clone();
-    let by_pod = pool_store;
-    controller
+    let by_pod = pool_store.clone();
+    Controller::for_stream(pools, pool_store)
         .owns(
-            scoped::<ConfigMap>(&client, namespace.as_deref()),
+            scoped::<ConfigMap>(&client, ns),
             watcher::Config::default().labels(POOL_LABEL),
         )
         .watches_stream(statefulsets, move |sts| {
@@ -183,6 +187,50 @@ pub async fn run(
         })
         .await;
     info!("controller stopped");
+}
+
+/// The watch caches the reconciler reads.
+#[derive(Clone, Copy, Debug)]
+enum Cache {
+    Pools,
+    StatefulSets,
+    Pods,
+}
+
+/// Which caches have completed their initial list. Tracked from the watch streams themselves
+/// (rather than `Store::wait_until_ready`, whose readiness signal wakes only one of several
+/// concurrent waiters).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Synced {
+    pools: bool,
+    statefulsets: bool,
+    pods: bool,
+}
+
+impl Synced {
+    /// Whether every cache has completed its initial list.
+    pub fn all(&self) -> bool {
+        self.pools && self.statefulsets && self.pods
+    }
+}
+
+/// Marks `cache` synced when its watch stream completes an initial list.
+fn mark_synced<K>(
+    synced: watch::Sender<Synced>,
+    cache: Cache,
+) -> impl FnMut(&watcher::Result<watcher::Event<K>>) {
+    move |event| {
+        if matches!(event, Ok(watcher::Event::InitDone)) {
+            synced.send_if_modified(|s| {
+                let flag = match cache {
+                    Cache::Pools => &mut s.pools,
+                    Cache::StatefulSets => &mut s.statefulsets,
+                    Cache::Pods => &mut s.pods,
+                };
+                !std::mem::replace(flag, true)
+            });
+        }
+    }
 }
 
 fn scoped<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -268,8 +316,25 @@ pub fn pools_for_pod(
 #[instrument(skip(pool, ctx), fields(pool = %pool.name_any(), namespace = pool.namespace().unwrap_or_default()))]
 async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile_started();
-    let key = ObjectRef::from_obj(pool.as_ref());
+    // Events of what was done are published even when a later step fails.
+    let mut events = Vec::new();
+    let result = reconcile_pool(&pool, &ctx, &mut events).await;
+    publish(&ctx, &pool, events).await;
+    if result.is_ok() {
+        ctx.record_success(&ObjectRef::from_obj(pool.as_ref()));
+    }
+    result
+}
+
+async fn reconcile_pool(
+    pool: &SwarmPool,
+    ctx: &Context,
+    events: &mut Vec<PlannedEvent>,
+) -> Result<Action, Error> {
+    let key = ObjectRef::from_obj(pool);
     let namespace = pool.namespace().ok_or(Error::MissingNamespace)?;
+    // Fails only when the watch streams are gone, i.e. while shutting down.
+    let _ = ctx.synced.clone().wait_for(Synced::all).await;
     let client = &ctx.client;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
@@ -292,12 +357,11 @@ async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Er
     let mut pods_are_live = false;
     let deleting = ctx.deleting(&key);
 
-    let mut events: Vec<PlannedEvent> = Vec::new();
     let mut rounds = 0;
-    let plan: Plan = loop {
+    let mut plan: Plan = loop {
         rounds += 1;
         let mut plan = planner::plan(&Observed {
-            pool: &pool,
+            pool,
             statefulsets: statefulsets.iter().map(AsRef::as_ref).collect(),
             pods: pods.iter().map(AsRef::as_ref).collect(),
             pods_are_live,
@@ -305,7 +369,6 @@ async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Er
             deleting: &deleting,
             now: Timestamp::now(),
         });
-        events.append(&mut plan.events);
         if rounds >= MAX_PLAN_ROUNDS && (plan.apply.is_some() || plan.needs_live_pods) {
             return Err(Error::Unsettled { rounds });
         }
@@ -329,7 +392,13 @@ async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Er
                     source,
                 })?;
             ctx.metrics.config_writes.inc();
-            info!(configmap = %cm_name, version = applied.annotations().get(planner::VERSION_ANNOTATION).map(String::as_str), "wrote ConfigMap");
+            info!(
+                configmap = %cm_name,
+                version = applied.annotations().get(planner::VERSION_ANNOTATION).map(String::as_str),
+                stale = applied.annotations().get(PENDING_REFRESH_ANNOTATION).map(String::as_str),
+                "wrote ConfigMap"
+            );
+            events.append(&mut plan.events);
             config_map = Some(applied);
             // Pods listed before this write cannot tell which instances mounted the old content.
             if unresolved {
@@ -356,6 +425,9 @@ async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Er
         break plan;
     };
 
+    let (refresh_events, other_events): (Vec<_>, Vec<_>) =
+        plan.events.drain(..).partition(|e| e.related_pod.is_some());
+    events.extend(other_events);
     for delete in &plan.deletes {
         let params = DeleteParams::default().preconditions(Preconditions {
             uid: Some(delete.uid.clone()),
@@ -365,6 +437,12 @@ async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Er
             Ok(_) => {
                 ctx.metrics.pod_refreshes.inc();
                 info!(pod = %delete.name, uid = %delete.uid, "deleted stale worker pod");
+                let about_this_pod = |e: &PlannedEvent| {
+                    e.related_pod
+                        .as_ref()
+                        .is_some_and(|(_, uid)| *uid == delete.uid)
+                };
+                events.extend(refresh_events.iter().filter(|e| about_this_pod(e)).cloned());
             }
             // Gone or already replaced by a new instance: that is what the delete was for.
             Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => {
@@ -385,6 +463,7 @@ async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Er
         let patch = json!({
             "apiVersion": SwarmPool::api_version(&()),
             "kind": SwarmPool::kind(&()),
+            "metadata": { "name": pool.name_any() },
             "status": plan.status,
         });
         pools
@@ -397,9 +476,6 @@ async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Er
             .map_err(|source| Error::PatchStatus { source })?;
         debug!(phase = ?plan.status.phase, "status updated");
     }
-
-    publish(&ctx, &pool, events).await;
-    ctx.record_success(&key);
     Ok(Action::requeue(plan.requeue_after))
 }
 
@@ -556,6 +632,21 @@ mod tests {
         assert_eq!(names(pools_for_pod(&pools, &store, &pod)), ["a"]);
         pod.metadata.owner_references = None;
         assert!(pools_for_pod(&pools, &store, &pod).is_empty());
+    }
+
+    #[test]
+    fn caches_count_as_synced_once_each_stream_completed_its_initial_list() {
+        let (tx, rx) = watch::channel(Synced::default());
+        let mut pools = mark_synced::<SwarmPool>(tx.clone(), Cache::Pools);
+        let mut sts = mark_synced::<StatefulSet>(tx.clone(), Cache::StatefulSets);
+        let mut pods = mark_synced::<Pod>(tx, Cache::Pods);
+        pools(&Ok(watcher::Event::Init));
+        pools(&Ok(watcher::Event::InitDone));
+        sts(&Ok(watcher::Event::InitDone));
+        pods(&Ok(watcher::Event::Init));
+        assert!(!rx.borrow().all(), "pods are still listing");
+        pods(&Ok(watcher::Event::InitDone));
+        assert!(rx.borrow().all());
     }
 
     #[test]

@@ -66,10 +66,26 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", one_line(&error));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, skipping causes whose text the previous message
+/// already includes (kube's errors repeat their sources in their own message).
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {

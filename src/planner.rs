@@ -390,8 +390,8 @@ fn plan_failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
 }
 
 /// The phase rules, in order:
-/// 1. 0 replicas: `Degraded` (`NoReplicas`).
-/// 2. Paused with changes not written or stale workers not refreshed: `Pending` (`Paused`).
+/// 1. Paused with changes not written or stale workers not refreshed: `Pending` (`Paused`).
+/// 2. 0 replicas: `Degraded` (`NoReplicas`).
 /// 3. No worker pod exists yet: `Pending` (`WaitingForWorkers`).
 /// 4. A worker pod has not been Ready for [`STARTUP_GRACE`] or longer: `Degraded`
 ///    (`WorkersNotReady`).
@@ -405,18 +405,18 @@ fn verdict(
     now: Timestamp,
 ) -> Verdict {
     let n = workers.len();
-    if n == 0 {
-        return Verdict::new(
-            Phase::Degraded,
-            reason::NO_REPLICAS,
-            "the StatefulSet has 0 replicas: every job is unassigned",
-        );
-    }
     if paused_with_changes {
         return Verdict::new(
             Phase::Pending,
             reason::PAUSED,
             "spec.paused holds back changes: nothing is written and no pod is deleted",
+        );
+    }
+    if n == 0 {
+        return Verdict::new(
+            Phase::Degraded,
+            reason::NO_REPLICAS,
+            "the StatefulSet has 0 replicas: every job is unassigned",
         );
     }
     if workers.iter().all(|(_, pod)| pod.is_none()) {

@@ -15,9 +15,12 @@ pub enum LogFormat {
 /// Installs the global tracing subscriber. `RUST_LOG` filters (default `info`).
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Colours only on a terminal: container logs stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder

@@ -5,8 +5,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use swarm_operator::crd::{SwarmPool, crd_yaml};
 
-const REGENERATE: &str =
-    "regenerate with: cargo run -q -- crd > crds/swarmpool.yaml && cp crds/swarmpool.yaml deploy/crd/swarmpool.yaml";
+const REGENERATE: &str = "regenerate with: cargo run -q -- crd > crds/swarmpool.yaml && cp crds/swarmpool.yaml deploy/crd/swarmpool.yaml";
 
 #[test]
 fn committed_crd_files_match_the_rust_types() {
@@ -14,7 +13,10 @@ fn committed_crd_files_match_the_rust_types() {
     for path in ["crds/swarmpool.yaml", "deploy/crd/swarmpool.yaml"] {
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
         let committed = std::fs::read_to_string(&file).unwrap_or_default();
-        assert!(committed == generated, "{path} is stale or missing; {REGENERATE}");
+        assert!(
+            committed == generated,
+            "{path} is stale or missing; {REGENERATE}"
+        );
     }
 }
 
@@ -49,10 +51,30 @@ fn names_scope_and_status_subresource_are_the_contract() {
 #[test]
 fn printer_columns_are_name_statefulset_ready_jobs_version_phase_age_and_wide_unassigned() {
     let crd = crd();
-    let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"].as_array().unwrap().clone();
-    let names: Vec<&str> = columns.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["StatefulSet", "Ready", "Jobs", "Version", "Phase", "Age", "Unassigned"]);
-    let paths: Vec<&str> = columns.iter().map(|c| c["jsonPath"].as_str().unwrap()).collect();
+    let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let names: Vec<&str> = columns
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "StatefulSet",
+            "Ready",
+            "Jobs",
+            "Version",
+            "Phase",
+            "Age",
+            "Unassigned"
+        ]
+    );
+    let paths: Vec<&str> = columns
+        .iter()
+        .map(|c| c["jsonPath"].as_str().unwrap())
+        .collect();
     assert_eq!(
         paths,
         [
@@ -78,14 +100,27 @@ fn spec_schema_enforces_a_set_of_non_empty_jobs_and_shows_defaults() {
     assert_eq!(props["jobs"]["x-kubernetes-list-type"], "set");
     assert_eq!(props["jobs"]["items"]["minLength"], 1);
     assert_eq!(props["strategy"]["default"], "Sticky");
-    assert_eq!(props["strategy"]["enum"], json!(["Sticky", "Consistent", "Contiguous"]));
+    assert_eq!(
+        props["strategy"]["enum"],
+        json!(["Sticky", "Consistent", "Contiguous"])
+    );
     assert_eq!(props["paused"]["default"], false);
     let rollout = &props["rollout"]["properties"];
     assert_eq!(rollout["policy"]["default"], "DeletePods");
     assert_eq!(rollout["policy"]["enum"], json!(["DeletePods", "None"]));
     assert_eq!(rollout["maxUnavailable"]["default"], "25%");
-    assert_eq!(rollout["maxUnavailable"]["x-kubernetes-int-or-string"], true);
-    for field in ["selector", "jobs", "configMap", "strategy", "rollout", "paused"] {
+    assert_eq!(
+        rollout["maxUnavailable"]["x-kubernetes-int-or-string"],
+        true
+    );
+    for field in [
+        "selector",
+        "jobs",
+        "configMap",
+        "strategy",
+        "rollout",
+        "paused",
+    ] {
         let description = props[field]["description"].as_str().unwrap_or_default();
         assert!(!description.is_empty(), "spec.{field} is documented");
     }
@@ -109,12 +144,18 @@ fn status_schema_has_every_contract_field_and_conditions_keyed_by_type() {
         "conditions",
     ] {
         assert!(status[field].is_object(), "status.{field} exists");
-        assert!(status[field]["description"].is_string(), "status.{field} is documented");
+        assert!(
+            status[field]["description"].is_string(),
+            "status.{field} is documented"
+        );
     }
     assert_eq!(
         status["phase"]["enum"],
         json!(["Pending", "RollingOut", "Balanced", "Degraded", "Failed"])
     );
     assert_eq!(status["conditions"]["x-kubernetes-list-type"], "map");
-    assert_eq!(status["conditions"]["x-kubernetes-list-map-keys"], json!(["type"]));
+    assert_eq!(
+        status["conditions"]["x-kubernetes-list-map-keys"],
+        json!(["type"])
+    );
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use swarm_operator::crd::SwarmPool;
 use swarm_operator::planner;
@@ -26,8 +27,6 @@ fn document<T: DeserializeOwned>(path: &str, kind: &str) -> T {
     panic!("no {kind} in {path}");
 }
 
-use serde::Deserialize;
-
 #[test]
 fn the_example_pool_selects_the_example_statefulset_and_names_the_configmap_its_pods_mount() {
     let pool: SwarmPool = document("examples/swarmpool.yaml", "SwarmPool");
@@ -43,37 +42,71 @@ fn the_example_pool_selects_the_example_statefulset_and_names_the_configmap_its_
     let template = spec.template;
     let pod_labels = template.metadata.unwrap().labels.unwrap();
     for (k, v) in spec.selector.match_labels.unwrap() {
-        assert_eq!(pod_labels.get(&k), Some(&v), "the pod template carries the selector labels");
+        assert_eq!(
+            pod_labels.get(&k),
+            Some(&v),
+            "the pod template carries the selector labels"
+        );
     }
     let pod = template.spec.unwrap();
-    let volume = pod.volumes.unwrap().into_iter().find(|v| v.config_map.is_some()).unwrap();
+    let volume = pod
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.config_map.is_some())
+        .unwrap();
     let config_map = volume.config_map.unwrap();
     assert_eq!(config_map.name, pool.config_map_name());
     assert_eq!(config_map.optional, Some(true));
     let container = &pod.containers[0];
-    let mount = container.volume_mounts.as_ref().unwrap().iter().find(|m| m.name == volume.name).unwrap();
+    let mount = container
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|m| m.name == volume.name)
+        .unwrap();
     assert_eq!(mount.mount_path, "/app/config");
-    let pod_name = container.env.as_ref().unwrap().iter().find(|e| e.name == "POD_NAME").unwrap();
-    let field = pod_name.value_from.as_ref().unwrap().field_ref.as_ref().unwrap();
+    let pod_name = container
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|e| e.name == "POD_NAME")
+        .unwrap();
+    let field = pod_name
+        .value_from
+        .as_ref()
+        .unwrap()
+        .field_ref
+        .as_ref()
+        .unwrap();
     assert_eq!(field.field_path, "metadata.name");
 }
 
 #[test]
 fn the_examples_namespace_is_applied_before_the_objects_in_it() {
-    let mut files: Vec<String> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|name| name.ends_with(".yaml"))
-        .collect();
+    let mut files: Vec<String> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|name| name.ends_with(".yaml"))
+            .collect();
     files.sort();
-    assert_eq!(files[0], "namespace.yaml", "kubectl apply -f examples/ goes in name order");
+    assert_eq!(
+        files[0], "namespace.yaml",
+        "kubectl apply -f examples/ goes in name order"
+    );
 }
 
 fn sorted(mut rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
     for rule in &mut rules {
         rule.verbs.sort();
     }
-    rules.sort_by(|a, b| format!("{:?}{:?}", a.api_groups, a.resources).cmp(&format!("{:?}{:?}", b.api_groups, b.resources)));
+    rules.sort_by(|a, b| {
+        format!("{:?}{:?}", a.api_groups, a.resources)
+            .cmp(&format!("{:?}{:?}", b.api_groups, b.resources))
+    });
     rules
 }
 
@@ -81,7 +114,10 @@ fn sorted(mut rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
 fn cluster_and_namespaced_installs_grant_the_same_rules() {
     let cluster: ClusterRole = document("deploy/rbac/cluster_role.yaml", "ClusterRole");
     let namespaced: Role = document("deploy/overlays/namespaced/role.yaml", "Role");
-    assert_eq!(sorted(cluster.rules.unwrap()), sorted(namespaced.rules.unwrap()));
+    assert_eq!(
+        sorted(cluster.rules.unwrap()),
+        sorted(namespaced.rules.unwrap())
+    );
 }
 
 #[test]
@@ -115,14 +151,28 @@ fn the_operator_runs_under_the_restricted_pod_security_profile_with_probes() {
     let pod_security = pod.security_context.unwrap();
     assert_eq!(pod_security.run_as_non_root, Some(true));
     assert_eq!(pod_security.run_as_user, Some(65532));
-    assert_eq!(pod_security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    assert_eq!(
+        pod_security.seccomp_profile.unwrap().type_,
+        "RuntimeDefault"
+    );
     let container = &pod.containers[0];
     let security = container.security_context.as_ref().unwrap();
     assert_eq!(security.allow_privilege_escalation, Some(false));
     assert_eq!(security.read_only_root_filesystem, Some(true));
-    assert_eq!(security.capabilities.as_ref().unwrap().drop.as_deref(), Some(&["ALL".to_owned()][..]));
+    assert_eq!(
+        security.capabilities.as_ref().unwrap().drop.as_deref(),
+        Some(&["ALL".to_owned()][..])
+    );
     let path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
-        probe.as_ref().unwrap().http_get.as_ref().unwrap().path.clone().unwrap()
+        probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap()
+            .path
+            .clone()
+            .unwrap()
     };
     assert_eq!(path(&container.liveness_probe), "/healthz");
     assert_eq!(path(&container.readiness_probe), "/readyz");

@@ -6,7 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, ObjectMeta, OwnerReference, Time,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
@@ -25,13 +27,33 @@ const CM: &str = "swarm-worker-config";
 /// The 27 jobs of the predecessor's example configuration.
 fn example_jobs() -> Vec<String> {
     [
-        "stream:xxrtve1", "stream:xxrtve2", "stream:zrtve2:new", "stream:zrtve1:new", "stream:zrtve0:new",
-        "stream:cctv0:updated", "stream:history:new", "stream:foo:new", "stream:xxctv3:new",
-        "stream:cctv3:updated", "stream:xxctv0:updated", "stream:xxctv10:updated", "stream:xxctv11:updated",
-        "stream:xxctv12:updated", "stream:xxctv13:updated", "stream:xxctv14:updated", "stream:yxctv1:updated",
-        "stream:yxctv2:updated", "stream:yxctv3:updated", "stream:xabcn0:updated", "stream:xacb01:updated",
-        "stream:xacb02:updated", "stream:xacb03:updated", "stream:xacb04:updated",
-        "stream:sportnews0:updated", "stream:cars:new", "stream:cars:updated",
+        "stream:xxrtve1",
+        "stream:xxrtve2",
+        "stream:zrtve2:new",
+        "stream:zrtve1:new",
+        "stream:zrtve0:new",
+        "stream:cctv0:updated",
+        "stream:history:new",
+        "stream:foo:new",
+        "stream:xxctv3:new",
+        "stream:cctv3:updated",
+        "stream:xxctv0:updated",
+        "stream:xxctv10:updated",
+        "stream:xxctv11:updated",
+        "stream:xxctv12:updated",
+        "stream:xxctv13:updated",
+        "stream:xxctv14:updated",
+        "stream:yxctv1:updated",
+        "stream:yxctv2:updated",
+        "stream:yxctv3:updated",
+        "stream:xabcn0:updated",
+        "stream:xacb01:updated",
+        "stream:xacb02:updated",
+        "stream:xacb03:updated",
+        "stream:xacb04:updated",
+        "stream:sportnews0:updated",
+        "stream:cars:new",
+        "stream:cars:updated",
     ]
     .map(String::from)
     .to_vec()
@@ -42,7 +64,10 @@ fn t0() -> Timestamp {
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 fn pool(jobs: Vec<String>) -> SwarmPool {
@@ -173,7 +198,12 @@ impl World {
     }
 
     fn replicas(&self) -> usize {
-        self.statefulsets[0].spec.as_ref().unwrap().replicas.unwrap() as usize
+        self.statefulsets[0]
+            .spec
+            .as_ref()
+            .unwrap()
+            .replicas
+            .unwrap() as usize
     }
 
     fn scale(&mut self, replicas: i32) {
@@ -193,7 +223,9 @@ impl World {
     }
 
     fn cached_pods(&self) -> Vec<Pod> {
-        self.stale_cache.clone().unwrap_or_else(|| self.pods.clone())
+        self.stale_cache
+            .clone()
+            .unwrap_or_else(|| self.pods.clone())
     }
 
     /// One reconcile, as `controller::reconcile` runs it.
@@ -219,10 +251,9 @@ impl World {
                 continue;
             }
             for delete in &plan.deletes {
-                let pod = self
-                    .pods
-                    .iter_mut()
-                    .find(|p| p.name_any() == delete.name && p.metadata.uid.as_deref() == Some(&delete.uid));
+                let pod = self.pods.iter_mut().find(|p| {
+                    p.name_any() == delete.name && p.metadata.uid.as_deref() == Some(&delete.uid)
+                });
                 if let Some(pod) = pod {
                     pod.metadata.deletion_timestamp = Some(Time(self.now));
                 }
@@ -247,9 +278,17 @@ impl World {
             },
             ..ConfigMap::default()
         });
-        cm.data.get_or_insert_default().extend(desired.data.unwrap());
-        cm.metadata.labels.get_or_insert_default().extend(desired.metadata.labels.unwrap());
-        cm.metadata.annotations.get_or_insert_default().extend(desired.metadata.annotations.unwrap());
+        cm.data
+            .get_or_insert_default()
+            .extend(desired.data.unwrap());
+        cm.metadata
+            .labels
+            .get_or_insert_default()
+            .extend(desired.metadata.labels.unwrap());
+        cm.metadata
+            .annotations
+            .get_or_insert_default()
+            .extend(desired.metadata.annotations.unwrap());
         let refs = cm.metadata.owner_references.get_or_insert_default();
         for r in desired.metadata.owner_references.unwrap() {
             if !refs.iter().any(|have| have.uid == r.uid) {
@@ -263,7 +302,8 @@ impl World {
     fn settle_pods(&mut self) {
         self.now += SignedDuration::from_secs(10);
         let replicas = self.replicas();
-        self.pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+        self.pods
+            .retain(|p| p.metadata.deletion_timestamp.is_none());
         self.pods.retain(|p| ordinal(p) < replicas);
         for ordinal in 0..replicas {
             if !self.pods.iter().any(|p| self::ordinal(p) == ordinal) {
@@ -287,19 +327,33 @@ impl World {
     }
 
     fn config(&self) -> WorkerConfig {
-        WorkerConfig::parse(&self.config_map.as_ref().unwrap().data.as_ref().unwrap()[CONFIG_KEY]).unwrap()
+        WorkerConfig::parse(&self.config_map.as_ref().unwrap().data.as_ref().unwrap()[CONFIG_KEY])
+            .unwrap()
     }
 
     fn pending(&self) -> BTreeMap<String, String> {
-        serde_json::from_str(&self.config_map.as_ref().unwrap().annotations()[PENDING_REFRESH_ANNOTATION]).unwrap()
+        serde_json::from_str(
+            &self.config_map.as_ref().unwrap().annotations()[PENDING_REFRESH_ANNOTATION],
+        )
+        .unwrap()
     }
 
     fn uid_of(&self, ordinal: usize) -> String {
-        self.pods.iter().find(|p| self::ordinal(p) == ordinal).unwrap().metadata.uid.clone().unwrap()
+        self.pods
+            .iter()
+            .find(|p| self::ordinal(p) == ordinal)
+            .unwrap()
+            .metadata
+            .uid
+            .clone()
+            .unwrap()
     }
 
     fn pod_mut(&mut self, ordinal: usize) -> &mut Pod {
-        self.pods.iter_mut().find(|p| self::ordinal(p) == ordinal).unwrap()
+        self.pods
+            .iter_mut()
+            .find(|p| self::ordinal(p) == ordinal)
+            .unwrap()
     }
 
     fn event_reasons(&self) -> Vec<&'static str> {
@@ -308,7 +362,11 @@ impl World {
 
     fn ready_condition(&self) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
         let status = self.pool.status.as_ref().unwrap();
-        status.conditions.iter().find(|c| c.type_ == conditions::READY).unwrap()
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::READY)
+            .unwrap()
     }
 }
 
@@ -355,19 +413,34 @@ fn first_write_assigns_every_job_once_and_refreshes_the_running_workers_one_at_a
     assert_eq!(pending["swarm-worker-0"], uids[0]);
     assert_eq!(pending["swarm-worker-1"], uids[1]);
     // 25% of 2 rounds down to 0, raised to 1: one pod at a time.
-    assert_eq!(world.deleted, vec![("swarm-worker-0".to_owned(), uids[0].clone())]);
+    assert_eq!(
+        world.deleted,
+        vec![("swarm-worker-0".to_owned(), uids[0].clone())]
+    );
     assert_eq!(plan.status.phase, Some(Phase::RollingOut));
-    assert_eq!(plan.status.stale_workers, ["swarm-worker-0", "swarm-worker-1"]);
+    assert_eq!(
+        plan.status.stale_workers,
+        ["swarm-worker-0", "swarm-worker-1"]
+    );
     assert_eq!(plan.status.version, Some(1));
     assert_eq!(plan.status.jobs, 27);
-    assert_eq!(world.event_reasons(), [reason::REBALANCED, reason::REFRESHING_WORKER]);
+    assert_eq!(
+        world.event_reasons(),
+        [reason::REBALANCED, reason::REFRESHING_WORKER]
+    );
 
     let cm = world.config_map.as_ref().unwrap();
-    assert_eq!(cm.labels()["app.kubernetes.io/managed-by"], "swarm-operator");
+    assert_eq!(
+        cm.labels()["app.kubernetes.io/managed-by"],
+        "swarm-operator"
+    );
     assert_eq!(cm.labels()["swarm.io/pool"], "swarm-pool");
     assert_eq!(cm.annotations()[VERSION_ANNOTATION], "1");
     let owner = &cm.owner_references()[0];
-    assert_eq!((owner.uid.as_str(), owner.kind.as_str(), owner.controller), (POOL_UID, "SwarmPool", Some(true)));
+    assert_eq!(
+        (owner.uid.as_str(), owner.kind.as_str(), owner.controller),
+        (POOL_UID, "SwarmPool", Some(true))
+    );
 
     // While worker 0 terminates, worker 1 waits (the budget is spent).
     world.reconcile();
@@ -376,7 +449,10 @@ fn first_write_assigns_every_job_once_and_refreshes_the_running_workers_one_at_a
     world.settle_pods();
     world.reconcile();
     assert_eq!(names(&world.deleted), ["swarm-worker-0", "swarm-worker-1"]);
-    assert_eq!(world.pending().keys().collect::<Vec<_>>(), ["swarm-worker-1"]);
+    assert_eq!(
+        world.pending().keys().collect::<Vec<_>>(),
+        ["swarm-worker-1"]
+    );
 
     world.settle_pods();
     let plan = world.reconcile();
@@ -384,7 +460,11 @@ fn first_write_assigns_every_job_once_and_refreshes_the_running_workers_one_at_a
     assert_eq!(plan.status.ready.as_deref(), Some("2/2"));
     assert!(plan.status.stale_workers.is_empty());
     assert_eq!(world.ready_condition().status, "True");
-    assert_eq!(world.config().version, 1, "refreshing workers does not change the config");
+    assert_eq!(
+        world.config().version,
+        1,
+        "refreshing workers does not change the config"
+    );
 }
 
 #[test]
@@ -407,7 +487,10 @@ fn first_write_before_any_pod_exists_restarts_nothing() {
     world.pods.clear();
     let plan = world.reconcile();
     assert_eq!(world.config().version, 1);
-    assert!(world.pending().is_empty(), "pods created later mount the new content");
+    assert!(
+        world.pending().is_empty(),
+        "pods created later mount the new content"
+    );
     assert!(world.deleted.is_empty());
     assert_eq!(plan.status.phase, Some(Phase::Pending));
     assert_eq!(world.ready_condition().reason, reason::WAITING_FOR_WORKERS);
@@ -423,14 +506,24 @@ fn scale_up_moves_jobs_only_to_the_new_worker_and_waits_for_it_before_restarting
     let after = world.config();
     assert_eq!(after.version, before.version + 1);
     let new_worker = after.workload("swarm-worker-2").unwrap();
-    assert_eq!(new_worker.jobs.len(), 9, "exactly floor(27/3) jobs move, all to the new worker");
+    assert_eq!(
+        new_worker.jobs.len(),
+        9,
+        "exactly floor(27/3) jobs move, all to the new worker"
+    );
     for old in ["swarm-worker-0", "swarm-worker-1"] {
-        let (b, a) = (&before.workload(old).unwrap().jobs, &after.workload(old).unwrap().jobs);
+        let (b, a) = (
+            &before.workload(old).unwrap().jobs,
+            &after.workload(old).unwrap().jobs,
+        );
         assert!(a.iter().all(|job| b.contains(job)), "{old} only loses jobs");
     }
     // worker 2 has no pod yet: nothing to refresh there, and it counts as unavailable.
     assert!(world.pending().keys().all(|p| p != "swarm-worker-2"));
-    assert!(world.deleted.is_empty(), "the missing worker spends the budget");
+    assert!(
+        world.deleted.is_empty(),
+        "the missing worker spends the budget"
+    );
     assert_eq!(plan.status.phase, Some(Phase::RollingOut));
     assert_eq!(plan.status.workers, 3);
 
@@ -472,7 +565,10 @@ fn adding_a_job_refreshes_only_the_worker_that_receives_it() {
     assert_eq!(touched.len(), 1);
     assert_eq!(world.pending().keys().collect::<Vec<_>>(), touched);
     assert_eq!(names(&world.deleted), touched);
-    assert_eq!(world.pool.status.as_ref().unwrap().observed_generation, Some(2));
+    assert_eq!(
+        world.pool.status.as_ref().unwrap().observed_generation,
+        Some(2)
+    );
 }
 
 #[test]
@@ -480,8 +576,16 @@ fn removing_a_job_refreshes_at_most_two_workers() {
     let mut world = balanced(example_jobs(), 3);
     world.pool.spec.jobs.retain(|j| j != "stream:xxrtve1");
     world.reconcile();
-    assert!((1..=2).contains(&world.pending().len()), "{:?}", world.pending());
-    let mut all: Vec<String> = world.config().workloads().flat_map(|(_, w)| w.jobs.clone()).collect();
+    assert!(
+        (1..=2).contains(&world.pending().len()),
+        "{:?}",
+        world.pending()
+    );
+    let mut all: Vec<String> = world
+        .config()
+        .workloads()
+        .flat_map(|(_, w)| w.jobs.clone())
+        .collect();
     all.sort();
     assert_eq!(all.len(), 26);
     assert!(!all.contains(&"stream:xxrtve1".to_owned()));
@@ -547,13 +651,27 @@ fn after_an_operator_restart_mid_rollout_no_pod_is_deleted_twice_and_the_rollout
     // terminating, as the API server has it.
     world.deleting.clear();
     world.reconcile();
-    assert_eq!(world.deleted, first, "the terminating pod is not deleted again");
-    assert_eq!(world.writes, writes, "the version survives: nothing to rewrite");
+    assert_eq!(
+        world.deleted, first,
+        "the terminating pod is not deleted again"
+    );
+    assert_eq!(
+        world.writes, writes,
+        "the version survives: nothing to rewrite"
+    );
 
     world.run_to_balanced(20);
     let mut refreshed: Vec<&str> = names(&world.deleted);
     refreshed.sort();
-    assert_eq!(refreshed, ["swarm-worker-0", "swarm-worker-1", "swarm-worker-2", "swarm-worker-3"]);
+    assert_eq!(
+        refreshed,
+        [
+            "swarm-worker-0",
+            "swarm-worker-1",
+            "swarm-worker-2",
+            "swarm-worker-3"
+        ]
+    );
     assert_eq!(world.config().version, 1);
 }
 
@@ -564,14 +682,24 @@ fn a_crash_between_the_config_write_and_the_uid_resolution_is_recovered() {
     let mut config = world.config();
     config.version = 2;
     let cm = world.config_map.as_mut().unwrap();
-    cm.data.as_mut().unwrap().insert(CONFIG_KEY.into(), config.render());
-    cm.annotations_mut().insert(VERSION_ANNOTATION.into(), "2".into());
+    cm.data
+        .as_mut()
+        .unwrap()
+        .insert(CONFIG_KEY.into(), config.render());
     cm.annotations_mut()
-        .insert(PENDING_REFRESH_ANNOTATION.into(), r#"{"swarm-worker-1":""}"#.into());
+        .insert(VERSION_ANNOTATION.into(), "2".into());
+    cm.annotations_mut().insert(
+        PENDING_REFRESH_ANNOTATION.into(),
+        r#"{"swarm-worker-1":""}"#.into(),
+    );
     let uid1 = world.uid_of(1);
 
     world.reconcile();
-    assert_eq!(world.pending()["swarm-worker-1"], uid1, "resolved against a live pod list");
+    assert_eq!(
+        world.pending()["swarm-worker-1"],
+        uid1,
+        "resolved against a live pod list"
+    );
     assert_eq!(names(&world.deleted), ["swarm-worker-1"]);
 }
 
@@ -602,14 +730,21 @@ fn a_pod_not_controlled_by_the_statefulset_is_never_deleted() {
     let plan = world.reconcile();
     assert!(world.deleted.is_empty());
     assert!(world.pending().is_empty());
-    assert_eq!(plan.status.phase, Some(Phase::Pending), "no worker pod of ours exists");
+    assert_eq!(
+        plan.status.phase,
+        Some(Phase::Pending),
+        "no worker pod of ours exists"
+    );
 }
 
 #[test]
 fn an_unowned_configmap_is_adopted_and_its_assignment_kept() {
     // A placeholder written by hand before install, holding a valid assignment at version 7.
     let reference = balanced(example_jobs(), 2);
-    let text = reference.config().render().replace("version: 1", "version: 7");
+    let text = reference
+        .config()
+        .render()
+        .replace("version: 1", "version: 7");
     let mut world = World::new(example_jobs(), 2);
     world.config_map = Some(ConfigMap {
         metadata: ObjectMeta {
@@ -704,7 +839,11 @@ fn a_paused_pool_reports_the_change_but_writes_and_deletes_nothing() {
     assert!(world.deleted.is_empty());
     assert_eq!(plan.status.phase, Some(Phase::Pending));
     assert_eq!(world.ready_condition().reason, reason::PAUSED);
-    assert_eq!(plan.status.version, Some(1), "the version in the ConfigMap, not the planned one");
+    assert_eq!(
+        plan.status.version,
+        Some(1),
+        "the version in the ConfigMap, not the planned one"
+    );
     assert_eq!(plan.status.workers, 3);
 
     world.pool.spec.paused = false;
@@ -751,8 +890,12 @@ fn the_version_continues_from_the_configmap_after_a_restart() {
 fn an_unreadable_config_continues_from_the_version_annotation() {
     let mut world = balanced(example_jobs(), 2);
     let cm = world.config_map.as_mut().unwrap();
-    cm.data.as_mut().unwrap().insert(CONFIG_KEY.into(), "{{{ not yaml".into());
-    cm.annotations_mut().insert(VERSION_ANNOTATION.into(), "9".into());
+    cm.data
+        .as_mut()
+        .unwrap()
+        .insert(CONFIG_KEY.into(), "{{{ not yaml".into());
+    cm.annotations_mut()
+        .insert(VERSION_ANNOTATION.into(), "9".into());
     world.reconcile();
     assert_eq!(world.config().version, 10);
     assert!(world.event_reasons().contains(&reason::CONFIG_UNREADABLE));
@@ -776,20 +919,34 @@ fn max_unavailable_paces_the_refresh() {
     world.reconcile();
     assert_eq!(names(&world.deleted), ["swarm-worker-0", "swarm-worker-1"]);
     world.reconcile();
-    assert_eq!(world.deleted.len(), 2, "two are terminating: no more until they are back");
+    assert_eq!(
+        world.deleted.len(),
+        2,
+        "two are terminating: no more until they are back"
+    );
     world.settle_pods();
     world.reconcile();
-    assert_eq!(names(&world.deleted)[2..], ["swarm-worker-2", "swarm-worker-3"]);
+    assert_eq!(
+        names(&world.deleted)[2..],
+        ["swarm-worker-2", "swarm-worker-3"]
+    );
 }
 
 fn assert_failed(world: &mut World, reason: &str) -> Plan {
     let plan = world.reconcile();
     assert_eq!(plan.status.phase, Some(Phase::Failed));
-    assert!(plan.apply.is_none() && world.writes == 0, "no ConfigMap write");
+    assert!(
+        plan.apply.is_none() && world.writes == 0,
+        "no ConfigMap write"
+    );
     assert!(world.deleted.is_empty(), "no delete");
     assert_eq!(world.ready_condition().reason, reason);
     assert_eq!(world.ready_condition().status, "False");
-    let warning = world.events.iter().find(|e| e.warning).expect("a Warning event");
+    let warning = world
+        .events
+        .iter()
+        .find(|e| e.warning)
+        .expect("a Warning event");
     assert_eq!(warning.reason, reason);
     plan
 }
@@ -804,9 +961,16 @@ fn no_matching_statefulset_fails_with_statefulset_not_found() {
 #[test]
 fn two_matching_statefulsets_fail_with_ambiguous_selector() {
     let mut world = World::new(example_jobs(), 2);
-    world.statefulsets.push(statefulset("second", "second-uid", 1));
+    world
+        .statefulsets
+        .push(statefulset("second", "second-uid", 1));
     let plan = assert_failed(&mut world, reason::AMBIGUOUS_SELECTOR);
-    assert!(world.ready_condition().message.contains("second, swarm-worker"));
+    assert!(
+        world
+            .ready_condition()
+            .message
+            .contains("second, swarm-worker")
+    );
     assert_eq!(plan.status.stateful_set, None);
 }
 
@@ -834,7 +998,9 @@ fn a_malformed_max_unavailable_fails() {
 
 #[test]
 fn a_config_over_one_mebibyte_fails_naming_its_size_and_the_limit() {
-    let jobs: Vec<String> = (0..40_000).map(|i| format!("stream:a-rather-long-job-name-{i:08}")).collect();
+    let jobs: Vec<String> = (0..40_000)
+        .map(|i| format!("stream:a-rather-long-job-name-{i:08}"))
+        .collect();
     let mut world = World::new(jobs, 2);
     assert_failed(&mut world, reason::CONFIG_MAP_TOO_LARGE);
     let message = &world.ready_condition().message;
@@ -861,4 +1027,16 @@ fn failure_status_keeps_what_is_known_and_flips_back_when_fixed() {
     let plan = world.reconcile();
     assert_eq!(plan.status.phase, Some(Phase::Balanced));
     assert_eq!(world.writes, 0, "the config did not change");
+}
+
+#[test]
+fn pausing_takes_precedence_over_a_scale_to_zero_that_is_not_written_yet() {
+    let mut world = balanced(example_jobs(), 2);
+    world.pool.spec.paused = true;
+    world.scale(0);
+    let plan = world.reconcile();
+    assert_eq!(world.writes, 0);
+    assert_eq!(plan.status.phase, Some(Phase::Pending));
+    assert_eq!(world.ready_condition().reason, reason::PAUSED);
+    assert_eq!(world.config().len(), 2, "the workers keep their config");
 }

@@ -2,7 +2,7 @@
 //! format.
 //!
 //! Nothing here talks to Kubernetes or does I/O: the operator fetches the pool, the StatefulSet
-//! and the current `config.yml`, calls [`plan`], and writes what comes back. The same [`plan`]
+//! and the current `config.yml`, calls [`plan()`], and writes what comes back. The same [`plan()`]
 //! backs `swarm-operator plan`.
 //!
 //! Three strategies ([`Strategy`]):

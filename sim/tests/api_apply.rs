@@ -16,14 +16,25 @@ fn managers(obj: &Value) -> Vec<(String, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| (e["manager"].as_str().unwrap().to_string(), e["operation"].as_str().unwrap().to_string()))
+        .map(|e| {
+            (
+                e["manager"].as_str().unwrap().to_string(),
+                e["operation"].as_str().unwrap().to_string(),
+            )
+        })
         .collect()
 }
 
 #[tokio::test]
 async fn apply_of_another_managers_field_conflicts_unless_forced() {
     let api = Api::start().await;
-    let a = api.patch(&format!("{CM}/c?fieldManager=a"), APPLY, cm(json!({"x": "1"}))).await;
+    let a = api
+        .patch(
+            &format!("{CM}/c?fieldManager=a"),
+            APPLY,
+            cm(json!({"x": "1"})),
+        )
+        .await;
     assert_eq!(a.status, 201);
     let entry = &a.body["metadata"]["managedFields"][0];
     assert_eq!(entry["manager"], "a");
@@ -31,24 +42,50 @@ async fn apply_of_another_managers_field_conflicts_unless_forced() {
     assert_eq!(entry["fieldsType"], "FieldsV1");
     assert_eq!(entry["fieldsV1"], json!({"f:data": {"f:x": {}}}));
     assert!(entry["time"].is_string());
-    let b = api.patch(&format!("{CM}/c?fieldManager=b"), APPLY, cm(json!({"x": "2"}))).await;
+    let b = api
+        .patch(
+            &format!("{CM}/c?fieldManager=b"),
+            APPLY,
+            cm(json!({"x": "2"})),
+        )
+        .await;
     assert_eq!(b.status, 409);
     assert_eq!(b.body["reason"], "Conflict");
     let cause = &b.body["details"]["causes"][0];
     assert_eq!(cause["reason"], "FieldManagerConflict");
     assert_eq!(cause["field"], ".data.x");
     assert_eq!(api.get(&format!("{CM}/c")).await.body["data"]["x"], "1");
-    let forced = api.patch(&format!("{CM}/c?fieldManager=b&force=true"), APPLY, cm(json!({"x": "2"}))).await;
+    let forced = api
+        .patch(
+            &format!("{CM}/c?fieldManager=b&force=true"),
+            APPLY,
+            cm(json!({"x": "2"})),
+        )
+        .await;
     assert_eq!(forced.status, 200);
     assert_eq!(forced.body["data"]["x"], "2");
-    assert_eq!(managers(&forced.body), vec![("b".to_string(), "Apply".to_string())]);
+    assert_eq!(
+        managers(&forced.body),
+        vec![("b".to_string(), "Apply".to_string())]
+    );
 }
 
 #[tokio::test]
 async fn equal_values_share_ownership() {
     let api = Api::start().await;
-    api.patch(&format!("{CM}/c?fieldManager=a"), APPLY, cm(json!({"x": "1"}))).await;
-    let b = api.patch(&format!("{CM}/c?fieldManager=b"), APPLY, cm(json!({"x": "1"}))).await;
+    api.patch(
+        &format!("{CM}/c?fieldManager=a"),
+        APPLY,
+        cm(json!({"x": "1"})),
+    )
+    .await;
+    let b = api
+        .patch(
+            &format!("{CM}/c?fieldManager=b"),
+            APPLY,
+            cm(json!({"x": "1"})),
+        )
+        .await;
     assert_eq!(b.status, 200);
     assert_eq!(managers(&b.body).len(), 2);
 }
@@ -56,8 +93,19 @@ async fn equal_values_share_ownership() {
 #[tokio::test]
 async fn field_applied_before_and_omitted_now_is_removed() {
     let api = Api::start().await;
-    api.patch(&format!("{CM}/c?fieldManager=a"), APPLY, cm(json!({"a": "1", "b": "2"}))).await;
-    let r = api.patch(&format!("{CM}/c?fieldManager=a"), APPLY, cm(json!({"a": "1"}))).await;
+    api.patch(
+        &format!("{CM}/c?fieldManager=a"),
+        APPLY,
+        cm(json!({"a": "1", "b": "2"})),
+    )
+    .await;
+    let r = api
+        .patch(
+            &format!("{CM}/c?fieldManager=a"),
+            APPLY,
+            cm(json!({"a": "1"})),
+        )
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body["data"], json!({"a": "1"}));
 }
@@ -65,25 +113,58 @@ async fn field_applied_before_and_omitted_now_is_removed() {
 #[tokio::test]
 async fn field_omitted_but_owned_by_another_manager_stays() {
     let api = Api::start().await;
-    api.patch(&format!("{CM}/c?fieldManager=a"), APPLY, cm(json!({"a": "1", "b": "2"}))).await;
-    api.patch(&format!("{CM}/c?fieldManager=b"), APPLY, cm(json!({"b": "2"}))).await;
-    let r = api.patch(&format!("{CM}/c?fieldManager=a"), APPLY, cm(json!({"a": "1"}))).await;
+    api.patch(
+        &format!("{CM}/c?fieldManager=a"),
+        APPLY,
+        cm(json!({"a": "1", "b": "2"})),
+    )
+    .await;
+    api.patch(
+        &format!("{CM}/c?fieldManager=b"),
+        APPLY,
+        cm(json!({"b": "2"})),
+    )
+    .await;
+    let r = api
+        .patch(
+            &format!("{CM}/c?fieldManager=a"),
+            APPLY,
+            cm(json!({"a": "1"})),
+        )
+        .await;
     assert_eq!(r.body["data"], json!({"a": "1", "b": "2"}));
 }
 
 #[tokio::test]
 async fn apply_without_field_manager_is_invalid() {
     let api = Api::start().await;
-    let r = api.patch(&format!("{CM}/c"), APPLY, cm(json!({"a": "1"}))).await;
+    let r = api
+        .patch(&format!("{CM}/c"), APPLY, cm(json!({"a": "1"})))
+        .await;
     assert_eq!(r.status, 422);
 }
 
 #[tokio::test]
 async fn unchanged_apply_does_not_bump_resource_version() {
     let api = Api::start().await;
-    let first = api.patch(&format!("{CM}/c?fieldManager=a"), APPLY, cm(json!({"a": "1"}))).await;
-    let again = api.patch(&format!("{CM}/c?fieldManager=a"), APPLY, cm(json!({"a": "1"}))).await;
-    assert_eq!(first.body["metadata"]["resourceVersion"], again.body["metadata"]["resourceVersion"]);
+    let first = api
+        .patch(
+            &format!("{CM}/c?fieldManager=a"),
+            APPLY,
+            cm(json!({"a": "1"})),
+        )
+        .await;
+    let again = api
+        .patch(
+            &format!("{CM}/c?fieldManager=a"),
+            APPLY,
+            cm(json!({"a": "1"})),
+        )
+        .await;
+    assert_eq!(
+        first.body["metadata"]["resourceVersion"],
+        again.body["metadata"]["resourceVersion"]
+    );
 }
 
 #[tokio::test]
@@ -92,11 +173,28 @@ async fn custom_resource_lists_are_atomic_unless_marked_set() {
     api.create_widget_crd().await;
     let w = |spec: Value| json!({"apiVersion": "test.io/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": spec});
     let path = format!("{}/w", api.widgets());
-    api.patch(&format!("{path}?fieldManager=a"), APPLY, w(json!({"size": 1, "tags": ["x"], "items": ["x"]}))).await;
-    let b = api.patch(&format!("{path}?fieldManager=b"), APPLY, w(json!({"tags": ["y"]}))).await;
+    api.patch(
+        &format!("{path}?fieldManager=a"),
+        APPLY,
+        w(json!({"size": 1, "tags": ["x"], "items": ["x"]})),
+    )
+    .await;
+    let b = api
+        .patch(
+            &format!("{path}?fieldManager=b"),
+            APPLY,
+            w(json!({"tags": ["y"]})),
+        )
+        .await;
     assert_eq!(b.status, 200, "{}", b.body);
     assert_eq!(b.body["spec"]["tags"], json!(["x", "y"]));
-    let c = api.patch(&format!("{path}?fieldManager=c"), APPLY, w(json!({"items": ["y"]}))).await;
+    let c = api
+        .patch(
+            &format!("{path}?fieldManager=c"),
+            APPLY,
+            w(json!({"items": ["y"]})),
+        )
+        .await;
     assert_eq!(c.status, 409, "atomic list owned by a is a conflict");
 }
 
@@ -145,11 +243,26 @@ async fn second_lease_create_is_already_exists() {
 #[tokio::test]
 async fn non_forced_apply_of_another_managers_holder_is_conflict() {
     let api = Api::start().await;
-    let a = api.patch(&format!("{LEASES}/leader?fieldManager=a"), APPLY, lease("a")).await;
+    let a = api
+        .patch(
+            &format!("{LEASES}/leader?fieldManager=a"),
+            APPLY,
+            lease("a"),
+        )
+        .await;
     assert_eq!(a.status, 201);
-    let b = api.patch(&format!("{LEASES}/leader?fieldManager=b"), APPLY, lease("b")).await;
+    let b = api
+        .patch(
+            &format!("{LEASES}/leader?fieldManager=b"),
+            APPLY,
+            lease("b"),
+        )
+        .await;
     assert_eq!(b.status, 409);
-    assert_eq!(b.body["details"]["causes"][0]["field"], ".spec.holderIdentity");
+    assert_eq!(
+        b.body["details"]["causes"][0]["field"],
+        ".spec.holderIdentity"
+    );
     let got = api.get(&format!("{LEASES}/leader")).await;
     assert_eq!(got.body["spec"]["holderIdentity"], "a");
 }

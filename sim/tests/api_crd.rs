@@ -49,7 +49,13 @@ async fn schema_violations_are_invalid_with_one_cause_each() {
     assert_eq!(r.status, 422);
     assert_eq!(r.body["reason"], "Invalid");
     let causes = r.body["details"]["causes"].as_array().unwrap();
-    let by_field = |f: &str| causes.iter().filter(|c| c["field"] == f).map(|c| c["reason"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let by_field = |f: &str| {
+        causes
+            .iter()
+            .filter(|c| c["field"] == f)
+            .map(|c| c["reason"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
     assert!(by_field("spec.size").contains(&"FieldValueInvalid".to_string()));
     assert!(by_field("spec.color").contains(&"FieldValueNotSupported".to_string()));
     assert!(by_field("spec.name").contains(&"FieldValueTooLong".to_string()));
@@ -58,7 +64,10 @@ async fn schema_violations_are_invalid_with_one_cause_each() {
     let missing = api.create_widget("missing", json!({})).await;
     assert_eq!(missing.status, 422);
     assert_eq!(missing.body["details"]["causes"][0]["field"], "spec.size");
-    assert_eq!(missing.body["details"]["causes"][0]["reason"], "FieldValueRequired");
+    assert_eq!(
+        missing.body["details"]["causes"][0]["reason"],
+        "FieldValueRequired"
+    );
     assert_eq!(api.get(&format!("{}/bad", api.widgets())).await.status, 404);
 }
 
@@ -66,7 +75,9 @@ async fn schema_violations_are_invalid_with_one_cause_each() {
 async fn unknown_fields_are_pruned_and_defaults_filled() {
     let api = Api::start().await;
     api.create_widget_crd().await;
-    let r = api.create_widget("w", json!({"size": 2, "port": "http", "bogus": 1})).await;
+    let r = api
+        .create_widget("w", json!({"size": 2, "port": "http", "bogus": 1}))
+        .await;
     assert_eq!(r.status, 201);
     assert!(r.body["spec"].get("bogus").is_none());
     assert_eq!(r.body["spec"]["color"], "red");
@@ -78,7 +89,12 @@ async fn unknown_fields_are_pruned_and_defaults_filled() {
         )
         .await;
     assert_eq!(strict.status, 400);
-    assert!(strict.body["message"].as_str().unwrap().contains("unknown field \"spec.bogus\""));
+    assert!(
+        strict.body["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field \"spec.bogus\"")
+    );
 }
 
 #[tokio::test]
@@ -86,19 +102,38 @@ async fn table_has_name_then_printer_columns_with_null_for_missing_paths() {
     let api = Api::start().await;
     api.create_widget_crd().await;
     api.create_widget("w", json!({"size": 3})).await;
-    let r = api.send("GET", api.widgets(), None, Some(TABLE_ACCEPT), None).await;
+    let r = api
+        .send("GET", api.widgets(), None, Some(TABLE_ACCEPT), None)
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body["kind"], "Table");
     assert_eq!(r.body["apiVersion"], "meta.k8s.io/v1");
-    let names: Vec<&str> = r.body["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = r.body["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, vec!["Name", "Size", "Phase", "Age"]);
     let cells = &r.body["rows"][0]["cells"];
     assert_eq!(cells[0], "w");
     assert_eq!(cells[1], 3);
-    assert!(cells[2].is_null(), "missing .status.phase must be null, got {}", cells[2]);
+    assert!(
+        cells[2].is_null(),
+        "missing .status.phase must be null, got {}",
+        cells[2]
+    );
     assert!(cells[3].as_str().unwrap().ends_with('s'));
     assert_eq!(r.body["rows"][0]["object"]["kind"], "PartialObjectMetadata");
-    let one = api.send("GET", &format!("{}/w", api.widgets()), None, Some(TABLE_ACCEPT), None).await;
+    let one = api
+        .send(
+            "GET",
+            &format!("{}/w", api.widgets()),
+            None,
+            Some(TABLE_ACCEPT),
+            None,
+        )
+        .await;
     assert_eq!(one.body["rows"].as_array().unwrap().len(), 1);
 }
 
@@ -107,7 +142,12 @@ async fn invalid_crd_is_rejected() {
     let api = Api::start().await;
     let mut crd = api_support::widget_crd();
     crd["metadata"]["name"] = json!("wrong.test.io");
-    let r = api.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd).await;
+    let r = api
+        .post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            crd,
+        )
+        .await;
     assert_eq!(r.status, 422);
     assert_eq!(r.body["details"]["causes"][0]["field"], "metadata.name");
 }

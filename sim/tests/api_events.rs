@@ -17,7 +17,9 @@ async fn events_k8s_io_event_is_visible_as_core_event_and_back() {
         "action": "Reconcile", "reason": "Balanced", "type": "Normal", "note": "all jobs assigned",
         "regarding": {"kind": "SwarmPool", "name": "pool", "namespace": "default", "apiVersion": "swarm.io/v1alpha1"}
     });
-    let r = api.post("/apis/events.k8s.io/v1/namespaces/default/events", ev).await;
+    let r = api
+        .post("/apis/events.k8s.io/v1/namespaces/default/events", ev)
+        .await;
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(r.body["note"], "all jobs assigned");
     let core = api.get("/api/v1/namespaces/default/events/pool.1").await;
@@ -30,28 +32,48 @@ async fn events_k8s_io_event_is_visible_as_core_event_and_back() {
         .get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dpool,involvedObject.kind%3DSwarmPool")
         .await;
     assert_eq!(selected.body["items"].as_array().unwrap().len(), 1);
-    let back = api.get("/apis/events.k8s.io/v1/namespaces/default/events").await;
+    let back = api
+        .get("/apis/events.k8s.io/v1/namespaces/default/events")
+        .await;
     assert_eq!(back.body["items"][0]["regarding"]["kind"], "SwarmPool");
 }
 
 #[tokio::test]
 async fn deleting_a_namespace_removes_its_content() {
     let api = Api::start().await;
-    let r = api.post("/api/v1/namespaces", json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})).await;
+    let r = api
+        .post(
+            "/api/v1/namespaces",
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}),
+        )
+        .await;
     assert_eq!(r.status, 201);
     assert_eq!(r.body["status"]["phase"], "Active");
-    api.post("/api/v1/namespaces/team/configmaps", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}))
-        .await;
+    api.post(
+        "/api/v1/namespaces/team/configmaps",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+    )
+    .await;
     let del = api.delete("/api/v1/namespaces/team", None).await;
     assert_eq!(del.status, 200);
-    assert_eq!(api.get("/api/v1/namespaces/team/configmaps/c").await.status, 404);
+    assert_eq!(
+        api.get("/api/v1/namespaces/team/configmaps/c").await.status,
+        404
+    );
     assert_eq!(api.get("/api/v1/namespaces/team").await.status, 404);
 }
 
 #[tokio::test]
 async fn request_log_records_method_path_status_and_user_agent() {
     let api = Api::start().await;
-    api.send("GET", "/api/v1/namespaces/default/configmaps?limit=500", None, None, None).await;
+    api.send(
+        "GET",
+        "/api/v1/namespaces/default/configmaps?limit=500",
+        None,
+        None,
+        None,
+    )
+    .await;
     let log = api.get("/kube-sim/v1/requests").await.body;
     let entry = log
         .as_array()
@@ -65,5 +87,10 @@ async fn request_log_records_method_path_status_and_user_agent() {
     assert_eq!(entry["status"], 200);
     assert!(entry["time"].is_string());
     assert!(entry.get("userAgent").is_some());
-    assert!(!log.as_array().unwrap().iter().any(|r| r["path"].as_str().unwrap().starts_with("/kube-sim/")));
+    assert!(
+        !log.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["path"].as_str().unwrap().starts_with("/kube-sim/"))
+    );
 }

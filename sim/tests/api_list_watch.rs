@@ -29,7 +29,12 @@ async fn limit_one_over_three_objects_gives_three_pages_with_one_resource_versio
         let r = api.get(&path).await;
         assert_eq!(r.status, 200);
         pages += 1;
-        rvs.push(r.body["metadata"]["resourceVersion"].as_str().unwrap().to_string());
+        rvs.push(
+            r.body["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
         for i in r.body["items"].as_array().unwrap() {
             names.push(i["metadata"]["name"].as_str().unwrap().to_string());
         }
@@ -37,7 +42,10 @@ async fn limit_one_over_three_objects_gives_three_pages_with_one_resource_versio
         if pages == 1 {
             api.create_configmap("d", json!({})).await;
         }
-        token = r.body["metadata"]["continue"].as_str().unwrap_or("").to_string();
+        token = r.body["metadata"]["continue"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         if token.is_empty() {
             break;
         }
@@ -51,18 +59,34 @@ async fn limit_one_over_three_objects_gives_three_pages_with_one_resource_versio
 async fn watch_from_list_resource_version_sees_exactly_added_then_deleted() {
     let api = Api::start().await;
     api.create_configmap("before", json!({})).await;
-    let rv = api.get(CM).await.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let rv = api.get(CM).await.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let (status, events, _) = api
-        .watch_with(&format!("{CM}?watch=true&resourceVersion={rv}"), None, 3, Duration::from_secs(2), || async {
-            api.create_configmap("x", json!({})).await;
-            api.delete(&format!("{CM}/x"), None).await;
-        })
+        .watch_with(
+            &format!("{CM}?watch=true&resourceVersion={rv}"),
+            None,
+            3,
+            Duration::from_secs(2),
+            || async {
+                api.create_configmap("x", json!({})).await;
+                api.delete(&format!("{CM}/x"), None).await;
+            },
+        )
         .await;
     assert_eq!(status, 200);
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, vec!["ADDED", "DELETED"]);
-    assert!(events.iter().all(|e| e["object"]["metadata"]["name"] == "x"));
-    assert_eq!(events[1]["object"]["data"]["k"], "v", "DELETED carries the last state");
+    assert!(
+        events
+            .iter()
+            .all(|e| e["object"]["metadata"]["name"] == "x")
+    );
+    assert_eq!(
+        events[1]["object"]["data"]["k"], "v",
+        "DELETED carries the last state"
+    );
 }
 
 #[tokio::test]
@@ -70,8 +94,13 @@ async fn watch_without_resource_version_starts_with_synthetic_added_events() {
     let api = Api::start().await;
     api.create_configmap("a", json!({})).await;
     api.create_configmap("b", json!({})).await;
-    let (_, events, _) = api.watch(&format!("{CM}?watch=1"), 2, Duration::from_secs(2)).await;
-    let names: Vec<&str> = events.iter().map(|e| e["object"]["metadata"]["name"].as_str().unwrap()).collect();
+    let (_, events, _) = api
+        .watch(&format!("{CM}?watch=1"), 2, Duration::from_secs(2))
+        .await;
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["object"]["metadata"]["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, vec!["a", "b"]);
     assert!(events.iter().all(|e| e["type"] == "ADDED"));
 }
@@ -82,11 +111,28 @@ async fn relabelling_out_of_the_selector_is_deleted_and_back_in_is_added() {
     api.create_configmap("x", json!({"app": "a"})).await;
     let rv = api.sim.store().resource_version();
     let (_, events, _) = api
-        .watch_with(&format!("{CM}?watch=true&labelSelector=app%3Da&resourceVersion={rv}"), None, 3, Duration::from_secs(2), || async {
-            api.patch(&format!("{CM}/x"), MERGE, json!({"metadata": {"labels": {"app": "b"}}})).await;
-            api.patch(&format!("{CM}/x"), MERGE, json!({"data": {"k": "changed"}})).await;
-            api.patch(&format!("{CM}/x"), MERGE, json!({"metadata": {"labels": {"app": "a"}}})).await;
-        })
+        .watch_with(
+            &format!("{CM}?watch=true&labelSelector=app%3Da&resourceVersion={rv}"),
+            None,
+            3,
+            Duration::from_secs(2),
+            || async {
+                api.patch(
+                    &format!("{CM}/x"),
+                    MERGE,
+                    json!({"metadata": {"labels": {"app": "b"}}}),
+                )
+                .await;
+                api.patch(&format!("{CM}/x"), MERGE, json!({"data": {"k": "changed"}}))
+                    .await;
+                api.patch(
+                    &format!("{CM}/x"),
+                    MERGE,
+                    json!({"metadata": {"labels": {"app": "a"}}}),
+                )
+                .await;
+            },
+        )
         .await;
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, vec!["DELETED", "ADDED"]);
@@ -98,10 +144,16 @@ async fn watch_from_compacted_resource_version_gets_200_and_one_expired_error_ev
     api.create_configmap("a", json!({})).await;
     let old = api.sim.store().resource_version();
     api.create_configmap("b", json!({})).await;
-    let r = api.send("POST", "/kube-sim/v1/compact", None, None, None).await;
+    let r = api
+        .send("POST", "/kube-sim/v1/compact", None, None, None)
+        .await;
     assert_eq!(r.status, 200);
     let (status, events, closed) = api
-        .watch(&format!("{CM}?watch=true&resourceVersion={}", old - 1), 5, Duration::from_secs(3))
+        .watch(
+            &format!("{CM}?watch=true&resourceVersion={}", old - 1),
+            5,
+            Duration::from_secs(3),
+        )
         .await;
     assert_eq!(status, 200);
     assert_eq!(events.len(), 1);
@@ -129,8 +181,16 @@ async fn send_initial_events_ends_with_the_initial_events_end_bookmark() {
     let bookmark = &events[2]["object"];
     assert_eq!(bookmark["kind"], "ConfigMap");
     assert_eq!(bookmark["apiVersion"], "v1");
-    assert_eq!(bookmark["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
-    assert!(!bookmark["metadata"]["resourceVersion"].as_str().unwrap().is_empty());
+    assert_eq!(
+        bookmark["metadata"]["annotations"]["k8s.io/initial-events-end"],
+        "true"
+    );
+    assert!(
+        !bookmark["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -138,20 +198,28 @@ async fn timeout_seconds_closes_the_stream_cleanly() {
     let api = Api::start().await;
     let started = Instant::now();
     let (status, events, closed) = api
-        .watch(&format!("{CM}?watch=true&timeoutSeconds=2&resourceVersion=1"), 10, Duration::from_secs(10))
+        .watch(
+            &format!("{CM}?watch=true&timeoutSeconds=2&resourceVersion=1"),
+            10,
+            Duration::from_secs(10),
+        )
         .await;
     let took = started.elapsed();
     assert_eq!(status, 200);
     assert!(events.is_empty());
     assert!(closed);
-    assert!(took >= Duration::from_millis(1900), "closed too early: {took:?}");
+    assert!(
+        took >= Duration::from_millis(1900),
+        "closed too early: {took:?}"
+    );
 }
 
 #[tokio::test]
 async fn metadata_only_list_and_watch_answer_partial_object_metadata() {
     let api = Api::start().await;
     api.create_configmap("a", json!({"x": "y"})).await;
-    let accept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+    let accept =
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
     let r = api.send("GET", CM, None, Some(accept), None).await;
     assert_eq!(r.body["kind"], "PartialObjectMetadataList");
     assert_eq!(r.body["apiVersion"], "meta.k8s.io/v1");
@@ -160,7 +228,15 @@ async fn metadata_only_list_and_watch_answer_partial_object_metadata() {
     assert_eq!(item["metadata"]["labels"]["x"], "y");
     assert!(item.get("data").is_none());
     let accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
-    let (_, events, _) = api.watch_with(&format!("{CM}?watch=true"), Some(accept), 1, Duration::from_secs(2), || async {}).await;
+    let (_, events, _) = api
+        .watch_with(
+            &format!("{CM}?watch=true"),
+            Some(accept),
+            1,
+            Duration::from_secs(2),
+            || async {},
+        )
+        .await;
     assert_eq!(events[0]["object"]["kind"], "PartialObjectMetadata");
     assert!(events[0]["object"].get("data").is_none());
 }
@@ -169,10 +245,16 @@ async fn metadata_only_list_and_watch_answer_partial_object_metadata() {
 async fn bookmarks_only_when_allowed_and_watch_sees_table_rows() {
     let api = Api::start().await;
     let (_, events, _) = api
-        .watch_with(&format!("{CM}?watch=true&resourceVersion=1"), Some(api_support::TABLE_ACCEPT), 2, Duration::from_secs(2), || async {
-            api.create_configmap("a", json!({})).await;
-            api.create_configmap("b", json!({})).await;
-        })
+        .watch_with(
+            &format!("{CM}?watch=true&resourceVersion=1"),
+            Some(api_support::TABLE_ACCEPT),
+            2,
+            Duration::from_secs(2),
+            || async {
+                api.create_configmap("a", json!({})).await;
+                api.create_configmap("b", json!({})).await;
+            },
+        )
         .await;
     assert_eq!(events.len(), 2);
     assert_eq!(events[0]["object"]["kind"], "Table");
@@ -188,11 +270,45 @@ async fn selectors_filter_lists_and_unknown_field_selectors_are_bad_requests() {
     api.create_configmap("b", json!({"tier": "db"})).await;
     api.create_configmap("c", json!({})).await;
     let names = |body: &serde_json::Value| -> Vec<String> {
-        body["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_string()).collect()
+        body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
     };
-    assert_eq!(names(&api.get(&format!("{CM}?labelSelector=tier%21%3Dweb")).await.body), vec!["b", "c"]);
-    assert_eq!(names(&api.get(&format!("{CM}?labelSelector=tier%20in%20(web,db)")).await.body), vec!["a", "b"]);
-    assert_eq!(names(&api.get(&format!("{CM}?labelSelector=%21tier")).await.body), vec!["c"]);
-    assert_eq!(names(&api.get(&format!("{CM}?fieldSelector=metadata.name%3Db")).await.body), vec!["b"]);
-    assert_eq!(api.get(&format!("{CM}?fieldSelector=data.k%3Dv")).await.status, 400);
+    assert_eq!(
+        names(
+            &api.get(&format!("{CM}?labelSelector=tier%21%3Dweb"))
+                .await
+                .body
+        ),
+        vec!["b", "c"]
+    );
+    assert_eq!(
+        names(
+            &api.get(&format!("{CM}?labelSelector=tier%20in%20(web,db)"))
+                .await
+                .body
+        ),
+        vec!["a", "b"]
+    );
+    assert_eq!(
+        names(&api.get(&format!("{CM}?labelSelector=%21tier")).await.body),
+        vec!["c"]
+    );
+    assert_eq!(
+        names(
+            &api.get(&format!("{CM}?fieldSelector=metadata.name%3Db"))
+                .await
+                .body
+        ),
+        vec!["b"]
+    );
+    assert_eq!(
+        api.get(&format!("{CM}?fieldSelector=data.k%3Dv"))
+            .await
+            .status,
+        400
+    );
 }

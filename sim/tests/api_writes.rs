@@ -28,12 +28,19 @@ async fn put_with_stale_resource_version_is_conflict() {
     let created = api.create_configmap("c", json!({})).await.body;
     let mut first = created.clone();
     first["data"]["k"] = json!("1");
-    let ok = api.put("/api/v1/namespaces/default/configmaps/c", first).await;
+    let ok = api
+        .put("/api/v1/namespaces/default/configmaps/c", first)
+        .await;
     assert_eq!(ok.status, 200);
-    assert_ne!(ok.body["metadata"]["resourceVersion"], created["metadata"]["resourceVersion"]);
+    assert_ne!(
+        ok.body["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
     let mut stale = created.clone();
     stale["data"]["k"] = json!("2");
-    let r = api.put("/api/v1/namespaces/default/configmaps/c", stale).await;
+    let r = api
+        .put("/api/v1/namespaces/default/configmaps/c", stale)
+        .await;
     assert_eq!(r.status, 409);
     assert_eq!(r.body["reason"], "Conflict");
     assert!(r.body["message"].as_str().unwrap().contains(
@@ -46,11 +53,17 @@ async fn custom_resource_put_without_resource_version_is_invalid() {
     let api = Api::start().await;
     api.create_widget_crd().await;
     let mut w = api.create_widget("w", json!({"size": 1})).await.body;
-    w["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    w["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
     w["spec"]["size"] = json!(2);
     let r = api.put(&format!("{}/w", api.widgets()), w).await;
     assert_eq!(r.status, 422);
-    assert_eq!(r.body["details"]["causes"][0]["field"], "metadata.resourceVersion");
+    assert_eq!(
+        r.body["details"]["causes"][0]["field"],
+        "metadata.resourceVersion"
+    );
 }
 
 #[tokio::test]
@@ -58,10 +71,19 @@ async fn strategic_merge_patch_on_custom_resource_is_unsupported_media_type() {
     let api = Api::start().await;
     api.create_widget_crd().await;
     api.create_widget("w", json!({"size": 1})).await;
-    let r = api.patch(&format!("{}/w", api.widgets()), STRATEGIC, json!({"spec": {"size": 2}})).await;
+    let r = api
+        .patch(
+            &format!("{}/w", api.widgets()),
+            STRATEGIC,
+            json!({"spec": {"size": 2}}),
+        )
+        .await;
     assert_eq!(r.status, 415);
     assert_eq!(r.body["reason"], "UnsupportedMediaType");
-    assert_eq!(api.get(&format!("{}/w", api.widgets())).await.body["spec"]["size"], 1);
+    assert_eq!(
+        api.get(&format!("{}/w", api.widgets())).await.body["spec"]["size"],
+        1
+    );
 }
 
 #[tokio::test]
@@ -102,11 +124,23 @@ async fn status_write_keeps_spec_and_generation_while_spec_patch_bumps_generatio
     assert_eq!(r.body["spec"]["size"], 1);
     assert_eq!(r.body["status"]["phase"], "Ready");
     assert_eq!(r.body["metadata"]["generation"], 1);
-    let main = api.patch(&format!("{}/w", api.widgets()), MERGE, json!({"spec": {"size": 2}, "status": {"phase": "Ignored"}})).await;
+    let main = api
+        .patch(
+            &format!("{}/w", api.widgets()),
+            MERGE,
+            json!({"spec": {"size": 2}, "status": {"phase": "Ignored"}}),
+        )
+        .await;
     assert_eq!(main.status, 200);
     assert_eq!(main.body["metadata"]["generation"], 2);
     assert_eq!(main.body["status"]["phase"], "Ready");
-    let label = api.patch(&format!("{}/w", api.widgets()), MERGE, json!({"metadata": {"labels": {"a": "b"}}})).await;
+    let label = api
+        .patch(
+            &format!("{}/w", api.widgets()),
+            MERGE,
+            json!({"metadata": {"labels": {"a": "b"}}}),
+        )
+        .await;
     assert_eq!(label.body["metadata"]["generation"], 2);
 }
 
@@ -114,7 +148,13 @@ async fn status_write_keeps_spec_and_generation_while_spec_patch_bumps_generatio
 async fn scale_subresource_patch_returns_scale_with_new_replicas() {
     let api = Api::start().await;
     assert_eq!(api.post(STS, sts("web")).await.status, 201);
-    let r = api.patch(&format!("{STS}/web/scale"), MERGE, json!({"spec": {"replicas": 3}})).await;
+    let r = api
+        .patch(
+            &format!("{STS}/web/scale"),
+            MERGE,
+            json!({"spec": {"replicas": 3}}),
+        )
+        .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.body["kind"], "Scale");
     assert_eq!(r.body["apiVersion"], "autoscaling/v1");
@@ -126,7 +166,10 @@ async fn scale_subresource_patch_returns_scale_with_new_replicas() {
     let mut stale = r.body.clone();
     stale["metadata"]["resourceVersion"] = json!("1");
     stale["spec"]["replicas"] = json!(5);
-    assert_eq!(api.put(&format!("{STS}/web/scale"), stale).await.status, 409);
+    assert_eq!(
+        api.put(&format!("{STS}/web/scale"), stale).await.status,
+        409
+    );
 }
 
 #[tokio::test]
@@ -140,24 +183,51 @@ async fn strategic_merge_patch_merges_containers_by_name_and_defaults_are_set() 
     ]}}}});
     let r = api.patch(&format!("{STS}/web"), STRATEGIC, patch).await;
     assert_eq!(r.status, 200);
-    let cs = r.body["spec"]["template"]["spec"]["containers"].as_array().unwrap().clone();
+    let cs = r.body["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .clone();
     assert_eq!(cs.len(), 2);
     assert_eq!(cs[0]["image"], "busybox:1.37");
     assert_eq!(cs[0]["env"].as_array().unwrap().len(), 2);
     let del = json!({"spec": {"template": {"spec": {"containers": [{"name": "side", "$patch": "delete"}]}}}});
     let r = api.patch(&format!("{STS}/web"), STRATEGIC, del).await;
-    assert_eq!(r.body["spec"]["template"]["spec"]["containers"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        r.body["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
 async fn patch_precondition_and_missing_targets() {
     let api = Api::start().await;
     api.create_configmap("c", json!({})).await;
-    let r = api.patch("/api/v1/namespaces/default/configmaps/c", MERGE, json!({"metadata": {"resourceVersion": "1"}, "data": {"x": "y"}})).await;
-    assert_eq!(r.status, 409);
-    assert_eq!(api.patch("/api/v1/namespaces/default/configmaps/none", MERGE, json!({"data": {}})).await.status, 404);
     let r = api
-        .post("/api/v1/namespaces/nowhere/configmaps", json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}))
+        .patch(
+            "/api/v1/namespaces/default/configmaps/c",
+            MERGE,
+            json!({"metadata": {"resourceVersion": "1"}, "data": {"x": "y"}}),
+        )
+        .await;
+    assert_eq!(r.status, 409);
+    assert_eq!(
+        api.patch(
+            "/api/v1/namespaces/default/configmaps/none",
+            MERGE,
+            json!({"data": {}})
+        )
+        .await
+        .status,
+        404
+    );
+    let r = api
+        .post(
+            "/api/v1/namespaces/nowhere/configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}),
+        )
         .await;
     assert_eq!(r.status, 404);
     assert_eq!(r.body["details"]["kind"], "namespaces");
@@ -175,7 +245,12 @@ async fn dry_run_processes_fully_but_stores_nothing() {
         .await;
     assert_eq!(r.status, 201);
     assert_eq!(r.body["metadata"]["name"], "d");
-    assert_eq!(api.get("/api/v1/namespaces/default/configmaps/d").await.status, 404);
+    assert_eq!(
+        api.get("/api/v1/namespaces/default/configmaps/d")
+            .await
+            .status,
+        404
+    );
     assert_eq!(api.sim.store().resource_version(), rv_before);
 }
 
@@ -183,13 +258,17 @@ async fn dry_run_processes_fully_but_stores_nothing() {
 async fn generate_name_gets_a_random_suffix_and_recreation_a_new_uid() {
     let api = Api::start().await;
     let r = api
-        .post("/api/v1/namespaces/default/configmaps", json!({"metadata": {"generateName": "gen-"}, "apiVersion": "v1", "kind": "ConfigMap"}))
+        .post(
+            "/api/v1/namespaces/default/configmaps",
+            json!({"metadata": {"generateName": "gen-"}, "apiVersion": "v1", "kind": "ConfigMap"}),
+        )
         .await;
     assert_eq!(r.status, 201);
     let name = r.body["metadata"]["name"].as_str().unwrap();
     assert!(name.starts_with("gen-") && name.len() == 9, "{name}");
     let uid1 = api.create_configmap("same", json!({})).await.body["metadata"]["uid"].clone();
-    api.delete("/api/v1/namespaces/default/configmaps/same", None).await;
+    api.delete("/api/v1/namespaces/default/configmaps/same", None)
+        .await;
     let uid2 = api.create_configmap("same", json!({})).await.body["metadata"]["uid"].clone();
     assert_ne!(uid1, uid2);
 }

@@ -345,6 +345,31 @@ async fn ordered_ready_creates_each_pod_after_its_predecessor_is_ready_with_iden
         assert_eq!(container["ready"], true);
         assert!(container["state"]["running"]["startedAt"].is_string());
     }
+
+    // Like kube-controller-manager, the controller records an event per pod it creates.
+    let events = h
+        .get("/api/v1/namespaces/default/events")
+        .await
+        .expect("events are listable");
+    let mut created: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["reason"] == "SuccessfulCreate"
+                && e["involvedObject"]["uid"] == sts["metadata"]["uid"]
+        })
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    created.sort_unstable();
+    assert_eq!(
+        created,
+        [
+            "create Pod web-0 in StatefulSet web successful",
+            "create Pod web-1 in StatefulSet web successful",
+            "create Pod web-2 in StatefulSet web successful"
+        ]
+    );
     drop(watch);
     h.sim.shutdown().await;
 }
@@ -866,6 +891,27 @@ async fn template_change_rolls_pods_to_the_new_revision_from_the_highest_ordinal
         .map(|e| name_of(&e["object"]))
         .collect();
     assert_eq!(order, ["web-2", "web-1", "web-0"]);
+
+    // Both templates are kept as ControllerRevisions owned by the set, the new one newest.
+    let revisions = h
+        .get("/apis/apps/v1/namespaces/default/controllerrevisions")
+        .await
+        .expect("revisions are listable");
+    let history: Vec<(Value, Value)> = revisions["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            assert_eq!(
+                r["metadata"]["ownerReferences"][0]["uid"],
+                after["metadata"]["uid"]
+            );
+            (r["metadata"]["name"].clone(), r["revision"].clone())
+        })
+        .collect();
+    let mut expected = vec![(old_revision, json!(1)), (new_revision, json!(2))];
+    expected.sort_by_key(|(name, _)| name.as_str().map(String::from));
+    assert_eq!(history, expected);
     drop(watch);
     h.sim.shutdown().await;
 }

@@ -1,8 +1,9 @@
 //! kubectl 1.37 driving the simulation (case 24 of the sim spec): `apply` (client-side and
 //! server-side), `scale`, `get` with a CRD's printer columns, `get -w`, `wait` and `delete`.
 //!
-//! kubectl is found through `$KUBECTL`, then `<workspace>/.tools/bin/kubectl`, then `PATH`;
-//! `scripts/install-kubectl.sh` installs the pinned version into `.tools`.
+//! kubectl is found through `$KUBECTL`, then `<workspace>/.tools/bin/kubectl`, then `PATH`,
+//! and must be 1.37 or newer; `scripts/install-kubectl.sh` installs the pinned version into
+//! `.tools`.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -15,29 +16,57 @@ use tokio::process::Command;
 /// Upper bound for one kubectl invocation; never a performance goal.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The oldest kubectl whose behaviour (aggregated discovery, `sendInitialEvents` watches)
+/// these checks are about.
+const MIN_KUBECTL_MINOR: u32 = 37;
+
 fn find_kubectl() -> PathBuf {
-    if let Some(path) = std::env::var_os("KUBECTL").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the sim crate lives inside the workspace");
-    let local = workspace.join(".tools/bin/kubectl");
-    if local.is_file() {
-        return local;
-    }
-    if let Some(paths) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&paths) {
-            let candidate = dir.join("kubectl");
-            if candidate.is_file() {
-                return candidate;
-            }
+    let install_hint = "run scripts/install-kubectl.sh to install the pinned kubectl into \
+                        .tools/bin/kubectl, or set KUBECTL";
+    let found = if let Some(path) = std::env::var_os("KUBECTL").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.is_file(),
+            "KUBECTL names {}, which does not exist; {install_hint}",
+            path.display()
+        );
+        path
+    } else {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the sim crate lives inside the workspace");
+        let local = workspace.join(".tools/bin/kubectl");
+        let on_path = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("kubectl"))
+                .find(|candidate| candidate.is_file())
+        });
+        match (local.is_file(), on_path) {
+            (true, _) => local,
+            (false, Some(path)) => path,
+            (false, None) => panic!("kubectl not found; {install_hint}"),
         }
-    }
-    panic!(
-        "kubectl not found: set KUBECTL, or run scripts/install-kubectl.sh to install the \
-         pinned kubectl into .tools/bin/kubectl, or put kubectl on PATH"
+    };
+    let minor = client_minor_version(&found);
+    assert!(
+        minor.is_some_and(|m| m >= MIN_KUBECTL_MINOR),
+        "{} is kubectl 1.{}, older than 1.{MIN_KUBECTL_MINOR}; {install_hint}",
+        found.display(),
+        minor.map_or_else(|| "?".to_string(), |m| m.to_string()),
     );
+    found
+}
+
+/// The client's minor version from `kubectl version --client -o json`.
+fn client_minor_version(kubectl: &Path) -> Option<u32> {
+    let output = std::process::Command::new(kubectl)
+        .args(["version", "--client", "-o", "json"])
+        .output()
+        .ok()?;
+    let version: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+    let minor = version["clientVersion"]["minor"].as_str()?;
+    // Some builds report "37+".
+    minor.trim_end_matches('+').parse().ok()
 }
 
 struct Output {

@@ -1,64 +1,295 @@
-//! `swarm-operator plan`: prints the `config.yml` the operator would write.
+//! `swarm-operator plan`: prints the `config.yml` the operator would write for a pool, without a
+//! cluster.
+//!
+//! ```text
+//! swarm-operator plan --pool <FILE|-> --statefulset <NAME> --replicas <N>
+//!                     [--previous <FILE>] [--strategy sticky|consistent|contiguous] [--explain]
+//! ```
 
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_assign::{PlanRequest, Strategy};
+use swarm_assign::{PlanOutcome, PlanRequest, Strategy};
+
+use crate::planner::{CONFIG_KEY, CONFIG_MAP_MAX_BYTES};
+
+/// The most workers `--replicas` accepts: far more than one ConfigMap can describe, small
+/// enough that a typo cannot exhaust memory.
+const MAX_REPLICAS: u64 = 100_000;
 
 /// Arguments of `swarm-operator plan`.
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
-    /// SwarmPool manifest (YAML), `-` for stdin.
-    #[arg(long)]
+    /// SwarmPool manifest (YAML); only `spec.jobs` and `spec.strategy` are read. `-` reads
+    /// standard input.
+    #[arg(long, value_name = "FILE|-")]
     pub pool: PathBuf,
-    /// Name of the worker StatefulSet.
-    #[arg(long)]
+    /// Name of the worker StatefulSet; workers are the pods `<NAME>-0` .. `<NAME>-(N-1)`.
+    #[arg(long, value_name = "NAME")]
     pub statefulset: String,
-    /// Number of workers.
-    #[arg(long)]
-    pub replicas: usize,
-    /// The `config.yml` now in the ConfigMap.
-    #[arg(long)]
+    /// Number of workers (the StatefulSet's replicas); 0 leaves every job unassigned.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(..=MAX_REPLICAS))]
+    pub replicas: u64,
+    /// The `config.yml` now in the ConfigMap; without it, the first config is planned.
+    #[arg(long, value_name = "FILE")]
     pub previous: Option<PathBuf>,
+    /// Overrides the pool's `spec.strategy`.
+    #[arg(long, value_enum)]
+    pub strategy: Option<StrategyArg>,
+    /// Also print to standard error what the plan changes: loads, jobs moved, workers touched.
+    #[arg(long)]
+    pub explain: bool,
 }
 
-#[derive(serde::Deserialize)]
+/// `--strategy` values, the lower-case names of [`Strategy`].
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StrategyArg {
+    /// Balanced, moves as few jobs as possible (the default).
+    Sticky,
+    /// Jump consistent hash of the job name.
+    Consistent,
+    /// Jobs in spec order, in contiguous chunks.
+    Contiguous,
+}
+
+impl From<StrategyArg> for Strategy {
+    fn from(arg: StrategyArg) -> Self {
+        match arg {
+            StrategyArg::Sticky => Strategy::Sticky,
+            StrategyArg::Consistent => Strategy::Consistent,
+            StrategyArg::Contiguous => Strategy::Contiguous,
+        }
+    }
+}
+
+/// The part of a SwarmPool manifest that planning reads; other fields are ignored.
+#[derive(Deserialize)]
 struct Manifest {
     spec: ManifestSpec,
 }
 
-#[derive(serde::Deserialize)]
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ManifestSpec {
     jobs: Vec<String>,
     #[serde(default)]
     strategy: Strategy,
 }
 
-/// Runs the subcommand.
+/// Runs `swarm-operator plan`: the config on standard output, warnings and `--explain` on
+/// standard error. Fails with one line naming the problem on unreadable input or invalid jobs.
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let text = if args.pool.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("reading the pool from stdin")?
-    } else {
-        std::fs::read_to_string(&args.pool)
-            .with_context(|| format!("reading {}", args.pool.display()))?
-    };
-    let manifest: Manifest = serde_yaml::from_str(&text).context("parsing the pool manifest")?;
+    let manifest = read_pool(&args.pool)?;
+    let strategy = args.strategy.map_or(manifest.spec.strategy, Strategy::from);
     let previous = match &args.previous {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            WorkerConfig::parse(&text).ok()
-        }
+        Some(path) => read_previous(path)?,
         None => None,
     };
+    let replicas =
+        usize::try_from(args.replicas).context("--replicas does not fit this platform")?;
     let outcome = swarm_assign::plan(&PlanRequest {
         statefulset: &args.statefulset,
-        replicas: args.replicas,
+        replicas,
         jobs: &manifest.spec.jobs,
-        strategy: manifest.spec.strategy,
+        strategy,
         previous: previous.as_ref(),
-    })?;
-    print!("{}", outcome.config.render());
-    Ok(())
+    })
+    .with_context(|| format!("invalid pool {}", args.pool.display()))?;
+
+    let text = outcome.config.render();
+    let size = CONFIG_KEY.len() + text.len();
+    if size > CONFIG_MAP_MAX_BYTES {
+        eprintln!(
+            "warning: config.yml is {size} bytes; a ConfigMap holds at most {CONFIG_MAP_MAX_BYTES}, so the operator will refuse to write it"
+        );
+    }
+    if args.explain {
+        eprint!("{}", explain(strategy, &outcome));
+    }
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .context("writing to standard output")
+}
+
+/// Reads the pool manifest from `path` (`-`: standard input).
+fn read_pool(path: &Path) -> Result<Manifest> {
+    if path.as_os_str() == "-" {
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .context("cannot read the pool from standard input")?;
+        parse_pool(&text, "standard input")
+    } else {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --pool {}", path.display()))?;
+        parse_pool(&text, &path.display().to_string())
+    }
+}
+
+/// The one SwarmPool of a (possibly multi-document) manifest; a document without `kind` counts
+/// as a SwarmPool.
+fn parse_pool(text: &str, name: &str) -> Result<Manifest> {
+    let mut pools = Vec::new();
+    let mut others = Vec::new();
+    for (index, document) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let value = serde_yaml::Value::deserialize(document)
+            .with_context(|| format!("{name} is not YAML"))?;
+        match value.get("kind").map(serde_yaml::Value::as_str) {
+            _ if value.is_null() => {}
+            None | Some(Some("SwarmPool")) => pools.push(index),
+            Some(kind) => others.push(kind.unwrap_or("non-string kind").to_owned()),
+        }
+    }
+    match pools[..] {
+        [index] => {
+            // Read the document again from text so errors name the field path and line.
+            let document = serde_yaml::Deserializer::from_str(text)
+                .nth(index)
+                .context("the document just read")?;
+            Manifest::deserialize(document)
+                .with_context(|| format!("{name} is not a SwarmPool manifest"))
+        }
+        [] if others.is_empty() => bail!("{name} is empty"),
+        [] => bail!("{name} holds no SwarmPool, only {}", others.join(", ")),
+        _ => bail!("{name} holds {} SwarmPools; pass one", pools.len()),
+    }
+}
+
+/// Reads `--previous`. A file that cannot be opened is an error; one whose text is not a worker
+/// config is reported and treated as no current config, as the operator does.
+fn read_previous(path: &Path) -> Result<Option<WorkerConfig>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --previous {}", path.display()))?;
+    match WorkerConfig::parse(&text) {
+        Ok(config) => Ok(Some(config)),
+        Err(error) => {
+            eprintln!(
+                "warning: --previous {}: {error}; planning as if there were no current config",
+                path.display()
+            );
+            Ok(None)
+        }
+    }
+}
+
+/// The `--explain` report.
+fn explain(strategy: Strategy, outcome: &PlanOutcome) -> String {
+    let movement = &outcome.movement;
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = writeln!(out, "strategy: {strategy}");
+    let _ = writeln!(
+        out,
+        "version: {}{}",
+        outcome.config.version,
+        if outcome.changed {
+            " (changed)"
+        } else {
+            " (unchanged)"
+        }
+    );
+    let _ = writeln!(out, "jobs: {}", movement.jobs);
+    let _ = writeln!(out, "workers: {}", movement.workers);
+    let _ = writeln!(out, "min load: {}", movement.min_load);
+    let _ = writeln!(out, "max load: {}", movement.max_load);
+    let _ = writeln!(out, "jobs moved: {}", movement.jobs_moved);
+    let _ = writeln!(
+        out,
+        "workers touched: {}{}",
+        movement.workers_touched.len(),
+        if movement.workers_touched.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", movement.workers_touched.join(", "))
+        }
+    );
+    if !outcome.config.is_empty() {
+        let _ = writeln!(out, "jobs per worker:");
+    }
+    for (pod, workload) in outcome.config.workloads() {
+        let _ = writeln!(out, "  {pod}: {}", workload.jobs.len());
+    }
+    if !movement.unassigned.is_empty() {
+        let _ = writeln!(
+            out,
+            "unassigned jobs: {} (no workers)",
+            movement.unassigned.len()
+        );
+        for job in &movement.unassigned {
+            let _ = writeln!(out, "  {job}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(jobs: &[&str], replicas: usize, previous: Option<&WorkerConfig>) -> PlanOutcome {
+        let jobs: Vec<String> = jobs.iter().map(|job| job.to_string()).collect();
+        swarm_assign::plan(&PlanRequest {
+            statefulset: "w",
+            replicas,
+            jobs: &jobs,
+            strategy: Strategy::Sticky,
+            previous,
+        })
+        .expect("valid jobs")
+    }
+
+    #[test]
+    fn explain_lists_loads_movement_and_per_worker_counts() {
+        let first = outcome(&["a", "b", "c"], 1, None);
+        let second = outcome(&["a", "b", "c"], 2, Some(&first.config));
+        let text = explain(Strategy::Sticky, &second);
+        assert_eq!(
+            text,
+            "strategy: Sticky\nversion: 2 (changed)\njobs: 3\nworkers: 2\nmin load: 1\nmax load: 2\n\
+             jobs moved: 1\nworkers touched: 2 (w-0, w-1)\njobs per worker:\n  w-0: 2\n  w-1: 1\n"
+        );
+    }
+
+    #[test]
+    fn explain_with_no_workers_lists_every_job_as_unassigned() {
+        let text = explain(Strategy::Sticky, &outcome(&["a", "b"], 0, None));
+        assert!(text.contains("workers: 0\n"), "{text}");
+        assert!(text.ends_with("max load: 0\njobs moved: 0\nworkers touched: 0\nunassigned jobs: 2 (no workers)\n  a\n  b\n"), "{text}");
+    }
+
+    #[test]
+    fn the_swarmpool_document_of_a_bundle_is_used() {
+        let text = "kind: Service\nspec: {}\n---\nkind: SwarmPool\nspec:\n  jobs: [a]\n  strategy: Contiguous\n---\n";
+        let manifest = parse_pool(text, "bundle.yaml").expect("one pool");
+        assert_eq!(manifest.spec.jobs, ["a"]);
+        assert_eq!(manifest.spec.strategy, Strategy::Contiguous);
+        let manifest = parse_pool("spec:\n  jobs: []\n", "bare.yaml").expect("no kind is fine");
+        assert_eq!(manifest.spec.strategy, Strategy::Sticky);
+    }
+
+    #[test]
+    fn manifests_without_exactly_one_swarmpool_are_refused_naming_what_they_hold() {
+        let error = |text| format!("{:#}", parse_pool(text, "f.yaml").err().expect("refused"));
+        assert_eq!(
+            error("kind: Service\n---\nkind: StatefulSet\n"),
+            "f.yaml holds no SwarmPool, only Service, StatefulSet"
+        );
+        assert_eq!(
+            error("kind: SwarmPool\nspec: {jobs: []}\n---\nkind: SwarmPool\nspec: {jobs: []}\n"),
+            "f.yaml holds 2 SwarmPools; pass one"
+        );
+        assert_eq!(error(""), "f.yaml is empty");
+        assert!(error("kind: SwarmPool\nspec: {}\n").contains("missing field `jobs`"));
+        assert!(
+            error("spec: {jobs: [a], strategy: sticky}")
+                .contains("spec.strategy: unknown variant `sticky`")
+        );
+        assert!(error("spec: [").starts_with("f.yaml is not YAML"));
+    }
 }

@@ -9,8 +9,10 @@
 pub mod gc;
 pub mod kubelet;
 pub mod meta;
+pub mod revisions;
 pub mod statefulset;
 
+mod events;
 mod timers;
 
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! `podManagementPolicy: OrderedReady` every step waits for the pods before it to be Running
 //! and Ready and does one thing per sync; `Parallel` does all of it at once.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -14,7 +14,9 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use tracing::debug;
 
+use super::events;
 use super::meta;
+use super::revisions::{self, controller_ref_to, revision_name};
 use super::timers::Timers;
 use super::{Controller, scaled_secs};
 use crate::config::SimConfig;
@@ -27,11 +29,11 @@ pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 /// Label holding the name of the revision the pod was created from.
 pub const REVISION_LABEL: &str = "controller-revision-hash";
 
+/// The component named in the events this controller records.
+const COMPONENT: &str = "statefulset-controller";
+
 /// How soon a sync that hit a write conflict runs again.
 const CONFLICT_RETRY: Duration = Duration::from_millis(20);
-
-/// Characters Kubernetes uses to render hashes in names (no vowels, no look-alikes).
-const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 type Key = (String, String);
 
@@ -70,8 +72,26 @@ impl StatefulSetController {
         };
         let mut pods = self.claim_pods(&sts, &set);
         // A set being deleted only reports status: its pods belong to the garbage collector.
-        if !meta::is_deleting(&sts) && self.scale_and_update(&sts, &set, &pods) {
-            pods = self.claim_pods(&sts, &set);
+        if !meta::is_deleting(&sts) {
+            let mut in_use: BTreeSet<String> =
+                pods.iter().map(|p| revision_of(p).to_string()).collect();
+            in_use.insert(set.update_revision.clone());
+            if let Some(current) = sts
+                .pointer("/status/currentRevision")
+                .and_then(Value::as_str)
+            {
+                in_use.insert(current.to_string());
+            }
+            revisions::sync(
+                &self.store,
+                &sts,
+                &set.selector,
+                &set.update_revision,
+                &in_use,
+            );
+            if self.scale_and_update(&sts, &set, &pods) {
+                pods = self.claim_pods(&sts, &set);
+            }
         }
         let (status, requeue) = self.status(&sts, &set, &pods);
         if sts.get("status") != Some(&status) {
@@ -165,7 +185,7 @@ impl StatefulSetController {
                     let finished = matches!(phase(pod), "Failed" | "Succeeded");
                     if finished && !meta::is_deleting(pod) {
                         // A pod that ran to completion is replaced, as a workload must keep running.
-                        wrote |= self.delete_pod(pod);
+                        wrote |= self.delete_pod(sts, pod);
                         if ordered {
                             return wrote;
                         }
@@ -187,7 +207,7 @@ impl StatefulSetController {
             if ordered && !is_running_and_ready(pod) && !is_first_unhealthy {
                 return wrote;
             }
-            wrote |= self.delete_pod(pod);
+            wrote |= self.delete_pod(sts, pod);
             if ordered {
                 return wrote;
             }
@@ -201,7 +221,7 @@ impl StatefulSetController {
                 continue;
             };
             if revision_of(pod) != set.update_revision && !meta::is_deleting(pod) {
-                return self.delete_pod(pod) || wrote;
+                return self.delete_pod(sts, pod) || wrote;
             }
             if !is_healthy(pod) {
                 return wrote;
@@ -213,7 +233,15 @@ impl StatefulSetController {
     fn create_pod(&self, sts: &Value, set: &SetSpec, ordinal: usize) -> bool {
         let pod = new_pod(sts, set, ordinal);
         match self.store.create(pod) {
-            Ok(_) => true,
+            Ok(pod) => {
+                let message = format!(
+                    "create Pod {} in StatefulSet {} successful",
+                    meta::name(&pod),
+                    set.name
+                );
+                events::normal(&self.store, sts, COMPONENT, "SuccessfulCreate", &message);
+                true
+            }
             Err(err) => {
                 debug!(set = %set.name, ordinal, error = %err.message, "pod create failed");
                 false
@@ -221,14 +249,24 @@ impl StatefulSetController {
         }
     }
 
-    fn delete_pod(&self, pod: &Value) -> bool {
+    fn delete_pod(&self, sts: &Value, pod: &Value) -> bool {
         let options = DeleteOptions {
             precondition_uid: Some(meta::uid(pod).to_string()),
             ..DeleteOptions::default()
         };
-        self.store
+        let deleted = self
+            .store
             .delete("v1", "Pod", meta::namespace(pod), meta::name(pod), options)
-            .is_ok()
+            .is_ok();
+        if deleted {
+            let message = format!(
+                "delete Pod {} in StatefulSet {} successful",
+                meta::name(pod),
+                meta::name(sts)
+            );
+            events::normal(&self.store, sts, COMPONENT, "SuccessfulDelete", &message);
+        }
+        deleted
     }
 
     /// The status the set should report, and when availability next changes.
@@ -436,18 +474,6 @@ fn new_pod(sts: &Value, set: &SetSpec, ordinal: usize) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 }
 
-/// A controller owner reference to `sts`, as `metav1.NewControllerRef` builds it.
-fn controller_ref_to(sts: &Value) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "name": meta::name(sts),
-        "uid": meta::uid(sts),
-        "controller": true,
-        "blockOwnerDeletion": true,
-    })
-}
-
 /// The ordinal in a pod name `<set>-<ordinal>`, if the pod belongs to `set_name` by name.
 fn ordinal_of(pod: &Value, set_name: &str) -> Option<usize> {
     let suffix = meta::name(pod).strip_prefix(set_name)?.strip_prefix('-')?;
@@ -487,72 +513,9 @@ fn ready_for(pod: &Value, now: chrono::DateTime<Utc>) -> Duration {
         .unwrap_or_default()
 }
 
-/// The revision name `<set>-<hash>` of a pod template, as in the `controller-revision-hash`
-/// label: an FNV-1a hash of the template's canonical JSON, rendered with Kubernetes' safe
-/// alphabet so it never spells words.
-pub fn revision_name(set_name: &str, template: &Value, collision_count: u64) -> String {
-    let mut canonical = String::new();
-    write_canonical(template, &mut canonical);
-    let mut hash: u32 = 0x811c_9dc5;
-    let bytes = canonical.bytes().chain(collision_count.to_le_bytes());
-    for byte in bytes {
-        hash ^= u32::from(byte);
-        hash = hash.wrapping_mul(0x0100_0193);
-    }
-    let encoded: String = hash
-        .to_string()
-        .bytes()
-        .map(|b| SAFE_ALPHABET[usize::from(b) % SAFE_ALPHABET.len()] as char)
-        .collect();
-    format!("{set_name}-{encoded}")
-}
-
-/// JSON with object keys sorted, so equal templates hash equally whatever their key order.
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let sorted: BTreeMap<&String, &Value> = map.iter().collect();
-            out.push('{');
-            for (i, (key, value)) in sorted.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(value, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn revision_name_ignores_key_order_and_tracks_content() {
-        let a = json!({"metadata": {"labels": {"app": "web", "tier": "x"}}, "spec": {"containers": []}});
-        let b = json!({"spec": {"containers": []}, "metadata": {"labels": {"tier": "x", "app": "web"}}});
-        let c = json!({"metadata": {"labels": {"app": "web", "tier": "y"}}, "spec": {"containers": []}});
-        assert_eq!(revision_name("web", &a, 0), revision_name("web", &b, 0));
-        assert_ne!(revision_name("web", &a, 0), revision_name("web", &c, 0));
-        assert_ne!(revision_name("web", &a, 0), revision_name("web", &a, 1));
-        let name = revision_name("web", &a, 0);
-        let hash = name.strip_prefix("web-").unwrap();
-        assert!(hash.bytes().all(|b| SAFE_ALPHABET.contains(&b)), "{name}");
-    }
 
     #[test]
     fn ordinal_is_parsed_only_from_canonical_names_of_the_set() {

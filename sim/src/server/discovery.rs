@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn version_priority_orders_ga_beta_alpha() {
         let mut vs = vec!["v1alpha1", "v1beta1", "v1", "v2beta1", "v2"];
-        vs.sort_by(|a, b| version_rank(b).cmp(&version_rank(a)));
+        vs.sort_by_key(|v| std::cmp::Reverse(version_rank(v)));
         assert_eq!(vs, vec!["v2", "v1", "v2beta1", "v1beta1", "v1alpha1"]);
     }
 }

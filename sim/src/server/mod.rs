@@ -5,6 +5,7 @@ mod discovery;
 mod http;
 mod log;
 mod openapi;
+mod printers;
 mod resources;
 mod table;
 mod watch;

@@ -302,10 +302,11 @@ fn delete_options(ctx: &RequestContext) -> Result<DeleteOptions, ApiError> {
             .get("propagationPolicy")
             .and_then(Value::as_str)
             .map(String::from);
-        if opts.propagation_policy.is_none() {
-            if let Some(orphan) = body.get("orphanDependents").and_then(Value::as_bool) {
-                opts.propagation_policy = Some(if orphan { "Orphan" } else { "Background" }.into());
-            }
+        if let (None, Some(orphan)) = (
+            &opts.propagation_policy,
+            body.get("orphanDependents").and_then(Value::as_bool),
+        ) {
+            opts.propagation_policy = Some(if orphan { "Orphan" } else { "Background" }.into());
         }
         if let Some(p) = body.get("preconditions") {
             opts.precondition_uid = p.get("uid").and_then(Value::as_str).map(String::from);

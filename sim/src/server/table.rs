@@ -5,6 +5,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::http::{self, RequestContext};
+use super::printers;
 use crate::store::ResourceType;
 use crate::store::meta;
 
@@ -95,55 +96,93 @@ fn age(ts: Option<&str>) -> Value {
     }
 }
 
-struct Column {
-    name: String,
-    type_: String,
-    format: String,
-    description: String,
-    priority: i64,
-    path: String,
+/// Where a cell comes from: a JSONPath, or a computation like kube-apiserver's printers.
+pub(crate) enum Source {
+    Path(String),
+    Computed(fn(&Value) -> Value),
 }
 
-fn columns(rt: &ResourceType) -> Vec<Column> {
-    let mut cols = vec![Column {
+/// One table column.
+pub(crate) struct Column {
+    pub name: String,
+    pub type_: String,
+    pub format: String,
+    pub description: String,
+    pub priority: i64,
+    pub source: Source,
+}
+
+impl Column {
+    /// A computed column with the given type and priority.
+    pub(crate) fn computed(name: &str, type_: &str, priority: i64, f: fn(&Value) -> Value) -> Self {
+        Self {
+            name: name.to_string(),
+            type_: type_.to_string(),
+            format: String::new(),
+            description: String::new(),
+            priority,
+            source: Source::Computed(f),
+        }
+    }
+}
+
+/// The Name column every table starts with.
+pub(crate) fn name_column() -> Column {
+    Column {
         name: "Name".into(),
         type_: "string".into(),
         format: "name".into(),
         description: "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names".into(),
         priority: 0,
-        path: ".metadata.name".into(),
-    }];
-    let age_col = Column {
+        source: Source::Path(".metadata.name".into()),
+    }
+}
+
+/// The Age column (rendered server-side, like kube-apiserver does).
+pub(crate) fn age_column() -> Column {
+    Column {
         name: "Age".into(),
         type_: "date".into(),
         format: String::new(),
         description: "CreationTimestamp is a timestamp representing the server time when this object was created.".into(),
         priority: 0,
-        path: ".metadata.creationTimestamp".into(),
-    };
-    let printer = rt.printer_columns.iter().map(|c| Column {
+        source: Source::Path(".metadata.creationTimestamp".into()),
+    }
+}
+
+/// Age of an RFC 3339 timestamp, as a table cell.
+pub(crate) fn age_cell(ts: Option<&str>) -> Value {
+    age(ts)
+}
+
+fn columns(rt: &ResourceType) -> Vec<Column> {
+    if !rt.is_custom() {
+        if let Some(cols) = printers::columns(rt) {
+            return cols;
+        }
+        return vec![name_column(), age_column()];
+    }
+    let mut cols = vec![name_column()];
+    if rt.printer_columns.is_empty() {
+        cols.push(age_column());
+    }
+    cols.extend(rt.printer_columns.iter().map(|c| Column {
         name: c.name.clone(),
         type_: c.type_.clone(),
         format: c.format.clone(),
         description: c.description.clone(),
         priority: c.priority,
-        path: c.json_path.clone(),
-    });
-    if rt.is_custom() {
-        if rt.printer_columns.is_empty() {
-            cols.push(age_col);
-        } else {
-            cols.extend(printer);
-        }
-    } else {
-        cols.extend(printer);
-        cols.push(age_col);
-    }
+        source: Source::Path(c.json_path.clone()),
+    }));
     cols
 }
 
 fn cell(col: &Column, obj: &Value) -> Value {
-    let v = meta::json_path(obj, &col.path);
+    let path = match &col.source {
+        Source::Computed(f) => return f(obj),
+        Source::Path(p) => p,
+    };
+    let v = meta::json_path(obj, path);
     match (col.type_.as_str(), v) {
         (_, None) | (_, Some(Value::Null)) => Value::Null,
         ("date", Some(Value::String(s))) => age(Some(s)),

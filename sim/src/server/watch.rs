@@ -217,11 +217,10 @@ pub(crate) fn serve(
                         change = rx_changes.recv() => match change {
                             Ok(change) => {
                                 last_rv = change.rv;
-                                if let Some(ev) = event_for(&filter, &mut enc, &change) {
-                                    if tx.send(ev).await.is_err() {
+                                if let Some(ev) = event_for(&filter, &mut enc, &change)
+                                    && tx.send(ev).await.is_err() {
                                         break;
                                     }
-                                }
                             }
                             Err(broadcast::error::RecvError::Lagged(_)) => {
                                 let err = ApiError::expired("the watch fell behind; relist");

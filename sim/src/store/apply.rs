@@ -181,7 +181,7 @@ fn conflict_error(conflicts: &[(Entry, Vec<Vec<String>>)]) -> ApiError {
         m
     };
     let mut err = ApiError::new(409, "Conflict", message);
-    err.causes = causes;
+    err.details_mut().causes = causes;
     err
 }
 
@@ -243,7 +243,14 @@ pub(crate) fn apply(
         .iter()
         .filter(|e| !e.same_identity(manager, "Apply", subresource))
         .fold(FieldSet::default(), |acc, e| acc.union(&e.set));
-    let to_remove = last_set.difference(&cfg_set).difference(&others_set);
+    // Like structured-merge-diff's prune: what this manager applied last time, minus what
+    // anyone (itself now included) owns, with fields that have owned children counting as
+    // owned; the object's identity is never removed.
+    let owned = cfg_set.union(&others_set).with_parents_as_members();
+    let to_remove = last_set
+        .with_parents_as_members()
+        .difference(&owned)
+        .without_top_level_members(&["f:metadata", "f:apiVersion", "f:kind"]);
     fields::remove_paths(&mut merged, &to_remove);
 
     let live_t = fields::tracked_part(&live_obj, subresource, hints);
@@ -252,7 +259,7 @@ pub(crate) fn apply(
 
     let mut conflicts = Vec::new();
     for e in &list {
-        if e.same_identity(manager, "Apply", subresource) || e.manager == manager {
+        if e.same_identity(manager, "Apply", subresource) {
             continue;
         }
         let c = e.set.intersection(&changed);
@@ -342,8 +349,8 @@ mod tests {
         .err()
         .unwrap();
         assert_eq!(err.code, 409);
-        assert_eq!(err.causes[0].reason, "FieldManagerConflict");
-        assert_eq!(err.causes[0].field, ".data.x");
+        assert_eq!(err.causes()[0].reason, "FieldManagerConflict");
+        assert_eq!(err.causes()[0].field, ".data.x");
         let forced = apply(
             &a.object,
             &cm(json!({"x": "2"})),
@@ -362,6 +369,19 @@ mod tests {
             .map(|e| e.manager)
             .collect();
         assert_eq!(owners, vec!["b".to_string()]);
+    }
+
+    #[test]
+    fn dropping_one_field_keeps_its_applied_siblings_and_parent() {
+        let rt = cm_type();
+        let hints = Hints::for_type(&rt);
+        let a = apply(&Value::Null, &cm(json!({"a": "1", "b": "2"})), &[], "a", Sub::Main, "v1", &hints, &rt, false).unwrap();
+        // A parent owned as a whole (as csaupgrade leaves it) must not take its children along.
+        let mut managed = a.managed.clone();
+        managed[0]["fieldsV1"]["f:data"]["."] = json!({});
+        let a2 = apply(&a.object, &cm(json!({"a": "1"})), &managed, "a", Sub::Main, "v1", &hints, &rt, false).unwrap();
+        assert_eq!(a2.object["data"], json!({"a": "1"}));
+        assert_eq!(a2.object["metadata"]["name"], "c");
     }
 
     #[test]

@@ -288,10 +288,10 @@ pub(crate) fn prepare_update(
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    if let Some(v) = storage_version(crd) {
-        if !stored.contains(&json!(v)) {
-            stored.push(json!(v));
-        }
+    if let Some(v) = storage_version(crd)
+        && !stored.contains(&json!(v))
+    {
+        stored.push(json!(v));
     }
     let status = crd
         .as_object_mut()

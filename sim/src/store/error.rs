@@ -28,6 +28,19 @@ impl Cause {
     }
 }
 
+/// `details` of a Status: which object the error is about and its field causes.
+#[derive(Clone, Debug, Default)]
+pub struct ErrorDetails {
+    /// `details.name`.
+    pub name: String,
+    /// `details.group`.
+    pub group: String,
+    /// `details.kind` (the resource plural or the kind, as kube-apiserver sets it).
+    pub kind: String,
+    /// `details.causes`.
+    pub causes: Vec<Cause>,
+}
+
 /// A Kubernetes-shaped error: HTTP code, reason, message and details.
 #[derive(Clone, Debug)]
 pub struct ApiError {
@@ -37,14 +50,8 @@ pub struct ApiError {
     pub reason: String,
     /// Human-readable message, worded like kube-apiserver's.
     pub message: String,
-    /// `details.name`.
-    pub name: Option<String>,
-    /// `details.group`.
-    pub group: Option<String>,
-    /// `details.kind` (the resource plural or the kind, as kube-apiserver sets it).
-    pub kind: Option<String>,
-    /// `details.causes`.
-    pub causes: Vec<Cause>,
+    /// `details` of the Status, when the error is about an object.
+    pub details: Option<Box<ErrorDetails>>,
 }
 
 impl fmt::Display for ApiError {
@@ -80,17 +87,28 @@ impl ApiError {
             code,
             reason: reason.to_string(),
             message: message.into(),
-            name: None,
-            group: None,
-            kind: None,
-            causes: Vec::new(),
+            details: None,
         }
     }
 
+    /// The field causes (empty when there are none).
+    pub fn causes(&self) -> &[Cause] {
+        self.details
+            .as_deref()
+            .map(|d| d.causes.as_slice())
+            .unwrap_or(&[])
+    }
+
+    /// The details, created empty when missing.
+    pub fn details_mut(&mut self) -> &mut ErrorDetails {
+        self.details.get_or_insert_with(Default::default)
+    }
+
     fn about(mut self, rt: &ResourceType, name: &str, kind: String) -> Self {
-        self.name = Some(name.to_string());
-        self.group = Some(rt.group.clone());
-        self.kind = Some(kind);
+        let d = self.details_mut();
+        d.name = name.to_string();
+        d.group = rt.group.clone();
+        d.kind = kind;
         self
     }
 
@@ -125,9 +143,9 @@ impl ApiError {
             "NotFound",
             format!("namespaces \"{namespace}\" not found"),
         );
-        e.name = Some(namespace.to_string());
-        e.group = Some(String::new());
-        e.kind = Some("namespaces".to_string());
+        let d = e.details_mut();
+        d.name = namespace.to_string();
+        d.kind = "namespaces".to_string();
         e
     }
 
@@ -186,7 +204,7 @@ impl ApiError {
             format!("{} \"{name}\" is invalid: {list}", qualified_kind(rt)),
         )
         .about(rt, name, rt.kind.clone());
-        e.causes = causes;
+        e.details_mut().causes = causes;
         e
     }
 
@@ -237,26 +255,17 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
-        let mut details = serde_json::Map::new();
-        if let Some(name) = &self.name {
-            details.insert("name".into(), json!(name));
-        }
-        if let Some(group) = &self.group {
-            details.insert("group".into(), json!(group));
-        }
-        if let Some(kind) = &self.kind {
-            details.insert("kind".into(), json!(kind));
-        }
-        if !self.causes.is_empty() {
-            let causes: Vec<Value> = self
-                .causes
-                .iter()
-                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
-                .collect();
-            details.insert("causes".into(), Value::Array(causes));
-        }
-        if !details.is_empty() {
-            status["details"] = Value::Object(details);
+        if let Some(d) = &self.details {
+            let mut details = json!({"name": d.name, "group": d.group, "kind": d.kind});
+            if !d.causes.is_empty() {
+                let causes: Vec<Value> = d
+                    .causes
+                    .iter()
+                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                    .collect();
+                details["causes"] = Value::Array(causes);
+            }
+            status["details"] = details;
         }
         status
     }

@@ -240,6 +240,33 @@ impl FieldSet {
         out.normalize()
     }
 
+    /// The set with every field that has members below it counted as a member itself
+    /// (structured-merge-diff's `EnsureNamedFieldsAreMembers`).
+    pub(crate) fn with_parents_as_members(&self) -> FieldSet {
+        let mut out = self.clone();
+        out.mark_parents();
+        out
+    }
+
+    fn mark_parents(&mut self) {
+        for (k, child) in self.children.iter_mut() {
+            child.mark_parents();
+            if k.starts_with("f:") && !child.children.is_empty() {
+                child.member = true;
+            }
+        }
+    }
+
+    /// The set without membership of the given top-level elements (their children stay).
+    pub(crate) fn without_top_level_members(mut self, elements: &[&str]) -> FieldSet {
+        for e in elements {
+            if let Some(c) = self.children.get_mut(*e) {
+                c.member = false;
+            }
+        }
+        self.normalize()
+    }
+
     /// Member paths, each as its path elements.
     pub(crate) fn paths(&self) -> Vec<Vec<String>> {
         let mut out = Vec::new();
@@ -360,14 +387,14 @@ fn all_paths(v: &Value, hints: &Hints, path: &mut Vec<String>) -> FieldSet {
     let mut set = to_fields(v, hints, path);
     set.member = true;
     for (k, child) in set.children.iter_mut() {
-        if k.starts_with("f:") {
-            if let Some(Value::Object(map)) = Some(v) {
-                let name = &k[2..];
-                if let Some(cv) = map.get(name) {
-                    path.push(name.to_string());
-                    *child = all_paths(cv, hints, path);
-                    path.pop();
-                }
+        if k.starts_with("f:")
+            && let Some(Value::Object(map)) = Some(v)
+        {
+            let name = &k[2..];
+            if let Some(cv) = map.get(name) {
+                path.push(name.to_string());
+                *child = all_paths(cv, hints, path);
+                path.pop();
             }
         }
     }
@@ -780,7 +807,10 @@ mod tests {
         let e = entries(&managed);
         let creator = e.iter().find(|e| e.manager == "creator").unwrap();
         let editor = e.iter().find(|e| e.manager == "editor").unwrap();
-        assert_eq!(creator.set.to_json(), json!({"f:data": {".": {}, "f:b": {}}}));
+        assert_eq!(
+            creator.set.to_json(),
+            json!({"f:data": {".": {}, "f:b": {}}})
+        );
         assert_eq!(editor.set.to_json(), json!({"f:data": {"f:a": {}}}));
     }
 }

@@ -25,7 +25,7 @@ use tokio::sync::broadcast;
 
 pub use serde_json::Value;
 
-pub use error::{ApiError, Cause};
+pub use error::{ApiError, Cause, ErrorDetails};
 pub use selector::{FieldSelector, LabelSelector};
 pub use types::{PrinterColumn, ResourceType, ScaleSubresource};
 

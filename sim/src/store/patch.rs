@@ -60,12 +60,23 @@ pub(crate) fn apply_patch(
                 ))
             })?;
             let mut doc = orig.clone();
-            json_patch::patch(&mut doc, &ops).map_err(|e| {
-                // A failed op (including a failed `test`) leaves the object untouched: 422.
-                let mut err = ApiError::new(422, "Invalid", e.to_string());
-                err.causes = vec![Cause::new("FieldValueInvalid", "", e.to_string())];
-                err
-            })?;
+            for op in ops.iter() {
+                // Like kube-apiserver's json-patch library, `test` of null passes on a missing
+                // path; kube-runtime's finalizer helper relies on it for the first finalizer.
+                if let json_patch::PatchOperation::Test(t) = op
+                    && t.value.is_null()
+                    && doc.pointer(t.path.as_str()).is_none()
+                {
+                    continue;
+                }
+                json_patch::patch(&mut doc, std::slice::from_ref(op)).map_err(|e| {
+                    // A failed op (including a failed `test`) leaves the object untouched.
+                    let mut err = ApiError::new(422, "Invalid", e.to_string());
+                    err.details_mut().causes =
+                        vec![Cause::new("FieldValueInvalid", "", e.to_string())];
+                    err
+                })?;
+            }
             Ok(doc)
         }
         PatchKind::Strategic => {
@@ -152,10 +163,10 @@ fn strategic(
         }
     }
     for (k, pv) in pm {
-        if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/") {
-            if let (Some(Value::Array(list)), Some(del)) = (out.get_mut(field), pv.as_array()) {
-                list.retain(|i| !del.contains(i));
-            }
+        if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/")
+            && let (Some(Value::Array(list)), Some(del)) = (out.get_mut(field), pv.as_array())
+        {
+            list.retain(|i| !del.contains(i));
         }
     }
     for (k, pv) in pm {
@@ -302,6 +313,17 @@ mod tests {
         let patch = json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}});
         let out = apply_patch(PatchKind::Strategic, &orig, &patch, &sts_hints()).unwrap();
         assert_eq!(out["spec"]["strategy"], json!({"type": "Recreate"}));
+    }
+
+    #[test]
+    fn json_patch_test_of_null_passes_on_missing_path() {
+        let orig = json!({"metadata": {"name": "x"}});
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}
+        ]);
+        let out = apply_patch(PatchKind::Json, &orig, &patch, &Hints::none()).unwrap();
+        assert_eq!(out["metadata"]["finalizers"], json!(["f"]));
     }
 
     #[test]

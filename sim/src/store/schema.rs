@@ -124,10 +124,10 @@ pub(crate) fn default(schema: &Value, obj: &mut Value) {
         Value::Object(map) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
                 for (k, ps) in props {
-                    if !map.contains_key(k) {
-                        if let Some(d) = ps.get("default") {
-                            map.insert(k.clone(), d.clone());
-                        }
+                    if !map.contains_key(k)
+                        && let Some(d) = ps.get("default")
+                    {
+                        map.insert(k.clone(), d.clone());
                     }
                     if let Some(child) = map.get_mut(k) {
                         default(ps, child);
@@ -256,121 +256,120 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
             return;
         }
     }
-    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
-        if !options.contains(v) {
-            let supported = options.iter().map(show).collect::<Vec<_>>().join(", ");
-            causes.push(Cause::new(
-                "FieldValueNotSupported",
-                &field,
-                format!(
-                    "Unsupported value: {}: supported values: {supported}",
-                    show(v)
-                ),
-            ));
-        }
+    if let Some(options) = schema.get("enum").and_then(Value::as_array)
+        && !options.contains(v)
+    {
+        let supported = options.iter().map(show).collect::<Vec<_>>().join(", ");
+        causes.push(Cause::new(
+            "FieldValueNotSupported",
+            &field,
+            format!(
+                "Unsupported value: {}: supported values: {supported}",
+                show(v)
+            ),
+        ));
     }
     match v {
         Value::Number(_) => {
             let n = number(v).unwrap_or(0.0);
             let excl_min = schema.get("exclusiveMinimum").and_then(Value::as_bool) == Some(true);
             let excl_max = schema.get("exclusiveMaximum").and_then(Value::as_bool) == Some(true);
-            if let Some(min) = schema.get("minimum").and_then(number) {
-                if n < min || (excl_min && n == min) {
-                    let rel = if excl_min {
-                        "greater than"
-                    } else {
-                        "greater than or equal to"
-                    };
-                    causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        &field,
-                        format!(
-                            "Invalid value: {v}: {}",
-                            in_body(&format!("should be {rel} {}", schema["minimum"]))
-                        ),
-                    ));
-                }
+            if let Some(min) = schema.get("minimum").and_then(number)
+                && (n < min || (excl_min && n == min))
+            {
+                let rel = if excl_min {
+                    "greater than"
+                } else {
+                    "greater than or equal to"
+                };
+                causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    &field,
+                    format!(
+                        "Invalid value: {v}: {}",
+                        in_body(&format!("should be {rel} {}", schema["minimum"]))
+                    ),
+                ));
             }
-            if let Some(max) = schema.get("maximum").and_then(number) {
-                if n > max || (excl_max && n == max) {
-                    let rel = if excl_max {
-                        "less than"
-                    } else {
-                        "less than or equal to"
-                    };
-                    causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        &field,
-                        format!(
-                            "Invalid value: {v}: {}",
-                            in_body(&format!("should be {rel} {}", schema["maximum"]))
-                        ),
-                    ));
-                }
+            if let Some(max) = schema.get("maximum").and_then(number)
+                && (n > max || (excl_max && n == max))
+            {
+                let rel = if excl_max {
+                    "less than"
+                } else {
+                    "less than or equal to"
+                };
+                causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    &field,
+                    format!(
+                        "Invalid value: {v}: {}",
+                        in_body(&format!("should be {rel} {}", schema["maximum"]))
+                    ),
+                ));
             }
         }
         Value::String(s) => {
             let len = s.chars().count() as u64;
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64) {
-                if len > max {
-                    causes.push(Cause::new(
-                        "FieldValueTooLong",
-                        &field,
-                        format!("Too long: may not be more than {max} bytes"),
-                    ));
-                }
+            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+                && len > max
+            {
+                causes.push(Cause::new(
+                    "FieldValueTooLong",
+                    &field,
+                    format!("Too long: may not be more than {max} bytes"),
+                ));
             }
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64) {
-                if len < min {
-                    causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        &field,
-                        format!(
-                            "Invalid value: {}: {}",
-                            show(v),
-                            in_body(&format!("should be at least {min} chars long"))
-                        ),
-                    ));
-                }
+            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+                && len < min
+            {
+                causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    &field,
+                    format!(
+                        "Invalid value: {}: {}",
+                        show(v),
+                        in_body(&format!("should be at least {min} chars long"))
+                    ),
+                ));
             }
-            if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
-                if let Ok(re) = regex::Regex::new(p) {
-                    if !re.is_match(s) {
-                        causes.push(Cause::new(
-                            "FieldValueInvalid",
-                            &field,
-                            format!(
-                                "Invalid value: {}: {}",
-                                show(v),
-                                in_body(&format!("should match '{p}'"))
-                            ),
-                        ));
-                    }
-                }
+            if let Some(p) = schema.get("pattern").and_then(Value::as_str)
+                && let Ok(re) = regex::Regex::new(p)
+                && !re.is_match(s)
+            {
+                causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    &field,
+                    format!(
+                        "Invalid value: {}: {}",
+                        show(v),
+                        in_body(&format!("should match '{p}'"))
+                    ),
+                ));
             }
         }
         Value::Array(items) => {
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64) {
-                if items.len() as u64 > max {
-                    causes.push(Cause::new(
-                        "FieldValueTooMany",
-                        &field,
-                        format!("Too many: {}: must have at most {max} items", items.len()),
-                    ));
-                }
+            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+                && items.len() as u64 > max
+            {
+                causes.push(Cause::new(
+                    "FieldValueTooMany",
+                    &field,
+                    format!("Too many: {}: must have at most {max} items", items.len()),
+                ));
             }
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64) {
-                if (items.len() as u64) < min {
-                    causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        &field,
-                        format!(
-                            "Invalid value: {}: {}",
-                            items.len(),
-                            in_body(&format!("should have at least {min} items"))
-                        ),
-                    ));
-                }
+            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+                && (items.len() as u64) < min
+            {
+                causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    &field,
+                    format!(
+                        "Invalid value: {}: {}",
+                        items.len(),
+                        in_body(&format!("should have at least {min} items"))
+                    ),
+                ));
             }
             let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
             let unique = schema.get("uniqueItems").and_then(Value::as_bool) == Some(true);
@@ -425,27 +424,27 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
                     }
                 }
             }
-            if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64) {
-                if map.len() as u64 > max {
-                    causes.push(Cause::new(
-                        "FieldValueTooMany",
-                        &field,
-                        format!("Too many: {}: must have at most {max} items", map.len()),
-                    ));
-                }
+            if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
+                && map.len() as u64 > max
+            {
+                causes.push(Cause::new(
+                    "FieldValueTooMany",
+                    &field,
+                    format!("Too many: {}: must have at most {max} items", map.len()),
+                ));
             }
-            if let Some(min) = schema.get("minProperties").and_then(Value::as_u64) {
-                if (map.len() as u64) < min {
-                    causes.push(Cause::new(
-                        "FieldValueInvalid",
-                        &field,
-                        format!(
-                            "Invalid value: {}: {}",
-                            map.len(),
-                            in_body(&format!("should have at least {min} properties"))
-                        ),
-                    ));
-                }
+            if let Some(min) = schema.get("minProperties").and_then(Value::as_u64)
+                && (map.len() as u64) < min
+            {
+                causes.push(Cause::new(
+                    "FieldValueInvalid",
+                    &field,
+                    format!(
+                        "Invalid value: {}: {}",
+                        map.len(),
+                        in_body(&format!("should have at least {min} properties"))
+                    ),
+                ));
             }
             let props = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());

@@ -406,10 +406,10 @@ impl State {
                 m.remove("generation");
             }
         }
-        if rt.status_subresource {
-            if let Some(map) = obj.as_object_mut() {
-                map.remove("status");
-            }
+        if rt.status_subresource
+            && let Some(map) = obj.as_object_mut()
+        {
+            map.remove("status");
         }
         defaults::apply(rt, &mut obj, None);
         let mut warnings = Vec::new();
@@ -850,57 +850,57 @@ impl State {
             .stored(rt, ns, name)
             .cloned()
             .ok_or_else(|| ApiError::not_found(rt, name))?;
-        if let Some(uid) = &opts.precondition_uid {
-            if uid != meta::uid(&cur) {
-                return Err(ApiError::conflict(
-                    rt,
-                    name,
-                    &format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        meta::uid(&cur)
+        if let Some(uid) = &opts.precondition_uid
+            && uid != meta::uid(&cur)
+        {
+            return Err(ApiError::conflict(
+                rt,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta::uid(&cur)
+                ),
+            ));
+        }
+        if let Some(rv) = &opts.precondition_resource_version
+            && rv != meta::resource_version(&cur)
+        {
+            return Err(ApiError::conflict(
+                rt,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta::resource_version(&cur)
+                ),
+            ));
+        }
+        if let Some(policy) = &opts.propagation_policy
+            && !matches!(policy.as_str(), "Background" | "Foreground" | "Orphan")
+        {
+            return Err(ApiError::invalid(
+                rt,
+                name,
+                vec![Cause::new(
+                    "FieldValueNotSupported",
+                    "propagationPolicy",
+                    format!(
+                        "Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
                     ),
-                ));
-            }
+                )],
+            ));
         }
-        if let Some(rv) = &opts.precondition_resource_version {
-            if rv != meta::resource_version(&cur) {
-                return Err(ApiError::conflict(
-                    rt,
-                    name,
-                    &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                        meta::resource_version(&cur)
-                    ),
-                ));
-            }
-        }
-        if let Some(policy) = &opts.propagation_policy {
-            if !matches!(policy.as_str(), "Background" | "Foreground" | "Orphan") {
-                return Err(ApiError::invalid(
-                    rt,
-                    name,
-                    vec![Cause::new(
-                        "FieldValueNotSupported",
-                        "propagationPolicy",
-                        format!(
-                            "Unsupported value: \"{policy}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
-                        ),
-                    )],
-                ));
-            }
-        }
-        if let Some(g) = opts.grace_period_seconds {
-            if g < 0 {
-                return Err(ApiError::invalid(
-                    rt,
-                    name,
-                    vec![Cause::new(
-                        "FieldValueInvalid",
-                        "gracePeriodSeconds",
-                        format!("Invalid value: {g}: must be >= 0"),
-                    )],
-                ));
-            }
+        if let Some(g) = opts.grace_period_seconds
+            && g < 0
+        {
+            return Err(ApiError::invalid(
+                rt,
+                name,
+                vec![Cause::new(
+                    "FieldValueInvalid",
+                    "gracePeriodSeconds",
+                    format!("Invalid value: {g}: must be >= 0"),
+                )],
+            ));
         }
         let is_pod = rt.group.is_empty() && rt.plural == "pods";
         let grace = if is_pod {
@@ -1172,7 +1172,7 @@ impl State {
         let replicas = meta::at(&new_scale, &["spec", "replicas"])
             .cloned()
             .unwrap_or(json!(0));
-        if !replicas.as_i64().is_some_and(|r| r >= 0) {
+        if replicas.as_i64().is_none_or(|r| r < 0) {
             return Err(ApiError::invalid(
                 rt,
                 name,
@@ -1276,10 +1276,11 @@ fn check_type(rt: &ResourceType, mut obj: Value) -> Result<Value, ApiError> {
             )));
         }
     }
-    if let Some(m) = map.get("metadata") {
-        if !m.is_object() && !m.is_null() {
-            return Err(ApiError::bad_request("metadata must be an object"));
-        }
+    if let Some(m) = map.get("metadata")
+        && !m.is_object()
+        && !m.is_null()
+    {
+        return Err(ApiError::bad_request("metadata must be an object"));
     }
     Ok(obj)
 }
@@ -1314,15 +1315,15 @@ fn merge_for_sub(rt: &ResourceType, cur: &Value, body: Value, sub: Sub) -> Value
     match sub {
         Sub::Main | Sub::Scale => {
             let mut new = body;
-            if rt.status_subresource {
-                if let Some(map) = new.as_object_mut() {
-                    match cur.get("status") {
-                        Some(s) => {
-                            map.insert("status".into(), s.clone());
-                        }
-                        None => {
-                            map.remove("status");
-                        }
+            if rt.status_subresource
+                && let Some(map) = new.as_object_mut()
+            {
+                match cur.get("status") {
+                    Some(s) => {
+                        map.insert("status".into(), s.clone());
+                    }
+                    None => {
+                        map.remove("status");
                     }
                 }
             }
@@ -1377,14 +1378,16 @@ fn parse_continue(token: &str) -> Result<u64, ApiError> {
 impl ApiError {
     /// Fills in the details of a patch or apply error that lacked the object's identity.
     pub(crate) fn about_object(mut self, rt: &ResourceType, name: &str) -> Self {
-        if self.name.is_none() {
-            self.name = Some(name.to_string());
-            self.group = Some(rt.group.clone());
-            self.kind = Some(if self.code == 422 {
+        if self.details.as_ref().is_none_or(|d| d.name.is_empty()) {
+            let kind = if self.code == 422 {
                 rt.kind.clone()
             } else {
                 rt.plural.clone()
-            });
+            };
+            let d = self.details_mut();
+            d.name = name.to_string();
+            d.group = rt.group.clone();
+            d.kind = kind;
         }
         if self.code == 422 && !self.message.contains(" is invalid: ") {
             self.message = format!(

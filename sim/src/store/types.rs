@@ -392,49 +392,6 @@ fn selectable_fields(group: &str, plural: &str) -> Vec<String> {
     fields.iter().map(|s| s.to_string()).collect()
 }
 
-fn builtin_columns(group: &str, plural: &str) -> Vec<PrinterColumn> {
-    let col = |name: &str, type_: &str, path: &str| PrinterColumn {
-        name: name.to_string(),
-        type_: type_.to_string(),
-        format: String::new(),
-        description: String::new(),
-        json_path: path.to_string(),
-        priority: 0,
-    };
-    match (group, plural) {
-        ("", "pods") => vec![
-            col("Status", "string", ".status.phase"),
-            col("IP", "string", ".status.podIP"),
-        ],
-        ("apps", "statefulsets") => vec![
-            col("Replicas", "integer", ".spec.replicas"),
-            col("Ready", "integer", ".status.readyReplicas"),
-        ],
-        ("apps", "deployments") => vec![
-            col("Replicas", "integer", ".spec.replicas"),
-            col("Ready", "integer", ".status.readyReplicas"),
-            col("Available", "integer", ".status.availableReplicas"),
-        ],
-        ("", "namespaces") => vec![col("Status", "string", ".status.phase")],
-        ("", "services") => vec![
-            col("Type", "string", ".spec.type"),
-            col("Cluster-IP", "string", ".spec.clusterIP"),
-        ],
-        ("coordination.k8s.io", "leases") => vec![col("Holder", "string", ".spec.holderIdentity")],
-        ("", "events") => vec![
-            col("Type", "string", ".type"),
-            col("Reason", "string", ".reason"),
-            col("Message", "string", ".message"),
-        ],
-        ("events.k8s.io", "events") => vec![
-            col("Type", "string", ".type"),
-            col("Reason", "string", ".reason"),
-            col("Note", "string", ".note"),
-        ],
-        _ => Vec::new(),
-    }
-}
-
 /// The resource types served at start, before any CRD.
 pub(crate) fn builtin_types() -> Vec<Arc<ResourceType>> {
     BUILTINS
@@ -471,7 +428,7 @@ pub(crate) fn builtin_types() -> Vec<Arc<ResourceType>> {
                 categories,
                 status_subresource: bt.status,
                 scale,
-                printer_columns: builtin_columns(bt.group, bt.plural),
+                printer_columns: Vec::new(),
                 has_generation: bt.generation,
                 selectable_fields: selectable_fields(bt.group, bt.plural),
                 crd: None,

@@ -49,10 +49,10 @@ impl History {
     }
 
     pub(crate) fn push(&mut self, change: Arc<Change>) {
-        if self.entries.len() >= HISTORY_LIMIT {
-            if let Some(old) = self.entries.pop_front() {
-                self.compacted = old.rv;
-            }
+        if self.entries.len() >= HISTORY_LIMIT
+            && let Some(old) = self.entries.pop_front()
+        {
+            self.compacted = old.rv;
         }
         self.entries.push_back(change.clone());
         let _ = self.tx.send(change);

@@ -45,7 +45,14 @@ impl Api {
         }
     }
 
-    pub async fn send(&self, method: &str, path: &str, content_type: Option<&str>, accept: Option<&str>, body: Option<Value>) -> Reply {
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        accept: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
         let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
         let mut req = self.http.request(method, format!("{}{}", self.base, path));
         if let Some(ct) = content_type {
@@ -87,7 +94,8 @@ impl Api {
     }
 
     pub async fn patch(&self, path: &str, content_type: &str, body: Value) -> Reply {
-        self.send("PATCH", path, Some(content_type), None, Some(body)).await
+        self.send("PATCH", path, Some(content_type), None, Some(body))
+            .await
     }
 
     pub async fn delete(&self, path: &str, body: Option<Value>) -> Reply {
@@ -95,13 +103,25 @@ impl Api {
     }
 
     /// Reads watch events until `count` arrived, the stream ended, or `limit` passed.
-    pub async fn watch(&self, path: &str, count: usize, limit: Duration) -> (u16, Vec<Value>, bool) {
+    pub async fn watch(
+        &self,
+        path: &str,
+        count: usize,
+        limit: Duration,
+    ) -> (u16, Vec<Value>, bool) {
         self.watch_with(path, None, count, limit, || async {}).await
     }
 
     /// Like [`Api::watch`], running `during` once the response head arrived. Returns the
     /// status, the events, and whether the server closed the stream.
-    pub async fn watch_with<F, Fut>(&self, path: &str, accept: Option<&str>, count: usize, limit: Duration, during: F) -> (u16, Vec<Value>, bool)
+    pub async fn watch_with<F, Fut>(
+        &self,
+        path: &str,
+        accept: Option<&str>,
+        count: usize,
+        limit: Duration,
+        during: F,
+    ) -> (u16, Vec<Value>, bool)
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = ()>,
@@ -140,7 +160,11 @@ impl Api {
 
     /// Creates the `widgets.test.io` CRD used by the custom-resource tests.
     pub async fn create_widget_crd(&self) -> Reply {
-        self.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", widget_crd()).await
+        self.post(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            widget_crd(),
+        )
+        .await
     }
 
     pub fn widgets(&self) -> &'static str {

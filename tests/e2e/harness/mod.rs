@@ -342,6 +342,21 @@ impl Drop for Env {
                 operator::read_log(log)
             );
         }
+        if let Some(requests) = self
+            .inspector
+            .as_ref()
+            .and_then(SimInspector::operator_requests_blocking)
+        {
+            const LAST: usize = 200;
+            eprintln!(
+                "==== the operator's requests ({} in all, the last {LAST} shown):",
+                requests.len()
+            );
+            let skip = requests.len().saturating_sub(LAST);
+            for request in &requests[skip..] {
+                eprintln!("{}", request.describe());
+            }
+        }
         eprintln!("==== kubectl transcript:");
         for entry in self.kubectl.transcript() {
             eprintln!("{entry}");

@@ -32,6 +32,7 @@ impl Operator {
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
             .args(["run", "--http-addr", &http_addr.to_string()])
             .env("KUBECONFIG", kubeconfig)
+            .env("NO_COLOR", "1")
             .env(
                 "RUST_LOG",
                 std::env::var("SWARM_E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".into()),

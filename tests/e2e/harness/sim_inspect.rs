@@ -48,6 +48,9 @@ pub struct RequestRecord {
     pub user_agent: Option<String>,
     /// Response status code.
     pub status: u16,
+    /// When it arrived (RFC 3339).
+    #[serde(default)]
+    pub time: String,
 }
 
 impl RequestRecord {
@@ -94,10 +97,14 @@ impl RequestRecord {
     /// One line for failure messages.
     pub fn describe(&self) -> String {
         match &self.query {
-            Some(q) if !q.is_empty() => {
-                format!("{} {}?{} -> {}", self.method, self.path, q, self.status)
-            }
-            _ => format!("{} {} -> {}", self.method, self.path, self.status),
+            Some(q) if !q.is_empty() => format!(
+                "{} {} {}?{} -> {}",
+                self.time, self.method, self.path, q, self.status
+            ),
+            _ => format!(
+                "{} {} {} -> {}",
+                self.time, self.method, self.path, self.status
+            ),
         }
     }
 }
@@ -175,6 +182,30 @@ impl SimInspector {
         self.get_json("/kube-sim/v1/requests").await
     }
 
+    /// The operator's requests, fetched without async (for the failure report printed while a
+    /// test unwinds); `None` when the simulation cannot be reached.
+    pub fn operator_requests_blocking(&self) -> Option<Vec<RequestRecord>> {
+        use std::io::{Read, Write};
+        let addr = self.base.strip_prefix("http://")?;
+        let mut stream = std::net::TcpStream::connect(addr).ok()?;
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .ok()?;
+        let request = format!(
+            "GET /kube-sim/v1/requests HTTP/1.0\r\nHost: {addr}\r\nUser-Agent: {HARNESS_USER_AGENT}\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut response = String::new();
+        stream.read_to_string(&mut response).ok()?;
+        let (_, body) = response.split_once("\r\n\r\n")?;
+        let all: Vec<RequestRecord> = serde_json::from_str(body).ok()?;
+        Some(
+            all.into_iter()
+                .filter(RequestRecord::is_from_operator)
+                .collect(),
+        )
+    }
+
     async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
         let url = format!("{}{path}", self.base);
         let body: Value = self
@@ -203,6 +234,7 @@ mod tests {
             query: Some(query.into()),
             user_agent: None,
             status: 200,
+            time: String::new(),
         }
     }
 

@@ -1,0 +1,248 @@
+//! `swarm-operator plan` as a user runs it, on the example pool.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+const EXAMPLE_POOL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/swarmpool.yaml");
+
+fn plan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
+        .arg("plan")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the binary runs")
+}
+
+fn plan_example(replicas: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "--pool",
+        EXAMPLE_POOL,
+        "--statefulset",
+        "swarm-worker",
+        "--replicas",
+        replicas,
+    ];
+    args.extend_from_slice(extra);
+    plan(&args)
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("UTF-8")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8(output.stderr.clone()).expect("UTF-8")
+}
+
+/// The one error line of a failed run.
+fn error_line(output: &Output) -> String {
+    assert!(!output.status.success(), "expected a failure");
+    assert!(output.stdout.is_empty(), "nothing on stdout");
+    let text = stderr(output);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {text}");
+    lines[0].to_string()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write");
+    path.to_str().expect("UTF-8 path").to_string()
+}
+
+fn example_jobs() -> Vec<String> {
+    let text = std::fs::read_to_string(EXAMPLE_POOL).expect("example pool");
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("- \""))
+        .map(|job| job.trim_end_matches('"').to_string())
+        .collect()
+}
+
+#[test]
+fn the_example_pool_on_2_workers_gets_14_and_13_jobs_each_exactly_once() {
+    let config =
+        swarm_assign::WorkerConfig::parse(&stdout(&plan_example("2", &[]))).expect("config");
+    assert_eq!(config.version, 1);
+    let assignment = config.assignment("swarm-worker").expect("our pods");
+    assert_eq!(assignment.loads(), [14, 13]);
+    let held: Vec<&String> = assignment.workers().iter().flatten().collect();
+    let distinct: HashSet<&String> = held.iter().copied().collect();
+    assert_eq!(held.len(), 27);
+    assert_eq!(distinct, example_jobs().iter().collect());
+}
+
+#[test]
+fn planning_again_from_the_written_config_prints_byte_identical_text() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let first = stdout(&plan_example("3", &[]));
+    let previous = write(dir.path(), "config.yml", &first);
+    let again = plan_example("3", &["--previous", &previous, "--explain"]);
+    assert_eq!(stdout(&again), first);
+    let explain = stderr(&again);
+    assert!(explain.contains("version: 1 (unchanged)"), "{explain}");
+    assert!(explain.contains("workers touched: 0\n"), "{explain}");
+}
+
+#[test]
+fn scaling_from_2_to_3_moves_9_jobs_and_explains_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let previous = write(dir.path(), "config.yml", &stdout(&plan_example("2", &[])));
+    let output = plan_example("3", &["--previous", &previous, "--explain"]);
+    let config = swarm_assign::WorkerConfig::parse(&stdout(&output)).expect("config");
+    assert_eq!(config.version, 2);
+    let explain = stderr(&output);
+    for line in [
+        "jobs: 27",
+        "workers: 3",
+        "min load: 9",
+        "max load: 9",
+        "jobs moved: 9",
+        "workers touched: 3 (swarm-worker-0, swarm-worker-1, swarm-worker-2)",
+        "  swarm-worker-2: 9",
+    ] {
+        assert!(
+            explain.lines().any(|l| l == line),
+            "missing {line:?} in:\n{explain}"
+        );
+    }
+}
+
+#[test]
+fn zero_replicas_print_no_worker_and_explain_lists_every_job_unassigned() {
+    let output = plan_example("0", &["--explain"]);
+    assert_eq!(stdout(&output), "version: 1\nworkloads: {}\n");
+    let explain = stderr(&output);
+    assert!(
+        explain.contains("unassigned jobs: 27 (no workers)\n"),
+        "{explain}"
+    );
+    for job in example_jobs() {
+        assert!(
+            explain.lines().any(|line| line == format!("  {job}")),
+            "{job} listed"
+        );
+    }
+}
+
+#[test]
+fn the_strategy_flag_overrides_the_pools_strategy() {
+    let config = stdout(&plan_example("2", &["--strategy", "contiguous"]));
+    let config = swarm_assign::WorkerConfig::parse(&config).expect("config");
+    let jobs = example_jobs();
+    assert_eq!(
+        config.workload("swarm-worker-0").expect("worker 0").jobs,
+        jobs[..14]
+    );
+    assert_eq!(
+        config.workload("swarm-worker-1").expect("worker 1").jobs,
+        jobs[14..]
+    );
+}
+
+#[test]
+fn the_pool_can_come_from_standard_input() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
+        .args([
+            "plan",
+            "--pool",
+            "-",
+            "--statefulset",
+            "swarm-worker",
+            "--replicas",
+            "2",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary runs");
+    let text = std::fs::read(EXAMPLE_POOL).expect("example pool");
+    std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), &text).expect("write stdin");
+    let output = child.wait_with_output().expect("finishes");
+    assert_eq!(stdout(&output), stdout(&plan_example("2", &[])));
+}
+
+#[test]
+fn a_duplicate_job_fails_with_one_line_naming_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pool = write(
+        dir.path(),
+        "pool.yaml",
+        "kind: SwarmPool\nspec:\n  jobs: [stream:a, stream:b, stream:a]\n",
+    );
+    let line = error_line(&plan(&[
+        "--pool",
+        &pool,
+        "--statefulset",
+        "w",
+        "--replicas",
+        "2",
+    ]));
+    assert!(
+        line.contains("\"stream:a\" is listed more than once"),
+        "{line}"
+    );
+}
+
+#[test]
+fn an_empty_job_name_fails_with_one_line_naming_its_position() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pool = write(dir.path(), "pool.yaml", "spec:\n  jobs: [stream:a, '']\n");
+    let line = error_line(&plan(&[
+        "--pool",
+        &pool,
+        "--statefulset",
+        "w",
+        "--replicas",
+        "2",
+    ]));
+    assert!(line.contains("spec.jobs[1] is empty"), "{line}");
+}
+
+#[test]
+fn an_unreadable_pool_file_fails_with_one_line_naming_it() {
+    let line = error_line(&plan(&[
+        "--pool",
+        "/does/not/exist.yaml",
+        "--statefulset",
+        "w",
+        "--replicas",
+        "2",
+    ]));
+    assert!(
+        line.contains("cannot read --pool /does/not/exist.yaml"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_replica_count_that_is_not_a_number_fails_naming_the_flag() {
+    let output = plan_example("two", &[]);
+    assert!(!output.status.success());
+    let text = stderr(&output);
+    let first = text.lines().next().expect("an error line");
+    assert!(
+        first.contains("invalid value 'two' for '--replicas <N>'"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_unreadable_previous_config_is_reported_and_planned_from_scratch() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let previous = write(dir.path(), "config.yml", "version: [\n");
+    let output = plan_example("2", &["--previous", &previous]);
+    assert_eq!(stdout(&output), stdout(&plan_example("2", &[])));
+    assert!(
+        stderr(&output).starts_with("warning: --previous"),
+        "{}",
+        stderr(&output)
+    );
+}
