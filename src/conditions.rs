@@ -34,6 +34,8 @@ pub mod reason {
     pub const PAUSED: &str = "Paused";
     /// No StatefulSet in the namespace matches the selector.
     pub const STATEFUL_SET_NOT_FOUND: &str = "StatefulSetNotFound";
+    /// An older SwarmPool already selects the same StatefulSet.
+    pub const STATEFUL_SET_IN_USE: &str = "StatefulSetInUse";
     /// Several StatefulSets match the selector.
     pub const AMBIGUOUS_SELECTOR: &str = "AmbiguousSelector";
     /// The selector is empty and would match every StatefulSet.

@@ -48,6 +48,7 @@ const BACKOFF_MAX: Duration = Duration::from_secs(300);
 pub struct Context {
     client: Client,
     reporter: Reporter,
+    pools: Store<SwarmPool>,
     statefulsets: Store<StatefulSet>,
     pods: Store<Pod>,
     /// Whether the caches have completed their initial list: reconciles wait for it, so an
@@ -154,6 +155,7 @@ pub async fn run(
             controller: FIELD_MANAGER.to_owned(),
             instance: std::env::var("POD_NAME").ok(),
         },
+        pools: pool_store.clone(),
         statefulsets: sts_store.clone(),
         pods: pod_store,
         synced,
@@ -354,6 +356,9 @@ async fn reconcile_pool(
     let mut pods = ctx
         .pods
         .state_filter(|pod| pod.namespace().as_deref() == Some(namespace.as_str()));
+    let other_pools = ctx.pools.state_filter(|p| {
+        p.namespace().as_deref() == Some(namespace.as_str()) && p.metadata.uid != pool.metadata.uid
+    });
     let mut pods_are_live = false;
     let deleting = ctx.deleting(&key);
 
@@ -364,6 +369,7 @@ async fn reconcile_pool(
             pool,
             statefulsets: statefulsets.iter().map(AsRef::as_ref).collect(),
             pods: pods.iter().map(AsRef::as_ref).collect(),
+            other_pools: other_pools.iter().map(AsRef::as_ref).collect(),
             pods_are_live,
             config_map: config_map.as_ref(),
             deleting: &deleting,
@@ -489,6 +495,9 @@ async fn publish(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEvent>) {
     let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let reference = pool.object_ref(&());
     for event in events {
+        if event.warning {
+            ctx.metrics.warned(event.reason);
+        }
         let secondary = event
             .related_pod
             .as_ref()

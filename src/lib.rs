@@ -5,6 +5,8 @@
 //! from observed state without a client; [`controller`] watches, fetches, calls the planner and
 //! carries out its plan.
 
+#![warn(missing_docs)]
+
 pub mod cli;
 pub mod conditions;
 pub mod controller;

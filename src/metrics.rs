@@ -15,6 +15,13 @@ pub struct ErrorLabels {
     pub error: String,
 }
 
+/// Label set of the warning counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Reason of the Warning event (a [`crate::conditions::reason`] constant).
+    pub reason: String,
+}
+
 /// The controller's metrics, all prefixed `swarm_operator_`.
 #[derive(Clone)]
 pub struct Metrics {
@@ -28,6 +35,8 @@ pub struct Metrics {
     pub config_writes: Counter,
     /// Stale worker pods deleted.
     pub pod_refreshes: Counter,
+    /// Warning events about pools, by reason (a pool entering a failure).
+    pub warnings: Family<ReasonLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -40,6 +49,7 @@ impl Default for Metrics {
             ]),
             config_writes: Counter::default(),
             pod_refreshes: Counter::default(),
+            warnings: Family::default(),
         }
     }
 }
@@ -69,6 +79,11 @@ impl Metrics {
             self.config_writes.clone(),
         );
         r.register(
+            "warnings",
+            "Warning events about pools, by reason",
+            self.warnings.clone(),
+        );
+        r.register(
             "pod_refreshes",
             "Stale worker pods deleted",
             self.pod_refreshes.clone(),
@@ -83,6 +98,15 @@ impl Metrics {
             start: Instant::now(),
             histogram: self.duration.clone(),
         }
+    }
+
+    /// Counts a Warning event.
+    pub fn warned(&self, reason: &str) {
+        self.warnings
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a failed reconcile.
@@ -125,6 +149,7 @@ mod tests {
         let metrics = Metrics::default().register(&mut registry);
         drop(metrics.reconcile_started());
         metrics.reconcile_failed(&crate::Error::MissingNamespace);
+        metrics.warned("ConfigMapConflict");
         let text = encode(&registry);
         assert!(
             text.contains("swarm_operator_reconciliations_total 1"),
@@ -136,6 +161,10 @@ mod tests {
         );
         assert!(
             text.contains("swarm_operator_reconcile_duration_seconds_count 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("swarm_operator_warnings_total{reason=\"ConfigMapConflict\"} 1"),
             "{text}"
         );
     }

@@ -35,6 +35,8 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGER: &str = "swarm-operator";
 /// The most data a ConfigMap can hold (keys plus values), as the API server enforces it.
 pub const CONFIG_MAP_MAX_BYTES: usize = 1024 * 1024;
+/// The most annotation data an object can hold (keys plus values), as the API server enforces it.
+pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
 /// How long a worker pod may be not Ready before the pool counts as Degraded rather than
 /// starting up (the role of a Deployment's progress deadline).
 pub const STARTUP_GRACE: SignedDuration = SignedDuration::from_mins(5);
@@ -55,6 +57,9 @@ pub struct Observed<'a> {
     pub statefulsets: Vec<&'a StatefulSet>,
     /// Pods of the pool's namespace (only those controlled by the matched StatefulSet count).
     pub pods: Vec<&'a Pod>,
+    /// The other SwarmPools of the namespace: of several pools selecting one StatefulSet, only
+    /// the oldest manages it.
+    pub other_pools: Vec<&'a SwarmPool>,
     /// Whether `pods` was listed from the API server after the last ConfigMap write that
     /// recorded unresolved stale workers (rather than read from the watch cache).
     pub pods_are_live: bool,
@@ -143,6 +148,14 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
     let selector = pool_selector(&spec.selector)?;
     let sts = match_statefulset(&selector, &namespace, &o.statefulsets)?;
     let sts_name = sts.name_any();
+    if let Some(owner) = older_pool_selecting(pool, sts, &o.other_pools) {
+        return Err(Failure::new(
+            reason::STATEFUL_SET_IN_USE,
+            format!(
+                "StatefulSet {sts_name} is already managed by the older SwarmPool {owner}; a StatefulSet's workers can belong to one pool only"
+            ),
+        ));
+    }
     facts.statefulset = Some(sts_name.clone());
 
     let replicas = sts
@@ -225,6 +238,16 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
         }
     }
 
+    let bookkeeping = PENDING_REFRESH_ANNOTATION.len() + pending.resolved_size_bound();
+    if bookkeeping > ANNOTATIONS_MAX_BYTES {
+        return Err(Failure::new(
+            reason::CONFIG_MAP_TOO_LARGE,
+            format!(
+                "the list of {} workers to refresh would be {bookkeeping} bytes of annotations; an object holds at most {ANNOTATIONS_MAX_BYTES}",
+                pending.entries().len()
+            ),
+        ));
+    }
     let desired = desired_config_map(pool, &cm_name, &text, outcome.config.version, &pending);
     let outdated = o
         .config_map
@@ -342,11 +365,13 @@ fn plan_failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
             related_pod: None,
         }]
     };
-    let requeue_after = if failure.reason == reason::CONFIG_MAP_CONFLICT {
-        REQUEUE_CONFLICT
-    } else {
-        REQUEUE_IDLE
-    };
+    // Conflicts end when another object goes away, which is not watched.
+    let requeue_after =
+        if [reason::CONFIG_MAP_CONFLICT, reason::STATEFUL_SET_IN_USE].contains(&failure.reason) {
+            REQUEUE_CONFLICT
+        } else {
+            REQUEUE_IDLE
+        };
     let verdict = Verdict::new(Phase::Failed, failure.reason, failure.message);
     let workers = facts.workers.as_ref();
     let stale = match (workers, o.config_map) {
@@ -543,6 +568,32 @@ fn match_statefulset<'a>(
             ),
         )),
     }
+}
+
+/// The name of another pool of the namespace that selects `sts` and was created before `pool`
+/// (ties broken by name), if any: that pool manages the StatefulSet.
+fn older_pool_selecting(
+    pool: &SwarmPool,
+    sts: &StatefulSet,
+    others: &[&SwarmPool],
+) -> Option<String> {
+    let age = |p: &SwarmPool| {
+        (
+            p.metadata.creation_timestamp.clone().map(|t| t.0),
+            p.name_any(),
+        )
+    };
+    others
+        .iter()
+        .filter(|other| {
+            other.metadata.uid != pool.metadata.uid
+                && other.namespace() == pool.namespace()
+                && selects(&other.spec.selector, sts)
+                && age(other) < age(pool)
+        })
+        .map(|other| age(other))
+        .min()
+        .map(|(_, name)| name)
 }
 
 /// The workers of `sts` with their pods: only pods the StatefulSet controls (by uid) count.

@@ -45,6 +45,7 @@ impl WorkerPod {
 /// (only pods controlled by the matched StatefulSet; `None` when the worker has no pod).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Workers {
+    statefulset: String,
     workers: Vec<(String, Option<WorkerPod>)>,
 }
 
@@ -59,7 +60,10 @@ impl Workers {
                 (name, pod)
             })
             .collect();
-        Self { workers }
+        Self {
+            statefulset: statefulset.to_owned(),
+            workers,
+        }
     }
 
     /// Pod names and pods in ordinal order.
@@ -69,20 +73,22 @@ impl Workers {
 
     /// The pod of the worker named `name`, `None` when it has none or is not a worker.
     pub fn pod(&self, name: &str) -> Option<&WorkerPod> {
-        self.workers
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, p)| p.as_ref())
+        self.ordinal(name).and_then(|i| self.workers[i].1.as_ref())
     }
 
     /// Whether `name` is one of the workers `0..N-1`.
     pub fn contains(&self, name: &str) -> bool {
-        self.workers.iter().any(|(n, _)| n == name)
+        self.ordinal(name).is_some()
     }
 
-    /// Ordinal of a worker, for ordering.
+    /// Ordinal of a worker, read from its name (lookups stay O(1) for large pools).
     fn ordinal(&self, name: &str) -> Option<usize> {
-        self.workers.iter().position(|(n, _)| n == name)
+        let digits = name
+            .strip_prefix(self.statefulset.as_str())?
+            .strip_prefix('-')?;
+        let ordinal: usize = digits.parse().ok()?;
+        // The comparison rejects spellings like "w-01" that parse to a worker's ordinal.
+        (self.workers.get(ordinal)?.0 == name).then_some(ordinal)
     }
 
     /// Number of workers.
@@ -195,6 +201,19 @@ impl PendingRefresh {
         let mut names: Vec<&String> = self.entries.keys().collect();
         names.sort_by_key(|name| workers.ordinal(name).unwrap_or(usize::MAX));
         names.into_iter().cloned().collect()
+    }
+
+    /// Length of the annotation once every entry is resolved (uids are 36 characters), so a
+    /// size check before the first write holds after resolution too.
+    pub fn resolved_size_bound(&self) -> usize {
+        const UID_LEN: usize = 36;
+        let entries: usize = self
+            .entries
+            .iter()
+            // "name":"uid",
+            .map(|(pod, uid)| pod.len() + uid.len().max(UID_LEN) + 6)
+            .sum();
+        entries + 2
     }
 
     /// The entries: pod name to uid (`""` while unresolved).
@@ -378,6 +397,32 @@ mod tests {
         );
         p.drop_replaced(&live);
         assert_eq!(p.stale_workers(&live), vec!["w-0".to_owned()]);
+    }
+
+    #[test]
+    fn the_size_bound_covers_the_resolved_annotation() {
+        let mut p = PendingRefresh::default();
+        p.mark_unresolved(["w-0", "w-1"]);
+        let bound = p.resolved_size_bound();
+        let uid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        let live = workers(&[(0, pod(uid, true, false)), (1, pod(uid, true, false))], 2);
+        p.resolve(&live);
+        assert!(p.render().len() <= bound);
+        assert!(
+            p.render().len() + 2 > bound,
+            "tight: {} vs {bound}",
+            p.render().len()
+        );
+    }
+
+    #[test]
+    fn workers_are_found_by_name_and_only_by_their_exact_name() {
+        let w = workers(&[(1, pod("u1", true, false))], 3);
+        assert!(
+            w.contains("w-2") && !w.contains("w-3") && !w.contains("w-01") && !w.contains("x-1")
+        );
+        assert_eq!(w.pod("w-1").map(|p| p.uid.as_str()), Some("u1"));
+        assert!(w.pod("w-0").is_none());
     }
 
     #[test]

@@ -149,6 +149,8 @@ struct World {
     statefulsets: Vec<StatefulSet>,
     /// Pods as the API server has them.
     pods: Vec<Pod>,
+    /// Other pools of the namespace.
+    other_pools: Vec<SwarmPool>,
     /// Pods as the watch cache has them, when it lags behind.
     stale_cache: Option<Vec<Pod>>,
     config_map: Option<ConfigMap>,
@@ -174,6 +176,7 @@ impl World {
             pool: pool(jobs),
             statefulsets: vec![statefulset(STS, STS_UID, replicas as i32)],
             pods: Vec::new(),
+            other_pools: Vec::new(),
             stale_cache: None,
             config_map: None,
             deleting: BTreeSet::new(),
@@ -192,9 +195,10 @@ impl World {
         world
     }
 
+    /// A uid shaped like the API server's (36 characters).
     fn uid(&mut self) -> String {
         self.next_uid += 1;
-        format!("uid-{}", self.next_uid)
+        format!("00000000-0000-4000-8000-{:012}", self.next_uid)
     }
 
     fn replicas(&self) -> usize {
@@ -215,6 +219,7 @@ impl World {
             pool: &self.pool,
             statefulsets: self.statefulsets.iter().collect(),
             pods: pods.iter().collect(),
+            other_pools: self.other_pools.iter().collect(),
             pods_are_live,
             config_map: self.config_map.as_ref(),
             deleting: &self.deleting,
@@ -1039,4 +1044,37 @@ fn pausing_takes_precedence_over_a_scale_to_zero_that_is_not_written_yet() {
     assert_eq!(plan.status.phase, Some(Phase::Pending));
     assert_eq!(world.ready_condition().reason, reason::PAUSED);
     assert_eq!(world.config().len(), 2, "the workers keep their config");
+}
+
+#[test]
+fn of_two_pools_selecting_one_statefulset_only_the_older_manages_it() {
+    let mut world = World::new(example_jobs(), 2);
+    world.pool.metadata.creation_timestamp = Some(Time(t0()));
+    let mut older = pool(vec!["other".into()]);
+    older.metadata.name = Some("first-pool".into());
+    older.metadata.uid = Some("first-uid".into());
+    older.metadata.creation_timestamp = Some(Time(t0() - SignedDuration::from_secs(60)));
+    world.other_pools.push(older);
+    assert_failed(&mut world, reason::STATEFUL_SET_IN_USE);
+    assert!(world.ready_condition().message.contains("first-pool"));
+
+    // The younger pool does not stop the older one.
+    let mut world = World::new(example_jobs(), 2);
+    world.pool.metadata.creation_timestamp = Some(Time(t0() - SignedDuration::from_secs(60)));
+    let mut younger = pool(vec!["other".into()]);
+    younger.metadata.name = Some("later-pool".into());
+    younger.metadata.uid = Some("later-uid".into());
+    younger.metadata.creation_timestamp = Some(Time(t0()));
+    world.other_pools.push(younger);
+    let plan = world.reconcile();
+    assert_eq!(plan.status.phase, Some(Phase::RollingOut));
+}
+
+#[test]
+fn stale_worker_bookkeeping_beyond_the_annotation_limit_fails_instead_of_erroring_on_write() {
+    // 4500 running workers all touched by the first write: ~60 bytes each of pod name and
+    // uid exceed 256 KiB. Nothing is written, not even the config.
+    let mut world = World::new(vec!["a".into(), "b".into()], 4500);
+    assert_failed(&mut world, reason::CONFIG_MAP_TOO_LARGE);
+    assert!(world.ready_condition().message.contains("262144"));
 }

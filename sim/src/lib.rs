@@ -2,6 +2,19 @@
 //! over plain HTTP, for swarm-operator's tests and local playground.
 //!
 //! Start one in-process with [`Sim::start`], or run the `kube-sim` binary.
+//!
+//! Where it knowingly differs from kube-apiserver:
+//! - Request bodies in protobuf or CBOR get 415; JSON and YAML are served. `kubectl apply`,
+//!   `create -f`, `scale`, `patch` and kube-rs send JSON; kubectl's `create <generator>`
+//!   subcommands send protobuf and fail.
+//! - Discovery is the legacy form only; kubectl falls back to it from aggregated discovery.
+//! - `/openapi/v3` is a stub without schemas: enough for kubectl's server-side field
+//!   validation check, not for `kubectl explain`; kubectl builds strategic merge patches
+//!   from its compiled-in types, as it does against any server without schemas.
+//! - CRD `x-kubernetes-validations` (CEL) rules are not evaluated.
+//! - Reads always see the latest state: a `resourceVersion` on GET or list is not used to
+//!   serve an older snapshot (paged lists do keep the snapshot of their first page).
+//! - No authentication, authorization or admission webhooks.
 
 pub mod config;
 pub mod controllers;

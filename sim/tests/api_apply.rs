@@ -199,6 +199,22 @@ async fn custom_resource_lists_are_atomic_unless_marked_set() {
 }
 
 #[tokio::test]
+async fn status_apply_without_metadata_takes_the_name_from_the_url() {
+    let api = Api::start().await;
+    api.create_widget_crd().await;
+    api.create_widget("w", json!({"size": 1})).await;
+    let r = api
+        .patch(
+            &format!("{}/w/status?fieldManager=ctl&force=true", api.widgets()),
+            APPLY,
+            json!({"apiVersion": "test.io/v1", "kind": "Widget", "status": {"phase": "Ready"}}),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.body["status"]["phase"], "Ready");
+}
+
+#[tokio::test]
 async fn apply_to_status_subresource_tracks_status_only() {
     let api = Api::start().await;
     api.create_widget_crd().await;

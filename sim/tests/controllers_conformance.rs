@@ -915,3 +915,77 @@ async fn template_change_rolls_pods_to_the_new_revision_from_the_highest_ordinal
     drop(watch);
     h.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn foreground_delete_waits_for_blocking_dependents_and_deletes_the_others_too() {
+    let h = Harness::fast().await;
+    let cm_path = "/api/v1/namespaces/default/configmaps";
+    let parent = h
+        .create(
+            cm_path,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "parent", "namespace": "default"}}),
+        )
+        .await;
+    let reference = |block: bool| {
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "parent",
+                "uid": uid_of(&parent), "blockOwnerDeletion": block}])
+    };
+    h.create(
+        cm_path,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "held", "namespace": "default",
+                            "finalizers": ["example.com/hold"],
+                            "ownerReferences": reference(true)}}),
+    )
+    .await;
+    h.create(
+        cm_path,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "loose", "namespace": "default",
+                            "ownerReferences": reference(false)}}),
+    )
+    .await;
+
+    h.delete(
+        &format!("{cm_path}/parent"),
+        json!({"propagationPolicy": "Foreground"}),
+    )
+    .await;
+    h.eventually("the non-blocking dependent to be deleted", || async {
+        h.get(&format!("{cm_path}/loose"))
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    h.eventually(
+        "the blocking dependent to be marked for deletion",
+        || async { is_terminating(&h.get(&format!("{cm_path}/held")).await?).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let waiting = h
+        .get(&format!("{cm_path}/parent"))
+        .await
+        .expect("the owner waits for its blocking dependent");
+    assert!(is_terminating(&waiting));
+
+    let (status, body) = h
+        .request_as(
+            Method::PATCH,
+            &format!("{cm_path}/held"),
+            Some(json!({"metadata": {"finalizers": null}})),
+            "application/merge-patch+json",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    h.eventually("the owner to go once its dependents are gone", || async {
+        h.get(&format!("{cm_path}/parent"))
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    h.sim.shutdown().await;
+}

@@ -167,28 +167,28 @@ impl GarbageCollector {
         ok && self.remove_finalizer(uid, node, ORPHAN_FINALIZER)
     }
 
-    /// Foreground propagation: delete blocking dependents, drop the finalizer when none is left.
+    /// Foreground propagation: delete the dependents; drop the finalizer once none that
+    /// blocks (`blockOwnerDeletion: true`) is left.
     fn delete_dependents_first(&mut self, uid: &str, node: &Node) -> bool {
-        let blocking: Vec<(String, Node)> = self
-            .dependents_of(uid)
-            .into_iter()
-            .filter_map(|d| self.nodes.get(&d).cloned().map(|n| (d, n)))
-            .filter(|(_, dep)| {
-                dep.owners
-                    .iter()
-                    .any(|o| o.uid == uid && o.block_owner_deletion)
-            })
-            .collect();
-        if blocking.is_empty() {
-            return self.remove_finalizer(uid, node, FOREGROUND_FINALIZER);
-        }
         let mut ok = true;
-        for (dependent, dep) in blocking {
+        let mut blocked = false;
+        for dependent in self.dependents_of(uid) {
+            let Some(dep) = self.nodes.get(&dependent).cloned() else {
+                continue;
+            };
+            blocked |= dep
+                .owners
+                .iter()
+                .any(|o| o.uid == uid && o.block_owner_deletion);
             if !dep.deleting {
                 ok &= self.collect_if_unowned(&dependent, &dep);
             }
         }
-        ok
+        if blocked {
+            // Each dependent's removal (or release) is an event that brings the owner back.
+            return ok;
+        }
+        ok && self.remove_finalizer(uid, node, FOREGROUND_FINALIZER)
     }
 
     /// Deletes `node` if it has no live owner left; drops references to owners that are gone

@@ -86,7 +86,16 @@ async fn dispatch(State(api): State<Arc<ApiServer>>, req: Request) -> Response {
     };
     let ctx = http::RequestContext::new(&parts, body);
     let path = parts.uri.path().trim_end_matches('/').to_string();
-    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let decoded: Vec<String> = path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect();
+    let segs: Vec<&str> = decoded.iter().map(String::as_str).collect();
     match segs.as_slice() {
         ["version"] => discovery::version(),
         ["healthz"] | ["livez"] | ["readyz"] => (axum::http::StatusCode::OK, "ok").into_response(),

@@ -16,11 +16,18 @@ fn i(o: &Value, path: &[&str]) -> i64 {
 }
 
 fn none_if_empty(v: String) -> Value {
-    if v.is_empty() { json!("<none>") } else { json!(v) }
+    if v.is_empty() {
+        json!("<none>")
+    } else {
+        json!(v)
+    }
 }
 
 fn list<'a>(o: &'a Value, path: &[&str]) -> &'a [Value] {
-    meta::at(o, path).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+    meta::at(o, path)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
 }
 
 fn pod_ready(o: &Value) -> Value {
@@ -69,7 +76,11 @@ fn none(_: &Value) -> Value {
 }
 
 fn ready_of_replicas(o: &Value) -> Value {
-    json!(format!("{}/{}", i(o, &["status", "readyReplicas"]), i(o, &["spec", "replicas"])))
+    json!(format!(
+        "{}/{}",
+        i(o, &["status", "readyReplicas"]),
+        i(o, &["spec", "replicas"])
+    ))
 }
 
 fn containers(o: &Value) -> Value {
@@ -97,7 +108,12 @@ fn available(o: &Value) -> Value {
 }
 
 fn data_count(o: &Value) -> Value {
-    let count = |k: &str| o.get(k).and_then(Value::as_object).map(|m| m.len()).unwrap_or(0);
+    let count = |k: &str| {
+        o.get(k)
+            .and_then(Value::as_object)
+            .map(|m| m.len())
+            .unwrap_or(0)
+    };
     json!(count("data") + count("binaryData"))
 }
 
@@ -164,8 +180,13 @@ fn event_reason(o: &Value) -> Value {
 }
 
 fn event_object(o: &Value) -> Value {
-    let kind = s(o, &["involvedObject", "kind"]).unwrap_or("").to_lowercase();
-    json!(format!("{kind}/{}", s(o, &["involvedObject", "name"]).unwrap_or("")))
+    let kind = s(o, &["involvedObject", "kind"])
+        .unwrap_or("")
+        .to_lowercase();
+    json!(format!(
+        "{kind}/{}",
+        s(o, &["involvedObject", "name"]).unwrap_or("")
+    ))
 }
 
 fn event_message(o: &Value) -> Value {
@@ -174,7 +195,11 @@ fn event_message(o: &Value) -> Value {
 
 fn event_count(o: &Value) -> Value {
     let series = i(o, &["series", "count"]);
-    json!(if series > 0 { series } else { i(o, &["count"]).max(1) })
+    json!(if series > 0 {
+        series
+    } else {
+        i(o, &["count"]).max(1)
+    })
 }
 
 /// Columns of a built-in kind with a dedicated printer, `None` for Name and Age only.
@@ -208,7 +233,11 @@ pub(crate) fn columns(rt: &ResourceType) -> Option<Vec<Column>> {
             c("Containers", "string", 1, containers),
             c("Images", "string", 1, images),
         ],
-        ("", "configmaps") => vec![name_column(), c("Data", "integer", 0, data_count), age_column()],
+        ("", "configmaps") => vec![
+            name_column(),
+            c("Data", "integer", 0, data_count),
+            age_column(),
+        ],
         ("", "secrets") => vec![
             name_column(),
             c("Type", "string", 0, secret_type),
@@ -225,14 +254,22 @@ pub(crate) fn columns(rt: &ResourceType) -> Option<Vec<Column>> {
             age_column(),
         ],
         ("coordination.k8s.io", "leases") => {
-            vec![name_column(), c("Holder", "string", 0, holder), age_column()]
+            vec![
+                name_column(),
+                c("Holder", "string", 0, holder),
+                age_column(),
+            ]
         }
         ("apiextensions.k8s.io", "customresourcedefinitions")
         | ("rbac.authorization.k8s.io", "clusterroles" | "roles") => {
             vec![name_column(), c("Created At", "date", 0, created_at)]
         }
         ("rbac.authorization.k8s.io", "clusterrolebindings" | "rolebindings") => {
-            vec![name_column(), c("Role", "string", 0, role_ref), age_column()]
+            vec![
+                name_column(),
+                c("Role", "string", 0, role_ref),
+                age_column(),
+            ]
         }
         ("", "events") => vec![
             c("Last Seen", "string", 0, event_last_seen),
@@ -241,7 +278,10 @@ pub(crate) fn columns(rt: &ResourceType) -> Option<Vec<Column>> {
             c("Object", "string", 0, event_object),
             c("Message", "string", 0, event_message),
             c("Count", "integer", 1, event_count),
-            Column { priority: 1, ..name_column() },
+            Column {
+                priority: 1,
+                ..name_column()
+            },
         ],
         _ => return None,
     };

@@ -360,11 +360,19 @@ fn delete(
                 "apiVersion": "v1",
                 "metadata": {},
                 "status": "Success",
-                "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": uid},
+                "details": success_details(rt, name, uid),
             }),
         ));
     }
     Ok(http::json_response(200, &obj))
+}
+
+fn success_details(rt: &ResourceType, name: &str, uid: Value) -> Value {
+    let mut d = json!({"name": name, "kind": rt.plural, "uid": uid});
+    if !rt.group.is_empty() {
+        d["group"] = json!(rt.group);
+    }
+    d
 }
 
 fn delete_collection(

@@ -375,11 +375,33 @@ mod tests {
     fn dropping_one_field_keeps_its_applied_siblings_and_parent() {
         let rt = cm_type();
         let hints = Hints::for_type(&rt);
-        let a = apply(&Value::Null, &cm(json!({"a": "1", "b": "2"})), &[], "a", Sub::Main, "v1", &hints, &rt, false).unwrap();
+        let a = apply(
+            &Value::Null,
+            &cm(json!({"a": "1", "b": "2"})),
+            &[],
+            "a",
+            Sub::Main,
+            "v1",
+            &hints,
+            &rt,
+            false,
+        )
+        .unwrap();
         // A parent owned as a whole (as csaupgrade leaves it) must not take its children along.
         let mut managed = a.managed.clone();
         managed[0]["fieldsV1"]["f:data"]["."] = json!({});
-        let a2 = apply(&a.object, &cm(json!({"a": "1"})), &managed, "a", Sub::Main, "v1", &hints, &rt, false).unwrap();
+        let a2 = apply(
+            &a.object,
+            &cm(json!({"a": "1"})),
+            &managed,
+            "a",
+            Sub::Main,
+            "v1",
+            &hints,
+            &rt,
+            false,
+        )
+        .unwrap();
         assert_eq!(a2.object["data"], json!({"a": "1"}));
         assert_eq!(a2.object["metadata"]["name"], "c");
     }

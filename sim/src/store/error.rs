@@ -256,7 +256,13 @@ impl ApiError {
             "code": self.code,
         });
         if let Some(d) = &self.details {
-            let mut details = json!({"name": d.name, "group": d.group, "kind": d.kind});
+            // Like Go's `omitempty` on StatusDetails.
+            let mut details = json!({});
+            for (key, value) in [("name", &d.name), ("group", &d.group), ("kind", &d.kind)] {
+                if !value.is_empty() {
+                    details[key] = json!(value);
+                }
+            }
             if !d.causes.is_empty() {
                 let causes: Vec<Value> = d
                     .causes

@@ -17,6 +17,7 @@ mod schema;
 pub mod selector;
 mod state;
 mod types;
+mod validation;
 mod watch;
 
 use std::sync::{Arc, Mutex, MutexGuard};

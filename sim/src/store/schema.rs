@@ -124,6 +124,12 @@ pub(crate) fn default(schema: &Value, obj: &mut Value) {
         Value::Object(map) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
                 for (k, ps) in props {
+                    // A null in a non-nullable field is dropped (then defaulted, if it has a
+                    // default); nullable fields keep their null.
+                    let nullable = ps.get("nullable").and_then(Value::as_bool) == Some(true);
+                    if !nullable && map.get(k).is_some_and(Value::is_null) {
+                        map.remove(k);
+                    }
                     if !map.contains_key(k)
                         && let Some(d) = ps.get("default")
                     {
@@ -500,6 +506,19 @@ mod tests {
         assert_eq!(prune(&schema(), &mut obj), vec!["spec.bogus".to_string()]);
         default(&schema(), &mut obj);
         assert_eq!(obj["spec"]["mode"], "a");
+    }
+
+    #[test]
+    fn non_nullable_nulls_are_dropped_or_defaulted_and_nullable_ones_kept() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "mode": {"type": "string", "default": "a"},
+            "other": {"type": "string"},
+            "keep": {"type": "string", "nullable": true, "default": "x"}
+        }}}});
+        let mut obj = json!({"spec": {"mode": null, "other": null, "keep": null}});
+        default(&schema, &mut obj);
+        assert_eq!(obj["spec"], json!({"mode": "a", "keep": null}));
+        assert!(validate(&schema, &obj).is_empty());
     }
 
     #[test]

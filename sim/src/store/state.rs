@@ -11,7 +11,9 @@ use super::fields::{self, Hints};
 use super::patch::{self, PatchKind};
 use super::types::{Registry, ResourceType};
 use super::watch::{Change, History, WatchStart};
-use super::{DeleteOptions, EventType, StoreEvent, apply, crd, defaults, events, meta, schema};
+use super::{
+    DeleteOptions, EventType, StoreEvent, apply, crd, defaults, events, meta, schema, validation,
+};
 use super::{FieldSelector, LabelSelector};
 
 /// Which endpoint a write came through.
@@ -417,6 +419,10 @@ impl State {
         if rt.crd.is_none() && rt.group == "apiextensions.k8s.io" {
             crd::prepare_create(rt, &mut obj)?;
         }
+        let causes = validation::validate(rt, &obj, None);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(rt, &name, causes));
+        }
         let hints = self.hints(rt);
         let managed_fields = match managed {
             Managed::Preset(list) => list,
@@ -480,7 +486,9 @@ impl State {
                         .collect::<Vec<_>>()
                         .join(", ");
                     return Err(ApiError::bad_request(format!(
-                        "strict decoding error: {list}"
+                        "{kind} in version \"{version}\" cannot be handled as a {kind}: strict decoding error: {list}",
+                        kind = rt.kind,
+                        version = rt.version,
                     )));
                 }
                 FieldValidation::Warn => {
@@ -618,7 +626,11 @@ impl State {
                 )],
             ));
         }
-        let config = check_type(rt, config.clone())?;
+        let mut config = check_type(rt, config.clone())?;
+        // A configuration may leave the name out (kube-rs status patches do); the URL names it.
+        if meta::name(&config).is_empty() {
+            meta::meta_mut(&mut config).insert("name".into(), json!(name));
+        }
         let cfg_name = meta::name(&config);
         if cfg_name != name {
             return Err(ApiError::bad_request(format!(
@@ -746,6 +758,10 @@ impl State {
         self.custom_checks(rt, &mut new, opts, &mut warnings)?;
         if rt.crd.is_none() && rt.group == "apiextensions.k8s.io" {
             crd::prepare_update(rt, &cur, &mut new, sub)?;
+        }
+        let causes = validation::validate(rt, &new, Some(&cur));
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(rt, &name, causes));
         }
         if rt.has_generation && spec_changed(rt, &cur, &new) {
             let generation = meta::at(&cur, &["metadata", "generation"])

@@ -47,6 +47,16 @@ async fn operator_killed_mid_rollout_resumes_it_without_new_version_or_second_de
     )
     .await;
     env.kill_operator().await;
+    let terminating: Vec<&str> = mid
+        .pods
+        .values()
+        .filter(|p| p.terminating)
+        .map(|p| p.name.as_str())
+        .collect();
+    eprintln!(
+        "restart: operator killed with stale workers {:?} and pods terminating {terminating:?}",
+        mid.stale_workers()
+    );
     let version = mid.config().version;
     assert_eq!(version, v1 + 1);
 
