@@ -128,5 +128,9 @@ set +e
 wait -n "${sim_pid}" "${operator_pid}"
 status=$?
 set -e
-say "a process exited on its own (status ${status}); stopping; see ${state_dir}"
+if kill -0 "${sim_pid}" 2>/dev/null; then
+    say "swarm-operator exited on its own (status ${status}); stopping; see ${operator_log}"
+else
+    say "kube-sim exited on its own (status ${status}); stopping; see ${sim_log}"
+fi
 exit 1

@@ -55,7 +55,10 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => return usage_error(&error),
+    };
     let result = match cli.command {
         None => run(cli.run),
         Some(Command::Run(args)) => run(args),
@@ -72,6 +75,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Help and version go to stdout as clap prints them; a usage error is one line naming the
+/// problem (clap's hint to try `--help` follows on a second line otherwise).
+fn usage_error(error: &clap::Error) -> ExitCode {
+    if !error.use_stderr() {
+        let _ = error.print();
+        return ExitCode::SUCCESS;
+    }
+    let rendered = error.render().to_string();
+    let problem: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|line| !line.starts_with("Usage:") && !line.starts_with("For more information"))
+        .filter(|line| !line.is_empty())
+        .collect();
+    eprintln!("{}", problem.join(" "));
+    ExitCode::from(2)
 }
 
 /// The error and its causes on one line, skipping causes whose text the previous message

@@ -30,14 +30,13 @@ const UNOWNED: usize = usize::MAX;
 /// Owner of every job under the sticky rule. `replicas` must be at least 1.
 pub(crate) fn owners(jobs: &[String], replicas: usize, current: Option<&Assignment>) -> Vec<usize> {
     debug_assert!(replicas > 0, "the caller handles replicas == 0");
-    let Some(current) = current else {
-        return canonical(jobs, replicas);
-    };
-    let owners = current_owners(jobs, replicas, current);
-    if owners.iter().all(|&owner| owner == UNOWNED) {
-        return canonical(jobs, replicas);
+    let hashes: Vec<u64> = jobs.iter().map(|job| job_hash(job)).collect();
+    match current.map(|current| current_owners(jobs, replicas, current)) {
+        Some(owners) if owners.iter().any(|&owner| owner != UNOWNED) => {
+            rebalance(jobs, &hashes, replicas, owners)
+        }
+        _ => canonical(jobs, &hashes, replicas),
     }
-    rebalance(jobs, replicas, owners)
 }
 
 /// The owner of every job in `current`, limited to ordinals below `replicas`.
@@ -60,8 +59,15 @@ fn current_owners(jobs: &[String], replicas: usize, current: &Assignment) -> Vec
     owners
 }
 
-/// Steps 2 to 4 of the rule, starting from the kept owners.
-fn rebalance(jobs: &[String], replicas: usize, mut owners: Vec<usize>) -> Vec<usize> {
+/// Steps 2 to 4 of the rule, starting from the kept owners. `hashes[i]` is the [`job_hash`] of
+/// `jobs[i]`, computed once in spec order: hashing the jobs of shedding workers on demand reads
+/// strings scattered over the heap and costs several times more.
+fn rebalance(
+    jobs: &[String],
+    hashes: &[u64],
+    replicas: usize,
+    mut owners: Vec<usize>,
+) -> Vec<usize> {
     let mut kept: Vec<Vec<usize>> = vec![Vec::new(); replicas];
     let mut pool: Vec<usize> = Vec::new();
     for (position, &owner) in owners.iter().enumerate() {
@@ -72,19 +78,18 @@ fn rebalance(jobs: &[String], replicas: usize, mut owners: Vec<usize>) -> Vec<us
         }
     }
 
+    let order = |&a: &usize, &b: &usize| job_order((hashes[a], &jobs[a]), (hashes[b], &jobs[b]));
     let targets = targets(jobs.len(), &kept);
     for (held, &target) in kept.iter_mut().zip(&targets) {
         if held.len() > target {
-            pool.extend(surplus(jobs, held, target));
+            // The surplus: the jobs above position `target` in job order.
+            held.select_nth_unstable_by(target, order);
+            pool.extend(held.drain(target..));
         }
     }
 
-    let mut pool: Vec<(u64, usize)> = pool
-        .into_iter()
-        .map(|position| (job_hash(&jobs[position]), position))
-        .collect();
-    pool.sort_unstable_by(|a, b| job_order((a.0, &jobs[a.1]), (b.0, &jobs[b.1])));
-    let mut pool = pool.into_iter().map(|(_, position)| position);
+    pool.sort_unstable_by(order);
+    let mut pool = pool.into_iter();
     for (ordinal, (held, &target)) in kept.iter().zip(&targets).enumerate() {
         for position in pool.by_ref().take(target.saturating_sub(held.len())) {
             owners[position] = ordinal;
@@ -107,27 +112,6 @@ fn targets(job_count: usize, kept: &[Vec<usize>]) -> Vec<usize> {
     targets
 }
 
-/// Removes and returns the jobs `held` must shed to get down to `target`: the highest in
-/// [`job_order`].
-fn surplus(jobs: &[String], held: &mut Vec<usize>, target: usize) -> Vec<usize> {
-    let mut keyed: Vec<(u64, usize)> = held
-        .iter()
-        .map(|&position| (job_hash(&jobs[position]), position))
-        .collect();
-    keyed.select_nth_unstable_by(target, |a, b| {
-        job_order((a.0, &jobs[a.1]), (b.0, &jobs[b.1]))
-    });
-    let shed = keyed[target..]
-        .iter()
-        .map(|&(_, position)| position)
-        .collect();
-    *held = keyed[..target]
-        .iter()
-        .map(|&(_, position)| position)
-        .collect();
-    shed
-}
-
 /// The canonical assignment: all jobs on worker 0, then the sticky rule for 1 -> 2 -> ... -> N.
 ///
 /// Instead of running the general rule N - 1 times (O(J * N)), this uses the shape the rule keeps:
@@ -138,14 +122,10 @@ fn surplus(jobs: &[String], held: &mut Vec<usize>, target: usize) -> Vec<usize> 
 /// workers that shed and move about J ln N ranks in all; each step sorts the integer ranks it
 /// moves, so the whole is at most O(J log J log N) comparisons, far from the O(J N) of running
 /// the general rule N - 1 times.
-fn canonical(jobs: &[String], replicas: usize) -> Vec<usize> {
+fn canonical(jobs: &[String], hashes: &[u64], replicas: usize) -> Vec<usize> {
     let total = jobs.len();
-    let mut by_rank: Vec<(u64, usize)> = jobs
-        .iter()
-        .enumerate()
-        .map(|(position, job)| (job_hash(job), position))
-        .collect();
-    by_rank.sort_unstable_by(|a, b| job_order((a.0, &jobs[a.1]), (b.0, &jobs[b.1])));
+    let mut by_rank: Vec<usize> = (0..total).collect();
+    by_rank.sort_unstable_by(|&a, &b| job_order((hashes[a], &jobs[a]), (hashes[b], &jobs[b])));
 
     let mut held: Vec<Vec<usize>> = Vec::with_capacity(replicas);
     held.push((0..total).collect());
@@ -177,7 +157,7 @@ fn canonical(jobs: &[String], replicas: usize) -> Vec<usize> {
     let mut owners = vec![UNOWNED; total];
     for (ordinal, ranks) in held.iter().enumerate() {
         for &rank in ranks {
-            owners[by_rank[rank].1] = ordinal;
+            owners[by_rank[rank]] = ordinal;
         }
     }
     owners

@@ -7,12 +7,27 @@ use crate::harness::poll::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_pool_removes_its_config_map_and_keeps_the_worker_pods() {
-    let mut env = Env::start("pool-deletion").await;
+    delete_pool_and_check("pool-deletion", "--cascade=background").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn foreground_deletion_of_the_pool_removes_its_config_map_and_keeps_the_worker_pods() {
+    delete_pool_and_check("pool-deletion-foreground", "--cascade=foreground").await;
+}
+
+/// Deletes the settled example pool with `kubectl delete --cascade=<policy>` and checks that
+/// its ConfigMap goes while the StatefulSet and every worker pod stay untouched.
+async fn delete_pool_and_check(name: &str, cascade: &str) {
+    let mut env = Env::start(name).await;
     let settled = env.install_example().await;
     let mark = env.request_mark().await;
     let config_map = env.example.config_map_name();
 
-    kubectl_ns(&env, &["delete", "swarmpool", &env.example.pool_name()]).await;
+    kubectl_ns(
+        &env,
+        &["delete", "swarmpool", &env.example.pool_name(), cascade],
+    )
+    .await;
     eventually("the pool's ConfigMap to be garbage collected", || async {
         match env.config_map(&config_map).await {
             None => Ok(()),
@@ -51,5 +66,96 @@ async fn deleting_the_pool_removes_its_config_map_and_keeps_the_worker_pods() {
     if let Some(deletes) = operator_pod_deletes(&env, mark).await {
         assert!(deletes.is_empty(), "the operator deleted pods: {deletes:?}");
     }
+    env.assert_operator_running();
+}
+
+/// How long a pool held in deletion is watched for writes: a negative, so it takes a window;
+/// the operator reacts to the ConfigMap's disappearance within milliseconds when it does.
+const HELD_WINDOW: std::time::Duration = std::time::Duration::from_secs(3);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_held_in_deletion_by_another_finalizer_is_neither_rewritten_nor_refreshed() {
+    let mut env = Env::start("pool-held-in-deletion").await;
+    let settled = env.install_example().await;
+    let pool = env.example.pool_name();
+    let config_map = env.example.config_map_name();
+    // Another controller's finalizer (a backup tool, a GitOps agent) holds the pool.
+    kubectl_ns(
+        &env,
+        &[
+            "patch",
+            "swarmpool",
+            &pool,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["e2e.swarm.io/hold"]}}"#,
+        ],
+    )
+    .await;
+    let mark = env.request_mark().await;
+
+    // Foreground deletion: the garbage collector removes the ConfigMap while the pool,
+    // marked for deletion, still exists.
+    kubectl_ns(
+        &env,
+        &[
+            "delete",
+            "swarmpool",
+            &pool,
+            "--cascade=foreground",
+            "--wait=false",
+        ],
+    )
+    .await;
+    eventually(
+        "the ConfigMap of the pool being deleted to be collected",
+        || async {
+            match env.config_map(&config_map).await {
+                None => Ok(()),
+                Some(_) => Err(format!("{config_map} still exists")),
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(HELD_WINDOW).await;
+
+    assert!(
+        env.config_map(&config_map).await.is_none(),
+        "the operator re-created the ConfigMap of a pool being deleted"
+    );
+    let pods = worker_pods(&env.pods().await, &env.example.statefulset_name());
+    let uids: std::collections::BTreeMap<_, _> = pods
+        .iter()
+        .map(|(n, p)| (n.clone(), p.uid.clone()))
+        .collect();
+    assert_eq!(
+        uids,
+        settled.uids(),
+        "worker pods of a pool being deleted were replaced"
+    );
+    if let Some(deletes) = operator_pod_deletes(&env, mark).await {
+        assert!(deletes.is_empty(), "the operator deleted pods: {deletes:?}");
+    }
+
+    // Releasing the finalizer completes the deletion.
+    kubectl_ns(
+        &env,
+        &[
+            "patch",
+            "swarmpool",
+            &pool,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+    )
+    .await;
+    eventually("the pool to be gone", || async {
+        match env.pool().await {
+            None => Ok(()),
+            Some(p) => Err(format!("still there: {}", p["metadata"])),
+        }
+    })
+    .await;
     env.assert_operator_running();
 }
