@@ -83,9 +83,11 @@ say "starting swarm-operator, log ${operator_log}"
 KUBECONFIG="${kubeconfig}" "${operator_bin}" run --http-addr "127.0.0.1:${http_port}" \
     >"${operator_log}" 2>&1 &
 operator_pid=$!
+ready_url="http://127.0.0.1:${http_port}/readyz"
 for _ in $(seq 600); do
-    curl -fs "http://127.0.0.1:${http_port}/readyz" >/dev/null 2>&1 && break
     kill -0 "${operator_pid}" 2>/dev/null || die "swarm-operator exited; see ${operator_log}"
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+        "${ready_url}" 2>/dev/null && break
     sleep 0.1
 done
 

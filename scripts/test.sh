@@ -29,9 +29,10 @@ fi
 export KUBECTL
 echo "test.sh: $("${KUBECTL}" version --client 2>/dev/null | head -n 1 || true)"
 
-echo "test.sh: cargo test --workspace $*"
+# --no-fail-fast: one failing test binary must not hide the results of the others.
+echo "test.sh: cargo test --workspace --no-fail-fast $*"
 start=${SECONDS}
 status=0
-cargo test --workspace "$@" || status=$?
+cargo test --workspace --no-fail-fast "$@" || status=$?
 echo "test.sh: finished in $((SECONDS - start)) s with exit code ${status}"
 exit "${status}"

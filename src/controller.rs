@@ -335,6 +335,11 @@ async fn reconcile_pool(
 ) -> Result<Action, Error> {
     let key = ObjectRef::from_obj(pool);
     let namespace = pool.namespace().ok_or(Error::MissingNamespace)?;
+    // A pool on its way out keeps nothing: the garbage collector removes its ConfigMap, and
+    // re-creating it (or refreshing workers for it) would undo the user's delete.
+    if pool.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
     // Fails only when the watch streams are gone, i.e. while shutting down.
     let _ = ctx.synced.clone().wait_for(Synced::all).await;
     let client = &ctx.client;
@@ -362,6 +367,7 @@ async fn reconcile_pool(
     let mut pods_are_live = false;
     let deleting = ctx.deleting(&key);
 
+    let mut confirmed_live = false;
     let mut rounds = 0;
     let mut plan: Plan = loop {
         rounds += 1;
@@ -377,6 +383,12 @@ async fn reconcile_pool(
         });
         if rounds >= MAX_PLAN_ROUNDS && (plan.apply.is_some() || plan.needs_live_pods) {
             return Err(Error::Unsettled { rounds });
+        }
+        if (plan.apply.is_some() || !plan.deletes.is_empty()) && !confirmed_live {
+            if !pool_is_live(client, pool).await? {
+                return Ok(Action::await_change());
+            }
+            confirmed_live = true;
         }
         if let Some(desired) = plan.apply.take() {
             let unresolved = PendingRefresh::parse(
@@ -472,17 +484,45 @@ async fn reconcile_pool(
             "metadata": { "name": pool.name_any() },
             "status": plan.status,
         });
-        pools
+        match pools
             .patch_status(
                 &pool.name_any(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
                 &Patch::Apply(&patch),
             )
             .await
-            .map_err(|source| Error::PatchStatus { source })?;
+        {
+            Ok(_) => {}
+            // Deleted since the cache saw it: there is no status left to report.
+            Err(kube::Error::Api(status)) if status.is_not_found() => {
+                return Ok(Action::await_change());
+            }
+            Err(source) => return Err(Error::PatchStatus { source }),
+        }
         debug!(phase = ?plan.status.phase, "status updated");
     }
     Ok(Action::requeue(plan.requeue_after))
+}
+
+/// Whether `pool` still exists as the same, undeleted object, read from the API server.
+///
+/// The caches can lag: the deletion of a pool's ConfigMap (by the garbage collector, after the
+/// pool is gone) may be seen before the deletion of the pool itself, and writing from the stale
+/// copy would re-create the ConfigMap and restart workers for a pool that no longer exists. One
+/// GET before the first write of a reconcile rules that out; reconciles that write nothing skip it.
+async fn pool_is_live(client: &kube::Client, pool: &SwarmPool) -> Result<bool, Error> {
+    let namespace = pool.namespace().ok_or(Error::MissingNamespace)?;
+    let pools: Api<SwarmPool> = Api::namespaced(client.clone(), &namespace);
+    let live = pools
+        .get_opt(&pool.name_any())
+        .await
+        .map_err(|source| Error::GetPool {
+            name: pool.name_any(),
+            source,
+        })?;
+    Ok(live.is_some_and(|live| {
+        live.metadata.uid == pool.metadata.uid && live.metadata.deletion_timestamp.is_none()
+    }))
 }
 
 /// Publishes events; a failure to publish is logged, never fails the reconcile.

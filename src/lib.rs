@@ -20,6 +20,15 @@ pub mod telemetry;
 /// Errors of a reconcile. Invalid specs are not errors: they become a Failed status.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// Reading the pool itself from the API server failed.
+    #[error("failed to read SwarmPool {name}: {source}")]
+    GetPool {
+        /// Pool name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// Reading the pool's ConfigMap failed.
     #[error("failed to read ConfigMap {name}: {source}")]
     GetConfigMap {
@@ -78,6 +87,7 @@ impl Error {
     /// Short label for the `error` label of the failure metric.
     pub fn metric_label(&self) -> &'static str {
         match self {
+            Error::GetPool { .. } => "get_pool",
             Error::GetConfigMap { .. } => "get_configmap",
             Error::ApplyConfigMap { .. } => "apply_configmap",
             Error::ListPods { .. } => "list_pods",

@@ -126,7 +126,8 @@ fn rbac_grants_no_write_beyond_what_the_controller_does() {
     for rule in cluster.rules.unwrap() {
         let resources = rule.resources.unwrap_or_default().join(",");
         let allowed: &[&str] = match resources.as_str() {
-            "swarmpools" | "statefulsets" => &["list", "watch"],
+            "swarmpools" => &["get", "list", "watch"],
+            "statefulsets" => &["list", "watch"],
             "swarmpools/status" => &["patch"],
             "pods" => &["list", "watch", "delete"],
             "configmaps" => &["get", "list", "watch", "create", "patch"],

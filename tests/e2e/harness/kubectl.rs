@@ -103,18 +103,6 @@ impl Kubectl {
         out.stdout
     }
 
-    /// Runs kubectl and fails the test unless it fails; returns its standard error.
-    pub async fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args).await;
-        assert!(
-            !out.success,
-            "kubectl {} succeeded but should have failed:\n{}",
-            args.join(" "),
-            out.stdout
-        );
-        out.stderr
-    }
-
     /// Every invocation so far, with its exit status and output.
     pub fn transcript(&self) -> Vec<String> {
         self.transcript

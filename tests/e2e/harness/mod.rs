@@ -206,6 +206,24 @@ impl Env {
         self.kubectl.ok(&["apply", "-f", "examples/"]).await;
     }
 
+    /// Writes `documents` to `file` in the scratch directory and `kubectl apply -f`s it, as a
+    /// user applying an edited manifest; fails the test if kubectl fails.
+    pub async fn apply(&self, file: &str, documents: &[Value]) {
+        let output = self.apply_output(file, documents).await;
+        assert!(
+            output.success,
+            "kubectl apply -f {file} failed: {}",
+            output.stderr
+        );
+    }
+
+    /// Like [`Env::apply`], returning what kubectl printed whatever the outcome.
+    pub async fn apply_output(&self, file: &str, documents: &[Value]) -> kubectl::Output {
+        let path = manifests::write_manifest(&self.scratch(file), documents);
+        let path = path.to_str().expect("UTF-8 scratch path");
+        self.kubectl.run(&["apply", "-f", path]).await
+    }
+
     /// The common start of most scenarios: CRDs, the operator, the examples, and a settled
     /// pool at the example's replicas, checked against every invariant.
     pub async fn install_example(&mut self) -> observe::Observed {
@@ -312,6 +330,25 @@ impl Env {
 
     async fn reset_real_cluster(&self) {
         let namespace = self.example.namespace();
+        // A scenario that failed half-way may have left a finalizer on a pool, which would
+        // keep the namespace from ever going away.
+        let pools = self
+            .kubectl
+            .run(&["-n", &namespace, "get", "swarmpools", "-o", "name"])
+            .await;
+        for pool in pools.stdout.lines().filter(|l| !l.is_empty()) {
+            self.kubectl
+                .run(&[
+                    "-n",
+                    &namespace,
+                    "patch",
+                    pool,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ])
+                .await;
+        }
         self.kubectl
             .ok(&[
                 "delete",

@@ -459,10 +459,83 @@ pub struct PoolEvent {
 }
 
 impl PoolEvent {
-    /// Whether the event concerns `name` (in its note or as the related object).
+    /// Whether the event concerns the pod `name`: its related object, or named in its note
+    /// (as a whole name: `w-1` is not mentioned by `w-10`).
     pub fn mentions(&self, name: &str) -> bool {
-        self.note.contains(name) || self.related.as_deref() == Some(name)
+        if let Some(related) = &self.related {
+            return related == name;
+        }
+        self.note
+            .match_indices(name)
+            .any(|(at, _)| !self.note[at + name.len()..].starts_with(|c: char| c.is_ascii_digit()))
     }
+}
+
+/// How many rollouts the pool's events record: Normal `Rebalanced` events (one per new
+/// version) and Normal `RefreshingWorker` events per pod.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RolloutEvents {
+    /// Rebalanced events.
+    pub rebalanced: i32,
+    /// RefreshingWorker events by pod name.
+    pub refreshed: BTreeMap<String, i32>,
+}
+
+/// Counts the example pool's rollout events for the pods `pods`.
+pub async fn rollout_events(env: &Env, pods: &[String]) -> RolloutEvents {
+    let events = pool_events(env, &env.example.pool_name()).await;
+    fn normal<'a>(events: &'a [PoolEvent], reason: &'a str) -> impl Iterator<Item = &'a PoolEvent> {
+        events
+            .iter()
+            .filter(move |e| e.type_ == "Normal" && e.reason == reason)
+    }
+    RolloutEvents {
+        rebalanced: normal(&events, "Rebalanced").map(|e| e.count).sum(),
+        refreshed: pods
+            .iter()
+            .map(|pod| {
+                let n = normal(&events, "RefreshingWorker")
+                    .filter(|e| e.mentions(pod))
+                    .map(|e| e.count)
+                    .sum();
+                (pod.clone(), n)
+            })
+            .collect(),
+    }
+}
+
+/// Waits until the events record exactly `versions` more Rebalanced events than `before`
+/// and, for each pod of `before`, one more RefreshingWorker event if it is in `refreshed`
+/// and none otherwise.
+pub async fn wait_rollout_events(
+    env: &Env,
+    before: &RolloutEvents,
+    versions: i32,
+    refreshed: &BTreeSet<String>,
+) {
+    let pods: Vec<String> = before.refreshed.keys().cloned().collect();
+    let expected = RolloutEvents {
+        rebalanced: before.rebalanced + versions,
+        refreshed: before
+            .refreshed
+            .iter()
+            .map(|(pod, n)| (pod.clone(), n + i32::from(refreshed.contains(pod))))
+            .collect(),
+    };
+    let pods = &pods;
+    let expected_ref = &expected;
+    eventually(
+        "the Rebalanced and RefreshingWorker events of the rollout",
+        move || async move {
+            let now = rollout_events(env, pods).await;
+            if now == *expected_ref {
+                Ok(())
+            } else {
+                Err(format!("events {now:?}, expected {expected_ref:?}"))
+            }
+        },
+    )
+    .await;
 }
 
 /// Events whose `regarding` is the SwarmPool `pool`.

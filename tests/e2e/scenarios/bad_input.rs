@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::kubectl_ns;
 use crate::harness::Env;
-use crate::harness::manifests::{str_at, write_manifest};
+use crate::harness::manifests::str_at;
 use crate::harness::observe::{
     Observed, assert_config_map_metadata, assert_invariants,
     assert_no_config_map_write_or_pod_delete, config_text, status_current, wait_balanced,
@@ -18,9 +18,11 @@ use crate::harness::poll::eventually;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selector_matching_no_statefulset_fails_with_statefulset_not_found_and_recovers() {
     let mut env = Env::start("no-statefulset").await;
+    let workers = install_workers(&mut env).await;
     let mut pool = env.example.pool().clone();
     pool["spec"]["selector"] = json!({"matchLabels": {"app": "no-such-worker"}});
-    let (failed, mark) = install_workers_then(&mut env, &[pool], "pool-no-match.yaml").await;
+    let mark = env.request_mark().await;
+    let failed = apply_failing(&env, "pool-no-match.yaml", &[pool], &workers).await;
 
     assert_failed(&env, &failed, "StatefulSetNotFound", mark).await;
     assert!(
@@ -37,12 +39,13 @@ async fn selector_matching_no_statefulset_fails_with_statefulset_not_found_and_r
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selector_matching_two_statefulsets_fails_with_ambiguous_selector_and_recovers() {
     let mut env = Env::start("two-statefulsets").await;
-    let sts = env.example.statefulset_name();
-    let twin_name = format!("{sts}-twin");
+    let workers = install_workers(&mut env).await;
+    let twin_name = format!("{}-twin", env.example.statefulset_name());
     let mut twin = env.example.statefulset().clone();
     twin["metadata"]["name"] = Value::from(twin_name.clone());
     let pool = env.example.pool().clone();
-    let (failed, mark) = install_workers_then(&mut env, &[twin, pool], "pool-ambiguous.yaml").await;
+    let mark = env.request_mark().await;
+    let failed = apply_failing(&env, "pool-ambiguous.yaml", &[twin, pool], &workers).await;
 
     assert_failed(&env, &failed, "AmbiguousSelector", mark).await;
     assert!(
@@ -59,37 +62,33 @@ async fn selector_matching_two_statefulsets_fails_with_ambiguous_selector_and_re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_or_empty_jobs_are_rejected_by_the_api_server_at_apply() {
     let mut env = Env::start("duplicate-jobs").await;
-    let (_, mark) = install_workers_then(&mut env, &[], "nothing.yaml").await;
+    install_workers(&mut env).await;
+    let mark = env.request_mark().await;
     let jobs = env.example.jobs();
 
     let mut duplicate = env.example.pool().clone();
     let mut twice = jobs.clone();
     twice.push(jobs[3].clone());
     duplicate["spec"]["jobs"] = Value::from(twice);
-    let path = write_manifest(&env.scratch("pool-duplicate.yaml"), &[duplicate]);
-    let stderr = env
-        .kubectl
-        .fails(&["apply", "-f", path.to_str().unwrap()])
-        .await;
+    let out = env.apply_output("pool-duplicate.yaml", &[duplicate]).await;
     assert!(
-        stderr.contains("is invalid")
-            && stderr.contains("Duplicate value")
-            && stderr.contains(&jobs[3]),
-        "a duplicate job is a 422 naming it: {stderr}"
+        !out.success
+            && out.stderr.contains("is invalid")
+            && out.stderr.contains("Duplicate value")
+            && out.stderr.contains(&jobs[3]),
+        "a duplicate job is a 422 naming it: {}",
+        out.stderr
     );
 
     let mut empty = env.example.pool().clone();
     let mut with_empty = jobs.clone();
     with_empty.push(String::new());
     empty["spec"]["jobs"] = Value::from(with_empty);
-    let path = write_manifest(&env.scratch("pool-empty-job.yaml"), &[empty]);
-    let stderr = env
-        .kubectl
-        .fails(&["apply", "-f", path.to_str().unwrap()])
-        .await;
+    let out = env.apply_output("pool-empty-job.yaml", &[empty]).await;
     assert!(
-        stderr.contains("is invalid"),
-        "an empty job is a 422: {stderr}"
+        !out.success && out.stderr.contains("is invalid"),
+        "an empty job is a 422: {}",
+        out.stderr
     );
 
     assert!(env.pool().await.is_none(), "a rejected pool is not stored");
@@ -102,6 +101,7 @@ async fn duplicate_or_empty_jobs_are_rejected_by_the_api_server_at_apply() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_map_controlled_by_another_owner_is_never_written_and_fails_with_conflict() {
     let mut env = Env::start("config-map-conflict").await;
+    let workers = install_workers(&mut env).await;
     let namespace = env.example.namespace();
     let name = env.example.config_map_name();
     // A ConfigMap of the pool's name, controlled by another (existing) object.
@@ -110,12 +110,7 @@ async fn config_map_controlled_by_another_owner_is_never_written_and_fails_with_
         "metadata": {"name": "someone-else", "namespace": namespace},
         "data": {"purpose": "owns the ConfigMap the pool wants"},
     });
-    let mut documents = namespace_documents(&env);
-    documents.push(owner);
-    let path = write_manifest(&env.scratch("owner.yaml"), &documents);
-    env.kubectl
-        .ok(&["apply", "-f", path.to_str().unwrap()])
-        .await;
+    env.apply("owner.yaml", &[owner]).await;
     let owner_uid = kubectl_ns(
         &env,
         &[
@@ -138,14 +133,12 @@ async fn config_map_controlled_by_another_owner_is_never_written_and_fails_with_
         },
         "data": {"config.yml": "version: 7\nworkloads: {}\n"},
     });
-    let path = write_manifest(&env.scratch("foreign-config-map.yaml"), &[foreign]);
-    env.kubectl
-        .ok(&["apply", "-f", path.to_str().unwrap()])
-        .await;
+    env.apply("foreign-config-map.yaml", &[foreign]).await;
     let before = env.config_map(&name).await.expect("the foreign ConfigMap");
 
+    let mark = env.request_mark().await;
     let pool = env.example.pool().clone();
-    let (failed, mark) = install_workers_then(&mut env, &[pool], "pool.yaml").await;
+    let failed = apply_failing(&env, "pool.yaml", &[pool], &workers).await;
     assert_failed(&env, &failed, "ConfigMapConflict", mark).await;
 
     let after = env
@@ -170,10 +163,7 @@ async fn placeholder_config_map_without_controller_is_adopted() {
     });
     let mut documents = namespace_documents(&env);
     documents.push(placeholder);
-    let path = write_manifest(&env.scratch("placeholder.yaml"), &documents);
-    env.kubectl
-        .ok(&["apply", "-f", path.to_str().unwrap()])
-        .await;
+    env.apply("placeholder.yaml", &documents).await;
 
     let settled = env.install_example().await;
     assert_config_map_metadata(&settled, &env.example.pool_name());
@@ -191,44 +181,39 @@ fn namespace_documents(env: &Env) -> Vec<Value> {
 }
 
 /// Installs the CRDs, starts the operator, applies the example namespace and worker
-/// StatefulSet and waits for its pods; then applies `extra` (from `file`) and, when it holds
-/// a SwarmPool, waits for the pool to report `Failed`. Returns that observation (or an empty
-/// one) and the request-log position taken before `extra` was applied.
-async fn install_workers_then(env: &mut Env, extra: &[Value], file: &str) -> (Observed, usize) {
+/// StatefulSet, and waits for its pods to be Ready; returns their uids by name.
+async fn install_workers(env: &mut Env) -> BTreeMap<String, String> {
     env.install_crds().await;
     env.start_operator().await;
     let mut documents = namespace_documents(env);
     documents.push(env.example.statefulset().clone());
-    let path = write_manifest(&env.scratch("workers.yaml"), &documents);
-    env.kubectl
-        .ok(&["apply", "-f", path.to_str().unwrap()])
-        .await;
+    env.apply("workers.yaml", &documents).await;
     let sts = env.example.statefulset_name();
     let replicas = env.example.replicas();
-    let uids = eventually("the example workers to be Ready", || async {
+    eventually("the example workers to be Ready", || async {
         let pods = worker_pods(&env.pods().await, &sts);
         if pods.len() == replicas && pods.values().all(|p| p.ready && !p.terminating) {
-            Ok(pods)
+            Ok(pods
+                .into_iter()
+                .map(|(name, pod)| (name, pod.uid))
+                .collect())
         } else {
             Err(format!("pods {pods:?}"))
         }
     })
-    .await;
+    .await
+}
 
-    let mark = env.request_mark().await;
-    if extra.is_empty() {
-        let nothing = Observed {
-            pool: Value::Null,
-            config_map: None,
-            config: None,
-            pods: uids,
-        };
-        return (nothing, mark);
-    }
-    let path = write_manifest(&env.scratch(file), extra);
-    env.kubectl
-        .ok(&["apply", "-f", path.to_str().unwrap()])
-        .await;
+/// Applies `documents` (holding a SwarmPool the operator must refuse) and waits for the pool
+/// to report phase `Failed` for its current generation; asserts the worker pods (`workers`,
+/// uids by name) were left alone.
+async fn apply_failing(
+    env: &Env,
+    file: &str,
+    documents: &[Value],
+    workers: &BTreeMap<String, String>,
+) -> Observed {
+    env.apply(file, documents).await;
     let failed = wait_for(env, "phase Failed", |o| {
         if o.phase() != "Failed" {
             return Err("not Failed".into());
@@ -236,16 +221,12 @@ async fn install_workers_then(env: &mut Env, extra: &[Value], file: &str) -> (Ob
         status_current(o)
     })
     .await;
-    let before: BTreeMap<String, String> = uids
-        .iter()
-        .map(|(name, pod)| (name.clone(), pod.uid.clone()))
-        .collect();
     assert_eq!(
-        failed.uids(),
-        before,
+        &failed.uids(),
+        workers,
         "no worker pod may be touched by a failed pool"
     );
-    (failed, mark)
+    failed
 }
 
 /// Asserts a Failed pool's condition, Warning event and the absence of writes since `mark`.

@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use crate::harness::Env;
-use crate::harness::manifests::write_manifest;
 use crate::harness::observe::{
-    Observed, assert_invariants, balanced, operator_pod_deletes, wait_for,
+    Observed, RolloutEvents, assert_invariants, balanced, operator_pod_deletes, rollout_events,
+    wait_for, wait_rollout_events,
 };
 use crate::harness::worker_config::{moved_jobs, touched_workers};
 
@@ -22,7 +22,7 @@ async fn adding_a_job_refreshes_exactly_one_worker_and_removing_one_moves_at_mos
     // Add a job: it lands on one worker, nothing else moves, one pod restarts.
     let mut added = jobs.clone();
     added.push(ADDED_JOB.to_string());
-    let (after_add, mark) = apply_jobs(&env, &start, &added, "pool-job-added.yaml").await;
+    let (after_add, mark, events) = apply_jobs(&env, &start, &added, "pool-job-added.yaml").await;
     let touched = touched_workers(start.config(), after_add.config());
     assert_eq!(
         touched.len(),
@@ -40,11 +40,12 @@ async fn adding_a_job_refreshes_exactly_one_worker_and_removing_one_moves_at_mos
     assert!(moved_jobs(start.config(), after_add.config()).is_empty());
     assert_eq!(after_add.config().loads(), [14, 14]);
     assert_refreshed_exactly(&env, &start, &after_add, &touched, mark).await;
+    wait_rollout_events(&env, &events, 1, &touched).await;
 
     // Remove a job: balance may need one other job to move, no more.
     let removed = jobs[0].clone();
     let remaining: Vec<String> = added.iter().filter(|j| **j != removed).cloned().collect();
-    let (after_remove, mark) =
+    let (after_remove, mark, events) =
         apply_jobs(&env, &after_add, &remaining, "pool-job-removed.yaml").await;
     let moved = moved_jobs(after_add.config(), after_remove.config());
     assert!(moved.len() <= 1, "removing a job moved {moved:?}");
@@ -54,25 +55,25 @@ async fn adding_a_job_refreshes_exactly_one_worker_and_removing_one_moves_at_mos
         "removing a job changes its worker and at most one other: {touched:?}"
     );
     assert_refreshed_exactly(&env, &after_add, &after_remove, &touched, mark).await;
+    wait_rollout_events(&env, &events, 1, &touched).await;
     env.assert_operator_running();
 }
 
 /// Applies the example pool with `jobs` from an edited copy of its manifest and waits for the
 /// next version to be Balanced; asserts the invariants and returns the settled state and the
-/// request-log position before the edit.
+/// request-log position and the rollout events before the edit.
 async fn apply_jobs(
     env: &Env,
     before: &Observed,
     jobs: &[String],
     file: &str,
-) -> (Observed, usize) {
+) -> (Observed, usize, RolloutEvents) {
     let mut manifest = env.example.pool().clone();
     manifest["spec"]["jobs"] = Value::from(jobs.to_vec());
-    let path = write_manifest(&env.scratch(file), &[manifest]);
     let mark = env.request_mark().await;
-    env.kubectl
-        .ok(&["apply", "-f", path.to_str().expect("UTF-8 path")])
-        .await;
+    let pods: Vec<String> = before.pods.keys().cloned().collect();
+    let events = rollout_events(env, &pods).await;
+    env.apply(file, &[manifest]).await;
     let sts = env.example.statefulset_name();
     let v = before.config().version;
     let expected_jobs = jobs.len() as u64;
@@ -93,7 +94,7 @@ async fn apply_jobs(
     .await;
     assert_invariants(env, &after).await;
     assert_eq!(after.config().version, v + 1, "one edit, one version");
-    (after, mark)
+    (after, mark, events)
 }
 
 /// Asserts that exactly the pods of `touched` got a new uid, each deleted once after `mark`.

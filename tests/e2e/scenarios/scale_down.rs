@@ -1,10 +1,12 @@
 //! Scenario 3: scaling down to one worker, to none (Degraded, nothing deleted), and back.
 
+use std::collections::BTreeSet;
+
 use super::scale;
 use crate::harness::Env;
 use crate::harness::observe::{
     assert_condition, assert_config_map_metadata, assert_invariants, balanced,
-    operator_pod_deletes, status_current, wait_for,
+    operator_pod_deletes, rollout_events, status_current, wait_for, wait_rollout_events,
 };
 use crate::harness::worker_config::moved_jobs;
 
@@ -18,6 +20,7 @@ async fn scale_to_one_then_zero_degrades_without_deleting_then_two_rebalances() 
 
     // 2 -> 1: worker 0 takes worker 1's jobs and keeps its own.
     let mark = env.request_mark().await;
+    let events = rollout_events(&env, &[w0.clone(), w1.clone()]).await;
     scale(&env, 1).await;
     let v = two.config().version;
     let one = wait_for(&env, "a new version over 1 worker, Balanced", |o| {
@@ -29,8 +32,7 @@ async fn scale_to_one_then_zero_degrades_without_deleting_then_two_rebalances() 
     assert_eq!(one.config().version, v + 1);
     assert_eq!(one.config().loads(), [27]);
     let moved = moved_jobs(two.config(), one.config());
-    let expected: std::collections::BTreeSet<String> =
-        two.config().job_sets()[&w1].iter().cloned().collect();
+    let expected: BTreeSet<String> = two.config().job_sets()[&w1].iter().cloned().collect();
     assert_eq!(moved, expected, "only the removed worker's jobs move");
     assert_ne!(one.pods[&w0].uid, two.pods[&w0].uid, "{w0} was refreshed");
     if let Some(deletes) = operator_pod_deletes(&env, mark).await {
@@ -41,9 +43,11 @@ async fn scale_to_one_then_zero_degrades_without_deleting_then_two_rebalances() 
             "{w1} is removed by its StatefulSet: {deletes:?}"
         );
     }
+    wait_rollout_events(&env, &events, 1, &BTreeSet::from([w0.clone()])).await;
 
     // 1 -> 0: every job unassigned, phase Degraded, nothing deleted by the operator.
     let mark = env.request_mark().await;
+    let events = rollout_events(&env, std::slice::from_ref(&w0)).await;
     scale(&env, 0).await;
     let v = one.config().version;
     let zero = wait_for(&env, "Degraded with 0 workers and no pods", |o| {
@@ -83,8 +87,11 @@ async fn scale_to_one_then_zero_degrades_without_deleting_then_two_rebalances() 
         ),
         None => env.note_skipped("pod deletions in the request log"),
     }
+    wait_rollout_events(&env, &events, 1, &BTreeSet::new()).await;
 
-    // 0 -> 2: a fresh balanced assignment, and every new pod runs it.
+    // 0 -> 2: a fresh balanced assignment, and every new pod runs it. (A new pod that started
+    // before the new version was written is refreshed, so refreshes are not counted here.)
+    let events = rollout_events(&env, &[]).await;
     scale(&env, 2).await;
     let v = zero.config().version;
     let back = wait_for(&env, "a new version over 2 workers, Balanced", |o| {
@@ -95,6 +102,7 @@ async fn scale_to_one_then_zero_degrades_without_deleting_then_two_rebalances() 
     assert_invariants(&env, &back).await;
     assert_eq!(back.config().version, v + 1);
     assert_eq!(back.config().loads(), [14, 13]);
+    wait_rollout_events(&env, &events, 1, &BTreeSet::new()).await;
     env.assert_operator_running();
 }
 

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use super::scale;
 use crate::harness::Env;
 use crate::harness::observe::{
-    assert_invariants, balanced, operator_pod_deletes, pool_events, wait_for,
+    assert_invariants, balanced, operator_pod_deletes, rollout_events, wait_for,
+    wait_rollout_events,
 };
-use crate::harness::poll::eventually;
 use crate::harness::worker_config::{moved_jobs, touched_workers};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -17,6 +17,8 @@ async fn scale_up_to_three_gives_9_9_9_and_refreshes_each_changed_worker_once() 
     let before = env.install_example().await;
     let sts = env.example.statefulset_name();
     let mark = env.request_mark().await;
+    let pods: Vec<String> = before.pods.keys().cloned().collect();
+    let events = rollout_events(&env, &pods).await;
 
     scale(&env, 3).await;
     let v1 = before.config().version;
@@ -77,30 +79,6 @@ async fn scale_up_to_three_gives_9_9_9_and_refreshes_each_changed_worker_once() 
         None => env.note_skipped("pod deletions in the request log"),
     }
 
-    let pool = env.example.pool_name();
-    eventually("a RefreshingWorker event per refreshed worker", || async {
-        let events = pool_events(&env, &pool).await;
-        let missing: Vec<&String> = refreshed
-            .iter()
-            .filter(|pod| {
-                !events.iter().any(|e| {
-                    e.type_ == "Normal" && e.reason == "RefreshingWorker" && e.mentions(pod)
-                })
-            })
-            .collect();
-        let rebalanced: i32 = events
-            .iter()
-            .filter(|e| e.type_ == "Normal" && e.reason == "Rebalanced")
-            .map(|e| e.count)
-            .sum();
-        if !missing.is_empty() {
-            Err(format!("no RefreshingWorker event for {missing:?}"))
-        } else if rebalanced != 2 {
-            Err(format!("{rebalanced} Rebalanced events for 2 versions"))
-        } else {
-            Ok(())
-        }
-    })
-    .await;
+    wait_rollout_events(&env, &events, 1, &refreshed).await;
     env.assert_operator_running();
 }
