@@ -119,6 +119,7 @@ pub async fn run(
     let pools = watcher(scoped::<SwarmPool>(&client, ns), watcher::Config::default())
         .default_backoff()
         .reflect(pool_writer)
+        .inspect(warn_on_watch_error(Cache::Pools))
         .inspect(mark_synced(synced_tx.clone(), Cache::Pools))
         .applied_objects();
     let (sts_store, sts_writer) = reflector::store::<StatefulSet>();
@@ -126,6 +127,7 @@ pub async fn run(
         .default_backoff()
         .modify(|sts: &mut StatefulSet| sts.managed_fields_mut().clear())
         .reflect(sts_writer)
+        .inspect(warn_on_watch_error(Cache::StatefulSets))
         .inspect(mark_synced(synced_tx.clone(), Cache::StatefulSets))
         .touched_objects();
     let (pod_store, pod_writer) = reflector::store::<Pod>();
@@ -136,6 +138,7 @@ pub async fn run(
     .default_backoff()
     .modify(trim_pod)
     .reflect(pod_writer)
+    .inspect(warn_on_watch_error(Cache::Pods))
     .inspect(mark_synced(synced_tx, Cache::Pods))
     .touched_objects();
 
@@ -213,6 +216,26 @@ impl Synced {
     /// Whether every cache has completed its initial list.
     pub fn all(&self) -> bool {
         self.pools && self.statefulsets && self.pods
+    }
+}
+
+/// Logs a failed list or watch (the watcher retries with backoff); a missing SwarmPool
+/// resource gets the fix, since a forgotten CRD install is the usual cause.
+fn warn_on_watch_error<K>(cache: Cache) -> impl FnMut(&watcher::Result<watcher::Event<K>>) {
+    move |event| {
+        let Err(error) = event else { return };
+        let not_found = matches!(
+            error,
+            watcher::Error::InitialListFailed(kube::Error::Api(status)) if status.is_not_found()
+        );
+        if not_found && matches!(cache, Cache::Pools) {
+            warn!(
+                %error,
+                "the SwarmPool resource is not served: install the CRD with `kubectl apply -f crds/` (or `swarm-operator crd | kubectl apply -f -`)"
+            );
+        } else {
+            warn!(cache = ?cache, %error, "watch failed; retrying with backoff");
+        }
     }
 }
 

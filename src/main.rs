@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::http::HeaderValue;
@@ -15,7 +16,7 @@ use swarm_operator::metrics::Metrics;
 use swarm_operator::telemetry::{self, LogFormat};
 use swarm_operator::{controller, crd, http};
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
 /// Shares a SwarmPool's jobs over the workers of a StatefulSet, each job on exactly one worker.
 #[derive(Parser, Debug)]
@@ -147,13 +148,29 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             let _ = stop.send(true);
         });
         let server = http::serve(listener, state.clone(), until(stopped.clone()));
-        let controller = controller::run(client, args.namespace, metrics, state, until(stopped));
-        let (served, ()) = tokio::join!(server, controller);
-        served.context("serving HTTP")?;
-        info!("stopped");
+        let controller =
+            controller::run(client, args.namespace, metrics, state, until(stopped.clone()));
+        let deadline = async {
+            until(stopped).await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        tokio::select! {
+            (served, ()) = async { tokio::join!(server, controller) } => {
+                served.context("serving HTTP")?;
+                info!("stopped");
+            }
+            () = deadline => {
+                warn!(grace = ?SHUTDOWN_GRACE, "shutdown grace elapsed; exiting without waiting further");
+            }
+        }
         Ok(())
     })
 }
+
+/// How long a requested shutdown waits for running reconciles (and for watches stuck in retry
+/// backoff, which can hold kube-runtime's controller open) before the process exits anyway;
+/// below the 30 s termination grace Kubernetes gives a pod by default.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Resolves once `stopped` turns true.
 async fn until(mut stopped: watch::Receiver<bool>) {
