@@ -24,39 +24,18 @@ const POOL_UID: &str = "pool-uid";
 const STS_UID: &str = "sts-uid";
 const CM: &str = "swarm-worker-config";
 
-/// The 27 jobs of the predecessor's example configuration.
+/// The 27 jobs of the predecessor's example configuration, as `examples/swarmpool.yaml`
+/// ships them.
 fn example_jobs() -> Vec<String> {
-    [
-        "stream:xxrtve1",
-        "stream:xxrtve2",
-        "stream:zrtve2:new",
-        "stream:zrtve1:new",
-        "stream:zrtve0:new",
-        "stream:cctv0:updated",
-        "stream:history:new",
-        "stream:foo:new",
-        "stream:xxctv3:new",
-        "stream:cctv3:updated",
-        "stream:xxctv0:updated",
-        "stream:xxctv10:updated",
-        "stream:xxctv11:updated",
-        "stream:xxctv12:updated",
-        "stream:xxctv13:updated",
-        "stream:xxctv14:updated",
-        "stream:yxctv1:updated",
-        "stream:yxctv2:updated",
-        "stream:yxctv3:updated",
-        "stream:xabcn0:updated",
-        "stream:xacb01:updated",
-        "stream:xacb02:updated",
-        "stream:xacb03:updated",
-        "stream:xacb04:updated",
-        "stream:sportnews0:updated",
-        "stream:cars:new",
-        "stream:cars:updated",
-    ]
-    .map(String::from)
-    .to_vec()
+    let text = include_str!("../examples/swarmpool.yaml");
+    let pool: SwarmPool =
+        serde_yaml::from_str(text).expect("examples/swarmpool.yaml is a SwarmPool");
+    assert_eq!(
+        pool.spec.jobs.len(),
+        27,
+        "the example pool lists the predecessor's 27 jobs"
+    );
+    pool.spec.jobs
 }
 
 fn t0() -> Timestamp {

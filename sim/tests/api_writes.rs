@@ -272,3 +272,67 @@ async fn generate_name_gets_a_random_suffix_and_recreation_a_new_uid() {
     let uid2 = api.create_configmap("same", json!({})).await.body["metadata"]["uid"].clone();
     assert_ne!(uid1, uid2);
 }
+
+#[tokio::test]
+async fn empty_owner_references_finalizers_labels_and_annotations_are_omitted_like_omitempty() {
+    let api = Api::start().await;
+    let path = "/api/v1/namespaces/default/configmaps";
+    let created = api
+        .post(
+            path,
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {
+                    "name": "c", "ownerReferences": [], "finalizers": [],
+                    "labels": {}, "annotations": {}
+                },
+                "data": {"k": "v"}
+            }),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let omitted = ["ownerReferences", "finalizers", "labels", "annotations"];
+    for field in omitted {
+        assert!(
+            created.body["metadata"].get(field).is_none(),
+            "create returned {field}: {}",
+            created.body
+        );
+    }
+    let read = api.get(&format!("{path}/c")).await.body;
+    for field in omitted {
+        assert!(
+            read["metadata"].get(field).is_none(),
+            "stored {field}: {read}"
+        );
+    }
+
+    // An owner set and then cleared by an update disappears as well.
+    let owner = api.create_configmap("owner", json!({})).await.body;
+    let owned = api
+        .patch(
+            &format!("{path}/c"),
+            MERGE,
+            json!({"metadata": {"ownerReferences": [{
+                "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+                "uid": owner["metadata"]["uid"]
+            }]}}),
+        )
+        .await;
+    assert_eq!(owned.status, 200, "{}", owned.body);
+    assert_eq!(
+        owned.body["metadata"]["ownerReferences"][0]["name"],
+        "owner"
+    );
+    let mut cleared = owned.body.clone();
+    cleared["metadata"]["ownerReferences"] = json!([]);
+    let put = api.put(&format!("{path}/c"), cleared).await;
+    assert_eq!(put.status, 200, "{}", put.body);
+    assert!(
+        put.body["metadata"].get("ownerReferences").is_none(),
+        "{}",
+        put.body
+    );
+    let read = api.get(&format!("{path}/c")).await.body;
+    assert!(read["metadata"].get("ownerReferences").is_none(), "{read}");
+}

@@ -989,3 +989,34 @@ async fn foreground_delete_waits_for_blocking_dependents_and_deletes_the_others_
     .await;
     h.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn binding_a_statefulset_pod_to_the_node_keeps_its_generation_at_one() {
+    let h = Harness::fast().await;
+    h.create(STS_PATH, statefulset("bound", 2, None)).await;
+    wait_all_ready(&h, "bound", 2).await;
+    for name in ["bound-0", "bound-1"] {
+        let pod = h.pod(name).await.expect("the pod exists");
+        assert!(is_ready(&pod), "{pod}");
+        assert!(
+            pod["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty()),
+            "the pod is bound: {pod}"
+        );
+        assert_eq!(pod["metadata"]["generation"], 1, "{pod}");
+    }
+
+    // A spec change by a user does raise it.
+    let (status, patched) = h
+        .request_as(
+            Method::PATCH,
+            &format!("{PODS_PATH}/bound-0"),
+            Some(json!({"spec": {"activeDeadlineSeconds": 600}})),
+            "application/merge-patch+json",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{patched}");
+    assert_eq!(patched["metadata"]["generation"], 2, "{patched}");
+    h.sim.shutdown().await;
+}

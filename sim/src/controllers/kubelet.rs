@@ -145,8 +145,12 @@ impl Kubelet {
             .and_then(Value::as_str)
             .is_none_or(str::is_empty);
         if unbound {
-            pod["spec"]["nodeName"] = json!(NODE_NAME);
-            match self.scheduler.update(pod) {
+            // A binding, not an update: the pod's generation stays as its users left it.
+            match self.scheduler.bind_pod(
+                meta::namespace(&pod).unwrap_or_default(),
+                meta::name(&pod),
+                NODE_NAME,
+            ) {
                 Ok(bound) => pod = bound,
                 Err(err) => {
                     debug!(uid, error = %err.message, "binding pod failed; retrying");

@@ -56,6 +56,27 @@ pub(crate) fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     m.as_object_mut().expect("metadata object")
 }
 
+/// Drops the `metadata` fields kube-apiserver never returns empty: `labels`, `annotations`,
+/// `ownerReferences` and `finalizers` are `omitempty` in `ObjectMeta`, so an empty (or null)
+/// value written by a client is gone from the stored object, and clients reading
+/// `ownerReferences[0]` see a missing field rather than an empty list.
+pub(crate) fn drop_empty_metadata(obj: &mut Value) {
+    let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for field in ["labels", "annotations", "ownerReferences", "finalizers"] {
+        let empty = match m.get(field) {
+            Some(Value::Null) => true,
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+            _ => false,
+        };
+        if empty {
+            m.remove(field);
+        }
+    }
+}
+
 pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
     at(obj, &["metadata", "finalizers"])
         .and_then(Value::as_array)

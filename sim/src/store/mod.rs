@@ -238,6 +238,14 @@ impl Store {
             .map(|r| r.object)
     }
 
+    /// Assigns an unbound pod to `node` the way the scheduler's `pods/binding` write does:
+    /// only `spec.nodeName` changes, `metadata.generation` does not. 409 when the pod is
+    /// already bound or being deleted.
+    pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<Value, ApiError> {
+        let rt = self.type_of("v1", "Pod")?;
+        self.lock().bind_pod(&rt, namespace, name, node)
+    }
+
     /// Same semantics as HTTP DELETE: pods get `deletionTimestamp = now + grace` and stay
     /// (grace 0, or a pod not yet on a node, goes at once); other objects go at once unless
     /// they carry finalizers. Returns the object as stored after the call, or its last state

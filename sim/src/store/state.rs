@@ -345,6 +345,7 @@ impl State {
         managed: Managed,
     ) -> Result<WriteResult, ApiError> {
         let mut obj = check_type(rt, obj)?;
+        meta::drop_empty_metadata(&mut obj);
         let ns = if rt.namespaced {
             let body_ns = meta::namespace(&obj).to_string();
             let ns = match (ns, body_ns.as_str()) {
@@ -705,6 +706,7 @@ impl State {
         managed: Managed,
     ) -> Result<WriteResult, ApiError> {
         let name = meta::name(&cur).to_string();
+        meta::drop_empty_metadata(&mut new);
         {
             let m = meta::meta_mut(&mut new);
             for field in [
@@ -1139,6 +1141,46 @@ impl State {
         }
         let types = crd::resource_types(crd_obj);
         self.registry.set_crd_types(&name, types);
+    }
+
+    /// The `pods/binding` write: sets `spec.nodeName` of an unbound pod. Like the apiserver's
+    /// binding storage it skips the update strategy, so `generation` and managedFields stay
+    /// as they are (a pod's generation follows spec changes made by its users only).
+    pub(crate) fn bind_pod(
+        &mut self,
+        rt: &ResourceType,
+        ns: &str,
+        name: &str,
+        node: &str,
+    ) -> Result<Value, ApiError> {
+        if !rt.group.is_empty() || rt.plural != "pods" {
+            return Err(ApiError::path_not_found());
+        }
+        let mut pod = self
+            .stored(rt, ns, name)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(rt, name))?;
+        if meta::at(&pod, &["metadata", "deletionTimestamp"]).is_some() {
+            return Err(ApiError::conflict(
+                rt,
+                name,
+                &format!("pod {name} is being deleted, cannot be assigned to a host"),
+            ));
+        }
+        let assigned = meta::str_at(&pod, &["spec", "nodeName"]).unwrap_or("");
+        if !assigned.is_empty() {
+            return Err(ApiError::conflict(
+                rt,
+                name,
+                &format!("pod {name} is already assigned to node {assigned:?}"),
+            ));
+        }
+        pod.as_object_mut()
+            .expect("stored objects are maps")
+            .entry("spec")
+            .or_insert_with(|| json!({}))["nodeName"] = json!(node);
+        let stored = self.commit(rt, EventType::Modified, pod);
+        Ok(events::to_served(&stored, rt))
     }
 
     /// The `autoscaling/v1 Scale` view of an object.
