@@ -368,6 +368,7 @@ async fn reconcile_pool(
     let client = &ctx.client;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let pods_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let pools: Api<SwarmPool> = Api::namespaced(client.clone(), &namespace);
     let cm_name = pool.config_map_name();
 
     let mut config_map =
@@ -408,7 +409,7 @@ async fn reconcile_pool(
             return Err(Error::Unsettled { rounds });
         }
         if (plan.apply.is_some() || !plan.deletes.is_empty()) && !confirmed_live {
-            if !pool_is_live(client, pool).await? {
+            if !pool_is_live(&pools, pool).await? {
                 return Ok(Action::await_change());
             }
             confirmed_live = true;
@@ -500,7 +501,6 @@ async fn reconcile_pool(
     }
 
     if pool.status.as_ref() != Some(&plan.status) {
-        let pools: Api<SwarmPool> = Api::namespaced(client.clone(), &namespace);
         let patch = json!({
             "apiVersion": SwarmPool::api_version(&()),
             "kind": SwarmPool::kind(&()),
@@ -533,9 +533,7 @@ async fn reconcile_pool(
 /// pool is gone) may be seen before the deletion of the pool itself, and writing from the stale
 /// copy would re-create the ConfigMap and restart workers for a pool that no longer exists. One
 /// GET before the first write of a reconcile rules that out; reconciles that write nothing skip it.
-async fn pool_is_live(client: &kube::Client, pool: &SwarmPool) -> Result<bool, Error> {
-    let namespace = pool.namespace().ok_or(Error::MissingNamespace)?;
-    let pools: Api<SwarmPool> = Api::namespaced(client.clone(), &namespace);
+async fn pool_is_live(pools: &Api<SwarmPool>, pool: &SwarmPool) -> Result<bool, Error> {
     let live = pools
         .get_opt(&pool.name_any())
         .await

@@ -183,20 +183,16 @@ impl Store {
     /// Full replace of the main resource, like PUT (ignores `.status` for types with a
     /// status subresource); `metadata.resourceVersion`, when set, is a precondition.
     pub fn update(&self, obj: Value) -> Result<Value, ApiError> {
-        let rt = self.type_of_obj(&obj)?;
-        let ns = meta::namespace(&obj).to_string();
-        let name = meta::name(&obj).to_string();
-        let opts = WriteOptions {
-            allow_unconditional: true,
-            ..self.opts()
-        };
-        self.lock()
-            .replace(&rt, &ns, &name, obj, &opts, state::Sub::Main)
-            .map(|r| r.object)
+        self.replace(obj, state::Sub::Main)
     }
 
     /// Like PUT `.../status`: only `.status` is taken from `obj`.
     pub fn update_status(&self, obj: Value) -> Result<Value, ApiError> {
+        self.replace(obj, state::Sub::Status)
+    }
+
+    /// PUT of `obj` to its main resource or `/status`, without a resourceVersion required.
+    fn replace(&self, obj: Value, sub: state::Sub) -> Result<Value, ApiError> {
         let rt = self.type_of_obj(&obj)?;
         let ns = meta::namespace(&obj).to_string();
         let name = meta::name(&obj).to_string();
@@ -205,7 +201,7 @@ impl Store {
             ..self.opts()
         };
         self.lock()
-            .replace(&rt, &ns, &name, obj, &opts, state::Sub::Status)
+            .replace(&rt, &ns, &name, obj, &opts, sub)
             .map(|r| r.object)
     }
 

@@ -203,6 +203,39 @@ fn number(v: &Value) -> Option<f64> {
     v.as_f64()
 }
 
+/// The `max*`/`min*` bounds on the number of items or properties of a list or object, with
+/// kube-apiserver's messages; `bounds` is (max keyword, min keyword, what is counted).
+fn check_count(
+    schema: &Value,
+    (max_key, min_key, counted): (&str, &str, &str),
+    len: usize,
+    field: &str,
+    in_body: &dyn Fn(&str) -> String,
+    causes: &mut Vec<Cause>,
+) {
+    if let Some(max) = schema.get(max_key).and_then(Value::as_u64)
+        && len as u64 > max
+    {
+        causes.push(Cause::new(
+            "FieldValueTooMany",
+            field,
+            format!("Too many: {len}: must have at most {max} items"),
+        ));
+    }
+    if let Some(min) = schema.get(min_key).and_then(Value::as_u64)
+        && (len as u64) < min
+    {
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            field,
+            format!(
+                "Invalid value: {len}: {}",
+                in_body(&format!("should have at least {min} {counted}"))
+            ),
+        ));
+    }
+}
+
 fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
     let field = if path.is_empty() {
         "<root>".to_string()
@@ -355,28 +388,8 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
             }
         }
         Value::Array(items) => {
-            if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
-                && items.len() as u64 > max
-            {
-                causes.push(Cause::new(
-                    "FieldValueTooMany",
-                    &field,
-                    format!("Too many: {}: must have at most {max} items", items.len()),
-                ));
-            }
-            if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
-                && (items.len() as u64) < min
-            {
-                causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    &field,
-                    format!(
-                        "Invalid value: {}: {}",
-                        items.len(),
-                        in_body(&format!("should have at least {min} items"))
-                    ),
-                ));
-            }
+            let bounds = ("maxItems", "minItems", "items");
+            check_count(schema, bounds, items.len(), &field, &in_body, causes);
             let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
             let unique = schema.get("uniqueItems").and_then(Value::as_bool) == Some(true);
             if list_type == Some("set") || unique {
@@ -430,28 +443,8 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
                     }
                 }
             }
-            if let Some(max) = schema.get("maxProperties").and_then(Value::as_u64)
-                && map.len() as u64 > max
-            {
-                causes.push(Cause::new(
-                    "FieldValueTooMany",
-                    &field,
-                    format!("Too many: {}: must have at most {max} items", map.len()),
-                ));
-            }
-            if let Some(min) = schema.get("minProperties").and_then(Value::as_u64)
-                && (map.len() as u64) < min
-            {
-                causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    &field,
-                    format!(
-                        "Invalid value: {}: {}",
-                        map.len(),
-                        in_body(&format!("should have at least {min} properties"))
-                    ),
-                ));
-            }
+            let bounds = ("maxProperties", "minProperties", "properties");
+            check_count(schema, bounds, map.len(), &field, &in_body, causes);
             let props = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
             for (k, cv) in map {

@@ -271,6 +271,27 @@ impl State {
         }
     }
 
+    /// Commits a create or update, keeps the served CRD resources in step with a write of a
+    /// CustomResourceDefinition, and answers with the object in its served form.
+    fn commit_write(
+        &mut self,
+        rt: &ResourceType,
+        event_type: EventType,
+        obj: Value,
+        warnings: Vec<String>,
+    ) -> WriteResult {
+        let created = event_type == EventType::Added;
+        let stored = self.commit(rt, event_type, obj);
+        if rt.crd.is_none() && rt.group == "apiextensions.k8s.io" {
+            self.sync_crd(&stored);
+        }
+        WriteResult {
+            object: events::to_served(&stored, rt),
+            warnings,
+            created,
+        }
+    }
+
     fn commit(&mut self, rt: &ResourceType, event_type: EventType, mut obj: Value) -> Value {
         self.rv += 1;
         meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
@@ -455,15 +476,7 @@ impl State {
                 created: true,
             });
         }
-        let stored = self.commit(rt, EventType::Added, obj);
-        if rt.crd.is_none() && rt.group == "apiextensions.k8s.io" {
-            self.sync_crd(&stored);
-        }
-        Ok(WriteResult {
-            object: events::to_served(&stored, rt),
-            warnings,
-            created: true,
-        })
+        Ok(self.commit_write(rt, EventType::Added, obj, warnings))
     }
 
     /// Validates, prunes and defaults a custom resource against its CRD schema.
@@ -822,15 +835,7 @@ impl State {
                 created: false,
             });
         }
-        let stored = self.commit(rt, EventType::Modified, new);
-        if rt.crd.is_none() && rt.group == "apiextensions.k8s.io" {
-            self.sync_crd(&stored);
-        }
-        Ok(WriteResult {
-            object: events::to_served(&stored, rt),
-            warnings,
-            created: false,
-        })
+        Ok(self.commit_write(rt, EventType::Modified, new, warnings))
     }
 
     /// Removes an object for good and runs what waits on its removal.
