@@ -50,6 +50,14 @@ pub mod reason {
     pub const CONFIG_MAP_TOO_LARGE: &str = "ConfigMapTooLarge";
     /// The ConfigMap is controlled by another object.
     pub const CONFIG_MAP_CONFLICT: &str = "ConfigMapConflict";
+    /// Jobs are in transit: revoked from their old workers, granted once those pods are gone.
+    pub const HANDING_OFF: &str = "HandingOff";
+    /// `rollout.handoff` and `rollout.policy` do not go together.
+    pub const INVALID_ROLLOUT: &str = "InvalidRollout";
+    /// Event reason: jobs were revoked from the workers that held them (now in transit).
+    pub const JOBS_REVOKED: &str = "JobsRevoked";
+    /// Event reason: jobs in transit were granted to their new workers.
+    pub const JOBS_GRANTED: &str = "JobsGranted";
     /// Event reason: a new config version was written.
     pub const REBALANCED: &str = "Rebalanced";
     /// Event reason: a stale worker's pod was deleted to load the new config.

@@ -29,15 +29,17 @@ use crate::Error;
 use crate::crd::SwarmPool;
 use crate::http::HttpState;
 use crate::metrics::Metrics;
+use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, MANAGER, Observed, POOL_LABEL, Plan, PlannedEvent};
-use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh};
+use crate::rollout::PENDING_REFRESH_ANNOTATION;
 
 /// Server-side apply field manager for every write, and the events' reporting controller.
 pub const FIELD_MANAGER: &str = MANAGER;
 /// Label the StatefulSet controller puts on every pod it creates; the pod watch is limited to it.
 pub const STATEFULSET_POD_LABEL: &str = "statefulset.kubernetes.io/pod-name";
-/// Planning rounds in one reconcile: write, list live, resolve, write, plan deletes.
-const MAX_PLAN_ROUNDS: usize = 6;
+/// Planning rounds in one reconcile: confirm holders gone live, write the grant, list live,
+/// resolve, write, plan deletes (and a spare).
+const MAX_PLAN_ROUNDS: usize = 8;
 /// How long a requested pod deletion is remembered in case the cache has not seen it yet.
 const DELETING_MEMORY: Duration = Duration::from_secs(600);
 /// First and last retry delay of the per-pool backoff for transient errors.
@@ -415,13 +417,7 @@ async fn reconcile_pool(
             confirmed_live = true;
         }
         if let Some(desired) = plan.apply.take() {
-            let unresolved = PendingRefresh::parse(
-                desired
-                    .annotations()
-                    .get(PENDING_REFRESH_ANNOTATION)
-                    .map(String::as_str),
-            )
-            .is_ok_and(|p| p.has_unresolved());
+            let unresolved = planner::records_unresolved(&desired);
             let applied = config_maps
                 .patch(
                     &cm_name,
@@ -434,10 +430,12 @@ async fn reconcile_pool(
                     source,
                 })?;
             ctx.metrics.config_writes.inc();
+            ctx.metrics.granted(&plan.granted_after_seconds);
             info!(
                 configmap = %cm_name,
                 version = applied.annotations().get(planner::VERSION_ANNOTATION).map(String::as_str),
                 stale = applied.annotations().get(PENDING_REFRESH_ANNOTATION).map(String::as_str),
+                holders = applied.annotations().get(HANDOFF_ANNOTATION).map(String::as_str),
                 "wrote ConfigMap"
             );
             events.append(&mut plan.events);
@@ -449,10 +447,9 @@ async fn reconcile_pool(
             continue;
         }
         if plan.needs_live_pods && !pods_are_live {
-            let mut params = ListParams::default();
-            if let Some(selector) = &plan.pod_selector {
-                params = params.labels(selector);
-            }
+            // Every StatefulSet pod of the namespace, like the cache: a holder of jobs in
+            // transit may be a pod the pool's StatefulSet no longer controls.
+            let params = ListParams::default().labels(STATEFULSET_POD_LABEL);
             let list = pods_api
                 .list(&params)
                 .await
@@ -477,7 +474,7 @@ async fn reconcile_pool(
         });
         match pods_api.delete(&delete.name, &params).await {
             Ok(_) => {
-                ctx.metrics.pod_refreshes.inc();
+                ctx.metrics.refreshed(&namespace, &pool.name_any());
                 info!(pod = %delete.name, uid = %delete.uid, "deleted stale worker pod");
                 let about_this_pod = |e: &PlannedEvent| {
                     e.related_pod

@@ -73,7 +73,14 @@ pub const DEFAULT_MAX_UNAVAILABLE: &str = "25%";
         name = "Unassigned",
         type_ = "integer",
         json_path = ".status.unassignedJobs",
-        description = "Jobs no worker holds (the StatefulSet has 0 replicas)",
+        description = "Jobs no worker holds and none is handing over (the StatefulSet has 0 replicas)",
+        priority = 1
+    ),
+    printcolumn(
+        name = "In Transit",
+        type_ = "integer",
+        json_path = ".status.jobsInTransit",
+        description = "Jobs revoked from their old worker and not yet granted to the new one",
         priority = 1
     )
 )]
@@ -112,6 +119,10 @@ pub struct SwarmPoolSpec {
 /// How workers pick up a changed job set.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(has(self.policy) && self.policy == 'None') || (has(self.handoff) && self.handoff == 'Overlap')",
+    "message": "rollout.policy None needs rollout.handoff Overlap: the operator cannot tell when a worker that reloads by itself has stopped a job"
+}]))]
 pub struct RolloutSpec {
     /// `DeletePods`: delete the pod of every worker whose job set changed (once per change) so
     /// the StatefulSet re-creates it on the new config. `None`: only write the ConfigMap; the
@@ -125,6 +136,14 @@ pub struct RolloutSpec {
     #[serde(default = "default_max_unavailable")]
     #[schemars(schema_with = "max_unavailable_schema")]
     pub max_unavailable: IntOrString,
+
+    /// How a job moves between workers. `Exclusive`: the job is first revoked (listed for no
+    /// worker) and granted to its new worker only once every pod that may still run it is gone,
+    /// so it never runs on two workers at once; it runs on none for a while instead. `Overlap`:
+    /// the new worker gets it at once, and both may run it until the old one restarts. Exclusive
+    /// needs `policy: DeletePods`.
+    #[serde(default)]
+    pub handoff: Handoff,
 }
 
 impl Default for RolloutSpec {
@@ -132,8 +151,21 @@ impl Default for RolloutSpec {
         Self {
             policy: RolloutPolicy::default(),
             max_unavailable: default_max_unavailable(),
+            handoff: Handoff::default(),
         }
     }
+}
+
+/// `Exclusive`: revoke a moving job, then grant it once no pod that may run it is left (a gap,
+/// never a duplicate). `Overlap`: grant it at once (a duplicate until the old worker restarts,
+/// never a gap).
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Handoff {
+    /// Break before make: a job is never held by two live pods.
+    #[default]
+    Exclusive,
+    /// Make before break: the new worker starts a job before the old one has stopped it.
+    Overlap,
 }
 
 fn default_max_unavailable() -> IntOrString {
@@ -185,9 +217,15 @@ pub struct SwarmPoolStatus {
     #[serde(default)]
     pub jobs: i32,
 
-    /// Number of jobs no worker holds (only when the StatefulSet has 0 replicas).
+    /// Number of jobs no worker holds and none is handing over (only when the StatefulSet has 0
+    /// replicas).
     #[serde(default)]
     pub unassigned_jobs: i32,
+
+    /// Number of jobs in transit: revoked from their old worker, granted to the new one once
+    /// every pod that may still run them is gone (`handoff: Exclusive`).
+    #[serde(default)]
+    pub jobs_in_transit: i32,
 
     /// The config version now in the ConfigMap (`version` in `config.yml`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

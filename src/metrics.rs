@@ -22,6 +22,15 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// Label set of per-pool series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabels {
+    /// Namespace of the pool.
+    pub namespace: String,
+    /// Name of the pool.
+    pub pool: String,
+}
+
 /// The controller's metrics, all prefixed `swarm_operator_`.
 #[derive(Clone)]
 pub struct Metrics {
@@ -37,6 +46,10 @@ pub struct Metrics {
     pub pod_refreshes: Counter,
     /// Warning events about pools, by reason (a pool entering a failure).
     pub warnings: Family<ReasonLabels, Counter>,
+    /// Worker pods deleted so they restart on a new config, per pool.
+    pub worker_refreshes: Family<PoolLabels, Counter>,
+    /// Seconds a job spent in transit (revoked, not yet granted) during a handoff.
+    pub handoff_unheld: Histogram,
 }
 
 impl Default for Metrics {
@@ -50,6 +63,10 @@ impl Default for Metrics {
             config_writes: Counter::default(),
             pod_refreshes: Counter::default(),
             warnings: Family::default(),
+            worker_refreshes: Family::default(),
+            handoff_unheld: Histogram::new([
+                0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+            ]),
         }
     }
 }
@@ -88,7 +105,35 @@ impl Metrics {
             "Stale worker pods deleted",
             self.pod_refreshes.clone(),
         );
+        r.register(
+            "worker_refreshes",
+            "Worker pods deleted so they restart on a new config, by pool",
+            self.worker_refreshes.clone(),
+        );
+        r.register(
+            "handoff_unheld_seconds",
+            "Seconds a job spent in transit during a handoff: from its revocation to its grant",
+            self.handoff_unheld.clone(),
+        );
         self
+    }
+
+    /// Counts a worker pod deleted for a refresh.
+    pub fn refreshed(&self, namespace: &str, pool: &str) {
+        self.pod_refreshes.inc();
+        self.worker_refreshes
+            .get_or_create(&PoolLabels {
+                namespace: namespace.to_owned(),
+                pool: pool.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Records how long each granted job spent in transit.
+    pub fn granted(&self, after_seconds: &[f64]) {
+        for &seconds in after_seconds {
+            self.handoff_unheld.observe(seconds);
+        }
     }
 
     /// Counts a reconcile and returns a guard that records its duration when dropped.

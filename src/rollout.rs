@@ -12,7 +12,7 @@
 //! 3. An entry is done once the worker's pod is gone or has another uid. Until then the pod is
 //!    stale and, under `DeletePods`, deleted with a uid precondition within the budget.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
@@ -273,17 +273,43 @@ pub struct PodDelete {
     pub uid: String,
 }
 
+/// Which stale workers the handoff wants refreshed first, and which later.
+#[derive(Clone, Copy, Debug)]
+pub struct Priorities<'a> {
+    /// Refreshed before the others: pods that hold jobs in transit, whose restart lets the
+    /// handoff go on.
+    pub first: &'a BTreeSet<String>,
+    /// Not refreshed now (unless also in `first`): workers with jobs still coming to them,
+    /// which would have to restart again once those are granted.
+    pub hold_back: &'a BTreeSet<String>,
+}
+
+impl Default for Priorities<'static> {
+    fn default() -> Self {
+        static NONE: BTreeSet<String> = BTreeSet::new();
+        Self {
+            first: &NONE,
+            hold_back: &NONE,
+        }
+    }
+}
+
 /// The stale pods to delete now. Stale pods that are already unavailable (not Ready) go first
-/// and cost nothing; Ready ones only while fewer than `max_unavailable` workers are unavailable.
-/// Terminating pods are never deleted again, and unresolved entries never.
+/// and cost nothing; Ready ones only while fewer than `max_unavailable` workers are unavailable,
+/// `priorities.first` before the others. Terminating pods are never deleted again, unresolved
+/// entries never, and workers held back by `priorities` not yet.
 pub fn deletes(
     pending: &PendingRefresh,
     workers: &Workers,
     max_unavailable: usize,
+    priorities: &Priorities,
 ) -> Vec<PodDelete> {
-    let stale = pending.stale_workers(workers);
+    let mut stale = pending.stale_workers(workers);
+    // Stable: ordinal order within each group.
+    stale.sort_by_key(|name| !priorities.first.contains(name));
     let candidates: Vec<(&str, &WorkerPod)> = stale
         .iter()
+        .filter(|name| priorities.first.contains(*name) || !priorities.hold_back.contains(*name))
         .filter_map(|name| {
             let uid = pending.entries.get(name)?;
             let pod = workers.pod(name)?;
@@ -441,7 +467,7 @@ mod tests {
         let w = workers(&pods, 4);
         let p = PendingRefresh::parse(Some(r#"{"w-0":"u0","w-1":"u1","w-2":"u2","w-3":"u3"}"#))
             .unwrap();
-        let d = deletes(&p, &w, 2);
+        let d = deletes(&p, &w, 2, &Priorities::default());
         assert_eq!(
             d.iter().map(|d| d.name.as_str()).collect::<Vec<_>>(),
             ["w-0", "w-1"]
@@ -461,7 +487,7 @@ mod tests {
         );
         let p = PendingRefresh::parse(Some(r#"{"w-0":"u0","w-1":"u1","w-2":"u2"}"#)).unwrap();
         // One worker is already unavailable and the budget is 1: only the crashing pod goes.
-        let d = deletes(&p, &w, 1);
+        let d = deletes(&p, &w, 1, &Priorities::default());
         assert_eq!(
             d,
             vec![PodDelete {
@@ -478,14 +504,14 @@ mod tests {
             2,
         );
         let p = PendingRefresh::parse(Some(r#"{"w-0":"u0","w-1":""}"#)).unwrap();
-        assert!(deletes(&p, &w, 5).is_empty());
+        assert!(deletes(&p, &w, 5, &Priorities::default()).is_empty());
     }
 
     #[test]
     fn a_pod_with_another_uid_than_recorded_is_not_deleted() {
         let w = workers(&[(0, pod("other", true, false))], 1);
         let p = PendingRefresh::parse(Some(r#"{"w-0":"u0"}"#)).unwrap();
-        assert!(deletes(&p, &w, 1).is_empty());
+        assert!(deletes(&p, &w, 1, &Priorities::default()).is_empty());
         assert_eq!(p.replaced(&w), vec!["w-0".to_owned()]);
     }
 }

@@ -49,7 +49,8 @@ fn names_scope_and_status_subresource_are_the_contract() {
 }
 
 #[test]
-fn printer_columns_are_name_statefulset_ready_jobs_version_phase_age_and_wide_unassigned() {
+fn printer_columns_are_name_statefulset_ready_jobs_version_phase_age_and_wide_unassigned_and_in_transit()
+ {
     let crd = crd();
     let columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
         .as_array()
@@ -68,7 +69,8 @@ fn printer_columns_are_name_statefulset_ready_jobs_version_phase_age_and_wide_un
             "Version",
             "Phase",
             "Age",
-            "Unassigned"
+            "Unassigned",
+            "In Transit"
         ]
     );
     let paths: Vec<&str> = columns
@@ -84,10 +86,12 @@ fn printer_columns_are_name_statefulset_ready_jobs_version_phase_age_and_wide_un
             ".status.version",
             ".status.phase",
             ".metadata.creationTimestamp",
-            ".status.unassignedJobs"
+            ".status.unassignedJobs",
+            ".status.jobsInTransit"
         ]
     );
     assert_eq!(columns[6]["priority"], 1, "UNASSIGNED only with -o wide");
+    assert_eq!(columns[7]["priority"], 1, "IN TRANSIT only with -o wide");
     assert!(columns[..6].iter().all(|c| c.get("priority").is_none()));
 }
 
@@ -109,6 +113,14 @@ fn spec_schema_enforces_a_set_of_non_empty_jobs_and_shows_defaults() {
     assert_eq!(rollout["policy"]["default"], "DeletePods");
     assert_eq!(rollout["policy"]["enum"], json!(["DeletePods", "None"]));
     assert_eq!(rollout["maxUnavailable"]["default"], "25%");
+    assert_eq!(rollout["handoff"]["default"], "Exclusive");
+    assert_eq!(rollout["handoff"]["enum"], json!(["Exclusive", "Overlap"]));
+    let rule = &props["rollout"]["x-kubernetes-validations"][0];
+    assert!(
+        rule["rule"].as_str().unwrap().contains("Overlap")
+            && rule["message"].as_str().unwrap().contains("policy None"),
+        "policy None with an Exclusive handoff is rejected with a message: {rule}"
+    );
     assert_eq!(
         rollout["maxUnavailable"]["x-kubernetes-int-or-string"],
         true
@@ -139,6 +151,7 @@ fn status_schema_has_every_contract_field_and_conditions_keyed_by_type() {
         "ready",
         "jobs",
         "unassignedJobs",
+        "jobsInTransit",
         "version",
         "staleWorkers",
         "conditions",

@@ -14,7 +14,10 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::conditions::{self, reason};
-use swarm_operator::crd::{Phase, RolloutPolicy, RolloutSpec, Strategy, SwarmPool, SwarmPoolSpec};
+use swarm_operator::crd::{
+    Handoff, Phase, RolloutPolicy, RolloutSpec, Strategy, SwarmPool, SwarmPoolSpec,
+};
+use swarm_operator::planner::handoff::{HANDOFF_ANNOTATION, Holder};
 use swarm_operator::planner::{self, CONFIG_KEY, Observed, Plan, PlannedEvent, VERSION_ANNOTATION};
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
 
@@ -144,6 +147,8 @@ struct World {
     deleted: Vec<(String, String)>,
     /// Events of the last reconcile.
     events: Vec<PlannedEvent>,
+    /// Reasons of every event so far.
+    all_reasons: Vec<&'static str>,
     /// Whether the last reconcile changed the status.
     status_written: bool,
 }
@@ -165,6 +170,7 @@ impl World {
             live_lists: 0,
             deleted: Vec::new(),
             events: Vec::new(),
+            all_reasons: Vec::new(),
             status_written: false,
         };
         for ordinal in 0..replicas {
@@ -219,9 +225,11 @@ impl World {
         self.events.clear();
         for _ in 0..6 {
             let mut plan = self.observe(&pods, live);
+            self.all_reasons
+                .extend(plan.events.iter().map(|e| e.reason));
             self.events.append(&mut plan.events);
             if let Some(desired) = plan.apply.take() {
-                let unresolved = desired.annotations()[PENDING_REFRESH_ANNOTATION].contains("\"\"");
+                let unresolved = planner::records_unresolved(&desired);
                 self.apply(desired);
                 if unresolved {
                     live = false;
@@ -322,6 +330,22 @@ impl World {
         .unwrap()
     }
 
+    fn holders(&self) -> BTreeMap<String, Holder> {
+        serde_json::from_str(&self.config_map.as_ref().unwrap().annotations()[HANDOFF_ANNOTATION])
+            .unwrap()
+    }
+
+    /// The StatefulSet controller deletes a surplus pod: it terminates (still running).
+    fn terminate(&mut self, ordinal: usize) {
+        let now = self.now;
+        let pod = self
+            .pods
+            .iter_mut()
+            .find(|p| self::ordinal(p) == ordinal)
+            .unwrap();
+        pod.metadata.deletion_timestamp = Some(Time(now));
+    }
+
     fn uid_of(&self, ordinal: usize) -> String {
         self.pods
             .iter()
@@ -362,6 +386,18 @@ fn set_ready(pod: &mut Pod, ready: bool, since: Timestamp) {
     let condition = &mut pod.status.as_mut().unwrap().conditions.as_mut().unwrap()[0];
     condition.status = if ready { "True" } else { "False" }.into();
     condition.last_transition_time = Some(Time(since));
+}
+
+/// Every job in transit, whoever it is in transit from.
+fn transit_jobs(config: &WorkerConfig) -> BTreeSet<String> {
+    config
+        .transit()
+        .flat_map(|(_, jobs)| jobs.iter().cloned())
+        .collect()
+}
+
+fn loads(config: &WorkerConfig) -> Vec<usize> {
+    config.workloads().map(|(_, w)| w.jobs.len()).collect()
 }
 
 fn names(list: &[(String, String)]) -> Vec<&str> {
@@ -481,8 +517,83 @@ fn first_write_before_any_pod_exists_restarts_nothing() {
 }
 
 #[test]
-fn scale_up_moves_jobs_only_to_the_new_worker_and_waits_for_it_before_restarting_others() {
+fn scale_up_revokes_first_and_grants_to_the_new_worker_once_the_givers_are_gone() {
     let mut world = balanced(example_jobs(), 2);
+    let before = world.config();
+    world.scale(3);
+    let plan = world.reconcile();
+
+    // The revoke: 9 jobs leave workers 0 and 1 and go to no one.
+    let revoked = world.config();
+    assert_eq!(revoked.version, before.version + 1);
+    assert!(revoked.workload("swarm-worker-2").unwrap().jobs.is_empty());
+    let in_transit = transit_jobs(&revoked);
+    assert_eq!(in_transit.len(), 9, "exactly floor(27/3) jobs move");
+    for old in ["swarm-worker-0", "swarm-worker-1"] {
+        let (b, a) = (
+            &before.workload(old).unwrap().jobs,
+            &revoked.workload(old).unwrap().jobs,
+        );
+        assert!(a.iter().all(|job| b.contains(job)), "{old} only loses jobs");
+        let lost: BTreeSet<String> = b.iter().filter(|j| !a.contains(j)).cloned().collect();
+        let from: BTreeSet<String> = revoked
+            .transit()
+            .filter(|(pod, _)| pod == &old)
+            .flat_map(|(_, jobs)| jobs.iter().cloned())
+            .collect();
+        assert_eq!(lost, from, "{old}'s lost jobs are in transit from it");
+    }
+    assert_eq!(plan.status.jobs_in_transit, 9);
+    assert_eq!(plan.status.phase, Some(Phase::RollingOut));
+    assert_eq!(world.ready_condition().reason, reason::HANDING_OFF);
+    assert!(world.event_reasons().contains(&reason::JOBS_REVOKED));
+    let holders = world.holders();
+    assert_eq!(
+        holders.keys().collect::<Vec<_>>(),
+        ["swarm-worker-0", "swarm-worker-1"]
+    );
+    assert_eq!(holders["swarm-worker-0"].uid, world.uid_of(0));
+    // worker 2 has no pod yet and counts as unavailable: it spends the budget.
+    assert!(world.deleted.is_empty());
+
+    world.settle_pods();
+    world.reconcile();
+    assert_eq!(
+        names(&world.deleted),
+        ["swarm-worker-0"],
+        "a giver goes first"
+    );
+    world.run_to_balanced(20);
+
+    let after = world.config();
+    assert_eq!(transit_jobs(&after).len(), 0);
+    let gained: BTreeSet<String> = after
+        .workload("swarm-worker-2")
+        .unwrap()
+        .jobs
+        .iter()
+        .cloned()
+        .collect();
+    assert_eq!(
+        gained, in_transit,
+        "the revoked jobs, and only they, reach the new worker"
+    );
+    assert_eq!(loads(&after), [9, 9, 9]);
+    assert!(world.holders().is_empty());
+    // Each worker restarts once: the givers to drop their jobs, the receiver after all grants.
+    let mut deleted = names(&world.deleted);
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        ["swarm-worker-0", "swarm-worker-1", "swarm-worker-2"]
+    );
+    assert!(world.all_reasons.contains(&reason::JOBS_GRANTED));
+}
+
+#[test]
+fn scale_up_under_overlap_grants_at_once_and_waits_for_the_new_worker_before_restarting_others() {
+    let mut world = balanced(example_jobs(), 2);
+    world.pool.spec.rollout.handoff = Handoff::Overlap;
     let before = world.config();
     world.scale(3);
     let plan = world.reconcile();
@@ -495,6 +606,7 @@ fn scale_up_moves_jobs_only_to_the_new_worker_and_waits_for_it_before_restarting
         9,
         "exactly floor(27/3) jobs move, all to the new worker"
     );
+    assert_eq!(transit_jobs(&after).len(), 0);
     for old in ["swarm-worker-0", "swarm-worker-1"] {
         let (b, a) = (
             &before.workload(old).unwrap().jobs,
@@ -519,15 +631,50 @@ fn scale_up_moves_jobs_only_to_the_new_worker_and_waits_for_it_before_restarting
 }
 
 #[test]
-fn scale_down_gives_the_removed_workers_jobs_to_the_others_and_never_touches_the_removed_pod() {
+fn scale_down_keeps_the_removed_workers_jobs_in_transit_until_its_pod_is_gone() {
     let mut world = balanced(example_jobs(), 3);
+    let removed_uid = world.uid_of(2);
+    let removed_jobs: BTreeSet<String> = world
+        .config()
+        .workload("swarm-worker-2")
+        .unwrap()
+        .jobs
+        .iter()
+        .cloned()
+        .collect();
+    world.scale(2);
+    // The StatefulSet controller starts terminating the surplus pod; it runs its jobs until gone.
+    world.terminate(2);
+    world.reconcile();
+    let config = world.config();
+    assert_eq!(config.len(), 2);
+    assert_eq!(transit_jobs(&config), removed_jobs);
+    assert_eq!(world.holders()["swarm-worker-2"].uid, removed_uid);
+    assert!(world.pending().keys().all(|p| p != "swarm-worker-2"));
+    assert!(!world.deleted.iter().any(|(_, uid)| *uid == removed_uid));
+
+    // Reconciling again while it terminates grants nothing.
+    world.reconcile();
+    assert_eq!(transit_jobs(&world.config()), removed_jobs);
+
+    world.run_to_balanced(10);
+    let config = world.config();
+    assert_eq!(loads(&config), [14, 13]);
+    assert!(transit_jobs(&config).is_empty());
+    assert!(!world.deleted.iter().any(|(_, uid)| *uid == removed_uid));
+    assert_eq!(world.deleted.len(), 2, "each receiver restarts once");
+}
+
+#[test]
+fn scale_down_under_overlap_gives_the_removed_workers_jobs_to_the_others_at_once() {
+    let mut world = balanced(example_jobs(), 3);
+    world.pool.spec.rollout.handoff = Handoff::Overlap;
     let removed_uid = world.uid_of(2);
     world.scale(2);
     world.reconcile();
     let config = world.config();
     assert_eq!(config.len(), 2);
-    let loads: Vec<usize> = config.workloads().map(|(_, w)| w.jobs.len()).collect();
-    assert_eq!(loads, [14, 13]);
+    assert_eq!(loads(&config), [14, 13]);
     assert!(world.pending().keys().all(|p| p != "swarm-worker-2"));
     assert!(!world.deleted.iter().any(|(_, uid)| *uid == removed_uid));
 }
@@ -770,6 +917,18 @@ fn an_unowned_configmap_with_the_predecessors_broken_layout_is_repaired() {
     world.reconcile();
     let config = world.config();
     assert!(config.version >= 1);
+    let held: Vec<&String> = config.workloads().flat_map(|(_, w)| &w.jobs).collect();
+    let unique: BTreeSet<&String> = held.iter().copied().collect();
+    assert_eq!(held.len(), unique.len(), "no job is given to two workers");
+    // The job both workers ran waits in transit until both have restarted.
+    assert_eq!(
+        transit_jobs(&config),
+        BTreeSet::from([example_jobs()[13].clone()])
+    );
+    assert_eq!(held.len(), 26);
+
+    world.run_to_balanced(10);
+    let config = world.config();
     let mut all: Vec<&String> = config.workloads().flat_map(|(_, w)| &w.jobs).collect();
     let count = all.len();
     all.sort();
@@ -839,6 +998,8 @@ fn a_paused_pool_reports_the_change_but_writes_and_deletes_nothing() {
 fn zero_replicas_leave_every_job_unassigned_and_delete_nothing() {
     let mut world = balanced(example_jobs(), 2);
     world.scale(0);
+    world.terminate(0);
+    world.terminate(1);
     let plan = world.reconcile();
     let config = world.config();
     assert!(config.is_empty(), "empty workloads");
@@ -846,9 +1007,19 @@ fn zero_replicas_leave_every_job_unassigned_and_delete_nothing() {
     assert!(world.deleted.is_empty());
     assert!(world.pending().is_empty());
     assert_eq!(plan.status.phase, Some(Phase::Degraded));
-    assert_eq!(plan.status.unassigned_jobs, 27);
+    assert_eq!(
+        plan.status.jobs_in_transit, 27,
+        "the terminating pods still run them"
+    );
     assert_eq!(plan.status.workers, 0);
     assert_eq!(world.ready_condition().reason, reason::NO_REPLICAS);
+
+    world.settle_pods();
+    let plan = world.reconcile();
+    assert!(transit_jobs(&world.config()).is_empty());
+    assert_eq!(plan.status.unassigned_jobs, 27);
+    assert_eq!(plan.status.jobs_in_transit, 0);
+    assert!(world.deleted.is_empty());
 }
 
 #[test]
@@ -889,11 +1060,24 @@ fn an_unreadable_config_continues_from_the_version_annotation() {
 fn rollout_policy_none_writes_the_config_and_restarts_nobody() {
     let mut world = World::new(example_jobs(), 3);
     world.pool.spec.rollout.policy = RolloutPolicy::None;
+    world.pool.spec.rollout.handoff = Handoff::Overlap;
     let plan = world.reconcile();
     assert_eq!(world.config().version, 1);
     assert!(world.pending().is_empty());
     assert!(world.deleted.is_empty());
     assert_eq!(plan.status.phase, Some(Phase::Balanced));
+}
+
+#[test]
+fn rollout_policy_none_with_an_exclusive_handoff_fails_and_says_what_to_set() {
+    let mut world = World::new(example_jobs(), 3);
+    world.pool.spec.rollout.policy = RolloutPolicy::None;
+    let plan = world.reconcile();
+    assert_eq!(world.writes, 0);
+    assert_eq!(plan.status.phase, Some(Phase::Failed));
+    assert_eq!(world.ready_condition().reason, reason::INVALID_ROLLOUT);
+    assert!(world.ready_condition().message.contains("handoff: Overlap"));
+    assert!(world.events[0].warning);
 }
 
 #[test]

@@ -26,7 +26,7 @@ pub mod worker_config;
 pub use assignment::{Assignment, pod_name};
 pub use jobs::{JobsError, validate_jobs};
 pub use movement::Movement;
-pub use plan::{PlanOutcome, PlanRequest, plan};
+pub use plan::{PlanOutcome, PlanRequest, Publication, plan, publish};
 pub use strategy::Strategy;
 pub use worker_config::{ParseError, WorkerConfig, Workload};
 

@@ -49,14 +49,56 @@ pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, JobsError> {
         request.replicas,
         current.as_ref(),
     );
+    // Every strategy holds each job exactly once, so only N = 0 leaves jobs unassigned.
+    let unassigned = if next.replicas() == 0 {
+        request.jobs.to_vec()
+    } else {
+        Vec::new()
+    };
+    let published = publish(request.statefulset, previous, next.workers(), []);
+    let movement = Movement::with_touched(
+        request.jobs,
+        current.as_ref(),
+        &next,
+        published.touched,
+        unassigned,
+    );
+    Ok(PlanOutcome {
+        config: published.config,
+        changed: published.changed,
+        movement,
+    })
+}
 
-    let mut kept_versions: Vec<Option<u64>> = Vec::with_capacity(next.replicas());
+/// A config built by [`publish`] and what it changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Publication {
+    /// The config to write.
+    pub config: WorkerConfig,
+    /// Whether the version was bumped: some worker's job set changed, or workers appeared or
+    /// disappeared (or the previous config had version 0).
+    pub changed: bool,
+    /// Pod names whose job set changed (or that are new), in ordinal order.
+    pub touched: Vec<String>,
+}
+
+/// The config that gives ordinal `i` of `statefulset` the jobs `held[i]`, with `transit` as its
+/// jobs in transit, versioned against `previous`: the version is the previous one, +1 iff the
+/// mapping pod -> job set changed (1 without a previous config); a worker keeps its per-worker
+/// version while its job set is unchanged and gets the new version otherwise.
+pub fn publish(
+    statefulset: &str,
+    previous: Option<&WorkerConfig>,
+    held: &[Vec<String>],
+    transit: impl IntoIterator<Item = (String, Vec<String>)>,
+) -> Publication {
+    let mut kept_versions: Vec<Option<u64>> = Vec::with_capacity(held.len());
     let mut touched = Vec::new();
-    for (ordinal, held) in next.workers().iter().enumerate() {
-        let pod = pod_name(request.statefulset, ordinal);
+    for (ordinal, jobs) in held.iter().enumerate() {
+        let pod = pod_name(statefulset, ordinal);
         let unchanged = previous
             .and_then(|config| config.workload(&pod))
-            .filter(|workload| same_job_set(&workload.jobs, held));
+            .filter(|workload| same_job_set(&workload.jobs, jobs));
         kept_versions.push(unchanged.map(|workload| workload.version));
         if unchanged.is_none() {
             touched.push(pod);
@@ -66,7 +108,7 @@ pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, JobsError> {
     let (version, changed) = match previous {
         None => (1, true),
         Some(config) => {
-            let mapping_changed = !touched.is_empty() || config.len() != next.replicas();
+            let mapping_changed = !touched.is_empty() || config.len() != held.len();
             if mapping_changed || config.version == 0 {
                 (config.version.saturating_add(1), true)
             } else {
@@ -75,17 +117,8 @@ pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, JobsError> {
         }
     };
 
-    // Every strategy holds each job exactly once, so only N = 0 leaves jobs unassigned.
-    let unassigned = if next.replicas() == 0 {
-        request.jobs.to_vec()
-    } else {
-        Vec::new()
-    };
-    let movement =
-        Movement::with_touched(request.jobs, current.as_ref(), &next, touched, unassigned);
-    let workloads = next
-        .into_workers()
-        .into_iter()
+    let workloads = held
+        .iter()
         .zip(kept_versions)
         .enumerate()
         .map(|(ordinal, (jobs, kept))| {
@@ -95,13 +128,13 @@ pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, JobsError> {
                 .unwrap_or(version);
             let workload = Workload {
                 version: worker_version,
-                jobs,
+                jobs: jobs.clone(),
             };
-            (pod_name(request.statefulset, ordinal), workload)
+            (pod_name(statefulset, ordinal), workload)
         });
-    Ok(PlanOutcome {
-        config: WorkerConfig::new(version, workloads),
+    Publication {
+        config: WorkerConfig::new(version, workloads).with_transit(transit),
         changed,
-        movement,
-    })
+        touched,
+    }
 }

@@ -11,7 +11,13 @@
 //!   swarm-worker-1:
 //!     version: 1
 //!     jobs: []
+//! transit:              # only while a handoff is under way: jobs revoked and not yet granted,
+//!   swarm-worker-2:     # by the pod that last held them
+//!   - stream:cars:new
 //! ```
+//!
+//! Readers ignore fields they do not know, so `transit` (and any later field) does not disturb a
+//! worker that only reads its own entry of `workloads`.
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
@@ -21,12 +27,14 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::Assignment;
 
-/// The whole `config.yml`: a version and the workload of every pod, in ordinal order.
+/// The whole `config.yml`: a version, the workload of every pod in ordinal order, and the jobs in
+/// transit (revoked from a pod, not yet granted to another) by the pod that last held them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkerConfig {
     /// Config version: 1 for the first config, +1 each time any worker's job set changes.
     pub version: u64,
     workloads: Vec<(String, Workload)>,
+    transit: Vec<(String, Vec<String>)>,
 }
 
 /// The part of the config one pod reads.
@@ -53,20 +61,28 @@ impl WorkerConfig {
     /// A config with the given version and workloads. Workloads are stored in ordinal order
     /// (`w-2` before `w-10`) whatever the order given; a repeated pod name keeps its last entry.
     pub fn new(version: u64, workloads: impl IntoIterator<Item = (String, Workload)>) -> Self {
-        let mut workloads: Vec<(String, Workload)> = workloads.into_iter().collect();
-        // Stable sort, then keep the last of each run of equal names.
-        workloads.sort_by(|a, b| pod_order(&a.0, &b.0));
-        let mut unique: Vec<(String, Workload)> = Vec::with_capacity(workloads.len());
-        for entry in workloads {
-            match unique.last_mut() {
-                Some(last) if last.0 == entry.0 => *last = entry,
-                _ => unique.push(entry),
-            }
-        }
         Self {
             version,
-            workloads: unique,
+            workloads: by_pod(workloads),
+            transit: Vec::new(),
         }
+    }
+
+    /// This config with `transit` as its jobs in transit: pod that last held them -> jobs.
+    /// Pods are stored in ordinal order and pods without jobs are left out.
+    pub fn with_transit(
+        mut self,
+        transit: impl IntoIterator<Item = (String, Vec<String>)>,
+    ) -> Self {
+        self.transit = by_pod(transit.into_iter().filter(|(_, jobs)| !jobs.is_empty()));
+        self
+    }
+
+    /// The jobs in transit, by the pod that last held them, in ordinal order.
+    pub fn transit(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.transit
+            .iter()
+            .map(|(pod, jobs)| (pod.as_str(), jobs.as_slice()))
     }
 
     /// The YAML text of this config. The same config always gives byte-identical text.
@@ -93,7 +109,12 @@ impl WorkerConfig {
                 };
                 (pod, workload)
             });
-        Ok(WorkerConfig::new(raw.version.unwrap_or(0), workloads))
+        let transit = raw
+            .transit
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(pod, jobs)| (pod, jobs.unwrap_or_default()));
+        Ok(WorkerConfig::new(raw.version.unwrap_or(0), workloads).with_transit(transit))
     }
 
     /// The workload of `pod`, if the config has one.
@@ -162,9 +183,25 @@ impl Serialize for WorkerConfig {
                 map.end()
             }
         }
-        let mut config = serializer.serialize_struct("WorkerConfig", 2)?;
+        /// The jobs in transit as a YAML mapping in stored (ordinal) order.
+        struct Transit<'a>(&'a [(String, Vec<String>)]);
+        impl Serialize for Transit<'_> {
+            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(self.0.len()))?;
+                for (pod, jobs) in self.0 {
+                    map.serialize_entry(pod, jobs)?;
+                }
+                map.end()
+            }
+        }
+        let fields = if self.transit.is_empty() { 2 } else { 3 };
+        let mut config = serializer.serialize_struct("WorkerConfig", fields)?;
         config.serialize_field("version", &self.version)?;
         config.serialize_field("workloads", &Workloads(&self.workloads))?;
+        // Left out when empty, so a config without a handoff renders as it always did.
+        if !self.transit.is_empty() {
+            config.serialize_field("transit", &Transit(&self.transit))?;
+        }
         config.end()
     }
 }
@@ -176,6 +213,8 @@ struct RawConfig {
     version: Option<u64>,
     #[serde(default)]
     workloads: Option<BTreeMap<String, Option<RawWorkload>>>,
+    #[serde(default)]
+    transit: Option<BTreeMap<String, Option<Vec<String>>>>,
 }
 
 /// One workload as read, before defaults.
@@ -185,6 +224,21 @@ struct RawWorkload {
     version: Option<u64>,
     #[serde(default)]
     jobs: Option<Vec<String>>,
+}
+
+/// Entries sorted by pod in ordinal order; a repeated pod name keeps its last entry.
+fn by_pod<T>(entries: impl IntoIterator<Item = (String, T)>) -> Vec<(String, T)> {
+    let mut entries: Vec<(String, T)> = entries.into_iter().collect();
+    // Stable sort, then keep the last of each run of equal names.
+    entries.sort_by(|a, b| pod_order(&a.0, &b.0));
+    let mut unique: Vec<(String, T)> = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match unique.last_mut() {
+            Some(last) if last.0 == entry.0 => *last = entry,
+            _ => unique.push(entry),
+        }
+    }
+    unique
 }
 
 /// The ordinal written in decimal without leading zeros, as the StatefulSet controller names

@@ -1,0 +1,176 @@
+//! The pool's ConfigMap: what it says now, and what to write.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use swarm_assign::worker_config::WorkerConfig;
+
+use super::handoff::{HANDOFF_ANNOTATION, Holders};
+use super::validate::Failure;
+use super::{
+    ANNOTATIONS_MAX_BYTES, CONFIG_KEY, CONFIG_MAP_MAX_BYTES, MANAGED_BY_LABEL, MANAGER, POOL_LABEL,
+    VERSION_ANNOTATION,
+};
+use crate::conditions::reason;
+use crate::crd::SwarmPool;
+use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh};
+
+/// What the ConfigMap says now.
+#[derive(Default)]
+pub(super) struct Previous {
+    /// The config, or only its version (from the annotation) when `config.yml` is unreadable.
+    pub config: Option<WorkerConfig>,
+    /// Why `config.yml` could not be read, if it could not.
+    pub error: Option<String>,
+    /// The stale-worker records.
+    pub pending: PendingRefresh,
+    /// The handoff's holders; `None` when the annotation is unreadable.
+    pub holders: Option<Holders>,
+}
+
+impl Previous {
+    /// Reads the ConfigMap, if there is one.
+    pub fn read(cm: Option<&ConfigMap>) -> Previous {
+        let Some(cm) = cm else {
+            return Previous {
+                holders: Some(Holders::default()),
+                ..Previous::default()
+            };
+        };
+        let annotation = |key: &str| cm.annotations().get(key).map(String::as_str);
+        let pending =
+            PendingRefresh::parse(annotation(PENDING_REFRESH_ANNOTATION)).unwrap_or_default();
+        let holders = Holders::parse(annotation(HANDOFF_ANNOTATION)).ok();
+        let text = cm.data.as_ref().and_then(|d| d.get(CONFIG_KEY));
+        let (config, error) = match text.map(|t| WorkerConfig::parse(t)) {
+            Some(Ok(config)) => (Some(config), None),
+            parsed => {
+                let error = match parsed {
+                    Some(Err(e)) => Some(format!("{CONFIG_KEY} is unreadable ({e})")),
+                    _ => None,
+                };
+                // Keep the version moving forward from what the annotation says, with no
+                // workloads to stick to.
+                let config = annotation_version(cm).map(|v| WorkerConfig::new(v, []));
+                (config, error)
+            }
+        };
+        Previous {
+            config,
+            error,
+            pending,
+            holders,
+        }
+    }
+}
+
+fn annotation_version(cm: &ConfigMap) -> Option<u64> {
+    cm.annotations()
+        .get(VERSION_ANNOTATION)?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The config version in the ConfigMap: `version` of `config.yml`, else the annotation.
+pub(super) fn observed_version(cm: &ConfigMap) -> Option<u64> {
+    cm.data
+        .as_ref()
+        .and_then(|d| d.get(CONFIG_KEY))
+        .and_then(|t| WorkerConfig::parse(t).ok())
+        .map(|c| c.version)
+        .or_else(|| annotation_version(cm))
+}
+
+/// The ConfigMap to write: `config.yml`, our labels, the version and the rollout bookkeeping,
+/// and the pool as controller. Fails when it would not fit.
+pub(super) fn desired(
+    pool: &SwarmPool,
+    name: &str,
+    config: &WorkerConfig,
+    pending: &PendingRefresh,
+    holders: &Holders,
+) -> Result<ConfigMap, Failure> {
+    let text = config.render();
+    let size = CONFIG_KEY.len() + text.len();
+    if size > CONFIG_MAP_MAX_BYTES {
+        return Err(Failure::new(
+            reason::CONFIG_MAP_TOO_LARGE,
+            format!(
+                "config.yml would be {size} bytes for {} jobs; a ConfigMap holds at most {CONFIG_MAP_MAX_BYTES}",
+                pool.spec.jobs.len()
+            ),
+        ));
+    }
+    let bookkeeping = PENDING_REFRESH_ANNOTATION.len()
+        + pending.resolved_size_bound()
+        + HANDOFF_ANNOTATION.len()
+        + holders.resolved_size_bound();
+    if bookkeeping > ANNOTATIONS_MAX_BYTES {
+        return Err(Failure::new(
+            reason::CONFIG_MAP_TOO_LARGE,
+            format!(
+                "the rollout records of {} workers would be {bookkeeping} bytes of annotations; an object holds at most {ANNOTATIONS_MAX_BYTES}",
+                pending.entries().len() + holders.entries().len()
+            ),
+        ));
+    }
+    let labels = BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), MANAGER.to_owned()),
+        (POOL_LABEL.to_owned(), pool.name_any()),
+    ]);
+    let annotations = BTreeMap::from([
+        (VERSION_ANNOTATION.to_owned(), config.version.to_string()),
+        (PENDING_REFRESH_ANNOTATION.to_owned(), pending.render()),
+        (HANDOFF_ANNOTATION.to_owned(), holders.render()),
+    ]);
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: pool.namespace(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: pool.controller_owner_ref(&()).map(|r| vec![r]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), text)])),
+        ..ConfigMap::default()
+    })
+}
+
+/// Whether `observed` already holds everything `desired` sets: the config, our labels and
+/// annotations, and the controller reference. Fields others added are not ours to compare.
+pub(super) fn is_current(observed: &ConfigMap, desired: &ConfigMap) -> bool {
+    let subset = |want: Option<&BTreeMap<String, String>>,
+                  have: Option<&BTreeMap<String, String>>| {
+        want.into_iter()
+            .flatten()
+            .all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v))
+    };
+    let owned = desired.owner_references().iter().all(|want| {
+        observed
+            .owner_references()
+            .iter()
+            .any(|have| have.uid == want.uid && have.controller == Some(true))
+    });
+    subset(desired.data.as_ref(), observed.data.as_ref())
+        && subset(
+            desired.metadata.labels.as_ref(),
+            observed.metadata.labels.as_ref(),
+        )
+        && subset(
+            desired.metadata.annotations.as_ref(),
+            observed.metadata.annotations.as_ref(),
+        )
+        && owned
+}
+
+/// Whether a ConfigMap about to be written records holders or stale workers still to be
+/// resolved against a live pod list.
+pub fn records_unresolved(cm: &ConfigMap) -> bool {
+    let annotation = |key: &str| cm.annotations().get(key).map(String::as_str);
+    PendingRefresh::parse(annotation(PENDING_REFRESH_ANNOTATION)).is_ok_and(|p| p.has_unresolved())
+        || Holders::parse(annotation(HANDOFF_ANNOTATION)).is_ok_and(|h| h.has_unresolved())
+}

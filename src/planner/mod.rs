@@ -1,0 +1,265 @@
+//! Pure reconcile planning: the observed state of one pool in, what to do about it out.
+//!
+//! No client, no clock, no I/O: the controller gathers [`Observed`], calls [`plan`], carries
+//! out the [`Plan`] and, when the plan wrote the ConfigMap or asked for a live pod list, plans
+//! again on the fresher state. Every decision the operator makes is taken here, so the tests
+//! of this module are the tests of the operator's behaviour.
+//!
+//! [`plan`] is a pipeline of named steps, each in its own module or function:
+//! 1. [`validate`]: the selector, the StatefulSet, the jobs, the rollout settings, ownership;
+//! 2. assign: where the strategy wants every job ([`swarm_assign::assign`]);
+//! 3. [`handoff`]: what each worker may run now, and which jobs wait in transit;
+//! 4. roll out: the ConfigMap to write, the stale workers, the pods to delete ([`crate::rollout`]);
+//! 5. [`report`]: status, conditions and events.
+
+mod config_map;
+pub mod handoff;
+mod report;
+mod validate;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use swarm_assign::Assignment;
+
+use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
+use crate::rollout::{self, PendingRefresh, PodDelete, Priorities};
+use config_map::Previous;
+use handoff::{HandoffInput, HandoffOutcome};
+use validate::{Facts, Failure, Valid};
+
+pub use config_map::records_unresolved;
+pub use validate::selects;
+
+/// The ConfigMap key the workers read.
+pub const CONFIG_KEY: &str = "config.yml";
+/// ConfigMap annotation with the config version, as a decimal string.
+pub const VERSION_ANNOTATION: &str = "swarm.io/version";
+/// ConfigMap label naming the pool that writes it.
+pub const POOL_LABEL: &str = "swarm.io/pool";
+/// Standard label naming the tool that manages an object.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`] and the server-side apply field manager.
+pub const MANAGER: &str = "swarm-operator";
+/// The most data a ConfigMap can hold (keys plus values), as the API server enforces it.
+pub const CONFIG_MAP_MAX_BYTES: usize = 1024 * 1024;
+/// The most annotation data an object can hold (keys plus values), as the API server enforces it.
+pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
+/// How long a worker pod may be not Ready before the pool counts as Degraded rather than
+/// starting up (the role of a Deployment's progress deadline).
+pub const STARTUP_GRACE: SignedDuration = SignedDuration::from_mins(5);
+/// Safety-net requeue when nothing is in flight.
+pub const REQUEUE_IDLE: Duration = Duration::from_secs(300);
+/// Requeue while a rollout waits on pods (watch events normally come first).
+pub const REQUEUE_ROLLING: Duration = Duration::from_secs(15);
+/// Requeue for a ConfigMap conflict, whose resolution (deleting the other ConfigMap) is not
+/// watched.
+pub const REQUEUE_CONFLICT: Duration = Duration::from_secs(60);
+
+/// Everything the planner looks at for one pool.
+#[derive(Clone, Debug)]
+pub struct Observed<'a> {
+    /// The pool.
+    pub pool: &'a SwarmPool,
+    /// StatefulSets of the pool's namespace (others are ignored); the selector is applied here.
+    pub statefulsets: Vec<&'a StatefulSet>,
+    /// Pods of the pool's namespace (only those controlled by the matched StatefulSet are
+    /// workers; any pod may be a holder of jobs in transit).
+    pub pods: Vec<&'a Pod>,
+    /// The other SwarmPools of the namespace: of several pools selecting one StatefulSet, only
+    /// the oldest manages it.
+    pub other_pools: Vec<&'a SwarmPool>,
+    /// Whether `pods` was listed from the API server after the last ConfigMap write that
+    /// recorded unresolved stale workers or holders (rather than read from the watch cache).
+    pub pods_are_live: bool,
+    /// The ConfigMap named by the pool, if it exists.
+    pub config_map: Option<&'a ConfigMap>,
+    /// Uids of pods this operator already asked to delete (terminating, whatever the cache says).
+    pub deleting: &'a BTreeSet<String>,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+/// What the controller should do for one pool.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The ConfigMap to server-side apply (only when it differs from the observed one).
+    pub apply: Option<ConfigMap>,
+    /// The rollout bookkeeping must be checked against pods listed live (the cache may lag
+    /// behind pods created, replaced or gone around a ConfigMap write): list the pods of the
+    /// namespace that carry [`crate::controller::STATEFULSET_POD_LABEL`] and plan again.
+    pub needs_live_pods: bool,
+    /// Stale pods to delete now, each with a uid precondition.
+    pub deletes: Vec<PodDelete>,
+    /// The status to report (patched only when it differs from the pool's).
+    pub status: SwarmPoolStatus,
+    /// Events to publish about the pool.
+    pub events: Vec<PlannedEvent>,
+    /// Seconds each job granted by `apply` spent in transit, for the handoff histogram.
+    pub granted_after_seconds: Vec<f64>,
+    /// When to reconcile again if nothing else triggers it.
+    pub requeue_after: Duration,
+}
+
+/// An event about the pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedEvent {
+    /// Warning (true) or Normal.
+    pub warning: bool,
+    /// PascalCase reason.
+    pub reason: &'static str,
+    /// What the operator did or tried.
+    pub action: &'static str,
+    /// Human-readable note.
+    pub note: String,
+    /// The pod the event is about besides the pool (name, uid), if any.
+    pub related_pod: Option<(String, String)>,
+}
+
+/// Plans one reconcile of `observed.pool`.
+pub fn plan(observed: &Observed) -> Plan {
+    let mut facts = Facts::default();
+    match plan_valid(observed, &mut facts) {
+        Ok(plan) => plan,
+        Err(failure) => report::failure(observed, &facts, failure),
+    }
+}
+
+/// The pipeline for a pool that may pass validation.
+fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
+    let valid = validate::validate(o, facts)?;
+    let previous = Previous::read(o.config_map);
+    let target = assign_jobs(o.pool, &valid, &previous);
+    let handoff = handoff::hand_off(&HandoffInput {
+        mode: o.pool.spec.rollout.handoff,
+        statefulset: &valid.statefulset_name,
+        jobs: &o.pool.spec.jobs,
+        target: &target,
+        previous: previous.config.as_ref(),
+        holders: previous.holders.as_ref(),
+        pods: &valid.pods,
+        pods_are_live: o.pods_are_live,
+        now: o.now,
+    });
+    let publication = swarm_assign::publish(
+        &valid.statefulset_name,
+        previous.config.as_ref(),
+        &handoff.held,
+        handoff.transit.clone(),
+    );
+    let rollout = roll_out(o, &valid, &previous, &publication, &handoff)?;
+    Ok(report::plan(
+        o,
+        &valid,
+        &previous,
+        &publication,
+        &handoff,
+        rollout,
+    ))
+}
+
+/// Step 2: where the strategy wants every job, starting from what the workers hold now (jobs
+/// in transit count as unplaced, so they go where balance needs them).
+fn assign_jobs(pool: &SwarmPool, valid: &Valid, previous: &Previous) -> Assignment {
+    let current = previous
+        .config
+        .as_ref()
+        .and_then(|config| config.assignment(&valid.statefulset_name));
+    swarm_assign::assign(
+        pool.spec.strategy,
+        &pool.spec.jobs,
+        valid.workers.len(),
+        current.as_ref(),
+    )
+}
+
+/// What the roll-out step decided.
+struct Rollout {
+    /// The ConfigMap to write, if it differs from the observed one (and the pool is not paused).
+    apply: Option<ConfigMap>,
+    /// Whether the written config differs from the observed one at all.
+    outdated: bool,
+    /// The stale-worker records after this plan.
+    pending: PendingRefresh,
+    needs_live_pods: bool,
+    deletes: Vec<PodDelete>,
+}
+
+/// Step 4: the ConfigMap to write, the stale-worker records, and the pods to delete now.
+fn roll_out(
+    o: &Observed,
+    valid: &Valid,
+    previous: &Previous,
+    publication: &swarm_assign::Publication,
+    handoff: &HandoffOutcome,
+) -> Result<Rollout, Failure> {
+    let spec = &o.pool.spec;
+    let workers = &valid.workers;
+    let mut pending = previous.pending.clone();
+    pending.retain_workers(workers);
+    let mut needs_live_pods = handoff.needs_live_pods;
+    match spec.rollout.policy {
+        // Workers reload by themselves: nothing to track.
+        RolloutPolicy::None => pending = PendingRefresh::default(),
+        RolloutPolicy::DeletePods => {
+            if o.pods_are_live {
+                pending.resolve(workers);
+                pending.drop_replaced(workers);
+            } else if pending.has_unresolved() || !pending.replaced(workers).is_empty() {
+                needs_live_pods = true;
+            }
+            if publication.changed {
+                pending.mark_unresolved(
+                    publication
+                        .touched
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|pod| workers.contains(pod)),
+                );
+            }
+        }
+    }
+
+    let desired = config_map::desired(
+        o.pool,
+        &valid.config_map_name,
+        &publication.config,
+        &pending,
+        &handoff.holders,
+    )?;
+    let outdated = o
+        .config_map
+        .is_none_or(|cm| !config_map::is_current(cm, &desired));
+    let paused = spec.paused;
+    let apply = (outdated && !paused).then_some(desired);
+    if paused {
+        needs_live_pods = false;
+    }
+    let deletes = if paused
+        || apply.is_some()
+        || needs_live_pods
+        || spec.rollout.policy == RolloutPolicy::None
+    {
+        Vec::new()
+    } else {
+        rollout::deletes(
+            &pending,
+            workers,
+            valid.max_unavailable,
+            &Priorities {
+                first: &handoff.holder_pods,
+                hold_back: &handoff.awaiting_grants,
+            },
+        )
+    };
+    Ok(Rollout {
+        apply,
+        outdated,
+        pending,
+        needs_live_pods,
+        deletes,
+    })
+}

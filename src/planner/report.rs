@@ -1,0 +1,437 @@
+//! Step 5 of the pipeline: the status, its conditions and the events.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use swarm_assign::Publication;
+use swarm_assign::worker_config::WorkerConfig;
+
+use super::config_map::{Previous, observed_version};
+use super::handoff::HandoffOutcome;
+use super::validate::{Facts, Failure, Valid};
+use super::{
+    Observed, Plan, PlannedEvent, REQUEUE_CONFLICT, REQUEUE_IDLE, REQUEUE_ROLLING, Rollout,
+    STARTUP_GRACE,
+};
+use crate::conditions::{self, Verdict, reason};
+use crate::crd::{Phase, SwarmPool, SwarmPoolStatus};
+use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh, Workers};
+
+/// The plan of a valid pool: what the roll-out step does, reported.
+pub(super) fn plan(
+    o: &Observed,
+    valid: &Valid,
+    previous: &Previous,
+    publication: &Publication,
+    handoff: &HandoffOutcome,
+    rollout: super::Rollout,
+) -> Plan {
+    let pool = o.pool;
+    let spec = &pool.spec;
+    let paused = spec.paused;
+    let workers = &valid.workers;
+    let Rollout {
+        apply,
+        outdated,
+        pending,
+        needs_live_pods,
+        deletes,
+    } = rollout;
+    let version = publication.config.version;
+
+    let mut events = Vec::new();
+    if apply.is_some() {
+        if publication.changed {
+            events.push(normal(
+                reason::REBALANCED,
+                "WriteConfig",
+                rebalanced_note(
+                    previous.config.as_ref(),
+                    publication,
+                    spec.jobs.len(),
+                    handoff,
+                ),
+            ));
+        }
+        if handoff.revoked > 0 {
+            events.push(normal(
+                reason::JOBS_REVOKED,
+                "RevokeJobs",
+                format!(
+                    "config version {version}: {} jobs revoked from {}; each is granted to its new worker once no pod that may run it is left",
+                    handoff.revoked,
+                    handoff.revoked_from.join(", ")
+                ),
+            ));
+        }
+        if !handoff.granted.is_empty() {
+            let to: BTreeSet<&str> = handoff.granted.iter().map(|g| g.to.as_str()).collect();
+            let longest = handoff
+                .granted
+                .iter()
+                .map(|g| g.after_seconds)
+                .fold(0.0, f64::max);
+            events.push(normal(
+                reason::JOBS_GRANTED,
+                "GrantJobs",
+                format!(
+                    "config version {version}: {} jobs granted to {} (longest {longest:.0}s in transit)",
+                    handoff.granted.len(),
+                    to.into_iter().collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+        if let Some(error) = &previous.error {
+            events.push(PlannedEvent {
+                warning: true,
+                reason: reason::CONFIG_UNREADABLE,
+                action: "WriteConfig",
+                note: format!(
+                    "ConfigMap {}: {error}; rebuilt the assignment from scratch",
+                    valid.config_map_name
+                ),
+                related_pod: None,
+            });
+        }
+    }
+    for d in &deletes {
+        events.push(PlannedEvent {
+            warning: false,
+            reason: reason::REFRESHING_WORKER,
+            action: "DeletePod",
+            note: format!(
+                "deleting pod {} (uid {}) so it restarts on config version {version}",
+                d.name, d.uid
+            ),
+            related_pod: Some((d.name.clone(), d.uid.clone())),
+        });
+    }
+
+    // Paused: report what is written, not what would be.
+    let (reported_pending, holdings) = if paused {
+        let mut p = previous.pending.clone();
+        p.retain_workers(workers);
+        let written = previous.config.as_ref();
+        (p, Holdings::of(written, &spec.jobs))
+    } else {
+        (pending, Holdings::of(Some(&publication.config), &spec.jobs))
+    };
+    let stale = reported_pending.stale_workers(workers);
+    let verdict = verdict(
+        workers,
+        &stale,
+        holdings.in_transit,
+        paused && (outdated || !stale.is_empty()),
+        o.now,
+    );
+    let requeue_after = match verdict.phase {
+        Phase::RollingOut | Phase::Pending if !paused => REQUEUE_ROLLING,
+        _ => REQUEUE_IDLE,
+    };
+    let status = SwarmPoolStatus {
+        observed_generation: pool.metadata.generation,
+        phase: Some(verdict.phase),
+        stateful_set: Some(valid.statefulset_name.clone()),
+        workers: count(workers.len()),
+        ready_workers: count(workers.ready()),
+        ready: Some(format!("{}/{}", workers.ready(), workers.len())),
+        jobs: count(spec.jobs.len()),
+        unassigned_jobs: count(spec.jobs.len() - holdings.held - holdings.in_transit),
+        jobs_in_transit: count(holdings.in_transit),
+        version: o
+            .config_map
+            .and_then(observed_version)
+            .map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+        stale_workers: stale,
+        conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
+    };
+    let granted_after_seconds = if apply.is_some() {
+        handoff.granted.iter().map(|g| g.after_seconds).collect()
+    } else {
+        Vec::new()
+    };
+    Plan {
+        apply,
+        needs_live_pods,
+        deletes,
+        status,
+        events,
+        granted_after_seconds,
+        requeue_after,
+    }
+}
+
+/// The plan of a pool that failed validation: nothing written or deleted, the reason reported.
+pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
+    let pool = o.pool;
+    let previous = pool.status.as_ref();
+    // Warn on the transition into this failure, not on every reconcile that still sees it.
+    let already_reported = previous.is_some_and(|s| {
+        s.phase == Some(Phase::Failed)
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == conditions::READY && c.reason == failure.reason)
+    });
+    let events = if already_reported {
+        Vec::new()
+    } else {
+        vec![PlannedEvent {
+            warning: true,
+            reason: failure.reason,
+            action: "Reconcile",
+            note: failure.message.clone(),
+            related_pod: None,
+        }]
+    };
+    // Conflicts end when another object goes away, which is not watched.
+    let requeue_after =
+        if [reason::CONFIG_MAP_CONFLICT, reason::STATEFUL_SET_IN_USE].contains(&failure.reason) {
+            REQUEUE_CONFLICT
+        } else {
+            REQUEUE_IDLE
+        };
+    let verdict = Verdict::new(Phase::Failed, failure.reason, failure.message);
+    let workers = facts.workers.as_ref();
+    let stale = match (workers, o.config_map) {
+        (Some(workers), Some(cm)) => {
+            let mut p = PendingRefresh::parse(
+                cm.annotations()
+                    .get(PENDING_REFRESH_ANNOTATION)
+                    .map(String::as_str),
+            )
+            .unwrap_or_default();
+            p.retain_workers(workers);
+            p.stale_workers(workers)
+        }
+        _ => Vec::new(),
+    };
+    let status = SwarmPoolStatus {
+        observed_generation: pool.metadata.generation,
+        phase: Some(Phase::Failed),
+        stateful_set: facts.statefulset.clone(),
+        workers: workers.map_or(0, |w| count(w.len())),
+        ready_workers: workers.map_or(0, |w| count(w.ready())),
+        ready: workers.map(|w| format!("{}/{}", w.ready(), w.len())),
+        jobs: count(pool.spec.jobs.len()),
+        unassigned_jobs: previous.map_or(0, |s| s.unassigned_jobs),
+        jobs_in_transit: previous.map_or(0, |s| s.jobs_in_transit),
+        version: o
+            .config_map
+            .and_then(observed_version)
+            .map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+        stale_workers: stale,
+        conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
+    };
+    Plan {
+        apply: None,
+        needs_live_pods: false,
+        deletes: Vec::new(),
+        status,
+        events,
+        granted_after_seconds: Vec::new(),
+        requeue_after,
+    }
+}
+
+/// How many jobs of the spec a config gives to a worker, and how many it has in transit.
+struct Holdings {
+    held: usize,
+    in_transit: usize,
+}
+
+impl Holdings {
+    fn of(config: Option<&WorkerConfig>, jobs: &[String]) -> Holdings {
+        let spec: BTreeSet<&str> = jobs.iter().map(String::as_str).collect();
+        let Some(config) = config else {
+            return Holdings {
+                held: 0,
+                in_transit: 0,
+            };
+        };
+        let held: BTreeSet<&str> = config
+            .workloads()
+            .flat_map(|(_, w)| w.jobs.iter().map(String::as_str))
+            .filter(|job| spec.contains(job))
+            .collect();
+        let in_transit: BTreeSet<&str> = config
+            .transit()
+            .flat_map(|(_, jobs)| jobs.iter().map(String::as_str))
+            .filter(|job| spec.contains(job) && !held.contains(job))
+            .collect();
+        Holdings {
+            held: held.len(),
+            in_transit: in_transit.len(),
+        }
+    }
+}
+
+/// The phase rules, in order:
+/// 1. Paused with changes not written or stale workers not refreshed: `Pending` (`Paused`).
+/// 2. 0 replicas: `Degraded` (`NoReplicas`).
+/// 3. No worker pod exists yet: `Pending` (`WaitingForWorkers`).
+/// 4. A worker pod has not been Ready for [`STARTUP_GRACE`] or longer: `Degraded`
+///    (`WorkersNotReady`).
+/// 5. Jobs are in transit: `RollingOut` (`HandingOff`).
+/// 6. Stale workers remain: `RollingOut` (`RollingOut`).
+/// 7. A worker pod is missing, terminating or not yet Ready: `RollingOut` (`WorkersStarting`).
+/// 8. Otherwise: `Balanced`.
+fn verdict(
+    workers: &Workers,
+    stale: &[String],
+    in_transit: usize,
+    paused_with_changes: bool,
+    now: Timestamp,
+) -> Verdict {
+    let n = workers.len();
+    if paused_with_changes {
+        return Verdict::new(
+            Phase::Pending,
+            reason::PAUSED,
+            "spec.paused holds back changes: nothing is written and no pod is deleted",
+        );
+    }
+    if n == 0 {
+        return Verdict::new(
+            Phase::Degraded,
+            reason::NO_REPLICAS,
+            "the StatefulSet has 0 replicas: every job is unassigned",
+        );
+    }
+    if workers.iter().all(|(_, pod)| pod.is_none()) {
+        return Verdict::new(
+            Phase::Pending,
+            reason::WAITING_FOR_WORKERS,
+            format!("waiting for the StatefulSet to create its {n} worker pods"),
+        );
+    }
+    let not_ready_too_long: Vec<&str> = workers
+        .iter()
+        .filter(|(_, pod)| {
+            pod.is_some_and(|p| {
+                !p.ready
+                    && !p.terminating
+                    && p.not_ready_since
+                        .is_some_and(|since| now.duration_since(since) >= STARTUP_GRACE)
+            })
+        })
+        .map(|(name, _)| name)
+        .collect();
+    if !not_ready_too_long.is_empty() {
+        return Verdict::new(
+            Phase::Degraded,
+            reason::WORKERS_NOT_READY,
+            format!(
+                "{}/{n} workers ready; not ready for {}s or more: {}",
+                workers.ready(),
+                STARTUP_GRACE.as_secs(),
+                not_ready_too_long.join(", ")
+            ),
+        );
+    }
+    if in_transit > 0 {
+        return Verdict::new(
+            Phase::RollingOut,
+            reason::HANDING_OFF,
+            format!(
+                "{in_transit} jobs in transit: revoked from their old workers, granted once the pods that ran them are gone"
+            ),
+        );
+    }
+    if !stale.is_empty() {
+        return Verdict::new(
+            Phase::RollingOut,
+            reason::ROLLING_OUT,
+            format!(
+                "{} of {n} workers wait to restart on the new config: {}",
+                stale.len(),
+                stale.join(", ")
+            ),
+        );
+    }
+    if workers.unavailable() > 0 {
+        return Verdict::new(
+            Phase::RollingOut,
+            reason::WORKERS_STARTING,
+            format!("{}/{n} workers ready", workers.ready()),
+        );
+    }
+    Verdict::new(
+        Phase::Balanced,
+        reason::BALANCED,
+        format!("{n} workers ready on the current config"),
+    )
+}
+
+fn normal(reason: &'static str, action: &'static str, note: String) -> PlannedEvent {
+    PlannedEvent {
+        warning: false,
+        reason,
+        action,
+        note,
+        related_pod: None,
+    }
+}
+
+fn count(n: usize) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+fn previous_conditions(pool: &SwarmPool) -> &[Condition] {
+    pool.status
+        .as_ref()
+        .map_or(&[], |s| s.conditions.as_slice())
+}
+
+fn rebalanced_note(
+    previous: Option<&WorkerConfig>,
+    publication: &Publication,
+    jobs: usize,
+    handoff: &HandoffOutcome,
+) -> String {
+    let config = &publication.config;
+    let loads: Vec<usize> = config.workloads().map(|(_, w)| w.jobs.len()).collect();
+    if loads.is_empty() {
+        return format!(
+            "config version {}: {jobs} jobs unassigned, the StatefulSet has 0 replicas",
+            config.version
+        );
+    }
+    let (min, max) = (
+        loads.iter().min().copied().unwrap_or(0),
+        loads.iter().max().copied().unwrap_or(0),
+    );
+    let in_transit = match handoff.jobs_in_transit {
+        0 => String::new(),
+        n => format!(", {n} in transit"),
+    };
+    format!(
+        "config version {}: {jobs} jobs on {} workers ({min}..{max} each){in_transit}, {} jobs moved, {} workers changed",
+        config.version,
+        loads.len(),
+        jobs_moved(previous, config),
+        publication.touched.len(),
+    )
+}
+
+/// Jobs a worker of `next` holds that, in `previous`, another worker held or that were in
+/// transit: the jobs that arrive at a new worker with this version.
+fn jobs_moved(previous: Option<&WorkerConfig>, next: &WorkerConfig) -> usize {
+    let Some(previous) = previous else { return 0 };
+    let mut before: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (pod, workload) in previous.workloads() {
+        for job in &workload.jobs {
+            before.entry(job.as_str()).or_default().push(pod);
+        }
+    }
+    for (pod, jobs) in previous.transit() {
+        for job in jobs {
+            before.entry(job.as_str()).or_default().push(pod);
+        }
+    }
+    next.workloads()
+        .flat_map(|(pod, w)| w.jobs.iter().map(move |job| (pod, job.as_str())))
+        .filter(|(pod, job)| before.get(job).is_some_and(|pods| !pods.contains(pod)))
+        .count()
+}
