@@ -77,7 +77,7 @@ pub const DEFAULT_MAX_UNAVAILABLE: &str = "25%";
         priority = 1
     ),
     printcolumn(
-        name = "In Transit",
+        name = "In-Transit",
         type_ = "integer",
         json_path = ".status.jobsInTransit",
         description = "Jobs revoked from their old worker and not yet granted to the new one",

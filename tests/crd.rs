@@ -70,7 +70,7 @@ fn printer_columns_are_name_statefulset_ready_jobs_version_phase_age_and_wide_un
             "Phase",
             "Age",
             "Unassigned",
-            "In Transit"
+            "In-Transit"
         ]
     );
     let paths: Vec<&str> = columns

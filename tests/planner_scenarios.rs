@@ -579,6 +579,11 @@ fn scale_up_revokes_first_and_grants_to_the_new_worker_once_the_givers_are_gone(
         "the revoked jobs, and only they, reach the new worker"
     );
     assert_eq!(loads(&after), [9, 9, 9]);
+    assert_eq!(
+        after.version,
+        before.version + 2,
+        "one version revokes, one grants"
+    );
     assert!(world.holders().is_empty());
     // Each worker restarts once: the givers to drop their jobs, the receiver after all grants.
     let mut deleted = names(&world.deleted);

@@ -45,6 +45,10 @@ pub struct Holder {
     pub uid: String,
     /// When jobs were first revoked from this pod (the start of their time unheld).
     pub revoked_at: Timestamp,
+    /// The instance is gone: its jobs are free, and wait only for the rest of their worker's
+    /// grant.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
 }
 
 /// The holders of jobs in transit, by pod name.
@@ -84,20 +88,23 @@ impl Holders {
             Holder {
                 uid: String::new(),
                 revoked_at,
+                gone: false,
             },
         );
     }
 
     /// Whether some holder waits for resolution.
     pub fn has_unresolved(&self) -> bool {
-        self.entries.values().any(|h| h.uid.is_empty())
+        self.entries.values().any(|h| h.uid.is_empty() && !h.gone)
     }
 
     /// Resolved holders whose instance `pods` does not show (gone, or replaced by another uid).
     fn gone(&self, pods: &PodIndex) -> Vec<String> {
         self.entries
             .iter()
-            .filter(|(pod, h)| !h.uid.is_empty() && pods.uid(pod) != Some(h.uid.as_str()))
+            .filter(|(pod, h)| {
+                !h.gone && !h.uid.is_empty() && pods.uid(pod) != Some(h.uid.as_str())
+            })
             .map(|(pod, _)| pod.clone())
             .collect()
     }
@@ -235,40 +242,34 @@ fn overlap(input: &HandoffInput) -> HandoffOutcome {
 fn exclusive(input: &HandoffInput) -> HandoffOutcome {
     let previous_transit = transit_by_job(input.previous);
     let (mut holders, mut needs_live_pods) = current_holders(input, &previous_transit);
-    // When each gone holder first had jobs revoked, for the time-in-transit of what it frees.
-    let mut freed_since: BTreeMap<String, Timestamp> = BTreeMap::new();
     if input.pods_are_live {
         for pod in holders.gone(input.pods) {
-            if let Some(h) = holders.entries.remove(&pod) {
-                freed_since.insert(pod, h.revoked_at);
+            if let Some(h) = holders.entries.get_mut(&pod) {
+                h.gone = true;
             }
         }
     } else if !holders.gone(input.pods).is_empty() {
         // The cache says a holder is gone; only a live list may confirm it.
         needs_live_pods = true;
     }
-    let live_holders: BTreeSet<String> = holders.entries.keys().cloned().collect();
+    let live_holders: BTreeSet<String> = holders
+        .entries
+        .iter()
+        .filter(|(_, h)| !h.gone)
+        .map(|(pod, _)| pod.clone())
+        .collect();
     let live_holder = |pod: &str| live_holders.contains(pod);
 
+    // Where each job of the spec stands.
     let published = published_by_job(input.previous);
-    let replicas = input.target.replicas();
-    let mut out = HandoffOutcome {
-        held: vec![Vec::new(); replicas],
-        ..HandoffOutcome::default()
-    };
-    let mut transit: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut newly_revoked: BTreeSet<String> = BTreeSet::new();
-    let mut revoked_from: BTreeSet<String> = BTreeSet::new();
-    let mut spec: BTreeSet<&str> = BTreeSet::new();
-
     let owner_of = target_owners(input.target);
+    let mut decisions: Vec<(&String, Decision)> = Vec::with_capacity(input.jobs.len());
     for job in input.jobs {
-        spec.insert(job.as_str());
-        let destination = owner_of
-            .get(job.as_str())
-            .map(|&ordinal| pod_name(input.statefulset, ordinal));
+        let destination = owner_of.get(job.as_str()).copied();
+        let to = destination.map(|ordinal| pod_name(input.statefulset, ordinal));
         let held_by = published.get(job.as_str()).cloned().unwrap_or_default();
-        let in_transit_from: Vec<&str> = previous_transit
+        let was_in_transit = previous_transit.contains_key(job.as_str());
+        let live_senders: Vec<&str> = previous_transit
             .get(job.as_str())
             .into_iter()
             .flatten()
@@ -276,52 +277,95 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
             .filter(|pod| live_holder(pod))
             .collect();
         // Pods other than the destination that may run the job: it waits until they are gone.
-        let blockers = held_by
+        let blocked = held_by
             .iter()
             .map(String::as_str)
-            .chain(in_transit_from.iter().copied())
-            .any(|pod| Some(pod) != destination.as_deref());
-        match destination {
-            Some(to) if !blockers => {
-                let was_in_transit = previous_transit.contains_key(job.as_str());
-                if was_in_transit && !held_by.contains(&to) {
-                    let since = previous_transit[job.as_str()]
-                        .iter()
-                        .filter_map(|pod| freed_since.get(*pod))
-                        .min();
-                    out.granted.push(GrantedJob {
-                        after_seconds: since.map_or(0.0, |s| seconds_between(*s, input.now)),
-                        to: to.clone(),
-                    });
-                }
-                let ordinal = owner_of[job.as_str()];
+            .chain(live_senders.iter().copied())
+            .any(|pod| Some(pod) != to.as_deref());
+        let decision = match destination {
+            Some(ordinal)
+                if !blocked
+                    && was_in_transit
+                    && !held_by.contains(&pod_name(input.statefulset, ordinal)) =>
+            {
+                Decision::Grant(ordinal)
+            }
+            Some(ordinal) if !blocked => Decision::Publish(ordinal),
+            _ if held_by.is_empty() && live_senders.is_empty() => Decision::Unassigned,
+            _ => Decision::Wait {
+                revoke_from: held_by,
+                to,
+            },
+        };
+        decisions.push((job, decision));
+    }
+
+    // A worker gets the jobs handed to it in one grant, once all of them are free: it restarts
+    // once to pick them up, so granting some earlier would only cost another version.
+    let awaiting: BTreeSet<String> = decisions
+        .iter()
+        .filter_map(|(_, d)| match d {
+            Decision::Wait { to, .. } => to.clone(),
+            _ => None,
+        })
+        .collect();
+
+    let replicas = input.target.replicas();
+    let mut out = HandoffOutcome {
+        held: vec![Vec::new(); replicas],
+        ..HandoffOutcome::default()
+    };
+    let mut transit: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut newly_revoked: BTreeSet<&str> = BTreeSet::new();
+    let mut revoked_from: BTreeSet<String> = BTreeSet::new();
+    for (job, decision) in decisions {
+        match decision {
+            Decision::Publish(ordinal) => out.held[ordinal].push(job.clone()),
+            Decision::Grant(ordinal)
+                if !awaiting.contains(&pod_name(input.statefulset, ordinal)) =>
+            {
+                let since = previous_transit[job.as_str()]
+                    .iter()
+                    .filter_map(|pod| holders.entries.get(*pod).map(|h| h.revoked_at))
+                    .min();
+                out.granted.push(GrantedJob {
+                    to: pod_name(input.statefulset, ordinal),
+                    after_seconds: since.map_or(0.0, |s| seconds_between(s, input.now)),
+                });
                 out.held[ordinal].push(job.clone());
             }
-            _ => {
-                // Revoke from every pod that holds it now; keep waiting for the live holders.
-                for pod in &held_by {
-                    transit.entry(pod.clone()).or_default().push(job.clone());
-                    holders.mark(pod, input.now);
-                    newly_revoked.insert(job.clone());
-                    revoked_from.insert(pod.clone());
-                }
-                for pod in &in_transit_from {
+            Decision::Grant(ordinal) => {
+                // Free, but its worker still waits for others: it stays where it is listed.
+                for pod in &previous_transit[job.as_str()] {
                     push_unique(transit.entry((*pod).to_owned()).or_default(), job);
                 }
-                if held_by.is_empty() && in_transit_from.is_empty() {
-                    // No worker (N = 0) and no one left who may run it: simply unassigned.
-                    continue;
+                out.jobs_in_transit += 1;
+                out.awaiting_grants
+                    .insert(pod_name(input.statefulset, ordinal));
+            }
+            Decision::Unassigned => {}
+            Decision::Wait { revoke_from, to } => {
+                // Revoke from every pod that holds it now; keep waiting for the live holders.
+                for pod in &revoke_from {
+                    transit.entry(pod.clone()).or_default().push(job.clone());
+                    holders.mark(pod, input.now);
+                    newly_revoked.insert(job);
+                    revoked_from.insert(pod.clone());
+                }
+                for pod in previous_transit.get(job.as_str()).into_iter().flatten() {
+                    if holders.entries.contains_key(*pod) {
+                        push_unique(transit.entry((*pod).to_owned()).or_default(), job);
+                    }
                 }
                 out.jobs_in_transit += 1;
-                if let Some(to) = destination {
-                    out.awaiting_grants.insert(to);
-                }
+                out.awaiting_grants.extend(to);
             }
         }
     }
 
     // Jobs that left the spec: whoever may still run one keeps it in transit until gone, so
     // the job is not granted early if it comes back.
+    let spec: BTreeSet<&str> = input.jobs.iter().map(String::as_str).collect();
     for (job, pods) in &published {
         if spec.contains(job) {
             continue;
@@ -347,11 +391,32 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
     holders.entries.retain(|pod, _| transit.contains_key(pod));
     out.revoked = newly_revoked.len();
     out.revoked_from = sorted_pods(revoked_from);
-    out.holder_pods = holders.entries.keys().cloned().collect();
+    out.holder_pods = holders
+        .entries
+        .iter()
+        .filter(|(_, h)| !h.gone)
+        .map(|(pod, _)| pod.clone())
+        .collect();
     out.needs_live_pods = needs_live_pods || holders.has_unresolved();
     out.transit = transit;
     out.holders = holders;
     out
+}
+
+/// Where one job of the spec goes in this step.
+enum Decision {
+    /// Stays with (or goes at once to) this ordinal: nobody else may run it.
+    Publish(usize),
+    /// Was in transit and is free now: granted to this ordinal, unless that worker still waits
+    /// for other jobs.
+    Grant(usize),
+    /// No worker to go to and nobody runs it (0 replicas).
+    Unassigned,
+    /// Stays in (or goes into) transit: revoked from `revoke_from`, for worker `to`.
+    Wait {
+        revoke_from: Vec<String>,
+        to: Option<String>,
+    },
 }
 
 /// The holders to go by: the recorded ones, plus any pod the config lists jobs in transit for
@@ -369,19 +434,18 @@ fn current_holders(
         }
     }
     if input.pods_are_live {
-        // Resolve: the instance listed now may have started on the content that gave it jobs.
-        holders.entries.retain(|pod, h| {
-            if !h.uid.is_empty() {
-                return true;
-            }
+        // Resolve: the instance listed now may have started on the content that gave it jobs;
+        // without one, any instance created later starts on the new content.
+        for (pod, h) in holders
+            .entries
+            .iter_mut()
+            .filter(|(_, h)| h.uid.is_empty() && !h.gone)
+        {
             match input.pods.uid(pod) {
-                Some(uid) => {
-                    h.uid = uid.to_owned();
-                    true
-                }
-                None => false,
+                Some(uid) => h.uid = uid.to_owned(),
+                None => h.gone = true,
             }
-        });
+        }
         unresolved = false;
     }
     (holders, unresolved)
@@ -442,4 +506,241 @@ fn sorted_pods(pods: BTreeSet<String>) -> Vec<String> {
 
 fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
     to.duration_since(from).as_secs_f64().max(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STS: &str = "w";
+
+    fn jobs(names: &[&str]) -> Vec<String> {
+        names.iter().map(|j| j.to_string()).collect()
+    }
+
+    fn config(workers: &[&[&str]], transit: &[(&str, &[&str])]) -> WorkerConfig {
+        let workloads = workers.iter().enumerate().map(|(i, held)| {
+            let workload = swarm_assign::Workload {
+                version: 1,
+                jobs: jobs(held),
+            };
+            (pod_name(STS, i), workload)
+        });
+        WorkerConfig::new(1, workloads)
+            .with_transit(transit.iter().map(|(pod, j)| (pod.to_string(), jobs(j))))
+    }
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + second).unwrap()
+    }
+
+    struct Case {
+        spec: Vec<String>,
+        target: Assignment,
+        previous: WorkerConfig,
+        holders: Holders,
+        pods: PodIndex,
+        live: bool,
+    }
+
+    impl Case {
+        fn run(&self) -> HandoffOutcome {
+            hand_off(&HandoffInput {
+                mode: Handoff::Exclusive,
+                statefulset: STS,
+                jobs: &self.spec,
+                target: &self.target,
+                previous: Some(&self.previous),
+                holders: Some(&self.holders),
+                pods: &self.pods,
+                pods_are_live: self.live,
+                now: at(10),
+            })
+        }
+    }
+
+    fn holders(entries: &[(&str, &str)]) -> Holders {
+        Holders {
+            entries: entries
+                .iter()
+                .map(|(pod, uid)| {
+                    let holder = Holder {
+                        uid: uid.to_string(),
+                        revoked_at: at(0),
+                        gone: false,
+                    };
+                    (pod.to_string(), holder)
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_moving_job_is_revoked_and_its_old_worker_becomes_an_unresolved_holder() {
+        let case = Case {
+            spec: jobs(&["a", "b"]),
+            target: Assignment::new(vec![jobs(&["a"]), jobs(&["b"])]),
+            previous: config(&[&["a", "b"], &[]], &[]),
+            holders: Holders::default(),
+            pods: PodIndex::new([("w-0", "u0"), ("w-1", "u1")]),
+            live: false,
+        };
+        let out = case.run();
+        assert_eq!(out.held, vec![jobs(&["a"]), vec![]]);
+        assert_eq!(out.transit["w-0"], jobs(&["b"]));
+        assert_eq!(out.holders.entries["w-0"].uid, "");
+        assert!(out.needs_live_pods, "the holder must be resolved live");
+        assert_eq!((out.revoked, out.jobs_in_transit), (1, 1));
+        assert!(out.awaiting_grants.contains("w-1"));
+    }
+
+    #[test]
+    fn a_job_is_granted_only_once_a_live_list_shows_its_holder_gone() {
+        let mut case = Case {
+            spec: jobs(&["a", "b"]),
+            target: Assignment::new(vec![jobs(&["a"]), jobs(&["b"])]),
+            previous: config(&[&["a"], &[]], &[("w-0", &["b"])]),
+            holders: holders(&[("w-0", "u0")]),
+            pods: PodIndex::new([("w-0", "u0-new"), ("w-1", "u1")]),
+            live: false,
+        };
+        let cached = case.run();
+        assert!(cached.needs_live_pods, "the cache alone never grants");
+        assert!(cached.held[1].is_empty());
+
+        case.live = true;
+        let out = case.run();
+        assert_eq!(out.held[1], jobs(&["b"]));
+        assert!(out.transit.is_empty() && out.holders.entries.is_empty());
+        assert_eq!(out.granted.len(), 1);
+        assert_eq!(out.granted[0].after_seconds, 10.0);
+
+        case.pods = PodIndex::new([("w-0", "u0"), ("w-1", "u1")]);
+        let still_there = case.run();
+        assert!(
+            still_there.held[1].is_empty(),
+            "a terminating holder is live"
+        );
+    }
+
+    #[test]
+    fn a_holder_without_a_pod_at_resolution_frees_its_jobs() {
+        let case = Case {
+            spec: jobs(&["a"]),
+            target: Assignment::new(vec![jobs(&["a"])]),
+            previous: config(&[&[]], &[("w-3", &["a"])]),
+            holders: holders(&[("w-3", "")]),
+            pods: PodIndex::new([("w-0", "u0")]),
+            live: true,
+        };
+        assert_eq!(case.run().held[0], jobs(&["a"]));
+    }
+
+    #[test]
+    fn a_job_going_back_to_its_own_holder_is_granted_at_once() {
+        let case = Case {
+            spec: jobs(&["a"]),
+            target: Assignment::new(vec![jobs(&["a"])]),
+            previous: config(&[&[]], &[("w-0", &["a"])]),
+            holders: holders(&[("w-0", "u0")]),
+            pods: PodIndex::new([("w-0", "u0")]),
+            live: true,
+        };
+        assert_eq!(
+            case.run().held[0],
+            jobs(&["a"]),
+            "one instance per pod name"
+        );
+    }
+
+    #[test]
+    fn a_worker_gets_its_jobs_in_one_grant_once_all_are_free() {
+        let mut case = Case {
+            spec: jobs(&["a", "b", "c"]),
+            target: Assignment::new(vec![jobs(&["a"]), jobs(&["b"]), jobs(&["c"])]),
+            previous: config(&[&["a"], &[], &[]], &[("w-3", &["b"]), ("w-4", &["c"])]),
+            holders: holders(&[("w-3", "u3"), ("w-4", "u4")]),
+            pods: PodIndex::new([("w-4", "u4")]),
+            live: true,
+        };
+        case.target = Assignment::new(vec![jobs(&["a"]), jobs(&["b", "c"]), vec![]]);
+        let out = case.run();
+        assert!(
+            out.held[1].is_empty(),
+            "b is free but c is not: w-1 waits for both"
+        );
+        assert_eq!(out.jobs_in_transit, 2);
+        assert!(out.holders.entries["w-3"].gone);
+
+        // Once w-4 is gone too, both are granted in one step.
+        let mut next = Case {
+            previous: config(&[&["a"], &[], &[]], &[("w-3", &["b"]), ("w-4", &["c"])]),
+            holders: out.holders.clone(),
+            pods: PodIndex::new([]),
+            ..case
+        };
+        next.live = true;
+        let out = next.run();
+        assert_eq!(out.held[1], jobs(&["b", "c"]));
+        assert_eq!(out.granted.len(), 2);
+    }
+
+    #[test]
+    fn a_removed_job_waits_for_its_holder_if_it_comes_back() {
+        // Removed from the spec: it is in transit from w-0, unseen by the status.
+        let removed = Case {
+            spec: jobs(&["a"]),
+            target: Assignment::new(vec![jobs(&["a"]), vec![]]),
+            previous: config(&[&["a", "b"], &[]], &[]),
+            holders: Holders::default(),
+            pods: PodIndex::new([("w-0", "u0"), ("w-1", "u1")]),
+            live: true,
+        };
+        let out = removed.run();
+        assert_eq!(out.transit["w-0"], jobs(&["b"]));
+        assert_eq!(out.jobs_in_transit, 0);
+
+        // Back in the spec before w-0 restarted: not granted to w-1 while w-0 may run it.
+        let back = Case {
+            spec: jobs(&["a", "b"]),
+            target: Assignment::new(vec![jobs(&["a"]), jobs(&["b"])]),
+            previous: config(&[&["a"], &[]], &[("w-0", &["b"])]),
+            holders: out.holders.clone(),
+            pods: PodIndex::new([("w-0", "u0"), ("w-1", "u1")]),
+            live: true,
+        };
+        let out = back.run();
+        assert!(out.held[1].is_empty());
+        assert_eq!(out.jobs_in_transit, 1);
+    }
+
+    #[test]
+    fn overlap_publishes_the_target_at_once() {
+        let out = hand_off(&HandoffInput {
+            mode: Handoff::Overlap,
+            statefulset: STS,
+            jobs: &jobs(&["a", "b"]),
+            target: &Assignment::new(vec![jobs(&["a"]), jobs(&["b"])]),
+            previous: Some(&config(&[&["a", "b"], &[]], &[])),
+            holders: None,
+            pods: &PodIndex::default(),
+            pods_are_live: false,
+            now: at(0),
+        });
+        assert_eq!(out.held, vec![jobs(&["a"]), jobs(&["b"])]);
+        assert!(out.transit.is_empty() && !out.needs_live_pods);
+    }
+
+    #[test]
+    fn holders_round_trip_through_the_annotation() {
+        let h = holders(&[("w-1", "u1"), ("w-0", "")]);
+        let text = h.render();
+        assert!(
+            text.starts_with(r#"{"w-0":{"uid":"","revokedAt":"#),
+            "{text}"
+        );
+        assert_eq!(Holders::parse(Some(&text)).unwrap(), h);
+        assert!(text.len() <= h.resolved_size_bound());
+        assert!(Holders::parse(Some("[")).is_err());
+    }
 }
