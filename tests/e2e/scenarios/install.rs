@@ -71,10 +71,22 @@ async fn example_install_assigns_each_of_the_27_jobs_once_over_two_workers_at_ve
         .iter()
         .position(|c| c == "UNASSIGNED")
         .unwrap_or_else(|| panic!("-o wide lacks UNASSIGNED:\n{wide}"));
-    let mut narrow = wide_header.clone();
-    narrow.remove(unassigned);
-    assert_eq!(narrow, COLUMNS, "-o wide adds only UNASSIGNED:\n{wide}");
+    let in_transit = wide_header
+        .iter()
+        .position(|c| c == "IN-TRANSIT")
+        .unwrap_or_else(|| panic!("-o wide lacks IN-TRANSIT:\n{wide}"));
+    let narrow: Vec<String> = wide_header
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![unassigned, in_transit].contains(i))
+        .map(|(_, c)| c.clone())
+        .collect();
+    assert_eq!(
+        narrow, COLUMNS,
+        "-o wide adds only UNASSIGNED and IN-TRANSIT:\n{wide}"
+    );
     assert_eq!(wide_rows[0][unassigned], "0", "no job unassigned:\n{wide}");
+    assert_eq!(wide_rows[0][in_transit], "0", "no job in transit:\n{wide}");
 }
 
 /// Splits kubectl's table output into the header and the rows (cells have no spaces here).

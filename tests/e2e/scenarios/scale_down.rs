@@ -18,7 +18,7 @@ async fn scale_to_one_then_zero_degrades_without_deleting_then_two_rebalances() 
     let (w0, w1) = (format!("{sts}-0"), format!("{sts}-1"));
     let jobs = env.example.jobs();
 
-    // 2 -> 1: worker 0 takes worker 1's jobs and keeps its own.
+    // 2 -> 1: worker 0 takes worker 1's jobs, once worker 1's pod is gone, and keeps its own.
     let mark = env.request_mark().await;
     let events = rollout_events(&env, &[w0.clone(), w1.clone()]).await;
     scale(&env, 1).await;
@@ -29,7 +29,11 @@ async fn scale_to_one_then_zero_degrades_without_deleting_then_two_rebalances() 
     })
     .await;
     assert_invariants(&env, &one).await;
-    assert_eq!(one.config().version, v + 1);
+    assert_eq!(
+        one.config().version,
+        v + 2,
+        "one version drops worker 1, one grants its jobs"
+    );
     assert_eq!(one.config().loads(), [27]);
     let moved = moved_jobs(two.config(), one.config());
     let expected: BTreeSet<String> = two.config().job_sets()[&w1].iter().cloned().collect();
@@ -43,7 +47,7 @@ async fn scale_to_one_then_zero_degrades_without_deleting_then_two_rebalances() 
             "{w1} is removed by its StatefulSet: {deletes:?}"
         );
     }
-    wait_rollout_events(&env, &events, 1, &BTreeSet::from([w0.clone()])).await;
+    wait_rollout_events(&env, &events, 2, &BTreeSet::from([w0.clone()])).await;
 
     // 1 -> 0: every job unassigned, phase Degraded, nothing deleted by the operator.
     let mark = env.request_mark().await;

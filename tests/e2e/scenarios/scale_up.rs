@@ -1,5 +1,5 @@
 //! Scenario 2: scaling 2 -> 3 moves only the jobs balance needs and refreshes each changed
-//! worker exactly once.
+//! worker exactly once: the givers when their jobs are revoked, the new worker after the grant.
 
 use std::collections::BTreeSet;
 
@@ -33,7 +33,7 @@ async fn scale_up_to_three_gives_9_9_9_and_refreshes_each_changed_worker_once() 
     assert_invariants(&env, &after).await;
 
     let (old, new) = (before.config(), after.config());
-    assert_eq!(new.version, v1 + 1, "one change, one version");
+    assert_eq!(new.version, v1 + 2, "one version revokes, one grants");
     assert_eq!(new.loads(), [9, 9, 9]);
     // Sticky moves exactly floor(27/3) = 9 jobs, all to the new worker.
     let new_pod = format!("{sts}-2");
@@ -79,6 +79,6 @@ async fn scale_up_to_three_gives_9_9_9_and_refreshes_each_changed_worker_once() 
         None => env.note_skipped("pod deletions in the request log"),
     }
 
-    wait_rollout_events(&env, &events, 1, &refreshed).await;
+    wait_rollout_events(&env, &events, 2, &refreshed).await;
     env.assert_operator_running();
 }
