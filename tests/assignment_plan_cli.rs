@@ -96,9 +96,14 @@ fn scaling_from_2_to_3_moves_9_jobs_and_explains_it() {
     let previous = write(dir.path(), "config.yml", &stdout(&plan_example("2", &[])));
     let output = plan_example("3", &["--previous", &previous, "--explain"]);
     let config = swarm_assign::WorkerConfig::parse(&stdout(&output)).expect("config");
-    assert_eq!(config.version, 2);
+    // Exclusive (the example's default): version 2 revokes the 9 jobs, version 3 grants them.
+    assert_eq!(config.version, 3);
+    assert_eq!(config.transit().count(), 0, "settled: nothing in transit");
     let explain = stderr(&output);
     for line in [
+        "handoff: Exclusive, 2 writes",
+        "  version 2: revokes 9 jobs from swarm-worker-0, swarm-worker-1, 9 in transit",
+        "  version 3: grants 9 jobs",
         "jobs: 27",
         "workers: 3",
         "min load: 9",
@@ -112,6 +117,28 @@ fn scaling_from_2_to_3_moves_9_jobs_and_explains_it() {
             "missing {line:?} in:\n{explain}"
         );
     }
+}
+
+#[test]
+fn overlap_handoff_writes_the_move_in_one_version() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let previous = write(dir.path(), "config.yml", &stdout(&plan_example("2", &[])));
+    let exclusive = stdout(&plan_example("3", &["--previous", &previous]));
+    let output = plan_example(
+        "3",
+        &["--previous", &previous, "--handoff", "overlap", "--explain"],
+    );
+    let overlap = swarm_assign::WorkerConfig::parse(&stdout(&output)).expect("config");
+    assert_eq!(overlap.version, 2);
+    assert!(stderr(&output).contains("handoff: Overlap, 1 writes\n"));
+    // The same assignment either way; only the version differs.
+    let exclusive = swarm_assign::WorkerConfig::parse(&exclusive).expect("config");
+    let jobs = |c: &swarm_assign::WorkerConfig| {
+        c.workloads()
+            .map(|(pod, w)| (pod.to_owned(), w.jobs.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(jobs(&overlap), jobs(&exclusive));
 }
 
 #[test]

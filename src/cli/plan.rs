@@ -1,9 +1,11 @@
 //! `swarm-operator plan`: prints the `config.yml` the operator would write for a pool, without a
-//! cluster.
+//! cluster: the config the pool settles on once the change is rolled out (under the `Exclusive`
+//! handoff a move takes two writes, the revoke and the grant; `--explain` shows both).
 //!
 //! ```text
 //! swarm-operator plan --pool <FILE|-> --statefulset <NAME> --replicas <N>
-//!                     [--previous <FILE>] [--strategy sticky|consistent|contiguous] [--explain]
+//!                     [--previous <FILE>] [--strategy sticky|consistent|contiguous]
+//!                     [--handoff exclusive|overlap] [--explain]
 //! ```
 
 use std::fmt::Write as _;
@@ -15,6 +17,8 @@ use serde::Deserialize;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{PlanOutcome, PlanRequest, Strategy};
 
+use crate::crd::{Handoff, RolloutSpec};
+use crate::planner::handoff::{self, OfflineStep};
 use crate::planner::{CONFIG_KEY, CONFIG_MAP_MAX_BYTES};
 
 /// The most workers `--replicas` accepts: far more than one ConfigMap can describe, small
@@ -40,9 +44,31 @@ pub struct PlanArgs {
     /// Overrides the pool's `spec.strategy`.
     #[arg(long, value_enum)]
     pub strategy: Option<StrategyArg>,
-    /// Also print to standard error what the plan changes: loads, jobs moved, workers touched.
+    /// Overrides the pool's `spec.rollout.handoff`.
+    #[arg(long, value_enum)]
+    pub handoff: Option<HandoffArg>,
+    /// Also print to standard error what the plan changes: loads, jobs moved, workers touched,
+    /// and the writes of the handoff.
     #[arg(long)]
     pub explain: bool,
+}
+
+/// `--handoff` values, the lower-case names of [`Handoff`].
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HandoffArg {
+    /// Revoke a moving job, grant it once its old worker is gone (the default).
+    Exclusive,
+    /// Grant a moving job at once.
+    Overlap,
+}
+
+impl From<HandoffArg> for Handoff {
+    fn from(arg: HandoffArg) -> Self {
+        match arg {
+            HandoffArg::Exclusive => Handoff::Exclusive,
+            HandoffArg::Overlap => Handoff::Overlap,
+        }
+    }
 }
 
 /// `--strategy` values, the lower-case names of [`Strategy`].
@@ -78,6 +104,8 @@ struct ManifestSpec {
     jobs: Vec<String>,
     #[serde(default)]
     strategy: Strategy,
+    #[serde(default)]
+    rollout: RolloutSpec,
 }
 
 /// Runs `swarm-operator plan`: the config on standard output, warnings and `--explain` on
@@ -85,6 +113,9 @@ struct ManifestSpec {
 pub fn run(args: &PlanArgs) -> Result<()> {
     let manifest = read_pool(&args.pool)?;
     let strategy = args.strategy.map_or(manifest.spec.strategy, Strategy::from);
+    let mode = args
+        .handoff
+        .map_or(manifest.spec.rollout.handoff, Handoff::from);
     let previous = match &args.previous {
         Some(path) => read_previous(path)?,
         None => None,
@@ -99,8 +130,17 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         previous: previous.as_ref(),
     })
     .with_context(|| format!("invalid pool {}", args.pool.display()))?;
+    let steps = handoff::offline(
+        mode,
+        &args.statefulset,
+        strategy,
+        &manifest.spec.jobs,
+        replicas,
+        previous.as_ref(),
+    );
+    let settled = &steps.last().expect("at least one step").config;
 
-    let text = outcome.config.render();
+    let text = settled.render();
     let size = CONFIG_KEY.len() + text.len();
     if size > CONFIG_MAP_MAX_BYTES {
         eprintln!(
@@ -108,7 +148,10 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         );
     }
     if args.explain {
-        eprint!("{}", explain(strategy, &outcome));
+        eprint!(
+            "{}",
+            explain(strategy, &outcome, mode, &steps, previous.as_ref())
+        );
     }
     let mut stdout = std::io::stdout().lock();
     stdout
@@ -178,17 +221,26 @@ fn read_previous(path: &Path) -> Result<Option<WorkerConfig>> {
     }
 }
 
-/// The `--explain` report.
-fn explain(strategy: Strategy, outcome: &PlanOutcome) -> String {
+/// The `--explain` report: the change from `previous` to where the pool settles (`outcome`
+/// is that change in one step), then the writes of the handoff.
+fn explain(
+    strategy: Strategy,
+    outcome: &PlanOutcome,
+    mode: Handoff,
+    steps: &[OfflineStep],
+    previous: Option<&WorkerConfig>,
+) -> String {
     let movement = &outcome.movement;
+    let settled = &steps.last().expect("at least one step").config;
+    let changed = previous.is_none_or(|p| p.version != settled.version);
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = writeln!(out, "strategy: {strategy}");
     let _ = writeln!(
         out,
         "version: {}{}",
-        outcome.config.version,
-        if outcome.changed {
+        settled.version,
+        if changed {
             " (changed)"
         } else {
             " (unchanged)"
@@ -225,6 +277,37 @@ fn explain(strategy: Strategy, outcome: &PlanOutcome) -> String {
             let _ = writeln!(out, "  {job}");
         }
     }
+    let mode_name = match mode {
+        Handoff::Exclusive => "Exclusive",
+        Handoff::Overlap => "Overlap",
+    };
+    let _ = writeln!(out, "handoff: {mode_name}, {} writes", steps.len());
+    for step in steps {
+        let mut what = Vec::new();
+        if step.revoked > 0 {
+            what.push(format!(
+                "revokes {} jobs from {}",
+                step.revoked,
+                step.revoked_from.join(", ")
+            ));
+        }
+        if step.granted > 0 {
+            what.push(format!("grants {} jobs", step.granted));
+        }
+        let in_transit: usize = step.config.transit().map(|(_, jobs)| jobs.len()).sum();
+        if in_transit > 0 {
+            what.push(format!("{in_transit} in transit"));
+        }
+        if what.is_empty() {
+            what.push("the assignment".to_owned());
+        }
+        let _ = writeln!(
+            out,
+            "  version {}: {}",
+            step.config.version,
+            what.join(", ")
+        );
+    }
     out
 }
 
@@ -244,23 +327,51 @@ mod tests {
         .expect("valid jobs")
     }
 
+    fn steps(
+        mode: Handoff,
+        jobs: &[&str],
+        replicas: usize,
+        previous: Option<&WorkerConfig>,
+    ) -> Vec<OfflineStep> {
+        let jobs: Vec<String> = jobs.iter().map(|job| job.to_string()).collect();
+        handoff::offline(mode, "w", Strategy::Sticky, &jobs, replicas, previous)
+    }
+
     #[test]
-    fn explain_lists_loads_movement_and_per_worker_counts() {
-        let first = outcome(&["a", "b", "c"], 1, None);
-        let second = outcome(&["a", "b", "c"], 2, Some(&first.config));
-        let text = explain(Strategy::Sticky, &second);
+    fn explain_lists_loads_movement_per_worker_counts_and_the_handoff_writes() {
+        let jobs = ["a", "b", "c"];
+        let first = outcome(&jobs, 1, None);
+        let second = outcome(&jobs, 2, Some(&first.config));
+        let exclusive = steps(Handoff::Exclusive, &jobs, 2, Some(&first.config));
+        let text = explain(
+            Strategy::Sticky,
+            &second,
+            Handoff::Exclusive,
+            &exclusive,
+            Some(&first.config),
+        );
         assert_eq!(
             text,
-            "strategy: Sticky\nversion: 2 (changed)\njobs: 3\nworkers: 2\nmin load: 1\nmax load: 2\n\
-             jobs moved: 1\nworkers touched: 2 (w-0, w-1)\njobs per worker:\n  w-0: 2\n  w-1: 1\n"
+            "strategy: Sticky\nversion: 3 (changed)\njobs: 3\nworkers: 2\nmin load: 1\nmax load: 2\n\
+             jobs moved: 1\nworkers touched: 2 (w-0, w-1)\njobs per worker:\n  w-0: 2\n  w-1: 1\n\
+             handoff: Exclusive, 2 writes\n  version 2: revokes 1 jobs from w-0, 1 in transit\n\
+             \x20 version 3: grants 1 jobs\n"
+        );
+        let overlap = steps(Handoff::Overlap, &jobs, 2, Some(&first.config));
+        assert_eq!(overlap.len(), 1);
+        assert_eq!(
+            overlap[0].config, second.config,
+            "Overlap writes the target at once"
         );
     }
 
     #[test]
     fn explain_with_no_workers_lists_every_job_as_unassigned() {
-        let text = explain(Strategy::Sticky, &outcome(&["a", "b"], 0, None));
+        let none = outcome(&["a", "b"], 0, None);
+        let written = steps(Handoff::Exclusive, &["a", "b"], 0, None);
+        let text = explain(Strategy::Sticky, &none, Handoff::Exclusive, &written, None);
         assert!(text.contains("workers: 0\n"), "{text}");
-        assert!(text.ends_with("max load: 0\njobs moved: 0\nworkers touched: 0\nunassigned jobs: 2 (no workers)\n  a\n  b\n"), "{text}");
+        assert!(text.contains("max load: 0\njobs moved: 0\nworkers touched: 0\nunassigned jobs: 2 (no workers)\n  a\n  b\n"), "{text}");
     }
 
     #[test]
