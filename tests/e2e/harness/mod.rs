@@ -1,6 +1,7 @@
 //! The test environment of one scenario: a cluster, kubectl, the operator process, and the
 //! reads the assertions use.
 
+pub mod duplicates;
 pub mod kubectl;
 pub mod manifests;
 pub mod observe;
@@ -19,6 +20,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::Value;
 
+use duplicates::{DuplicateWatch, HandoffStats};
 use kubectl::{Kubectl, repo_root};
 use manifests::Example;
 use operator::Operator;
@@ -64,6 +66,8 @@ pub struct Env {
     pub example: Example,
     operator: Option<Operator>,
     operator_logs: Vec<PathBuf>,
+    /// Samples what every live pod runs for the whole scenario (simulation only).
+    duplicates: Option<DuplicateWatch>,
     _serial: Option<MutexGuard<'static, ()>>,
 }
 
@@ -111,6 +115,15 @@ impl Env {
             .map(|sim| SimInspector::new(sim.url(), http.clone()));
         let client = harness_client(&kubeconfig).await;
         let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kube-cache"));
+        let example = Example::load();
+        let duplicates = inspector.as_ref().map(|inspector| {
+            DuplicateWatch::start(
+                inspector.clone(),
+                client.clone(),
+                example.namespace(),
+                example.pool_name(),
+            )
+        });
         let env = Env {
             name: name.to_string(),
             dir,
@@ -120,9 +133,10 @@ impl Env {
             client,
             http,
             kubectl,
-            example: Example::load(),
+            example,
             operator: None,
             operator_logs: Vec::new(),
+            duplicates,
             _serial: serial,
         };
         if env.sim.is_none() {
@@ -142,6 +156,20 @@ impl Env {
             return None;
         }
         Some(Env::start(name).await)
+    }
+
+    /// What the duplicate watch has seen so far (simulation only).
+    pub fn handoff_stats(&self) -> Option<HandoffStats> {
+        self.duplicates.as_ref().map(DuplicateWatch::stats)
+    }
+
+    /// Fails if any job has run on two live pods at once so far (simulation only; every
+    /// scenario is also checked when its environment is dropped).
+    pub fn assert_exclusive(&self) {
+        match &self.duplicates {
+            Some(watch) => watch.assert_exclusive(),
+            None => self.note_skipped("the duplicate watch"),
+        }
     }
 
     /// Whether this environment runs on a simulation (inspection endpoints available).
@@ -364,7 +392,12 @@ impl Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
+        // No scenario ends without the duplicate check.
+        let duplicate = match (&self.duplicates, std::thread::panicking()) {
+            (Some(watch), false) => watch.failure(),
+            _ => None,
+        };
+        if !std::thread::panicking() && duplicate.is_none() {
             return;
         }
         eprintln!(
@@ -405,6 +438,9 @@ impl Drop for Env {
             tempfile::tempdir().expect("create a placeholder directory"),
         );
         let _ = dir.keep();
+        if let Some(failure) = duplicate {
+            panic!("{}: {failure}", self.name);
+        }
     }
 }
 

@@ -177,6 +177,18 @@ impl SimInspector {
         self.get_json("/kube-sim/v1/mounts").await
     }
 
+    /// Like [`SimInspector::mounts`], with failures returned rather than fatal.
+    pub async fn try_mounts(&self) -> Result<Vec<PodMounts>, String> {
+        let url = format!("{}/kube-sim/v1/mounts", self.base);
+        let response = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        response.json().await.map_err(|e| e.to_string())
+    }
+
     /// Every request served so far, oldest first.
     pub async fn requests(&self) -> Vec<RequestRecord> {
         self.get_json("/kube-sim/v1/requests").await

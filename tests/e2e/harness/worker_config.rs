@@ -21,6 +21,8 @@ pub struct WorkerConfig {
     pub version: u64,
     /// Entries in document order (the contract says ordinal order).
     pub workloads: Vec<(String, Workload)>,
+    /// Jobs in transit by the pod that last held them (present only during a handoff).
+    pub transit: Vec<(String, Vec<String>)>,
 }
 
 impl WorkerConfig {
@@ -57,7 +59,29 @@ impl WorkerConfig {
             Some(Value::Null) | None => {}
             Some(other) => return Err(format!("`workloads` is not a map: {other:?}")),
         }
-        Ok(WorkerConfig { version, workloads })
+        let mut transit = Vec::new();
+        match doc.get("transit") {
+            Some(Value::Mapping(map)) => {
+                for (name, jobs) in map {
+                    let name = name.as_str().ok_or("a transit key is not a string")?;
+                    let jobs = jobs
+                        .as_sequence()
+                        .ok_or_else(|| format!("transit {name}: not a list"))?
+                        .iter()
+                        .map(|j| j.as_str().map(str::to_string))
+                        .collect::<Option<Vec<_>>>()
+                        .ok_or_else(|| format!("transit {name}: a job is not a string"))?;
+                    transit.push((name.to_string(), jobs));
+                }
+            }
+            Some(Value::Null) | None => {}
+            Some(other) => return Err(format!("`transit` is not a map: {other:?}")),
+        }
+        Ok(WorkerConfig {
+            version,
+            workloads,
+            transit,
+        })
     }
 
     /// The entry of `pod`, if it has one.
@@ -84,6 +108,14 @@ impl WorkerConfig {
             .collect()
     }
 
+    /// Every job in transit.
+    pub fn in_transit(&self) -> BTreeSet<String> {
+        self.transit
+            .iter()
+            .flat_map(|(_, jobs)| jobs.iter().cloned())
+            .collect()
+    }
+
     /// Number of jobs per worker, in document order.
     pub fn loads(&self) -> Vec<usize> {
         self.workloads.iter().map(|(_, w)| w.jobs.len()).collect()
@@ -106,6 +138,9 @@ impl WorkerConfig {
                 "workers {:?}, expected {expected_pods:?} in ordinal order",
                 self.pods()
             ));
+        }
+        if !self.transit.is_empty() {
+            return Err(format!("jobs still in transit: {:?}", self.transit));
         }
         let mut owner: BTreeMap<&str, &str> = BTreeMap::new();
         for (pod, workload) in &self.workloads {

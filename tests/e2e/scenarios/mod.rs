@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod deploy;
+mod handoff;
 mod install;
 mod job_edits;
 mod pool_deletion;

@@ -33,11 +33,14 @@ async fn operator_killed_mid_rollout_resumes_it_without_new_version_or_second_de
     let sim = env.is_sim();
     let mid = wait_for(
         &env,
-        "a rollout in progress: stale workers and a pod terminating",
+        "a handoff in progress: jobs in transit, stale workers and a pod terminating",
         |o| {
             let version = o.config.as_ref().map_or(0, |c| c.version);
             if version <= v1 {
                 return Err(format!("still version {version}"));
+            }
+            if o.config().in_transit().is_empty() {
+                return Err("no job in transit".into());
             }
             if o.stale_workers().is_empty() {
                 return Err("no stale worker reported".into());

@@ -1,0 +1,270 @@
+//! The handoff under faults, and the measurement of both handoff modes.
+//!
+//! Every scenario of the suite runs under the duplicate watch (no job on two live pods, checked
+//! when its environment is dropped); these add a worker pod deleted by hand in the middle of a
+//! handoff, and the scripted sequence whose numbers the README reports.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{kubectl_ns, scale};
+use crate::harness::manifests::documents_in;
+use crate::harness::observe::{
+    Observed, assert_invariants, balanced, operator_pod_deletes, wait_for,
+};
+use crate::harness::{Env, SimSpeed, repo_path};
+
+/// Slow enough that a handoff lasts seconds: a 10 s grace takes 1 s.
+const SLOW: SimSpeed = SimSpeed {
+    time_scale: 0.1,
+    pod_ready_delay: Duration::from_secs(2),
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_deleted_by_hand_mid_handoff_never_runs_a_job_twice_and_is_not_deleted_again() {
+    let mut env = Env::start_with("handoff-hand-delete", SLOW).await;
+    let before = env.install_example().await;
+    let sts = env.example.statefulset_name();
+    let mark = env.request_mark().await;
+
+    scale(&env, 3).await;
+    let mid = wait_for(&env, "jobs in transit", |o| {
+        match o.config.as_ref().map(|c| c.in_transit().len()) {
+            Some(n) if n > 0 => Ok(()),
+            _ => Err("no job in transit yet".into()),
+        }
+    })
+    .await;
+    // The second giver: the operator refreshes one worker at a time, so it is still running.
+    let giver = format!("{sts}-1");
+    kubectl_ns(&env, &["delete", "pod", &giver, "--wait=false"]).await;
+    eprintln!(
+        "handoff-hand-delete: deleted {giver} by hand with {} jobs in transit",
+        mid.config().in_transit().len()
+    );
+
+    let after = wait_for(&env, "Balanced over 3 workers", |o| balanced(o, 3, &sts)).await;
+    assert_invariants(&env, &after).await;
+    assert_eq!(after.config().loads(), [9, 9, 9]);
+    assert_ne!(after.pods[&giver].uid, before.pods[&giver].uid);
+    match operator_pod_deletes(&env, mark).await {
+        Some(deletes) => {
+            for (pod, n) in &deletes {
+                assert!(
+                    *n <= 1,
+                    "{pod} deleted {n} times by the operator: {deletes:?}"
+                );
+            }
+        }
+        None => env.note_skipped("pod deletions in the request log"),
+    }
+    env.assert_exclusive();
+    env.assert_operator_running();
+}
+
+/// One step of the scripted sequence.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    Scale(usize),
+    AddJobs(usize),
+    RemoveJobs(usize),
+}
+
+/// The sequence the README's handoff table measures.
+const SEQUENCE: [Change; 5] = [
+    Change::Scale(5),
+    Change::Scale(2),
+    Change::AddJobs(2),
+    Change::Scale(4),
+    Change::RemoveJobs(2),
+];
+/// The report's time scale: a 30 s grace takes 1.5 s, and a pod starts 10 s (0.5 s) after it is
+/// created, as pods on a real node do (scheduling, image, container start).
+const REPORT_SPEED: SimSpeed = SimSpeed {
+    time_scale: 0.05,
+    pod_ready_delay: Duration::from_secs(10),
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_report_exclusive_never_runs_a_job_twice() {
+    let report = measure("Exclusive").await;
+    let Some(report) = report else { return };
+    assert_eq!(report.duplicate_job_seconds, 0.0, "{report:#?}");
+}
+
+/// Overlap's numbers, side by side with Exclusive's. How many duplicates it shows depends on
+/// whether new pods start before or after the operator writes (a race on a loaded machine), so
+/// only settling is asserted; the watch's detection has its own test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_report_overlap_settles_after_every_change() {
+    measure("Overlap").await;
+}
+
+/// What one run of the sequence cost.
+#[derive(Debug)]
+struct Report {
+    duplicate_job_seconds: f64,
+}
+
+/// Runs the sequence on a pool of 40 jobs over 3 workers with a 30 s termination grace and
+/// prints the table; `None` against a real cluster (the numbers need the mount records).
+async fn measure(mode: &str) -> Option<Report> {
+    let name = format!("handoff-report-{}", mode.to_lowercase());
+    let mut env = Env::start_sim_only(&name, "the measurement needs the mount records").await?;
+    env.install_crds().await;
+    env.start_operator().await;
+    let sts = env.example.statefulset_name();
+    let mut jobs: Vec<String> = (0..40).map(|i| format!("stream:report-{i}")).collect();
+    env.apply("report.yaml", &report_documents(mode, &jobs))
+        .await;
+    let mut replicas = 3;
+    let mut settled = wait_settled(&env, replicas, jobs.len(), &sts).await;
+    let start = env.handoff_stats().expect("simulation");
+
+    let mut rows = Vec::new();
+    let mut extra = 0;
+    for change in SEQUENCE {
+        let mark = env.request_mark().await;
+        let stats_before = env.handoff_stats().expect("simulation");
+        let begun = Instant::now();
+        match change {
+            Change::Scale(n) => {
+                replicas = n;
+                scale(&env, n).await;
+            }
+            Change::AddJobs(n) => {
+                jobs.extend((0..n).map(|i| format!("stream:report-extra-{}", extra + i)));
+                extra += n;
+            }
+            Change::RemoveJobs(n) => {
+                jobs.drain(..n);
+            }
+        }
+        if matches!(change, Change::AddJobs(_) | Change::RemoveJobs(_)) {
+            // Only the pool: re-applying the StatefulSet would undo the last scale.
+            let pool: Vec<Value> = report_documents(mode, &jobs)
+                .into_iter()
+                .filter(|d| d["kind"] == "SwarmPool")
+                .collect();
+            env.apply("report-pool.yaml", &pool).await;
+        }
+        let next = wait_settled(&env, replicas, jobs.len(), &sts).await;
+        assert!(
+            next.config().version > settled.config().version,
+            "{change:?} made a version"
+        );
+        assert_invariants(&env, &next).await;
+        let stats = env.handoff_stats().expect("simulation");
+        let restarts: usize = operator_pod_deletes(&env, mark)
+            .await
+            .map(|d| d.values().sum())
+            .unwrap_or_default();
+        rows.push(Row {
+            change,
+            seconds: begun.elapsed().as_secs_f64(),
+            versions: next.config().version - settled.config().version,
+            restarts,
+            duplicate: stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+            unheld: stats.unheld_job_seconds - stats_before.unheld_job_seconds,
+        });
+        settled = next;
+    }
+    let end = env.handoff_stats().expect("simulation");
+    print_table(mode, &rows, &start, &end);
+    Some(Report {
+        duplicate_job_seconds: end.duplicate_job_seconds - start.duplicate_job_seconds,
+    })
+}
+
+struct Row {
+    change: Change,
+    seconds: f64,
+    versions: u64,
+    restarts: usize,
+    duplicate: f64,
+    unheld: f64,
+}
+
+fn print_table(
+    mode: &str,
+    rows: &[Row],
+    start: &crate::harness::duplicates::HandoffStats,
+    end: &crate::harness::duplicates::HandoffStats,
+) {
+    let real = |wall: f64| wall / REPORT_SPEED.time_scale;
+    let mut out = format!(
+        "handoff {mode} (time scale {}: real-cluster seconds = wall seconds / {}):\n\
+         | change | wall s | versions | restarts | duplicate job-s (real) | unheld job-s (real) |\n|---|---:|---:|---:|---:|---:|\n",
+        REPORT_SPEED.time_scale, REPORT_SPEED.time_scale
+    );
+    for row in rows {
+        out += &format!(
+            "| {:?} | {:.1} | {} | {} | {:.2} ({:.0}) | {:.2} ({:.0}) |\n",
+            row.change,
+            row.seconds,
+            row.versions,
+            row.restarts,
+            row.duplicate,
+            real(row.duplicate),
+            row.unheld,
+            real(row.unheld)
+        );
+    }
+    let restarts: usize = rows.iter().map(|r| r.restarts).sum();
+    let duplicate = end.duplicate_job_seconds - start.duplicate_job_seconds;
+    let unheld = end.unheld_job_seconds - start.unheld_job_seconds;
+    out += &format!(
+        "| total | {:.1} | {} | {restarts} | {duplicate:.2} ({:.0}) | {unheld:.2} ({:.0}) |\n\
+         longest time one job stayed unheld: {:.2} s wall ({:.0} s real); jobs ever on two pods: {}; samples: {}\n",
+        rows.iter().map(|r| r.seconds).sum::<f64>(),
+        rows.iter().map(|r| r.versions).sum::<u64>(),
+        real(duplicate),
+        real(unheld),
+        end.longest_unheld_seconds,
+        real(end.longest_unheld_seconds),
+        end.duplicated_jobs.len(),
+        end.samples,
+    );
+    eprintln!("{out}");
+}
+
+/// The example's namespace, pool and workers, with `jobs`, 3 replicas, a 30 s grace and the
+/// handoff `mode`.
+fn report_documents(mode: &str, jobs: &[String]) -> Vec<Value> {
+    documents_in(&repo_path("examples"))
+        .into_iter()
+        .map(|mut doc| {
+            match doc.get("kind").and_then(Value::as_str) {
+                Some("SwarmPool") => {
+                    doc["spec"]["jobs"] = json!(jobs);
+                    doc["spec"]["rollout"] = json!({ "handoff": mode });
+                }
+                Some("StatefulSet") => {
+                    doc["spec"]["replicas"] = json!(3);
+                    doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(30);
+                }
+                _ => {}
+            }
+            doc
+        })
+        .collect()
+}
+
+/// Waits until the pool is Balanced over `replicas` workers with `jobs` jobs and nothing in
+/// transit.
+async fn wait_settled(env: &Env, replicas: usize, jobs: usize, sts: &str) -> Observed {
+    wait_for(
+        env,
+        &format!("Balanced over {replicas} workers with {jobs} jobs"),
+        |o| {
+            balanced(o, replicas, sts)?;
+            let held: usize = o.config().loads().iter().sum();
+            if held != jobs || o.status_u64("jobsInTransit") != Some(0) {
+                return Err(format!("{held} of {jobs} jobs held"));
+            }
+            Ok(())
+        },
+    )
+    .await
+}
