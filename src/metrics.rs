@@ -213,4 +213,33 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn refreshes_are_counted_per_pool_and_time_in_transit_per_granted_job() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        metrics.refreshed("swarm", "pool-a");
+        metrics.refreshed("swarm", "pool-a");
+        metrics.refreshed("other", "pool-b");
+        metrics.granted(&[3.0, 45.0]);
+        let text = encode(&registry);
+        assert!(
+            text.contains(
+                "swarm_operator_worker_refreshes_total{namespace=\"swarm\",pool=\"pool-a\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("swarm_operator_pod_refreshes_total 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("swarm_operator_handoff_unheld_seconds_count 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("swarm_operator_handoff_unheld_seconds_bucket{le=\"5.0\"} 1"),
+            "{text}"
+        );
+    }
 }
