@@ -194,7 +194,7 @@ pub struct HandoffOutcome {
     /// Workers that still have jobs coming to them: refreshing them now would only make them
     /// restart again once the jobs are granted.
     pub awaiting_grants: BTreeSet<String>,
-    /// The pods that hold jobs in transit: refreshing them is what lets the handoff go on.
+    /// The pods that hold jobs of the spec in transit: refreshing them lets the handoff go on.
     pub holder_pods: BTreeSet<String>,
 }
 
@@ -391,10 +391,17 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
     holders.entries.retain(|pod, _| transit.contains_key(pod));
     out.revoked = newly_revoked.len();
     out.revoked_from = sorted_pods(revoked_from);
+    // Only holders of jobs of the spec hold up a handoff: a worker that merely still runs jobs
+    // removed from the spec is refreshed with its grant, once, like any receiver.
     out.holder_pods = holders
         .entries
         .iter()
-        .filter(|(_, h)| !h.gone)
+        .filter(|(pod, h)| {
+            !h.gone
+                && transit
+                    .get(*pod)
+                    .is_some_and(|jobs| jobs.iter().any(|j| spec.contains(j.as_str())))
+        })
         .map(|(pod, _)| pod.clone())
         .collect();
     out.needs_live_pods = needs_live_pods || holders.has_unresolved();
@@ -787,6 +794,27 @@ mod tests {
         let out = back.run();
         assert!(out.held[1].is_empty());
         assert_eq!(out.jobs_in_transit, 1);
+    }
+
+    #[test]
+    fn a_receiver_that_still_runs_a_removed_job_is_not_a_holder_to_refresh_first() {
+        // w-1 runs the removed job c and receives b from w-0: it restarts once, after the grant.
+        let case = Case {
+            spec: jobs(&["a", "b"]),
+            target: Assignment::new(vec![jobs(&["a"]), jobs(&["b"])]),
+            previous: config(&[&["a", "b"], &["c"]], &[]),
+            holders: Holders::default(),
+            pods: PodIndex::new([("w-0", "u0"), ("w-1", "u1")]),
+            live: true,
+        };
+        let out = case.run();
+        assert_eq!(out.transit["w-1"], jobs(&["c"]));
+        assert!(
+            out.holders.entries.contains_key("w-1"),
+            "c waits for w-1's pod"
+        );
+        assert_eq!(out.holder_pods, BTreeSet::from(["w-0".to_owned()]));
+        assert!(out.awaiting_grants.contains("w-1"), "w-1 is held back");
     }
 
     #[test]
