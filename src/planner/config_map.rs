@@ -66,22 +66,21 @@ impl Previous {
     }
 }
 
+impl Previous {
+    /// The config version in the ConfigMap: `version` of `config.yml`, else the annotation.
+    pub fn version(&self) -> Option<i64> {
+        self.config
+            .as_ref()
+            .map(|c| i64::try_from(c.version).unwrap_or(i64::MAX))
+    }
+}
+
 fn annotation_version(cm: &ConfigMap) -> Option<u64> {
     cm.annotations()
         .get(VERSION_ANNOTATION)?
         .trim()
         .parse()
         .ok()
-}
-
-/// The config version in the ConfigMap: `version` of `config.yml`, else the annotation.
-pub(super) fn observed_version(cm: &ConfigMap) -> Option<u64> {
-    cm.data
-        .as_ref()
-        .and_then(|d| d.get(CONFIG_KEY))
-        .and_then(|t| WorkerConfig::parse(t).ok())
-        .map(|c| c.version)
-        .or_else(|| annotation_version(cm))
 }
 
 /// The ConfigMap to write: `config.yml`, our labels, the version and the rollout bookkeeping,

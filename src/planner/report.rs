@@ -4,11 +4,10 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt as _;
 use swarm_assign::Publication;
 use swarm_assign::worker_config::WorkerConfig;
 
-use super::config_map::{Previous, observed_version};
+use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
 use super::validate::{Facts, Failure, Valid};
 use super::{
@@ -17,7 +16,7 @@ use super::{
 };
 use crate::conditions::{self, Verdict, reason};
 use crate::crd::{Phase, SwarmPool, SwarmPoolStatus};
-use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh, Workers};
+use crate::rollout::Workers;
 
 /// The plan of a valid pool: what the roll-out step does, reported.
 pub(super) fn plan(
@@ -140,10 +139,7 @@ pub(super) fn plan(
         jobs: count(spec.jobs.len()),
         unassigned_jobs: count(spec.jobs.len() - holdings.held - holdings.in_transit),
         jobs_in_transit: count(holdings.in_transit),
-        version: o
-            .config_map
-            .and_then(observed_version)
-            .map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+        version: previous.version(),
         stale_workers: stale,
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
     };
@@ -194,18 +190,14 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
         };
     let verdict = Verdict::new(Phase::Failed, failure.reason, failure.message);
     let workers = facts.workers.as_ref();
-    let stale = match (workers, o.config_map) {
-        (Some(workers), Some(cm)) => {
-            let mut p = PendingRefresh::parse(
-                cm.annotations()
-                    .get(PENDING_REFRESH_ANNOTATION)
-                    .map(String::as_str),
-            )
-            .unwrap_or_default();
+    let written = Previous::read(o.config_map);
+    let stale = match workers {
+        Some(workers) => {
+            let mut p = written.pending.clone();
             p.retain_workers(workers);
             p.stale_workers(workers)
         }
-        _ => Vec::new(),
+        None => Vec::new(),
     };
     let status = SwarmPoolStatus {
         observed_generation: pool.metadata.generation,
@@ -217,10 +209,7 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
         jobs: count(pool.spec.jobs.len()),
         unassigned_jobs: previous.map_or(0, |s| s.unassigned_jobs),
         jobs_in_transit: previous.map_or(0, |s| s.jobs_in_transit),
-        version: o
-            .config_map
-            .and_then(observed_version)
-            .map(|v| i64::try_from(v).unwrap_or(i64::MAX)),
+        version: written.version(),
         stale_workers: stale,
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
     };
