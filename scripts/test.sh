@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: unit, property, simulation conformance, kubectl and
-# end-to-end tests. Works on a fresh machine with Rust and python3: the pinned kubectl is
-# installed into .tools/ when KUBECTL does not name one.
+# end-to-end tests on kube-sim; then the end-to-end scenarios again on a real control plane
+# built from Go modules (scripts/real-cluster.sh). Works on a fresh machine with Rust, Go and
+# python3: the pinned kubectl is installed into .tools/ when KUBECTL does not name one, and
+# the control plane is built once into ~/.cache/swarm-operator.
 #
-#   scripts/test.sh                  # the whole suite
-#   scripts/test.sh --test e2e       # extra arguments go to `cargo test --workspace`
+#   scripts/test.sh                          # both tiers
+#   scripts/test.sh --test e2e               # extra arguments go to the kube-sim tier's
+#                                            # `cargo test --workspace`
+#   SWARM_REAL_CLUSTER=0 scripts/test.sh     # the kube-sim tier only
 #
-# SWARM_E2E_KUBECONFIG=<kubeconfig> runs the end-to-end scenarios against that cluster instead
-# of simulations (see tests/e2e.rs).
+# SWARM_E2E_KUBECONFIG=<kubeconfig> runs the kube-sim tier's end-to-end scenarios against that
+# cluster instead (see tests/e2e.rs).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,5 +38,23 @@ echo "test.sh: cargo test --workspace --no-fail-fast $*"
 start=${SECONDS}
 status=0
 cargo test --workspace --no-fail-fast "$@" || status=$?
+echo "test.sh: kube-sim tier finished in $((SECONDS - start)) s with exit code ${status}"
+
+if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; then
+    real_start=${SECONDS}
+    cluster_dir="$(mktemp -d "${TMPDIR:-/tmp}/swarm-real-cluster.XXXXXX")"
+    trap 'scripts/real-cluster.sh down "${cluster_dir}" || true' EXIT
+    real_status=0
+    if scripts/real-cluster.sh up "${cluster_dir}"; then
+        echo "test.sh: cargo test --test e2e on the real control plane"
+        SWARM_E2E_KUBECONFIG="${cluster_dir}/kubeconfig" \
+            cargo test --locked --test e2e --no-fail-fast || real_status=$?
+    else
+        real_status=$?
+        echo "test.sh: the real control plane did not start (logs in ${cluster_dir}/logs)" >&2
+    fi
+    echo "test.sh: real-cluster tier finished in $((SECONDS - real_start)) s with exit code ${real_status}"
+    ((real_status == 0)) || status=${real_status}
+fi
 echo "test.sh: finished in $((SECONDS - start)) s with exit code ${status}"
 exit "${status}"

@@ -1,10 +1,11 @@
 //! The duplicate watch: samples what every live pod runs, throughout a scenario, and records
 //! any job run by two live pods at once.
 //!
-//! On the simulation a worker runs the jobs of its own entry in the `config.yml` it mounted at
-//! start, until its pod instance is gone (terminating pods still run). `GET /kube-sim/v1/mounts`
-//! lists exactly the live, started instances with what they mounted, so one request is one
-//! consistent sample.
+//! A worker runs the jobs of its own entry in the `config.yml` it mounted at start, until its
+//! pod instance is gone (terminating pods still run). On the simulation `GET
+//! /kube-sim/v1/mounts` lists exactly the live, started instances with what they mounted, so
+//! one request is one consistent sample; on a real cluster the same list is derived from the
+//! API's history (see `derived_mounts`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,8 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use super::sim_inspect::{PodMounts, SimInspector};
+use super::inspect::Inspector;
+use super::sim_inspect::PodMounts;
 use super::worker_config::WorkerConfig;
 
 /// How often the watch samples.
@@ -65,7 +67,7 @@ struct PoolView {
 impl DuplicateWatch {
     /// Starts sampling the pods of `namespace` that mount pool `pool`'s ConfigMap.
     pub fn start(
-        inspector: SimInspector,
+        inspector: Inspector,
         client: kube::Client,
         namespace: String,
         pool: String,

@@ -1,12 +1,15 @@
 //! The test environment of one scenario: a cluster, kubectl, the operator process, and the
 //! reads the assertions use.
 
+pub mod derived_mounts;
 pub mod duplicates;
+pub mod inspect;
 pub mod kubectl;
 pub mod manifests;
 pub mod observe;
 pub mod operator;
 pub mod poll;
+pub mod real_cluster;
 pub mod sim_inspect;
 pub mod worker_config;
 
@@ -20,14 +23,14 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::Value;
 
+use derived_mounts::DerivedMounts;
 use duplicates::{DuplicateWatch, HandoffStats};
+use inspect::Inspector;
 use kubectl::{Kubectl, repo_root};
 use manifests::Example;
 use operator::Operator;
+use real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, RealCluster};
 use sim_inspect::{HARNESS_USER_AGENT, PodMounts, RequestRecord, SimInspector};
-
-/// Names a kubeconfig of a real cluster to run the suite against instead of simulations.
-const REAL_CLUSTER_ENV: &str = "SWARM_E2E_KUBECONFIG";
 
 /// Against a real cluster the scenarios share namespace `swarm` and run one at a time.
 static REAL_CLUSTER_SERIAL: Mutex<()> = Mutex::new(());
@@ -55,8 +58,12 @@ pub struct Env {
     name: String,
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
+    /// What the operator runs as: the admin kubeconfig on the simulation, a ServiceAccount
+    /// token bound by `deploy/` on a real cluster.
+    operator_kubeconfig: PathBuf,
     sim: Option<kube_sim::Sim>,
-    inspector: Option<SimInspector>,
+    real: Option<RealCluster>,
+    inspector: Inspector,
     /// kube client for the assertions' reads (its own user agent, never taken for the operator).
     pub client: kube::Client,
     http: reqwest::Client,
@@ -66,8 +73,8 @@ pub struct Env {
     pub example: Example,
     operator: Option<Operator>,
     operator_logs: Vec<PathBuf>,
-    /// Samples what every live pod runs for the whole scenario (simulation only).
-    duplicates: Option<DuplicateWatch>,
+    /// Samples what every live pod runs for the whole scenario.
+    duplicates: DuplicateWatch,
     _serial: Option<MutexGuard<'static, ()>>,
 }
 
@@ -88,13 +95,17 @@ impl Env {
             .timeout(Duration::from_secs(30))
             .build()
             .expect("build an HTTP client");
-        let (kubeconfig, sim, serial) = match real_cluster_kubeconfig() {
-            Some(path) => {
+        let real = RealCluster::from_env();
+        let (kubeconfig, sim, serial) = match &real {
+            Some(cluster) => {
                 let guard = REAL_CLUSTER_SERIAL
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner());
-                eprintln!("{name}: against the real cluster of {}", path.display());
-                (path, None, Some(guard))
+                eprintln!(
+                    "{name}: against the real cluster of {}",
+                    cluster.kubeconfig.display()
+                );
+                (cluster.kubeconfig.clone(), None, Some(guard))
             }
             None => {
                 let config = kube_sim::SimConfig {
@@ -110,25 +121,43 @@ impl Env {
                 (path, Some(sim), None)
             }
         };
-        let inspector = sim
-            .as_ref()
-            .map(|sim| SimInspector::new(sim.url(), http.clone()));
         let client = harness_client(&kubeconfig).await;
         let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kube-cache"));
         let example = Example::load();
-        let duplicates = inspector.as_ref().map(|inspector| {
-            DuplicateWatch::start(
-                inspector.clone(),
-                client.clone(),
-                example.namespace(),
-                example.pool_name(),
-            )
-        });
-        let env = Env {
+        let (inspector, operator_kubeconfig) = match (&sim, &real) {
+            (Some(sim), _) => (
+                Inspector::Sim(SimInspector::new(sim.url(), http.clone())),
+                kubeconfig.clone(),
+            ),
+            (None, Some(cluster)) => {
+                // A clean namespace before anything watches it.
+                cluster
+                    .reset_namespace(&kubectl, &example.namespace())
+                    .await;
+                let operator_kubeconfig =
+                    operator_identity(cluster, &kubectl, &dir.path().join("operator.kubeconfig"))
+                        .await;
+                let inspector = Inspector::Real {
+                    mounts: DerivedMounts::start(client.clone(), &example.namespace()),
+                    cluster: cluster.clone(),
+                };
+                (inspector, operator_kubeconfig)
+            }
+            (None, None) => unreachable!("either a simulation or a real cluster"),
+        };
+        let duplicates = DuplicateWatch::start(
+            inspector.clone(),
+            client.clone(),
+            example.namespace(),
+            example.pool_name(),
+        );
+        Env {
             name: name.to_string(),
             dir,
             kubeconfig,
+            operator_kubeconfig,
             sim,
+            real,
             inspector,
             client,
             http,
@@ -138,38 +167,31 @@ impl Env {
             operator_logs: Vec::new(),
             duplicates,
             _serial: serial,
-        };
-        if env.sim.is_none() {
-            env.reset_real_cluster().await;
         }
-        env
     }
 
     /// Like [`Env::start`], but `None` (with a note) against a real cluster, for scenarios
     /// that only make sense on a disposable simulation.
     pub async fn start_sim_only(name: &str, why: &str) -> Option<Env> {
-        if let Some(path) = real_cluster_kubeconfig() {
+        if let Some(cluster) = RealCluster::from_env() {
             eprintln!(
                 "note: {name} skipped against the real cluster of {}: {why}",
-                path.display()
+                cluster.kubeconfig.display()
             );
             return None;
         }
         Some(Env::start(name).await)
     }
 
-    /// What the duplicate watch has seen so far (simulation only).
-    pub fn handoff_stats(&self) -> Option<HandoffStats> {
-        self.duplicates.as_ref().map(DuplicateWatch::stats)
+    /// What the duplicate watch has seen so far.
+    pub fn handoff_stats(&self) -> HandoffStats {
+        self.duplicates.stats()
     }
 
-    /// Fails if any job has run on two live pods at once so far (simulation only; every
-    /// scenario is also checked when its environment is dropped).
+    /// Fails if any job has run on two live pods at once so far (every scenario is also
+    /// checked when its environment is dropped).
     pub fn assert_exclusive(&self) {
-        match &self.duplicates {
-            Some(watch) => watch.assert_exclusive(),
-            None => self.note_skipped("the duplicate watch"),
-        }
+        self.duplicates.assert_exclusive();
     }
 
     /// Whether this environment runs on a simulation (inspection endpoints available).
@@ -194,7 +216,7 @@ impl Env {
     pub async fn start_operator(&mut self) {
         assert!(self.operator.is_none(), "an operator is already running");
         let log = self.scratch(&format!("operator-{}.log", self.operator_logs.len() + 1));
-        let mut operator = Operator::spawn(&self.kubeconfig, &log);
+        let mut operator = Operator::spawn(&self.operator_kubeconfig, &log);
         self.operator_logs.push(log);
         operator.wait_ready(&self.http).await;
         self.operator = Some(operator);
@@ -328,76 +350,38 @@ impl Env {
             .is_some()
     }
 
-    /// What every live pod mounted (simulation only).
-    pub async fn mounts(&self) -> Option<Vec<PodMounts>> {
-        match &self.inspector {
-            Some(inspector) => Some(inspector.mounts().await),
-            None => None,
-        }
+    /// What the live pod instances `uids` mounted (derived on a real cluster, see
+    /// [`derived_mounts`]).
+    pub async fn mounts_of(&self, uids: &[String]) -> Vec<PodMounts> {
+        self.inspector.mounts_of(uids).await
     }
 
-    /// A position in the request log: requests made from now on come after it.
+    /// A position in the operator's request log: requests made from now on come after it.
     pub async fn request_mark(&self) -> usize {
-        match &self.inspector {
-            Some(inspector) => inspector.requests().await.len(),
-            None => 0,
-        }
+        self.inspector
+            .operator_requests()
+            .await
+            .map_or(0, |requests| requests.len())
     }
 
-    /// The operator's requests after `mark`, oldest first (simulation only).
+    /// The operator's requests after `mark`, oldest first; `None` where the cluster keeps no
+    /// request log (a real cluster without an audit log).
     pub async fn operator_requests_since(&self, mark: usize) -> Option<Vec<RequestRecord>> {
-        let inspector = self.inspector.as_ref()?;
-        let all = inspector.requests().await;
-        Some(
-            all.into_iter()
-                .skip(mark)
-                .filter(RequestRecord::is_from_operator)
-                .collect(),
-        )
-    }
-
-    async fn reset_real_cluster(&self) {
-        let namespace = self.example.namespace();
-        // A scenario that failed half-way may have left a finalizer on a pool, which would
-        // keep the namespace from ever going away.
-        let pools = self
-            .kubectl
-            .run(&["-n", &namespace, "get", "swarmpools", "-o", "name"])
-            .await;
-        for pool in pools.stdout.lines().filter(|l| !l.is_empty()) {
-            self.kubectl
-                .run(&[
-                    "-n",
-                    &namespace,
-                    "patch",
-                    pool,
-                    "--type=merge",
-                    "-p",
-                    r#"{"metadata":{"finalizers":null}}"#,
-                ])
-                .await;
-        }
-        self.kubectl
-            .ok(&[
-                "delete",
-                "namespace",
-                &namespace,
-                "--ignore-not-found",
-                "--wait=true",
-                "--timeout=180s",
-            ])
-            .await;
+        let all = self.inspector.operator_requests().await?;
+        Some(all.into_iter().skip(mark).collect())
     }
 }
 
 impl Drop for Env {
     fn drop(&mut self) {
-        // No scenario ends without the duplicate check.
-        let duplicate = match (&self.duplicates, std::thread::panicking()) {
-            (Some(watch), false) => watch.failure(),
-            _ => None,
+        // No scenario ends without the duplicate check, nor, on a real cluster, without
+        // checking that RBAC allowed every request the operator made.
+        let failure = if std::thread::panicking() {
+            None
+        } else {
+            self.duplicates.failure().or_else(|| self.forbidden_requests())
         };
-        if !std::thread::panicking() && duplicate.is_none() {
+        if !std::thread::panicking() && failure.is_none() {
             return;
         }
         eprintln!(
@@ -412,11 +396,7 @@ impl Drop for Env {
                 operator::read_log(log)
             );
         }
-        if let Some(requests) = self
-            .inspector
-            .as_ref()
-            .and_then(SimInspector::operator_requests_blocking)
-        {
+        if let Some(requests) = self.inspector.operator_requests_blocking() {
             const LAST: usize = 200;
             eprintln!(
                 "==== the operator's requests ({} in all, the last {LAST} shown):",
@@ -438,16 +418,39 @@ impl Drop for Env {
             tempfile::tempdir().expect("create a placeholder directory"),
         );
         let _ = dir.keep();
-        if let Some(failure) = duplicate {
+        if let Some(failure) = failure {
             panic!("{}: {failure}", self.name);
         }
     }
 }
 
-fn real_cluster_kubeconfig() -> Option<PathBuf> {
-    std::env::var_os(REAL_CLUSTER_ENV)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+impl Env {
+    /// On a real cluster: the operator's requests that RBAC refused (403), described.
+    fn forbidden_requests(&self) -> Option<String> {
+        self.real.as_ref()?;
+        let requests = self.inspector.operator_requests_blocking()?;
+        let forbidden: Vec<String> = requests
+            .iter()
+            .filter(|r| r.status == 403)
+            .map(RequestRecord::describe)
+            .collect();
+        (!forbidden.is_empty()).then(|| {
+            format!(
+                "RBAC refused {} of the operator's requests: {forbidden:#?}",
+                forbidden.len()
+            )
+        })
+    }
+}
+
+/// The operator's identity on a real cluster: `deploy/`'s ServiceAccount and ClusterRole
+/// (applied, idempotently), and a kubeconfig at `out` with a token of that account.
+async fn operator_identity(cluster: &RealCluster, kubectl: &Kubectl, out: &Path) -> PathBuf {
+    kubectl.ok(&["apply", "-f", "deploy/namespace.yaml"]).await;
+    kubectl.ok(&["apply", "-k", "deploy/rbac"]).await;
+    cluster
+        .service_account_kubeconfig(kubectl, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, out)
+        .await
 }
 
 /// A kube client for the kubeconfig at `path`, identifying itself as the suite.

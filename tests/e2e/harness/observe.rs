@@ -365,13 +365,16 @@ pub fn assert_condition(o: &Observed, type_: &str, status: &str) {
     );
 }
 
-/// On the simulation: every live worker pod instance started with exactly its current entry
+/// Every live worker pod instance started with exactly its current entry
 /// of `config.yml` (same jobs, same per-worker version).
 pub async fn assert_mounted_current_jobs(env: &Env, o: &Observed) {
-    let Some(mounts) = env.mounts().await else {
-        env.note_skipped("what each pod mounted");
-        return;
-    };
+    let live: Vec<String> = o
+        .pods
+        .values()
+        .filter(|p| !p.terminating)
+        .map(|p| p.uid.clone())
+        .collect();
+    let mounts = env.mounts_of(&live).await;
     let config_map = env.example.config_map_name();
     let namespace = env.example.namespace();
     let config = o.config();

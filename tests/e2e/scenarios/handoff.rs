@@ -120,13 +120,13 @@ async fn measure(mode: &str) -> Option<Report> {
         .await;
     let mut replicas = 3;
     let mut settled = wait_settled(&env, replicas, jobs.len(), &sts).await;
-    let start = env.handoff_stats().expect("simulation");
+    let start = env.handoff_stats();
 
     let mut rows = Vec::new();
     let mut extra = 0;
     for change in SEQUENCE {
         let mark = env.request_mark().await;
-        let stats_before = env.handoff_stats().expect("simulation");
+        let stats_before = env.handoff_stats();
         let begun = Instant::now();
         match change {
             Change::Scale(n) => {
@@ -155,7 +155,7 @@ async fn measure(mode: &str) -> Option<Report> {
             "{change:?} made a version"
         );
         assert_invariants(&env, &next).await;
-        let stats = env.handoff_stats().expect("simulation");
+        let stats = env.handoff_stats();
         let restarts: usize = operator_pod_deletes(&env, mark)
             .await
             .map(|d| d.values().sum())
@@ -170,7 +170,7 @@ async fn measure(mode: &str) -> Option<Report> {
         });
         settled = next;
     }
-    let end = env.handoff_stats().expect("simulation");
+    let end = env.handoff_stats();
     print_table(mode, &rows, &start, &end);
     Some(Report {
         duplicate_job_seconds: end.duplicate_job_seconds - start.duplicate_job_seconds,

@@ -5,6 +5,7 @@ mod deploy;
 mod handoff;
 mod install;
 mod job_edits;
+mod kubectl_commands;
 mod pool_deletion;
 mod quiet;
 mod restart;

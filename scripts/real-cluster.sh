@@ -1,0 +1,342 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on loopback, for the end-to-end suite: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, and kwok playing the kubelet for a few fake nodes.
+#
+#   scripts/real-cluster.sh up <DIR>     build once (cached), start, wait until ready
+#   scripts/real-cluster.sh down <DIR>   stop exactly the processes `up` started in <DIR>
+#   scripts/real-cluster.sh build        only build (or find) the pinned binaries
+#
+# `up` writes an admin kubeconfig to <DIR>/kubeconfig, and logs, pid files, certificates and
+# etcd's data under <DIR>. Everything is built from Go modules at the versions pinned in
+# hack/{kube,etcd,kwok}/go.mod; the binaries, module and build caches live in
+# ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}, keyed by version, so only the first `up`
+# on a machine builds (see the README for what that costs).
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache_root="${SWARM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/swarm-operator}"
+nodes=(kwok-node-0 kwok-node-1 kwok-node-2)
+service_cidr="10.0.0.0/24"
+
+say() { echo "real-cluster.sh: $*" >&2; }
+die() {
+    say "$*"
+    exit 1
+}
+
+# The version a wrapper module requires of `module`: its go.mod is the one place it is pinned.
+pinned() {
+    awk -v m="$2" '$1 == "replace" || $2 == "=>" { next }
+        { for (i = 1; i < NF; i++) if ($i == m && $(i + 1) ~ /^v/) { print $(i + 1); exit } }' \
+        "${repo_root}/hack/$1/go.mod"
+}
+kube_version="$(pinned kube k8s.io/kubernetes)"
+etcd_version="$(pinned etcd go.etcd.io/etcd/server/v3)"
+kwok_version="$(pinned kwok sigs.k8s.io/kwok)"
+[[ -n "${kube_version}" && -n "${etcd_version}" && -n "${kwok_version}" ]] ||
+    die "cannot read the pinned versions from hack/*/go.mod"
+
+kube_bin="${cache_root}/kube-${kube_version}"
+etcd_bin="${cache_root}/etcd-${etcd_version}"
+kwok_bin="${cache_root}/kwok-${kwok_version}"
+
+# Builds the `packages` of wrapper module hack/<module> into <out>, unless a completed build
+# is there. Pinned: go.sum must already list every module (-mod=readonly), and the local Go
+# toolchain is used as it is (GOTOOLCHAIN=local).
+build() {
+    local module="$1" out="$2" ldflags="$3"
+    shift 3
+    [[ -f "${out}/.built" ]] && return 0
+    command -v go >/dev/null 2>&1 || die "Go is needed to build ${module} (none on PATH)"
+    say "building $* (once per version; the first build takes several minutes)"
+    local start=${SECONDS} log="${cache_root}/build-${module}.log"
+    mkdir -p "${cache_root}"
+    rm -rf "${out}.partial"
+    mkdir -p "${out}.partial"
+    if ! (
+        cd "${repo_root}/hack/${module}" &&
+            GOMODCACHE="${cache_root}/gomod" GOCACHE="${cache_root}/gocache" \
+                GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0 \
+                go build -trimpath -pgo=off -tags selinux,notest -ldflags "${ldflags}" \
+                -o "${out}.partial/" "$@"
+    ) >"${log}" 2>&1; then
+        cat "${log}" >&2
+        die "building ${module} failed (the exact error is above; log: ${log})"
+    fi
+    # etcd's main package is its server module's root, so go names the binary `server`.
+    if [[ -f "${out}.partial/server" ]]; then
+        mv "${out}.partial/server" "${out}.partial/etcd"
+    fi
+    touch "${out}.partial/.built"
+    rm -rf "${out}"
+    mv "${out}.partial" "${out}"
+    say "built ${module} in $((SECONDS - start)) s"
+}
+
+build_all() {
+    local version=k8s.io/component-base/version
+    local major="${kube_version#v}" minor
+    minor="${major#*.}"
+    minor="${minor%%.*}"
+    major="${major%%.*}"
+    build kube "${kube_bin}" \
+        "-s -w -X ${version}.gitVersion=${kube_version} -X ${version}.gitMajor=${major} -X ${version}.gitMinor=${minor} -X ${version}.gitTreeState=clean" \
+        k8s.io/kubernetes/cmd/kube-apiserver \
+        k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kube-scheduler
+    build etcd "${etcd_bin}" "-s -w" go.etcd.io/etcd/server/v3
+    build kwok "${kwok_bin}" "-s -w" \
+        sigs.k8s.io/kwok/cmd/kwok
+    say "kube-apiserver, kube-controller-manager, kube-scheduler ${kube_version}; etcd ${etcd_version}; kwok ${kwok_version}"
+}
+
+# `count` free loopback TCP ports.
+free_ports() {
+    python3 - "$1" <<'EOF'
+import socket, sys
+held = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    held.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in held))
+EOF
+}
+
+# Certificates of a small PKI: one CA, the API server's serving certificate, a client
+# certificate per control-plane identity, and the service-account signing key.
+make_pki() {
+    local pki="$1"
+    command -v openssl >/dev/null 2>&1 || die "openssl is needed to make the cluster's certificates"
+    mkdir -p "${pki}"
+    (
+        cd "${pki}"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=swarm-test-ca" \
+            -keyout ca.key -out ca.crt 2>/dev/null
+        sign() { # name subject extensions
+            openssl req -new -newkey rsa:2048 -nodes -subj "$2" -keyout "$1.key" -out "$1.csr" 2>/dev/null
+            printf '%s\n' "$3" >"$1.ext"
+            openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+                -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+        }
+        sign apiserver "/CN=kube-apiserver" \
+            "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+extendedKeyUsage=serverAuth"
+        sign admin "/O=system:masters/CN=swarm-admin" "extendedKeyUsage=clientAuth"
+        sign controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
+        sign scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
+        openssl genrsa -out service-account.key 2048 2>/dev/null
+        openssl rsa -in service-account.key -pubout -out service-account.pub 2>/dev/null
+    )
+}
+
+# A kubeconfig for client certificate <pki>/<name>.crt, certificates embedded.
+write_kubeconfig() {
+    local file="$1" pki="$2" name="$3" server="$4"
+    cat >"${file}" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: swarm-test
+    cluster:
+      server: ${server}
+      certificate-authority-data: $(base64 -w0 <"${pki}/ca.crt")
+users:
+  - name: ${name}
+    user:
+      client-certificate-data: $(base64 -w0 <"${pki}/${name}.crt")
+      client-key-data: $(base64 -w0 <"${pki}/${name}.key")
+contexts:
+  - name: swarm-test
+    context:
+      cluster: swarm-test
+      user: ${name}
+current-context: swarm-test
+EOF
+}
+
+# Starts `binary args...` in the background as component `name`: its output goes to
+# <DIR>/logs/<name>.log and its pid to <DIR>/pids/<name>.pid.
+start() {
+    local dir="$1" name="$2"
+    shift 2
+    "$@" >"${dir}/logs/${name}.log" 2>&1 </dev/null &
+    echo "$!" >"${dir}/pids/${name}.pid"
+}
+
+# Waits up to `seconds` for `command...` to succeed; on timeout, names `what` and shows the
+# end of the log of `component`.
+wait_for() {
+    local dir="$1" what="$2" seconds="$3" component="$4"
+    shift 4
+    local deadline=$((SECONDS + seconds))
+    until "$@" >/dev/null 2>&1; do
+        if [[ -f "${dir}/pids/${component}.pid" ]] && ! kill -0 "$(cat "${dir}/pids/${component}.pid")" 2>/dev/null; then
+            tail -n 30 "${dir}/logs/${component}.log" >&2 || true
+            die "${component} exited while waiting for ${what} (log: ${dir}/logs/${component}.log)"
+        fi
+        if ((SECONDS >= deadline)); then
+            tail -n 30 "${dir}/logs/${component}.log" >&2 || true
+            die "timed out after ${seconds} s waiting for ${what} (log: ${dir}/logs/${component}.log)"
+        fi
+        sleep 0.5
+    done
+}
+
+up() {
+    local dir="$1"
+    mkdir -p "${dir}"
+    dir="$(cd "${dir}" && pwd)"
+    if compgen -G "${dir}/pids/*.pid" >/dev/null; then
+        die "${dir} already has a cluster (pid files in ${dir}/pids); run: $0 down ${dir}"
+    fi
+    build_all
+    # A failed start leaves nothing running.
+    trap 'down "${dir}" >/dev/null 2>&1' EXIT
+    local kubectl
+    kubectl="$("${repo_root}/scripts/install-kubectl.sh")" || die "cannot install kubectl"
+    rm -rf "${dir}/logs" "${dir}/etcd" "${dir}/pki"
+    mkdir -p "${dir}/logs" "${dir}/pids"
+    local started=${SECONDS}
+    make_pki "${dir}/pki"
+    local pki="${dir}/pki"
+
+    local etcd_client etcd_peer apiserver cm_port sched_port kwok_port
+    read -r etcd_client etcd_peer apiserver cm_port sched_port kwok_port < <(free_ports 6)
+    local server="https://127.0.0.1:${apiserver}"
+    write_kubeconfig "${dir}/kubeconfig" "${pki}" admin "${server}"
+    write_kubeconfig "${dir}/controller-manager.kubeconfig" "${pki}" controller-manager "${server}"
+    write_kubeconfig "${dir}/scheduler.kubeconfig" "${pki}" scheduler "${server}"
+    local admin=("${kubectl}" --kubeconfig "${dir}/kubeconfig")
+
+    start "${dir}" etcd "${etcd_bin}/etcd" \
+        --name=default --data-dir="${dir}/etcd" --log-level=warn --unsafe-no-fsync=true \
+        --listen-client-urls="http://127.0.0.1:${etcd_client}" \
+        --advertise-client-urls="http://127.0.0.1:${etcd_client}" \
+        --listen-peer-urls="http://127.0.0.1:${etcd_peer}" \
+        --initial-advertise-peer-urls="http://127.0.0.1:${etcd_peer}" \
+        --initial-cluster="default=http://127.0.0.1:${etcd_peer}"
+    wait_for "${dir}" "etcd to be healthy" 60 etcd \
+        curl -fsS "http://127.0.0.1:${etcd_client}/health"
+
+    # The audit log records the requests of every ServiceAccount outside kube-system (the
+    # operator's among them), so the suite can check what the operator did and that RBAC
+    # allowed it.
+    cat >"${dir}/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+  - level: None
+    userGroups: ["system:serviceaccounts:kube-system"]
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+EOF
+    start "${dir}" kube-apiserver "${kube_bin}/kube-apiserver" \
+        --audit-policy-file="${dir}/audit-policy.yaml" --audit-log-path="${dir}/logs/audit.log" \
+        --etcd-servers="http://127.0.0.1:${etcd_client}" \
+        --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="${apiserver}" \
+        --endpoint-reconciler-type=none \
+        --tls-cert-file="${pki}/apiserver.crt" --tls-private-key-file="${pki}/apiserver.key" \
+        --client-ca-file="${pki}/ca.crt" \
+        --authorization-mode=Node,RBAC \
+        --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+        --service-account-key-file="${pki}/service-account.pub" \
+        --service-account-signing-key-file="${pki}/service-account.key" \
+        --service-cluster-ip-range="${service_cidr}" \
+        --allow-privileged=true --profiling=false
+    wait_for "${dir}" "kube-apiserver to be ready" 120 kube-apiserver \
+        "${admin[@]}" get --raw /readyz
+
+    start "${dir}" kube-controller-manager "${kube_bin}/kube-controller-manager" \
+        --kubeconfig="${dir}/controller-manager.kubeconfig" \
+        --authentication-kubeconfig="${dir}/controller-manager.kubeconfig" \
+        --authorization-kubeconfig="${dir}/controller-manager.kubeconfig" \
+        --bind-address=127.0.0.1 --secure-port="${cm_port}" --leader-elect=false \
+        --cluster-name=swarm-test --use-service-account-credentials=true \
+        --service-account-private-key-file="${pki}/service-account.key" \
+        --root-ca-file="${pki}/ca.crt" --profiling=false
+    start "${dir}" kube-scheduler "${kube_bin}/kube-scheduler" \
+        --kubeconfig="${dir}/scheduler.kubeconfig" \
+        --authentication-kubeconfig="${dir}/scheduler.kubeconfig" \
+        --authorization-kubeconfig="${dir}/scheduler.kubeconfig" \
+        --bind-address=127.0.0.1 --secure-port="${sched_port}" --leader-elect=false \
+        --profiling=false
+    start "${dir}" kwok "${kwok_bin}/kwok" \
+        --kubeconfig="${dir}/kubeconfig" --config="${repo_root}/hack/kwok/stages.yaml" \
+        --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+        --server-address="127.0.0.1:${kwok_port}" --node-ip=10.1.0.1 --cidr=10.2.0.0/16
+
+    local node
+    for node in "${nodes[@]}"; do
+        cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: ${node}
+  annotations:
+    kwok.x-k8s.io/node: fake
+  labels:
+    kubernetes.io/hostname: ${node}
+    kubernetes.io/os: linux
+    type: kwok
+---
+EOF
+    done | "${admin[@]}" apply -f - >/dev/null
+    wait_for "${dir}" "the fake nodes to be Ready" 120 kwok \
+        "${admin[@]}" wait --for=condition=Ready node --all --timeout=5s
+    # The controller-manager is serving once it has given namespace default its ServiceAccount;
+    # the scheduler once its health check answers.
+    wait_for "${dir}" "kube-controller-manager to run its controllers" 120 kube-controller-manager \
+        "${admin[@]}" -n default get serviceaccount default
+    wait_for "${dir}" "kube-scheduler to be healthy" 60 kube-scheduler \
+        curl -fsSk "https://127.0.0.1:${sched_port}/healthz"
+
+    trap - EXIT
+    say "up in $((SECONDS - started)) s: API server ${server}, ${#nodes[@]} fake nodes"
+    say "kubeconfig: ${dir}/kubeconfig (logs in ${dir}/logs)"
+}
+
+down() {
+    local dir="$1" pid_file pid name
+    [[ -d "${dir}/pids" ]] || {
+        say "no cluster in ${dir}"
+        return 0
+    }
+    # Stop in the reverse order of start, each only if it is still the process we started
+    # (its command line names this directory's files), then wait for them to exit.
+    local pids=()
+    for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+        pid_file="${dir}/pids/${name}.pid"
+        [[ -f "${pid_file}" ]] || continue
+        pid="$(cat "${pid_file}")"
+        if [[ -r "/proc/${pid}/cmdline" ]] && tr '\0' ' ' <"/proc/${pid}/cmdline" | grep -qF "${dir}"; then
+            kill -TERM "${pid}" 2>/dev/null && pids+=("${pid}")
+        fi
+        rm -f "${pid_file}"
+    done
+    local deadline=$((SECONDS + 15))
+    for pid in "${pids[@]}"; do
+        while kill -0 "${pid}" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+        kill -KILL "${pid}" 2>/dev/null || true
+    done
+    say "stopped ${#pids[@]} processes of ${dir}"
+}
+
+case "${1:-}" in
+up)
+    [[ $# -eq 2 ]] || die "usage: $0 up <DIR>"
+    up "$2"
+    ;;
+down)
+    [[ $# -eq 2 ]] || die "usage: $0 down <DIR>"
+    down "$(cd "$2" 2>/dev/null && pwd || echo "$2")"
+    ;;
+build)
+    build_all
+    ;;
+*)
+    die "usage: $0 up <DIR> | down <DIR> | build"
+    ;;
+esac

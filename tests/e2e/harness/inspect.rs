@@ -1,0 +1,61 @@
+//! What the assertions see beyond the API: what each pod instance runs, and the requests the
+//! operator made. The simulation records both; on a real cluster the first is derived from
+//! the API's history and the second read from the API server's audit log.
+
+use super::derived_mounts::DerivedMounts;
+use super::real_cluster::RealCluster;
+use super::sim_inspect::{PodMounts, RequestRecord, SimInspector};
+
+/// The inspection source of one environment.
+#[derive(Clone)]
+pub enum Inspector {
+    /// kube-sim's inspection endpoints.
+    Sim(SimInspector),
+    /// A real cluster: derived mounts, and its audit log if it keeps one.
+    Real {
+        mounts: DerivedMounts,
+        cluster: RealCluster,
+    },
+}
+
+impl Inspector {
+    /// Every live pod instance whose mounts are known, with failures returned.
+    pub async fn try_mounts(&self) -> Result<Vec<PodMounts>, String> {
+        match self {
+            Inspector::Sim(sim) => sim.try_mounts().await,
+            Inspector::Real { mounts, .. } => mounts.try_mounts().await,
+        }
+    }
+
+    /// What the live instances `uids` mounted (on a real cluster, waiting briefly for the
+    /// watches to catch up with them).
+    pub async fn mounts_of(&self, uids: &[String]) -> Vec<PodMounts> {
+        match self {
+            Inspector::Sim(sim) => sim.mounts().await,
+            Inspector::Real { mounts, .. } => mounts.mounts_of(uids).await,
+        }
+    }
+
+    /// The operator's requests so far, oldest first; `None` where none are recorded.
+    pub async fn operator_requests(&self) -> Option<Vec<RequestRecord>> {
+        match self {
+            Inspector::Sim(sim) => Some(
+                sim.requests()
+                    .await
+                    .into_iter()
+                    .filter(RequestRecord::is_from_operator)
+                    .collect(),
+            ),
+            Inspector::Real { cluster, .. } => cluster.operator_requests(),
+        }
+    }
+
+    /// Like [`Inspector::operator_requests`], without async, for the failure report printed
+    /// while a test unwinds.
+    pub fn operator_requests_blocking(&self) -> Option<Vec<RequestRecord>> {
+        match self {
+            Inspector::Sim(sim) => sim.operator_requests_blocking(),
+            Inspector::Real { cluster, .. } => cluster.operator_requests(),
+        }
+    }
+}

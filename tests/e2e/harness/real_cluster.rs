@@ -1,0 +1,212 @@
+//! The suite against a real cluster (`SWARM_E2E_KUBECONFIG`): a clean namespace per scenario,
+//! the operator's own ServiceAccount identity, and its requests from the API server's audit
+//! log when one sits beside the kubeconfig (as `scripts/real-cluster.sh up` writes it).
+
+use std::path::{Path, PathBuf};
+
+use kube::config::{AuthInfo, Kubeconfig};
+use serde::Deserialize;
+
+use super::kubectl::Kubectl;
+use super::sim_inspect::RequestRecord;
+
+/// Names a kubeconfig of a real cluster to run the suite against instead of simulations.
+pub const KUBECONFIG_ENV: &str = "SWARM_E2E_KUBECONFIG";
+
+/// The cluster-wide install's ServiceAccount, bound by `deploy/`'s ClusterRole.
+pub const OPERATOR_NAMESPACE: &str = "swarm-system";
+/// The operator's ServiceAccount name, in every install.
+pub const OPERATOR_ACCOUNT: &str = "swarm-operator";
+
+/// A real cluster named by `SWARM_E2E_KUBECONFIG`.
+#[derive(Clone, Debug)]
+pub struct RealCluster {
+    /// The admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    audit_log: Option<PathBuf>,
+}
+
+impl RealCluster {
+    /// The cluster of `SWARM_E2E_KUBECONFIG`, if set.
+    pub fn from_env() -> Option<RealCluster> {
+        let kubeconfig = std::env::var_os(KUBECONFIG_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)?;
+        // scripts/real-cluster.sh keeps the audit log in <DIR>/logs beside <DIR>/kubeconfig.
+        let audit_log = kubeconfig
+            .parent()
+            .map(|dir| dir.join("logs").join("audit.log"))
+            .filter(|path| path.exists());
+        Some(RealCluster {
+            kubeconfig,
+            audit_log,
+        })
+    }
+
+    /// Deletes `namespace` and waits until it is gone, so a scenario starts clean.
+    pub async fn reset_namespace(&self, kubectl: &Kubectl, namespace: &str) {
+        // A scenario that failed half-way may have left a finalizer on a pool, which would
+        // keep the namespace from ever going away.
+        let pools = kubectl
+            .run(&["-n", namespace, "get", "swarmpools", "-o", "name"])
+            .await;
+        for pool in pools.stdout.lines().filter(|l| !l.is_empty()) {
+            kubectl
+                .run(&[
+                    "-n",
+                    namespace,
+                    "patch",
+                    pool,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ])
+                .await;
+        }
+        kubectl
+            .ok(&[
+                "delete",
+                "namespace",
+                namespace,
+                "--ignore-not-found",
+                "--wait=true",
+                "--timeout=180s",
+            ])
+            .await;
+    }
+
+    /// A kubeconfig at `out` for ServiceAccount `namespace/account`: this cluster's server
+    /// and CA, and a fresh token of the account (`kubectl create token`), so the operator
+    /// has exactly what the account's RBAC grants.
+    pub async fn service_account_kubeconfig(
+        &self,
+        kubectl: &Kubectl,
+        namespace: &str,
+        account: &str,
+        out: &Path,
+    ) -> PathBuf {
+        let token = kubectl
+            .ok(&[
+                "-n",
+                namespace,
+                "create",
+                "token",
+                account,
+                "--duration=2h",
+            ])
+            .await;
+        let mut config = Kubeconfig::read_from(&self.kubeconfig).unwrap_or_else(|e| {
+            panic!("cannot read kubeconfig {}: {e}", self.kubeconfig.display())
+        });
+        let user = format!("system:serviceaccount:{namespace}:{account}");
+        let auth = AuthInfo {
+            token: Some(token.trim().to_string().into()),
+            ..AuthInfo::default()
+        };
+        for named in &mut config.auth_infos {
+            named.name = user.clone();
+            named.auth_info = Some(auth.clone());
+        }
+        config.auth_infos.truncate(1);
+        for context in config.contexts.iter_mut().filter_map(|c| c.context.as_mut()) {
+            context.user = Some(user.clone());
+        }
+        let yaml = serde_yaml::to_string(&config).expect("kubeconfig as YAML");
+        std::fs::write(out, yaml).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
+        out.to_path_buf()
+    }
+
+    /// The operator's requests (any `swarm-operator` ServiceAccount), oldest first, from the
+    /// API server's audit log; `None` without one.
+    pub fn operator_requests(&self) -> Option<Vec<RequestRecord>> {
+        let text = std::fs::read_to_string(self.audit_log.as_ref()?).ok()?;
+        let suffix = format!(":{OPERATOR_ACCOUNT}");
+        Some(
+            text.lines()
+                .filter_map(|line| serde_json::from_str::<AuditEvent>(line).ok())
+                .filter(|e| {
+                    e.user.username.starts_with("system:serviceaccount:")
+                        && e.user.username.ends_with(&suffix)
+                })
+                .map(AuditEvent::into_record)
+                .collect(),
+        )
+    }
+}
+
+/// One line of the audit log (`audit.k8s.io/v1` Event, Metadata level).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditEvent {
+    verb: String,
+    #[serde(rename = "requestURI")]
+    request_uri: String,
+    user: AuditUser,
+    #[serde(default)]
+    user_agent: Option<String>,
+    #[serde(default)]
+    response_status: Option<AuditStatus>,
+    #[serde(default)]
+    request_received_timestamp: String,
+}
+
+#[derive(Deserialize)]
+struct AuditUser {
+    username: String,
+}
+
+#[derive(Deserialize)]
+struct AuditStatus {
+    #[serde(default)]
+    code: u16,
+}
+
+impl AuditEvent {
+    /// The request as the simulation's request log records it.
+    fn into_record(self) -> RequestRecord {
+        let method = match self.verb.as_str() {
+            "get" | "list" | "watch" => "GET",
+            "create" => "POST",
+            "update" => "PUT",
+            "patch" => "PATCH",
+            "delete" | "deletecollection" => "DELETE",
+            other => other,
+        }
+        .to_string();
+        let (path, query) = match self.request_uri.split_once('?') {
+            Some((path, query)) => (path.to_string(), Some(query.to_string())),
+            None => (self.request_uri.clone(), None),
+        };
+        RequestRecord {
+            method,
+            path,
+            query,
+            user_agent: self.user_agent,
+            status: self.response_status.map_or(0, |s| s.code),
+            time: self.request_received_timestamp,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_audit_line_becomes_a_request_record() {
+        let line = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","requestURI":"/api/v1/namespaces/swarm/pods/w-0","verb":"delete","user":{"username":"system:serviceaccount:swarm-system:swarm-operator"},"userAgent":"swarm-operator","responseStatus":{"code":200},"requestReceivedTimestamp":"2026-01-01T00:00:00Z"}"#;
+        let record = serde_json::from_str::<AuditEvent>(line)
+            .unwrap()
+            .into_record();
+        assert_eq!(record.method, "DELETE");
+        assert_eq!(record.verb(), "delete");
+        assert_eq!(record.status, 200);
+        let target = record.target().unwrap();
+        assert_eq!(target.name.as_deref(), Some("w-0"));
+        let watch = r#"{"requestURI":"/api/v1/pods?watch=true&labelSelector=a","verb":"watch","user":{"username":"u"}}"#;
+        let record = serde_json::from_str::<AuditEvent>(watch)
+            .unwrap()
+            .into_record();
+        assert_eq!(record.verb(), "watch");
+    }
+}

@@ -1,0 +1,73 @@
+//! The first commands a new user types besides `kubectl apply`: generators (which send
+//! protobuf), `kubectl explain` of the CRD (which reads `/openapi/v3`) and `kubectl auth can-i`.
+
+use crate::harness::Env;
+use crate::harness::real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_explain_and_auth_can_i_work_as_on_any_cluster() {
+    let env = Env::start("kubectl-commands").await;
+    env.install_crds().await;
+    let namespace = env.example.namespace();
+
+    env.kubectl.ok(&["create", "namespace", &namespace]).await;
+    env.kubectl
+        .ok(&[
+            "-n",
+            &namespace,
+            "create",
+            "configmap",
+            "user-notes",
+            "--from-literal=owner=streaming-team",
+        ])
+        .await;
+    let created = env
+        .config_map("user-notes")
+        .await
+        .expect("kubectl create configmap created it");
+    assert_eq!(
+        created.data.unwrap_or_default().get("owner").map(String::as_str),
+        Some("streaming-team")
+    );
+
+    let explained = env.kubectl.ok(&["explain", "swarmpool.spec.rollout"]).await;
+    for expected in ["KIND:", "SwarmPool", "FIELD: rollout", "handoff", "Exclusive"] {
+        assert!(
+            explained.contains(expected),
+            "kubectl explain swarmpool.spec.rollout prints {expected:?}:\n{explained}"
+        );
+    }
+
+    let can_i = env
+        .kubectl
+        .run(&["auth", "can-i", "create", "swarmpools", "-n", &namespace])
+        .await;
+    assert!(
+        can_i.success && can_i.stdout.trim() == "yes",
+        "the admin may create pools: {can_i:?}"
+    );
+
+    if !env.is_sim() {
+        // RBAC as the operator's ServiceAccount sees it: what deploy/ grants, and no more.
+        let operator = format!("--as=system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}");
+        for (verb, resource, expected) in [
+            ("patch", "swarmpools/status", "yes"),
+            ("delete", "pods", "yes"),
+            ("update", "swarmpools", "no"),
+            ("delete", "configmaps", "no"),
+            ("get", "secrets", "no"),
+        ] {
+            let answer = env
+                .kubectl
+                .run(&["auth", "can-i", verb, resource, "-n", &namespace, &operator])
+                .await;
+            assert_eq!(
+                answer.stdout.trim(),
+                expected,
+                "can the operator {verb} {resource}? {answer:?}"
+            );
+        }
+    } else {
+        env.note_skipped("RBAC as the operator (kube-sim allows everything)");
+    }
+}
