@@ -4,9 +4,10 @@
 //! Start one in-process with [`Sim::start`], or run the `kube-sim` binary.
 //!
 //! Where it knowingly differs from kube-apiserver:
-//! - Request bodies in protobuf or CBOR get 415; JSON and YAML are served. `kubectl apply`,
-//!   `create -f`, `scale`, `patch` and kube-rs send JSON; kubectl's `create <generator>`
-//!   subcommands send protobuf and fail.
+//! - Request bodies in protobuf are decoded for the kinds kubectl's `create <generator>`
+//!   subcommands send, except those with a pod template (Deployment, Job, CronJob): those
+//!   and other kinds get 415 naming the kind. CBOR bodies get 415. Responses are always
+//!   JSON.
 //! - Discovery is the legacy form only; kubectl falls back to it from aggregated discovery.
 //! - `/openapi/v3` is a stub without schemas: enough for kubectl's server-side field
 //!   validation check, not for `kubectl explain`; kubectl builds strategic merge patches

@@ -6,6 +6,7 @@ mod http;
 mod log;
 mod openapi;
 mod printers;
+mod protobuf;
 mod resources;
 mod table;
 mod watch;
