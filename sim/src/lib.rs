@@ -15,7 +15,9 @@
 //! - CRD `x-kubernetes-validations` (CEL) rules are not evaluated.
 //! - Reads always see the latest state: a `resourceVersion` on GET or list is not used to
 //!   serve an older snapshot (paged lists do keep the snapshot of their first page).
-//! - No authentication, authorization or admission webhooks.
+//! - No authentication or admission webhooks, and every request is authorized:
+//!   `authorization.k8s.io/v1` access reviews answer `allowed: true` and rules reviews one
+//!   rule allowing everything, as kube-apiserver's `AlwaysAllow` authorizer does.
 
 pub mod config;
 pub mod controllers;

@@ -676,3 +676,53 @@ async fn kubectl_create_generators_send_protobuf_that_the_simulation_decodes() {
     assert!(err.contains("Job (batch/v1)"), "{err}");
     sim.shutdown().await;
 }
+
+/// kube-sim authorizes everything, and answers access and rules reviews that way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_can_i_is_always_yes() {
+    let sim = Sim::start(SimConfig::default())
+        .await
+        .expect("simulation starts");
+    let k = Kubectl::new(&sim);
+
+    let out = k.ok(&["auth", "can-i", "create", "pods"]).await;
+    assert_eq!(out.trim(), "yes");
+    let out = k
+        .ok(&[
+            "auth",
+            "can-i",
+            "delete",
+            "secrets",
+            "-n",
+            "kube-system",
+            "--as=bob",
+        ])
+        .await;
+    assert_eq!(out.trim(), "yes");
+    let out = k.ok(&["auth", "can-i", "get", "/healthz"]).await;
+    assert_eq!(out.trim(), "yes");
+
+    // One rule allows every verb on every resource, one every non-resource URL.
+    let out = k.ok(&["auth", "can-i", "--list"]).await;
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[1], ["*.*", "[]", "[]", "[*]"], "{out}");
+    assert_eq!(rows[2], ["[*]", "[]", "[*]"], "{out}");
+
+    let out = k
+        .ok(&[
+            "api-resources",
+            "--api-group=authorization.k8s.io",
+            "-o",
+            "name",
+        ])
+        .await;
+    assert!(
+        out.lines()
+            .any(|l| l == "selfsubjectaccessreviews.authorization.k8s.io"),
+        "{out}"
+    );
+    sim.shutdown().await;
+}

@@ -1,6 +1,7 @@
 //! The built-in kinds accepted in protobuf, and the JSON fields of their messages.
 
 use chrono::{DateTime, SecondsFormat};
+use k8s_pb::api::authorization::v1 as authorization;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::api::policy::v1 as policy;
 use k8s_pb::api::rbac::v1 as rbac;
@@ -33,6 +34,18 @@ pub(super) fn decode(api_version: &str, kind: &str, raw: &[u8]) -> Option<Result
         }
         ("scheduling.k8s.io/v1", "PriorityClass") => as_json::<scheduling::PriorityClass>,
         ("policy/v1", "PodDisruptionBudget") => as_json::<policy::PodDisruptionBudget>,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => {
+            as_json::<authorization::SelfSubjectAccessReview>
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => {
+            as_json::<authorization::SelfSubjectRulesReview>
+        }
+        ("authorization.k8s.io/v1", "SubjectAccessReview") => {
+            as_json::<authorization::SubjectAccessReview>
+        }
+        ("authorization.k8s.io/v1", "LocalSubjectAccessReview") => {
+            as_json::<authorization::LocalSubjectAccessReview>
+        }
         _ => return None,
     };
     Some(decode(raw))
@@ -74,6 +87,13 @@ impl ToJson for meta::FieldsV1 {
             .as_deref()
             .and_then(|raw| serde_json::from_slice(raw).ok())
             .unwrap_or(Value::Null)
+    }
+}
+
+/// `authorizationv1.ExtraValue`: a plain list of strings in JSON.
+impl ToJson for authorization::ExtraValue {
+    fn value(&self) -> Value {
+        self.items.value()
     }
 }
 
@@ -143,4 +163,23 @@ messages! {
         observed_generation, disrupted_pods, disruptions_allowed: ptr, current_healthy: ptr,
         desired_healthy: ptr, expected_pods: ptr, conditions,
     }
+
+    // Reviews are answered by the server, so the status a client sends is not read.
+    authorization::SelfSubjectAccessReview { metadata, spec }
+    authorization::SelfSubjectAccessReviewSpec { resource_attributes, non_resource_attributes }
+    authorization::SelfSubjectRulesReview { metadata, spec }
+    authorization::SelfSubjectRulesReviewSpec { namespace }
+    authorization::SubjectAccessReview { metadata, spec }
+    authorization::LocalSubjectAccessReview { metadata, spec }
+    authorization::SubjectAccessReviewSpec {
+        resource_attributes, non_resource_attributes, user, groups, extra, uid,
+    }
+    authorization::ResourceAttributes {
+        namespace, verb, group, version, resource, subresource, name, field_selector,
+        label_selector,
+    }
+    authorization::NonResourceAttributes { path, verb }
+    authorization::FieldSelectorAttributes { raw_selector, requirements }
+    authorization::LabelSelectorAttributes { raw_selector, requirements }
+    meta::FieldSelectorRequirement { key, operator, values }
 }
