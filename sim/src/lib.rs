@@ -9,9 +9,11 @@
 //!   and other kinds get 415 naming the kind. CBOR bodies get 415. Responses are always
 //!   JSON.
 //! - Discovery is the legacy form only; kubectl falls back to it from aggregated discovery.
-//! - `/openapi/v3` is a stub without schemas: enough for kubectl's server-side field
-//!   validation check, not for `kubectl explain`; kubectl builds strategic merge patches
-//!   from its compiled-in types, as it does against any server without schemas.
+//! - `/openapi/v3` documents have schemas for custom resources only (from each CRD
+//!   version's `openAPIV3Schema`, with brief `meta/v1` metadata schemas): `kubectl explain`
+//!   works for custom resources, not for built-in kinds. Patch operations carry no request
+//!   body, so kubectl builds strategic merge patches from its compiled-in types, as it does
+//!   against any server without schemas.
 //! - CRD `x-kubernetes-validations` (CEL) rules are not evaluated.
 //! - Reads always see the latest state: a `resourceVersion` on GET or list is not used to
 //!   serve an older snapshot (paged lists do keep the snapshot of their first page).

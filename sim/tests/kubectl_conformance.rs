@@ -726,3 +726,62 @@ async fn kubectl_auth_can_i_is_always_yes() {
     );
     sim.shutdown().await;
 }
+
+/// `kubectl explain` reads a custom resource's schema from `/openapi/v3`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explains_a_custom_resource_from_its_crd_schema() {
+    let sim = Sim::start(SimConfig::default())
+        .await
+        .expect("simulation starts");
+    let k = Kubectl::new(&sim);
+    let crd = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds/swarmpool.yaml");
+    k.ok(&["apply", "-f", &crd.to_string_lossy()]).await;
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/swarmpools.swarm.io",
+        "--timeout=30s",
+    ])
+    .await;
+
+    let out = k.ok(&["explain", "swarmpool"]).await;
+    assert!(out.contains("KIND:       SwarmPool"), "{out}");
+    assert!(
+        out.contains("SwarmPool shares a list of jobs over the workers"),
+        "{out}"
+    );
+    assert!(out.contains("metadata\t<ObjectMeta>"), "{out}");
+    assert!(out.contains("spec\t<Object> -required-"), "{out}");
+
+    let out = k.ok(&["explain", "swarmpool.spec.rollout"]).await;
+    assert!(out.contains("FIELD: rollout <Object>"), "{out}");
+    assert!(
+        out.contains("How workers whose job set changed pick up their new jobs."),
+        "{out}"
+    );
+    assert!(out.contains("handoff\t<string>"), "{out}");
+    assert!(out.contains("enum: Exclusive, Overlap"), "{out}");
+
+    let out = k.ok(&["explain", "swarmpools.spec", "--recursive"]).await;
+    for field in [
+        "jobs\t<[]string> -required-",
+        "rollout\t<Object>",
+        "    policy\t<string>",
+        "matchLabels\t<map[string]string>",
+    ] {
+        assert!(out.contains(field), "{field:?} in {out}");
+    }
+
+    // The metadata the schema refers to is in the document too.
+    let out = k.ok(&["explain", "swarmpool.metadata.labels"]).await;
+    assert!(out.contains("FIELD: labels <map[string]string>"), "{out}");
+
+    // Objects are still applied with server-side field validation.
+    let pool = k.manifest(
+        "pool.yaml",
+        "apiVersion: swarm.io/v1alpha1\nkind: SwarmPool\nmetadata: {name: p, namespace: default}\nspec: {jobs: [a], selector: {matchLabels: {app: w}}, colour: red}\n",
+    );
+    let err = k.fails(&["apply", "-f", &pool]).await;
+    assert!(err.contains("unknown field \"spec.colour\""), "{err}");
+    sim.shutdown().await;
+}
