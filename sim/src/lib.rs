@@ -3,7 +3,7 @@
 //!
 //! Start one in-process with [`Sim::start`], or run the `kube-sim` binary.
 //!
-//! Where it knowingly differs from kube-apiserver:
+//! Where it knowingly differs from kube-apiserver (`sim/README.md` has these as a table):
 //! - Request bodies in protobuf are decoded for the kinds kubectl's `create <generator>`
 //!   subcommands send, except those with a pod template (Deployment, Job, CronJob): those
 //!   and other kinds get 415 naming the kind. CBOR bodies get 415. Responses are always
