@@ -3,18 +3,23 @@
 //!
 //! Start one in-process with [`Sim::start`], or run the `kube-sim` binary.
 //!
-//! Where it knowingly differs from kube-apiserver:
-//! - Request bodies in protobuf or CBOR get 415; JSON and YAML are served. `kubectl apply`,
-//!   `create -f`, `scale`, `patch` and kube-rs send JSON; kubectl's `create <generator>`
-//!   subcommands send protobuf and fail.
+//! Where it knowingly differs from kube-apiserver (`sim/README.md` has these as a table):
+//! - Request bodies in protobuf are decoded for the kinds kubectl's `create <generator>`
+//!   subcommands send, except those with a pod template (Deployment, Job, CronJob): those
+//!   and other kinds get 415 naming the kind. CBOR bodies get 415. Responses are always
+//!   JSON.
 //! - Discovery is the legacy form only; kubectl falls back to it from aggregated discovery.
-//! - `/openapi/v3` is a stub without schemas: enough for kubectl's server-side field
-//!   validation check, not for `kubectl explain`; kubectl builds strategic merge patches
-//!   from its compiled-in types, as it does against any server without schemas.
+//! - `/openapi/v3` documents have schemas for custom resources only (from each CRD
+//!   version's `openAPIV3Schema`, with brief `meta/v1` metadata schemas): `kubectl explain`
+//!   works for custom resources, not for built-in kinds. Patch operations carry no request
+//!   body, so kubectl builds strategic merge patches from its compiled-in types, as it does
+//!   against any server without schemas.
 //! - CRD `x-kubernetes-validations` (CEL) rules are not evaluated.
 //! - Reads always see the latest state: a `resourceVersion` on GET or list is not used to
 //!   serve an older snapshot (paged lists do keep the snapshot of their first page).
-//! - No authentication, authorization or admission webhooks.
+//! - No authentication or admission webhooks, and every request is authorized:
+//!   `authorization.k8s.io/v1` access reviews answer `allowed: true` and rules reviews one
+//!   rule allowing everything, as kube-apiserver's `AlwaysAllow` authorizer does.
 
 pub mod config;
 pub mod controllers;

@@ -1,4 +1,4 @@
-//! Conformance: discovery, /version and the OpenAPI stub.
+//! Conformance: discovery, /version, `/openapi/v3` and the authorization reviews.
 
 mod api_support;
 
@@ -150,4 +150,62 @@ async fn openapi_v3_stub_lists_group_versions_with_field_validation_on_patch() {
     );
     assert_eq!(api.get("/openapi/v2").await.status, 404);
     assert_eq!(api.get("/swagger-2.0.0.pb-v1").await.status, 404);
+}
+
+#[tokio::test]
+async fn authorization_reviews_are_discovered_and_always_allow() {
+    let api = Api::start().await;
+    let groups = api.get("/apis").await;
+    assert!(
+        groups.body["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "authorization.k8s.io"),
+        "{}",
+        groups.body
+    );
+    let list = api.get("/apis/authorization.k8s.io/v1").await;
+    let review = resource(&list.body, "selfsubjectaccessreviews").expect("listed");
+    assert_eq!(review["verbs"], serde_json::json!(["create"]));
+    assert_eq!(
+        resource(&list.body, "localsubjectaccessreviews").unwrap()["namespaced"],
+        true
+    );
+
+    let spec = serde_json::json!({"resourceAttributes": {"verb": "delete", "resource": "pods"}});
+    let r = api
+        .post(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            serde_json::json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": spec}),
+        )
+        .await;
+    assert_eq!(r.status, 201);
+    assert_eq!(r.body["status"]["allowed"], true);
+    assert_eq!(r.body["spec"], spec);
+
+    let r = api
+        .post(
+            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+            serde_json::json!({"spec": {"namespace": "default"}}),
+        )
+        .await;
+    assert_eq!(r.body["kind"], "SelfSubjectRulesReview");
+    assert_eq!(
+        r.body["status"]["resourceRules"],
+        serde_json::json!([{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}])
+    );
+
+    // A local review names its namespace in the path, and its attributes must agree.
+    let r = api
+        .post(
+            "/apis/authorization.k8s.io/v1/namespaces/default/localsubjectaccessreviews",
+            serde_json::json!({"spec": {"user": "bob", "resourceAttributes": {"namespace": "other", "verb": "get"}}}),
+        )
+        .await;
+    assert_eq!(r.status, 400);
+    let r = api
+        .get("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews")
+        .await;
+    assert_eq!(r.status, 405);
 }

@@ -7,6 +7,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::ApiServer;
+use super::authorization;
 use super::http::{self, RequestContext};
 use crate::store::{ApiError, ResourceType};
 
@@ -97,9 +98,18 @@ fn groups(types: &[Arc<ResourceType>]) -> Vec<(String, Vec<String>)> {
     out
 }
 
+/// The groups of the store's types and the groups served beside the store.
+fn all_groups(api: &ApiServer) -> Vec<(String, Vec<String>)> {
+    let mut out = groups(&api.store().resource_types());
+    out.push((
+        authorization::GROUP.to_string(),
+        vec![authorization::VERSION.to_string()],
+    ));
+    out
+}
+
 pub(crate) fn api_groups(api: &ApiServer) -> Response {
-    let types = api.store().resource_types();
-    let list: Vec<Value> = groups(&types)
+    let list: Vec<Value> = all_groups(api)
         .iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, vs)| group_json(g, vs))
@@ -111,8 +121,7 @@ pub(crate) fn api_groups(api: &ApiServer) -> Response {
 }
 
 pub(crate) fn api_group(api: &ApiServer, group: &str) -> Response {
-    let types = api.store().resource_types();
-    match groups(&types)
+    match all_groups(api)
         .iter()
         .find(|(g, _)| g == group && !g.is_empty())
     {
@@ -166,6 +175,17 @@ pub(crate) fn resource_entries(t: &ResourceType) -> Vec<Value> {
 }
 
 pub(crate) fn resource_list(api: &ApiServer, group: &str, version: &str) -> Response {
+    if (group, version) == (authorization::GROUP, authorization::VERSION) {
+        return http::json_response(
+            200,
+            &json!({
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": format!("{group}/{version}"),
+                "resources": authorization::resource_entries(),
+            }),
+        );
+    }
     let types = api.store().resource_types();
     let matching: Vec<&Arc<ResourceType>> = types
         .iter()

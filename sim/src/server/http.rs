@@ -88,18 +88,21 @@ impl RequestContext {
         Ok(!values.is_empty())
     }
 
-    /// The body as JSON, or YAML when the content type says so.
+    /// The body as JSON: parsed as JSON, YAML or protobuf as the content type says.
     pub(crate) fn body_value(&self) -> Result<Value, ApiError> {
         if self.body.is_empty() {
             return Err(ApiError::bad_request("the request body is empty"));
         }
-        // Protobuf and CBOR are out of scope: 415 makes client-go retry the write as JSON.
-        if self.content_type.contains("protobuf") || self.content_type.contains("cbor") {
+        if self.content_type.contains("protobuf") {
+            return super::protobuf::decode(&self.body);
+        }
+        // CBOR is out of scope: 415 makes client-go retry the write as JSON.
+        if self.content_type.contains("cbor") {
             return Err(ApiError::new(
                 415,
                 "UnsupportedMediaType",
                 format!(
-                    "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml; got {}",
+                    "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf; got {}",
                     self.content_type
                 ),
             ));

@@ -1,11 +1,13 @@
 //! The HTTP face of the store: Kubernetes API paths, discovery, OpenAPI stub, and the
 //! `/kube-sim/v1` inspection endpoints.
 
+mod authorization;
 mod discovery;
 mod http;
 mod log;
 mod openapi;
 mod printers;
+mod protobuf;
 mod resources;
 mod table;
 mod watch;
@@ -110,6 +112,12 @@ async fn dispatch(State(api): State<Arc<ApiServer>>, req: Request) -> Response {
             http::error_response(&crate::store::ApiError::path_not_found())
         }
         ["api", "v1", rest @ ..] => resources::handle(&api, &ctx, "", "v1", rest).await,
+        [
+            "apis",
+            authorization::GROUP,
+            authorization::VERSION,
+            rest @ ..,
+        ] => authorization::handle(&ctx, rest),
         ["apis", group, version, rest @ ..] => {
             resources::handle(&api, &ctx, group, version, rest).await
         }

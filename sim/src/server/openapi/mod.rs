@@ -1,7 +1,13 @@
-//! A minimal `/openapi/v3`: one document per group-version whose paths carry a `patch`
-//! operation with `x-kubernetes-group-version-kind` and a `fieldValidation` parameter. That
-//! is what kubectl checks before it sends server-side field validation; without a request
-//! body schema it computes strategic merge patches from its compiled-in types.
+//! `/openapi/v3`: an index and one document per group-version.
+//!
+//! Paths carry a `patch` operation with `x-kubernetes-group-version-kind` and a
+//! `fieldValidation` parameter: what kubectl checks before it sends server-side field
+//! validation. They have no request body, so kubectl computes strategic merge patches from
+//! its compiled-in types rather than from the document. `components.schemas` hold the
+//! schemas of custom resources (what `kubectl explain` reads); built-in kinds have none.
+
+mod crd_schemas;
+mod meta_schemas;
 
 use std::sync::Arc;
 
@@ -52,8 +58,22 @@ fn document(types: &[&Arc<ResourceType>]) -> Value {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": GIT_VERSION},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": component_schemas(types)},
     })
+}
+
+/// The schemas of the custom resources among `types`, and the metadata they refer to.
+fn component_schemas(types: &[&Arc<ResourceType>]) -> Map<String, Value> {
+    let mut schemas = Map::new();
+    for t in types {
+        if let Some(schema) = t.schema.as_deref().filter(|_| t.is_custom()) {
+            schemas.extend(crd_schemas::schemas(t, schema));
+        }
+    }
+    if !schemas.is_empty() {
+        schemas.extend(meta_schemas::schemas());
+    }
+    schemas
 }
 
 fn hash(v: &Value) -> String {
