@@ -129,16 +129,13 @@ impl DerivedMounts {
         Ok(ledger.live_mounts(&self.namespace))
     }
 
-
     /// What the instances `uids` mounted, waiting (a few seconds at most) for the watches to
     /// see them and for their mounts to be resolved; instances never seen are left out.
     pub async fn mounts_of(&self, uids: &[String]) -> Vec<PodMounts> {
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
             let mounts = self.try_mounts().await.unwrap_or_default();
-            let all_known = uids
-                .iter()
-                .all(|uid| mounts.iter().any(|m| &m.uid == uid));
+            let all_known = uids.iter().all(|uid| mounts.iter().any(|m| &m.uid == uid));
             if all_known || tokio::time::Instant::now() >= deadline {
                 return mounts;
             }
@@ -297,11 +294,10 @@ mod tests {
     fn ledger_with(versions: &[(u64, &str)]) -> Ledger {
         let mut ledger = Ledger::default();
         for (rv, text) in versions {
-            ledger
-                .config_maps
-                .entry("cm".into())
-                .or_default()
-                .insert(*rv, Some([("config.yml".to_string(), text.to_string())].into()));
+            ledger.config_maps.entry("cm".into()).or_default().insert(
+                *rv,
+                Some([("config.yml".to_string(), text.to_string())].into()),
+            );
         }
         ledger
     }
@@ -353,7 +349,10 @@ mod tests {
         );
         let unchanged: BTreeMap<_, _> = [(
             "cm".to_string(),
-            Some((10, Some([("config.yml".to_string(), "v1".to_string())].into()))),
+            Some((
+                10,
+                Some([("config.yml".to_string(), "v1".to_string())].into()),
+            )),
         )]
         .into();
         ledger.resolve("a", &unchanged);
@@ -374,7 +373,11 @@ mod tests {
         kept.metadata.resource_version = Some("26".into());
         ledger.pod_event(Event::InitApply(kept));
         ledger.pod_event(Event::InitDone);
-        let live: Vec<String> = ledger.live_mounts("ns").into_iter().map(|m| m.uid).collect();
+        let live: Vec<String> = ledger
+            .live_mounts("ns")
+            .into_iter()
+            .map(|m| m.uid)
+            .collect();
         assert_eq!(live, ["b"]);
     }
 }

@@ -214,12 +214,33 @@ impl Env {
 
     /// Starts the operator binary and waits until it reports ready.
     pub async fn start_operator(&mut self) {
+        let kubeconfig = self.operator_kubeconfig.clone();
+        self.start_operator_as(&kubeconfig, &[]).await;
+    }
+
+    /// Starts the operator binary with `kubeconfig` and `extra_args` (after `run`), and
+    /// waits until it reports ready.
+    pub async fn start_operator_as(&mut self, kubeconfig: &Path, extra_args: &[&str]) {
         assert!(self.operator.is_none(), "an operator is already running");
         let log = self.scratch(&format!("operator-{}.log", self.operator_logs.len() + 1));
-        let mut operator = Operator::spawn(&self.operator_kubeconfig, &log);
+        let mut operator = Operator::spawn(kubeconfig, extra_args, &log);
         self.operator_logs.push(log);
         operator.wait_ready(&self.http).await;
         self.operator = Some(operator);
+    }
+
+    /// A kubeconfig that acts as ServiceAccount `namespace/account`: a token of it on a real
+    /// cluster; the simulation's own kubeconfig on kube-sim, which has no authentication.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, account: &str) -> PathBuf {
+        match &self.real {
+            Some(cluster) => {
+                let out = self.scratch(&format!("{namespace}-{account}.kubeconfig"));
+                cluster
+                    .service_account_kubeconfig(&self.kubectl, namespace, account, &out)
+                    .await
+            }
+            None => self.kubeconfig.clone(),
+        }
     }
 
     /// Kills the operator with SIGKILL (no graceful shutdown), as a crash would.
@@ -379,7 +400,9 @@ impl Drop for Env {
         let failure = if std::thread::panicking() {
             None
         } else {
-            self.duplicates.failure().or_else(|| self.forbidden_requests())
+            self.duplicates
+                .failure()
+                .or_else(|| self.forbidden_requests())
         };
         if !std::thread::panicking() && failure.is_none() {
             return;

@@ -19,9 +19,9 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Starts `swarm-operator run` with `KUBECONFIG=kubeconfig`, its health endpoints on a free
-    /// loopback port, and everything it prints appended to `log`.
-    pub fn spawn(kubeconfig: &Path, log: &Path) -> Operator {
+    /// Starts `swarm-operator run [extra_args]` with `KUBECONFIG=kubeconfig`, its health
+    /// endpoints on a free loopback port, and everything it prints appended to `log`.
+    pub fn spawn(kubeconfig: &Path, extra_args: &[&str], log: &Path) -> Operator {
         let http_addr = free_loopback_addr();
         let out = File::options()
             .create(true)
@@ -31,6 +31,7 @@ impl Operator {
         let err = out.try_clone().expect("duplicate the log file handle");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
             .args(["run", "--http-addr", &http_addr.to_string()])
+            .args(extra_args)
             .env("KUBECONFIG", kubeconfig)
             .env("NO_COLOR", "1")
             .env(

@@ -86,14 +86,7 @@ impl RealCluster {
         out: &Path,
     ) -> PathBuf {
         let token = kubectl
-            .ok(&[
-                "-n",
-                namespace,
-                "create",
-                "token",
-                account,
-                "--duration=2h",
-            ])
+            .ok(&["-n", namespace, "create", "token", account, "--duration=2h"])
             .await;
         let mut config = Kubeconfig::read_from(&self.kubeconfig).unwrap_or_else(|e| {
             panic!("cannot read kubeconfig {}: {e}", self.kubeconfig.display())
@@ -108,7 +101,11 @@ impl RealCluster {
             named.auth_info = Some(auth.clone());
         }
         config.auth_infos.truncate(1);
-        for context in config.contexts.iter_mut().filter_map(|c| c.context.as_mut()) {
+        for context in config
+            .contexts
+            .iter_mut()
+            .filter_map(|c| c.context.as_mut())
+        {
             context.user = Some(user.clone());
         }
         let yaml = serde_yaml::to_string(&config).expect("kubeconfig as YAML");

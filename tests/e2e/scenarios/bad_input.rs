@@ -180,6 +180,40 @@ fn namespace_documents(env: &Env) -> Vec<Value> {
         .collect()
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_policy_none_with_exclusive_handoff_is_refused_with_what_to_set() {
+    let mut env = Env::start("invalid-rollout").await;
+    let workers = install_workers(&mut env).await;
+    let mut pool = env.example.pool().clone();
+    pool["spec"]["rollout"] = json!({"policy": "None"});
+    let mark = env.request_mark().await;
+    if env.is_sim() {
+        // kube-sim does not evaluate the CRD's CEL rule (sim/README.md): the operator's own
+        // validation refuses the pool.
+        let failed = apply_failing(&env, "pool-policy-none.yaml", &[pool], &workers).await;
+        assert_failed(&env, &failed, "InvalidRollout", mark).await;
+        let ready = failed.condition("Ready").expect("Ready condition");
+        assert!(
+            str_at(ready, "/message").contains("Overlap"),
+            "the condition says what to set: {ready}"
+        );
+    } else {
+        // A real API server evaluates the CRD's CEL rule: the apply itself is refused.
+        let out = env.apply_output("pool-policy-none.yaml", &[pool]).await;
+        assert!(
+            !out.success
+                && out.stderr.contains("is invalid")
+                && out
+                    .stderr
+                    .contains("rollout.policy None needs rollout.handoff Overlap"),
+            "the CRD's validation rule refuses the pool and says what to set: {}",
+            out.stderr
+        );
+        assert!(env.pool().await.is_none(), "nothing was stored");
+        assert_no_config_map_write_or_pod_delete(&env, mark).await;
+    }
+}
+
 /// Installs the CRDs, starts the operator, applies the example namespace and worker
 /// StatefulSet, and waits for its pods to be Ready; returns their uids by name.
 async fn install_workers(env: &mut Env) -> BTreeMap<String, String> {

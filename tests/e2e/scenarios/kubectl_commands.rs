@@ -26,12 +26,22 @@ async fn create_explain_and_auth_can_i_work_as_on_any_cluster() {
         .await
         .expect("kubectl create configmap created it");
     assert_eq!(
-        created.data.unwrap_or_default().get("owner").map(String::as_str),
+        created
+            .data
+            .unwrap_or_default()
+            .get("owner")
+            .map(String::as_str),
         Some("streaming-team")
     );
 
     let explained = env.kubectl.ok(&["explain", "swarmpool.spec.rollout"]).await;
-    for expected in ["KIND:", "SwarmPool", "FIELD: rollout", "handoff", "Exclusive"] {
+    for expected in [
+        "KIND:",
+        "SwarmPool",
+        "FIELD: rollout",
+        "handoff",
+        "Exclusive",
+    ] {
         assert!(
             explained.contains(expected),
             "kubectl explain swarmpool.spec.rollout prints {expected:?}:\n{explained}"
@@ -49,7 +59,8 @@ async fn create_explain_and_auth_can_i_work_as_on_any_cluster() {
 
     if !env.is_sim() {
         // RBAC as the operator's ServiceAccount sees it: what deploy/ grants, and no more.
-        let operator = format!("--as=system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}");
+        let operator =
+            format!("--as=system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}");
         for (verb, resource, expected) in [
             ("patch", "swarmpools/status", "yes"),
             ("delete", "pods", "yes"),
