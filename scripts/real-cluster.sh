@@ -56,7 +56,7 @@ build() {
     if ! (
         cd "${repo_root}/hack/${module}" &&
             GOMODCACHE="${cache_root}/gomod" GOCACHE="${cache_root}/gocache" \
-                GOFLAGS=-mod=readonly GOTOOLCHAIN=local CGO_ENABLED=0 \
+                GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0 \
                 go build -trimpath -pgo=off -tags selinux,notest -ldflags "${ldflags}" \
                 -o "${out}.partial/" "$@"
     ) >"${log}" 2>&1; then

@@ -15,10 +15,23 @@ pub enum Inspector {
     Real {
         mounts: DerivedMounts,
         cluster: RealCluster,
+        /// The audit log is the cluster's: the requests before this environment's start
+        /// (earlier scenarios') are not its own.
+        skip: usize,
     },
 }
 
 impl Inspector {
+    /// The inspector of a real cluster, counting only the requests made from now on.
+    pub fn real(cluster: RealCluster, mounts: DerivedMounts) -> Inspector {
+        let skip = cluster.operator_requests().map_or(0, |r| r.len());
+        Inspector::Real {
+            mounts,
+            cluster,
+            skip,
+        }
+    }
+
     /// Every live pod instance whose mounts are known, with failures returned.
     pub async fn try_mounts(&self) -> Result<Vec<PodMounts>, String> {
         match self {
@@ -46,7 +59,7 @@ impl Inspector {
                     .filter(RequestRecord::is_from_operator)
                     .collect(),
             ),
-            Inspector::Real { cluster, .. } => cluster.operator_requests(),
+            Inspector::Real { cluster, skip, .. } => own_requests(cluster, *skip),
         }
     }
 
@@ -55,7 +68,17 @@ impl Inspector {
     pub fn operator_requests_blocking(&self) -> Option<Vec<RequestRecord>> {
         match self {
             Inspector::Sim(sim) => sim.operator_requests_blocking(),
-            Inspector::Real { cluster, .. } => cluster.operator_requests(),
+            Inspector::Real { cluster, skip, .. } => own_requests(cluster, *skip),
         }
     }
+}
+
+fn own_requests(cluster: &RealCluster, skip: usize) -> Option<Vec<RequestRecord>> {
+    Some(
+        cluster
+            .operator_requests()?
+            .into_iter()
+            .skip(skip)
+            .collect(),
+    )
 }

@@ -137,10 +137,10 @@ impl Env {
                 let operator_kubeconfig =
                     operator_identity(cluster, &kubectl, &dir.path().join("operator.kubeconfig"))
                         .await;
-                let inspector = Inspector::Real {
-                    mounts: DerivedMounts::start(client.clone(), &example.namespace()),
-                    cluster: cluster.clone(),
-                };
+                let inspector = Inspector::real(
+                    cluster.clone(),
+                    DerivedMounts::start(client.clone(), &example.namespace()),
+                );
                 (inspector, operator_kubeconfig)
             }
             (None, None) => unreachable!("either a simulation or a real cluster"),

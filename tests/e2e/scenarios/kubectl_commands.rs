@@ -61,21 +61,32 @@ async fn create_explain_and_auth_can_i_work_as_on_any_cluster() {
         // RBAC as the operator's ServiceAccount sees it: what deploy/ grants, and no more.
         let operator =
             format!("--as=system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_ACCOUNT}");
-        for (verb, resource, expected) in [
-            ("patch", "swarmpools/status", "yes"),
-            ("delete", "pods", "yes"),
-            ("update", "swarmpools", "no"),
-            ("delete", "configmaps", "no"),
-            ("get", "secrets", "no"),
+        for (verb, resource, subresource, expected) in [
+            ("patch", "swarmpools", "status", "yes"),
+            ("delete", "pods", "", "yes"),
+            ("update", "swarmpools", "", "no"),
+            ("patch", "swarmpools", "", "no"),
+            ("delete", "configmaps", "", "no"),
+            ("get", "secrets", "", "no"),
         ] {
+            let subresource = format!("--subresource={subresource}");
             let answer = env
                 .kubectl
-                .run(&["auth", "can-i", verb, resource, "-n", &namespace, &operator])
+                .run(&[
+                    "auth",
+                    "can-i",
+                    verb,
+                    resource,
+                    &subresource,
+                    "-n",
+                    &namespace,
+                    &operator,
+                ])
                 .await;
             assert_eq!(
                 answer.stdout.trim(),
                 expected,
-                "can the operator {verb} {resource}? {answer:?}"
+                "can the operator {verb} {resource} ({subresource})? {answer:?}"
             );
         }
     } else {
