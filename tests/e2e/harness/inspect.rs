@@ -2,6 +2,8 @@
 //! operator made. The simulation records both; on a real cluster the first is derived from
 //! the API's history and the second read from the API server's audit log.
 
+use std::sync::Arc;
+
 use super::derived_mounts::DerivedMounts;
 use super::real_cluster::RealCluster;
 use super::sim_inspect::{PodMounts, RequestRecord, SimInspector};
@@ -12,31 +14,46 @@ pub enum Inspector {
     /// kube-sim's inspection endpoints.
     Sim(SimInspector),
     /// A real cluster: derived mounts, and its audit log if it keeps one.
-    Real {
-        mounts: DerivedMounts,
-        cluster: RealCluster,
-        /// The audit log is the cluster's: the requests before this environment's start
-        /// (earlier scenarios') are not its own.
-        skip: usize,
-    },
+    Real(Arc<RealInspector>),
+}
+
+/// What a real cluster shows of one environment.
+pub struct RealInspector {
+    mounts: DerivedMounts,
+    cluster: RealCluster,
+    /// The audit log is the cluster's: the requests before this environment's start (earlier
+    /// scenarios') are not its own.
+    skip: usize,
+}
+
+impl RealInspector {
+    fn operator_requests(&self) -> Option<Vec<RequestRecord>> {
+        Some(
+            self.cluster
+                .operator_requests()?
+                .into_iter()
+                .skip(self.skip)
+                .collect(),
+        )
+    }
 }
 
 impl Inspector {
     /// The inspector of a real cluster, counting only the requests made from now on.
     pub fn real(cluster: RealCluster, mounts: DerivedMounts) -> Inspector {
         let skip = cluster.operator_requests().map_or(0, |r| r.len());
-        Inspector::Real {
+        Inspector::Real(Arc::new(RealInspector {
             mounts,
             cluster,
             skip,
-        }
+        }))
     }
 
     /// Every live pod instance whose mounts are known, with failures returned.
     pub async fn try_mounts(&self) -> Result<Vec<PodMounts>, String> {
         match self {
             Inspector::Sim(sim) => sim.try_mounts().await,
-            Inspector::Real { mounts, .. } => mounts.try_mounts().await,
+            Inspector::Real(real) => real.mounts.try_mounts().await,
         }
     }
 
@@ -45,7 +62,7 @@ impl Inspector {
     pub async fn mounts_of(&self, uids: &[String]) -> Vec<PodMounts> {
         match self {
             Inspector::Sim(sim) => sim.mounts().await,
-            Inspector::Real { mounts, .. } => mounts.mounts_of(uids).await,
+            Inspector::Real(real) => real.mounts.mounts_of(uids).await,
         }
     }
 
@@ -59,7 +76,7 @@ impl Inspector {
                     .filter(RequestRecord::is_from_operator)
                     .collect(),
             ),
-            Inspector::Real { cluster, skip, .. } => own_requests(cluster, *skip),
+            Inspector::Real(real) => real.operator_requests(),
         }
     }
 
@@ -68,17 +85,7 @@ impl Inspector {
     pub fn operator_requests_blocking(&self) -> Option<Vec<RequestRecord>> {
         match self {
             Inspector::Sim(sim) => sim.operator_requests_blocking(),
-            Inspector::Real { cluster, skip, .. } => own_requests(cluster, *skip),
+            Inspector::Real(real) => real.operator_requests(),
         }
     }
-}
-
-fn own_requests(cluster: &RealCluster, skip: usize) -> Option<Vec<RequestRecord>> {
-    Some(
-        cluster
-            .operator_requests()?
-            .into_iter()
-            .skip(skip)
-            .collect(),
-    )
 }
