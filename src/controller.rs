@@ -27,6 +27,7 @@ use tracing::{debug, info, instrument, warn};
 
 use crate::Error;
 use crate::crd::SwarmPool;
+use crate::fenced_write;
 use crate::http::HttpState;
 use crate::metrics::Metrics;
 use crate::planner::handoff::HANDOFF_ANNOTATION;
@@ -418,17 +419,13 @@ async fn reconcile_pool(
         }
         if let Some(desired) = plan.apply.take() {
             let unresolved = planner::records_unresolved(&desired);
-            let applied = config_maps
-                .patch(
-                    &cm_name,
-                    &PatchParams::apply(FIELD_MANAGER).force(),
-                    &Patch::Apply(&desired),
-                )
-                .await
-                .map_err(|source| Error::ApplyConfigMap {
-                    name: cm_name.clone(),
-                    source,
-                })?;
+            let applied =
+                fenced_write::write_config_map(&config_maps, config_map.as_ref(), desired)
+                    .await
+                    .map_err(|source| Error::ApplyConfigMap {
+                        name: cm_name.clone(),
+                        source,
+                    })?;
             ctx.metrics.config_writes.inc();
             ctx.metrics.granted(&plan.granted_after_seconds);
             info!(

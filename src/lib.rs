@@ -11,6 +11,7 @@ pub mod cli;
 pub mod conditions;
 pub mod controller;
 pub mod crd;
+pub mod fenced_write;
 pub mod http;
 pub mod metrics;
 pub mod planner;

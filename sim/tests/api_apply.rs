@@ -282,3 +282,34 @@ async fn non_forced_apply_of_another_managers_holder_is_conflict() {
     let got = api.get(&format!("{LEASES}/leader")).await;
     assert_eq!(got.body["spec"]["holderIdentity"], "a");
 }
+
+#[tokio::test]
+async fn apply_with_a_resource_version_is_a_precondition_on_update_and_ignored_on_create() {
+    // As kube-apiserver 1.37 answers: an apply that creates ignores metadata.resourceVersion;
+    // an apply to an existing object with a stale one is a 409 Conflict, even when forced.
+    let api = Api::start().await;
+    let mut with_rv = cm(json!({"x": "1"}));
+    with_rv["metadata"]["resourceVersion"] = json!("12345");
+    let created = api
+        .patch(&format!("{CM}/c?fieldManager=a&force=true"), APPLY, with_rv)
+        .await;
+    assert_eq!(created.status, 201, "{}", created.body);
+    let current = created.body["metadata"]["resourceVersion"].clone();
+
+    let mut stale = cm(json!({"x": "2"}));
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let refused = api
+        .patch(&format!("{CM}/c?fieldManager=a&force=true"), APPLY, stale)
+        .await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert_eq!(refused.body["reason"], "Conflict");
+    assert_eq!(api.get(&format!("{CM}/c")).await.body["data"]["x"], "1");
+
+    let mut fresh = cm(json!({"x": "3"}));
+    fresh["metadata"]["resourceVersion"] = current;
+    let applied = api
+        .patch(&format!("{CM}/c?fieldManager=a&force=true"), APPLY, fresh)
+        .await;
+    assert_eq!(applied.status, 200, "{}", applied.body);
+    assert_eq!(applied.body["data"]["x"], "3");
+}

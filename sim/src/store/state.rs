@@ -653,12 +653,15 @@ impl State {
         }
         let hints = self.hints(rt);
         let cur = self.stored(rt, ns, name).cloned();
-        let rv = meta::resource_version(&config);
+        let rv = meta::resource_version(&config).to_string();
         if !rv.is_empty() {
             match &cur {
                 Some(c) if meta::resource_version(c) == rv => {}
                 Some(_) => return Err(ApiError::stale(rt, name)),
-                None => return Err(ApiError::not_found(rt, name)),
+                // An apply that creates ignores it, as kube-apiserver does.
+                None => {
+                    meta::meta_mut(&mut config).remove("resourceVersion");
+                }
             }
         }
         let api_version = rt.api_version();
