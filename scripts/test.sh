@@ -46,9 +46,10 @@ if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; th
     trap 'scripts/real-cluster.sh down "${cluster_dir}" || true' EXIT
     real_status=0
     if scripts/real-cluster.sh up "${cluster_dir}"; then
-        echo "test.sh: cargo test --test e2e on the real control plane"
+        # --workspace: the first tier's feature set, so nothing is compiled again.
+        echo "test.sh: cargo test --workspace --test e2e on the real control plane"
         SWARM_E2E_KUBECONFIG="${cluster_dir}/kubeconfig" \
-            cargo test --locked --test e2e --no-fail-fast || real_status=$?
+            cargo test --workspace --locked --test e2e --no-fail-fast || real_status=$?
     else
         real_status=$?
         echo "test.sh: the real control plane did not start (logs in ${cluster_dir}/logs)" >&2

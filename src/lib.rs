@@ -13,6 +13,7 @@ pub mod controller;
 pub mod crd;
 pub mod fenced_write;
 pub mod http;
+pub mod leader;
 pub mod metrics;
 pub mod planner;
 pub mod rollout;

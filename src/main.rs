@@ -12,11 +12,12 @@ use clap::{Args, Parser, Subcommand};
 use prometheus_client::registry::Registry;
 use swarm_operator::cli::plan::{self, PlanArgs};
 use swarm_operator::http::HttpState;
+use swarm_operator::leader::{self, LeaseConfig};
 use swarm_operator::metrics::Metrics;
 use swarm_operator::telemetry::{self, LogFormat};
 use swarm_operator::{controller, crd, http};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// Shares a SwarmPool's jobs over the workers of a StatefulSet, each job on exactly one worker.
 #[derive(Parser, Debug)]
@@ -53,6 +54,21 @@ struct RunArgs {
     /// Address of the /healthz, /readyz and /metrics endpoints.
     #[arg(long, default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Run as one of several replicas: only the holder of a Lease reconciles, the others
+    /// stand by to take over.
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease [default: the client's namespace; in a cluster,
+    /// the operator's own].
+    #[arg(long, value_name = "NS")]
+    leader_elect_namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, value_name = "NAME", default_value = "swarm-operator")]
+    leader_elect_lease_name: String,
+    /// Seconds the lease stays valid after its last renewal: a standby takes over this long
+    /// after a leader stops renewing it (at once when a leader shuts down).
+    #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..))]
+    leader_elect_lease_duration: u64,
 }
 
 fn main() -> ExitCode {
@@ -147,16 +163,61 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             info!("shutdown requested; finishing running reconciles");
             let _ = stop.send(true);
         });
-        let server = http::serve(listener, state.clone(), until(stopped.clone()));
+        let server = tokio::spawn(http::serve(listener, state.clone(), until(stopped.clone())));
+
+        let leadership = if args.leader_elect {
+            let lease = LeaseConfig {
+                namespace: args
+                    .leader_elect_namespace
+                    .unwrap_or_else(|| client.default_namespace().to_owned()),
+                name: args.leader_elect_lease_name,
+                identity: leader::default_identity(),
+                duration: Duration::from_secs(args.leader_elect_lease_duration),
+            };
+            // A standby is ready: it can take over (and a PodDisruptionBudget counts it).
+            state.set_ready();
+            tokio::select! {
+                acquired = leader::acquire(client.clone(), &lease) => {
+                    Some(acquired.context("leader election")?)
+                }
+                () = until(stopped.clone()) => {
+                    info!("stopped while standing by");
+                    return Ok(());
+                }
+            }
+        } else {
+            None
+        };
+
         let controller =
             controller::run(client, args.namespace, metrics, state, until(stopped.clone()));
+        let controller = async move {
+            let Some(mut leadership) = leadership else {
+                return controller.await;
+            };
+            tokio::select! {
+                () = controller => leadership.release().await,
+                () = leadership.lost() => {
+                    // Exit rather than stop gracefully: nothing of this replica may be
+                    // written any more (what was already decided is fenced).
+                    error!("lost the lease to another replica; exiting at once");
+                    std::process::exit(1);
+                }
+            }
+        };
+        let server = async move {
+            server
+                .await
+                .context("the HTTP server task")?
+                .context("serving HTTP")
+        };
         let deadline = async {
             until(stopped).await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
         };
         tokio::select! {
             (served, ()) = async { tokio::join!(server, controller) } => {
-                served.context("serving HTTP")?;
+                served?;
                 info!("stopped");
             }
             () = deadline => {

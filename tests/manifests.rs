@@ -113,11 +113,11 @@ fn sorted(mut rules: Vec<PolicyRule>) -> Vec<PolicyRule> {
 #[test]
 fn cluster_and_namespaced_installs_grant_the_same_rules() {
     let cluster: ClusterRole = document("deploy/rbac/cluster_role.yaml", "ClusterRole");
+    let leader_election: Role = document("deploy/rbac/leader_election_role.yaml", "Role");
     let namespaced: Role = document("deploy/overlays/namespaced/role.yaml", "Role");
-    assert_eq!(
-        sorted(cluster.rules.unwrap()),
-        sorted(namespaced.rules.unwrap())
-    );
+    let mut expected = cluster.rules.unwrap();
+    expected.extend(leader_election.rules.unwrap());
+    assert_eq!(sorted(expected), sorted(namespaced.rules.unwrap()));
 }
 
 #[test]
@@ -146,9 +146,37 @@ fn rbac_grants_no_write_beyond_what_the_controller_does() {
 fn the_operator_runs_under_the_restricted_pod_security_profile_with_probes() {
     let deployment: Deployment = document("deploy/manager/deployment.yaml", "Deployment");
     let spec = deployment.spec.unwrap();
-    assert_eq!(spec.replicas, Some(1));
-    assert_eq!(spec.strategy.unwrap().type_.as_deref(), Some("Recreate"));
+    // Highly available: two replicas, one leading, never both down on an upgrade.
+    assert_eq!(spec.replicas, Some(2));
+    let strategy = spec.strategy.unwrap();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    assert_eq!(
+        strategy.rolling_update.unwrap().max_unavailable,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0))
+    );
     let pod = spec.template.spec.unwrap();
+    assert!(
+        pod.containers[0]
+            .args
+            .as_ref()
+            .unwrap()
+            .contains(&"--leader-elect".to_owned()),
+        "the replicas elect a leader"
+    );
+    let budget: k8s_openapi::api::policy::v1::PodDisruptionBudget = document(
+        "deploy/manager/pod_disruption_budget.yaml",
+        "PodDisruptionBudget",
+    );
+    let budget = budget.spec.unwrap();
+    assert_eq!(
+        budget.min_available,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
+    assert_eq!(
+        budget.selector.unwrap().match_labels,
+        spec.selector.match_labels,
+        "the budget covers the operator's pods"
+    );
     let pod_security = pod.security_context.unwrap();
     assert_eq!(pod_security.run_as_non_root, Some(true));
     assert_eq!(pod_security.run_as_user, Some(65532));

@@ -13,6 +13,7 @@ pub mod real_cluster;
 pub mod sim_inspect;
 pub mod worker_config;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -72,6 +73,8 @@ pub struct Env {
     /// The example manifests.
     pub example: Example,
     operator: Option<Operator>,
+    /// Further operator processes, by identity (leader election).
+    replicas: BTreeMap<String, Operator>,
     operator_logs: Vec<PathBuf>,
     /// Samples what every live pod runs for the whole scenario.
     duplicates: DuplicateWatch,
@@ -164,6 +167,7 @@ impl Env {
             kubectl,
             example,
             operator: None,
+            replicas: BTreeMap::new(),
             operator_logs: Vec::new(),
             duplicates,
             _serial: serial,
@@ -223,10 +227,42 @@ impl Env {
     pub async fn start_operator_as(&mut self, kubeconfig: &Path, extra_args: &[&str]) {
         assert!(self.operator.is_none(), "an operator is already running");
         let log = self.scratch(&format!("operator-{}.log", self.operator_logs.len() + 1));
-        let mut operator = Operator::spawn(kubeconfig, extra_args, &log);
+        let mut operator = Operator::spawn(kubeconfig, extra_args, "swarm-operator-e2e", &log);
         self.operator_logs.push(log);
         operator.wait_ready(&self.http).await;
         self.operator = Some(operator);
+    }
+
+    /// Starts a replica of the operator named `identity` (its `POD_NAME`) with `extra_args`,
+    /// as the install's ServiceAccount, and waits until it reports ready.
+    pub async fn start_replica(&mut self, identity: &str, extra_args: &[&str]) {
+        assert!(
+            !self.replicas.contains_key(identity),
+            "replica {identity} is already running"
+        );
+        let log = self.scratch(&format!("operator-{identity}.log"));
+        let mut operator = Operator::spawn(&self.operator_kubeconfig, extra_args, identity, &log);
+        self.operator_logs.push(log);
+        operator.wait_ready(&self.http).await;
+        self.replicas.insert(identity.to_owned(), operator);
+    }
+
+    /// Kills replica `identity` with SIGKILL, as a crash or a lost node would.
+    pub async fn kill_replica(&mut self, identity: &str) {
+        let mut operator = self
+            .replicas
+            .remove(identity)
+            .unwrap_or_else(|| panic!("no replica {identity} is running"));
+        operator.kill().await;
+    }
+
+    /// Fails the test if replica `identity` has exited.
+    pub fn assert_replica_running(&mut self, identity: &str) {
+        let running = self
+            .replicas
+            .get_mut(identity)
+            .is_some_and(Operator::is_running);
+        assert!(running, "replica {identity} exited; see its log below");
     }
 
     /// A kubeconfig that acts as ServiceAccount `namespace/account`: a token of it on a real

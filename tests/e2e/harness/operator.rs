@@ -19,9 +19,10 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Starts `swarm-operator run [extra_args]` with `KUBECONFIG=kubeconfig`, its health
-    /// endpoints on a free loopback port, and everything it prints appended to `log`.
-    pub fn spawn(kubeconfig: &Path, extra_args: &[&str], log: &Path) -> Operator {
+    /// Starts `swarm-operator run [extra_args]` with `KUBECONFIG=kubeconfig` and
+    /// `POD_NAME=pod_name` (its identity, as in a cluster), its health endpoints on a free
+    /// loopback port, and everything it prints appended to `log`.
+    pub fn spawn(kubeconfig: &Path, extra_args: &[&str], pod_name: &str, log: &Path) -> Operator {
         let http_addr = free_loopback_addr();
         let out = File::options()
             .create(true)
@@ -33,6 +34,7 @@ impl Operator {
             .args(["run", "--http-addr", &http_addr.to_string()])
             .args(extra_args)
             .env("KUBECONFIG", kubeconfig)
+            .env("POD_NAME", pod_name)
             .env("NO_COLOR", "1")
             .env(
                 "RUST_LOG",

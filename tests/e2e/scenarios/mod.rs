@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod deploy;
+mod failover;
 mod handoff;
 mod install;
 mod job_edits;

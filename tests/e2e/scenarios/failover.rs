@@ -1,0 +1,117 @@
+//! High availability: two replicas elect a leader through a Lease; the leader is killed with
+//! SIGKILL in the middle of a handoff, and the standby takes over and completes it, without a
+//! pod deleted twice and without a job ever on two live pods (the duplicate watch).
+
+use std::time::Duration;
+
+use super::scale;
+use crate::harness::observe::{assert_invariants, balanced, operator_pod_deletes, wait_for};
+use crate::harness::poll::eventually_within;
+use crate::harness::{Env, SimSpeed};
+
+/// Slow enough that the handoff is still under way when the leader is killed.
+const SLOW: SimSpeed = SimSpeed {
+    time_scale: 0.1,
+    pod_ready_delay: Duration::from_secs(2),
+};
+/// The lease namespace: the cluster-wide install's own.
+const LEASE_NAMESPACE: &str = "swarm-system";
+const LEASE: &str = "swarm-operator";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
+    let mut env = Env::start_with("failover", SLOW).await;
+    env.install_crds().await;
+    env.kubectl
+        .ok(&["apply", "-f", "deploy/namespace.yaml"])
+        .await;
+    let args = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        LEASE_NAMESPACE,
+        "--leader-elect-lease-duration",
+        "4",
+    ];
+    env.start_replica("operator-a", &args).await;
+    wait_holder(&env, |holder| holder == "operator-a").await;
+    env.start_replica("operator-b", &args).await;
+
+    env.apply_examples().await;
+    let sts = env.example.statefulset_name();
+    let before = wait_for(&env, "Balanced over 2 workers", |o| balanced(o, 2, &sts)).await;
+    let v1 = before.config().version;
+    let mark = env.request_mark().await;
+
+    scale(&env, 3).await;
+    let mid = wait_for(&env, "a handoff in progress: jobs in transit", |o| {
+        let version = o.config.as_ref().map_or(0, |c| c.version);
+        if version <= v1 {
+            return Err(format!("still version {version}"));
+        }
+        if o.config().in_transit().is_empty() {
+            return Err("no job in transit".into());
+        }
+        Ok(())
+    })
+    .await;
+    env.kill_replica("operator-a").await;
+    eprintln!(
+        "failover: leader killed at version {} with {} jobs in transit",
+        mid.config().version,
+        mid.config().in_transit().len()
+    );
+
+    wait_holder(&env, |holder| holder == "operator-b").await;
+    let after = wait_for(&env, "the handoff completed by the new leader", |o| {
+        balanced(o, 3, &sts)
+    })
+    .await;
+    assert_invariants(&env, &after).await;
+    assert_eq!(
+        after.config().version,
+        mid.config().version + 1,
+        "the grant is the only version after the revoke: the takeover adds none"
+    );
+    match operator_pod_deletes(&env, mark).await {
+        Some(deletes) => {
+            for (pod, count) in &deletes {
+                assert_eq!(
+                    *count, 1,
+                    "{pod} deleted once across both leaders: {deletes:?}"
+                );
+            }
+        }
+        None => env.note_skipped("pod deletions in the request log"),
+    }
+    env.assert_exclusive();
+    env.assert_replica_running("operator-b");
+}
+
+/// Waits until the Lease's holder satisfies `is_expected`, as `kubectl get lease` shows it.
+async fn wait_holder(env: &Env, is_expected: impl Fn(&str) -> bool) {
+    eventually_within(
+        "the expected lease holder",
+        Duration::from_secs(60),
+        || async {
+            let out = env
+                .kubectl
+                .run(&[
+                    "-n",
+                    LEASE_NAMESPACE,
+                    "get",
+                    "lease",
+                    LEASE,
+                    "-o",
+                    "jsonpath={.spec.holderIdentity}",
+                ])
+                .await;
+            let holder = out.stdout.trim().to_owned();
+            if out.success && is_expected(&holder) {
+                Ok(())
+            } else {
+                Err(format!("holder {holder:?} ({})", out.stderr.trim()))
+            }
+        },
+    )
+    .await;
+}
