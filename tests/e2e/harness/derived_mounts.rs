@@ -69,33 +69,12 @@ impl DerivedMounts {
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let config_maps: Api<ConfigMap> = Api::namespaced(client, namespace);
-        let pod_task = {
-            let ledger = ledger.clone();
-            tokio::spawn(async move {
-                let mut events = watcher::watcher(pods, watcher::Config::default())
-                    .default_backoff()
-                    .boxed();
-                while let Some(event) = events.next().await {
-                    if let Ok(event) = event {
-                        ledger.lock().expect("ledger").pod_event(event);
-                    }
-                }
-            })
-        };
-        let config_map_task = {
-            let ledger = ledger.clone();
-            let api = config_maps.clone();
-            tokio::spawn(async move {
-                let mut events = watcher::watcher(api, watcher::Config::default())
-                    .default_backoff()
-                    .boxed();
-                while let Some(event) = events.next().await {
-                    if let Ok(event) = event {
-                        ledger.lock().expect("ledger").config_map_event(event);
-                    }
-                }
-            })
-        };
+        let pod_task = spawn_watch(pods, ledger.clone(), Ledger::pod_event);
+        let config_map_task = spawn_watch(
+            config_maps.clone(),
+            ledger.clone(),
+            Ledger::config_map_event,
+        );
         DerivedMounts {
             ledger,
             config_maps,
@@ -277,6 +256,28 @@ impl Ledger {
             })
             .collect()
     }
+}
+
+/// Feeds every event of a watch on `api` to `record` on the ledger, until aborted.
+fn spawn_watch<K>(
+    api: Api<K>,
+    ledger: Arc<Mutex<Ledger>>,
+    record: fn(&mut Ledger, Event<K>),
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
+    K::DynamicType: Default,
+{
+    tokio::spawn(async move {
+        let mut events = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            if let Ok(event) = event {
+                record(&mut ledger.lock().expect("ledger"), event);
+            }
+        }
+    })
 }
 
 /// A resourceVersion as a number (etcd's revision); 0 if it is not one.

@@ -51,6 +51,13 @@ impl SimSpeed {
         time_scale: 0.02,
         pod_ready_delay: Duration::from_secs(1),
     };
+
+    /// Slow enough that a handoff lasts seconds (the example's 10 s grace takes 1 s), so a
+    /// scenario can act while pods are still terminating.
+    pub const SLOW: SimSpeed = SimSpeed {
+        time_scale: 0.1,
+        pod_ready_delay: Duration::from_secs(2),
+    };
 }
 
 /// One scenario's cluster, kubectl, operator and scratch directory. Dropping it kills the

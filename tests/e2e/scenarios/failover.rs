@@ -9,18 +9,13 @@ use crate::harness::observe::{assert_invariants, balanced, operator_pod_deletes,
 use crate::harness::poll::eventually_within;
 use crate::harness::{Env, SimSpeed};
 
-/// Slow enough that the handoff is still under way when the leader is killed.
-const SLOW: SimSpeed = SimSpeed {
-    time_scale: 0.1,
-    pod_ready_delay: Duration::from_secs(2),
-};
 /// The lease namespace: the cluster-wide install's own.
 const LEASE_NAMESPACE: &str = "swarm-system";
 const LEASE: &str = "swarm-operator";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
-    let mut env = Env::start_with("failover", SLOW).await;
+    let mut env = Env::start_with("failover", SimSpeed::SLOW).await;
     env.install_crds().await;
     env.kubectl
         .ok(&["apply", "-f", "deploy/namespace.yaml"])

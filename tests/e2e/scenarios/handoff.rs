@@ -15,15 +15,9 @@ use crate::harness::observe::{
 };
 use crate::harness::{Env, SimSpeed, repo_path};
 
-/// Slow enough that a handoff lasts seconds: a 10 s grace takes 1 s.
-const SLOW: SimSpeed = SimSpeed {
-    time_scale: 0.1,
-    pod_ready_delay: Duration::from_secs(2),
-};
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_deleted_by_hand_mid_handoff_never_runs_a_job_twice_and_is_not_deleted_again() {
-    let mut env = Env::start_with("handoff-hand-delete", SLOW).await;
+    let mut env = Env::start_with("handoff-hand-delete", SimSpeed::SLOW).await;
     let before = env.install_example().await;
     let sts = env.example.statefulset_name();
     let mark = env.request_mark().await;

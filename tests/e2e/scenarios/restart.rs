@@ -2,8 +2,6 @@
 //! finishes it from what the cluster records, without an extra version and without deleting
 //! any pod twice.
 
-use std::time::Duration;
-
 use super::scale;
 use crate::harness::observe::{
     assert_invariants, balanced, observe, operator_pod_deletes, rollout_events, wait_for,
@@ -12,16 +10,9 @@ use crate::harness::observe::{
 use crate::harness::worker_config::touched_workers;
 use crate::harness::{Env, SimSpeed};
 
-/// Slow enough that a refreshed pod stays terminating for seconds (30 s grace -> 3 s), so the
-/// operator can be killed while it waits on one.
-const SLOW: SimSpeed = SimSpeed {
-    time_scale: 0.1,
-    pod_ready_delay: Duration::from_secs(2),
-};
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_killed_mid_rollout_resumes_it_without_new_version_or_second_delete() {
-    let mut env = Env::start_with("restart", SLOW).await;
+    let mut env = Env::start_with("restart", SimSpeed::SLOW).await;
     let before = env.install_example().await;
     let sts = env.example.statefulset_name();
     let v1 = before.config().version;
