@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod api_requests;
 pub mod cli;
 pub mod conditions;
 pub mod controller;

@@ -15,7 +15,7 @@ use swarm_operator::http::HttpState;
 use swarm_operator::leader::{self, LeaseConfig};
 use swarm_operator::metrics::Metrics;
 use swarm_operator::telemetry::{self, LogFormat};
-use swarm_operator::{controller, crd, http};
+use swarm_operator::{api_requests, controller, crd, http};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
@@ -148,13 +148,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             USER_AGENT,
             HeaderValue::from_static(concat!("swarm-operator/", env!("CARGO_PKG_VERSION"))),
         ));
-        let client = kube::Client::try_from(config).context("building the Kubernetes client")?;
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        let client = kube::client::ClientBuilder::try_from(config)
+            .context("building the Kubernetes client")?
+            .with_layer(&api_requests::counting_layer(metrics.api_requests.clone()))
+            .build();
         let listener = tokio::net::TcpListener::bind(args.http_addr)
             .await
             .with_context(|| format!("binding {}", args.http_addr))?;
 
-        let mut registry = Registry::default();
-        let metrics = Metrics::default().register(&mut registry);
         let state = Arc::new(HttpState::new(registry));
 
         let (stop, stopped) = watch::channel(false);

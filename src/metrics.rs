@@ -8,6 +8,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::api_requests::RequestCounter;
+
 /// Label set of the failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -50,6 +52,8 @@ pub struct Metrics {
     pub worker_refreshes: Family<PoolLabels, Counter>,
     /// Seconds a job spent in transit (revoked, not yet granted) during a handoff.
     pub handoff_unheld: Histogram,
+    /// Requests to the API server, by verb and resource.
+    pub api_requests: RequestCounter,
 }
 
 impl Default for Metrics {
@@ -67,6 +71,7 @@ impl Default for Metrics {
             handoff_unheld: Histogram::new([
                 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
             ]),
+            api_requests: RequestCounter::default(),
         }
     }
 }
@@ -114,6 +119,11 @@ impl Metrics {
             "handoff_unheld_seconds",
             "Seconds a job spent in transit during a handoff: from its revocation to its grant",
             self.handoff_unheld.clone(),
+        );
+        r.register(
+            "api_requests",
+            "Requests to the Kubernetes API server, by verb and resource",
+            self.api_requests.clone(),
         );
         self
     }
