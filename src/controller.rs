@@ -1,11 +1,16 @@
 //! The controller: watches, caches, the reconcile loop and its error policy.
 //!
 //! Triggers: SwarmPools; ConfigMaps they own; StatefulSets and Pods mapped to the pools that
-//! select them (a pod through its controlling StatefulSet). StatefulSets and Pods are read from
-//! reflector caches that feed the same streams that trigger reconciles, so a reconcile never
-//! runs on a cache older than its trigger. The ConfigMap is read with one GET per reconcile: it
-//! holds the config version and the rollout bookkeeping, and must reflect this operator's own
-//! last write.
+//! select them (a pod through its controlling StatefulSet). Everything is read from reflector
+//! caches that feed the same streams that trigger reconciles, so a reconcile never runs on a
+//! cache older than its trigger, and an idle operator sends no requests. The caches keep only
+//! what the planner reads ([`crate::trim`]).
+//!
+//! The ConfigMap holds the config version and the rollout bookkeeping, so a decision must not
+//! be taken on a copy older than this operator's own last write: the cached copy is used when
+//! it is that write (or there was none), and read with a GET otherwise. Every write is fenced
+//! by the copy it was decided on, so a decision on a stale copy fails with a conflict, and the
+//! reconcile reads the ConfigMap again and decides anew.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -13,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -33,6 +38,7 @@ use crate::metrics::Metrics;
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, MANAGER, Observed, POOL_LABEL, Plan, PlannedEvent};
 use crate::rollout::PENDING_REFRESH_ANNOTATION;
+use crate::trim;
 
 /// Server-side apply field manager for every write, and the events' reporting controller.
 pub const FIELD_MANAGER: &str = MANAGER;
@@ -54,6 +60,7 @@ pub struct Context {
     pools: Store<SwarmPool>,
     statefulsets: Store<StatefulSet>,
     pods: Store<Pod>,
+    config_maps: Store<ConfigMap>,
     /// Whether the caches have completed their initial list: reconciles wait for it, so an
     /// empty cache right after start is never taken for "no StatefulSet, no pods".
     synced: watch::Receiver<Synced>,
@@ -62,6 +69,8 @@ pub struct Context {
     failures: Mutex<HashMap<ObjectRef<SwarmPool>, u32>>,
     /// Pod uids whose deletion was requested, per pool, with when.
     deleting: Mutex<HashMap<ObjectRef<SwarmPool>, BTreeMap<String, Instant>>>,
+    /// The resourceVersion of this operator's last ConfigMap write, per pool.
+    written: Mutex<HashMap<ObjectRef<SwarmPool>, String>>,
 }
 
 impl Context {
@@ -83,6 +92,46 @@ impl Context {
             .entry(pool.clone())
             .or_default()
             .insert(uid.to_owned(), Instant::now());
+    }
+
+    /// The pool's ConfigMap as of this operator's last write: the cached copy when it is that
+    /// write (or there was none), else read from the API server.
+    async fn config_map(
+        &self,
+        pool: &ObjectRef<SwarmPool>,
+        api: &Api<ConfigMap>,
+        name: &str,
+    ) -> Result<Option<ConfigMap>, Error> {
+        let namespace = pool.namespace.as_deref().unwrap_or_default();
+        let cached = self
+            .config_maps
+            .get(&ObjectRef::new(name).within(namespace));
+        let written = self
+            .written
+            .lock()
+            .expect("written lock poisoned")
+            .get(pool)
+            .cloned();
+        match (cached, written) {
+            (cached, None) => Ok(cached.map(|cm| cm.as_ref().clone())),
+            (Some(cm), Some(version))
+                if cm.metadata.resource_version.as_ref() == Some(&version) =>
+            {
+                Ok(Some(cm.as_ref().clone()))
+            }
+            _ => read_config_map(api, name).await,
+        }
+    }
+
+    /// Remembers the version of a ConfigMap this operator wrote for `pool`; forgets pools that
+    /// are gone, so the map stays as large as the set of pools.
+    fn remember_written(&self, pool: &ObjectRef<SwarmPool>, cm: &ConfigMap) {
+        let mut written = self.written.lock().expect("written lock poisoned");
+        written.retain(|key, _| self.pools.get(key).is_some());
+        match cm.metadata.resource_version.clone() {
+            Some(version) => written.insert(pool.clone(), version),
+            None => written.remove(pool),
+        };
     }
 
     fn record_failure(&self, pool: &ObjectRef<SwarmPool>) -> u32 {
@@ -125,10 +174,21 @@ pub async fn run(
         .inspect(warn_on_watch_error(Cache::Pools))
         .inspect(mark_synced(synced_tx.clone(), Cache::Pools))
         .applied_objects();
+    let (cm_store, cm_writer) = reflector::store::<ConfigMap>();
+    let config_maps = watcher(
+        scoped(&client, ns),
+        watcher::Config::default().labels(POOL_LABEL),
+    )
+    .default_backoff()
+    .modify(trim::config_map)
+    .reflect(cm_writer)
+    .inspect(warn_on_watch_error(Cache::ConfigMaps))
+    .inspect(mark_synced(synced_tx.clone(), Cache::ConfigMaps))
+    .touched_objects();
     let (sts_store, sts_writer) = reflector::store::<StatefulSet>();
     let statefulsets = watcher(scoped(&client, ns), watcher::Config::default())
         .default_backoff()
-        .modify(|sts: &mut StatefulSet| sts.managed_fields_mut().clear())
+        .modify(trim::statefulset)
         .reflect(sts_writer)
         .inspect(warn_on_watch_error(Cache::StatefulSets))
         .inspect(mark_synced(synced_tx.clone(), Cache::StatefulSets))
@@ -139,7 +199,7 @@ pub async fn run(
         watcher::Config::default().labels(STATEFULSET_POD_LABEL),
     )
     .default_backoff()
-    .modify(trim_pod)
+    .modify(trim::pod)
     .reflect(pod_writer)
     .inspect(warn_on_watch_error(Cache::Pods))
     .inspect(mark_synced(synced_tx, Cache::Pods))
@@ -164,18 +224,17 @@ pub async fn run(
         pools: pool_store.clone(),
         statefulsets: sts_store.clone(),
         pods: pod_store,
+        config_maps: cm_store,
         synced,
         metrics,
         failures: Mutex::default(),
         deleting: Mutex::default(),
+        written: Mutex::default(),
     });
     let by_sts = pool_store.clone();
     let by_pod = pool_store.clone();
     Controller::for_stream(pools, pool_store)
-        .owns(
-            scoped::<ConfigMap>(&client, ns),
-            watcher::Config::default().labels(POOL_LABEL),
-        )
+        .owns_stream(config_maps)
         .watches_stream(statefulsets, move |sts| {
             pools_for_statefulset(&by_sts.state(), &sts)
         })
@@ -203,6 +262,7 @@ enum Cache {
     Pools,
     StatefulSets,
     Pods,
+    ConfigMaps,
 }
 
 /// Which caches have completed their initial list. Tracked from the watch streams themselves
@@ -213,12 +273,13 @@ pub struct Synced {
     pools: bool,
     statefulsets: bool,
     pods: bool,
+    config_maps: bool,
 }
 
 impl Synced {
     /// Whether every cache has completed its initial list.
     pub fn all(&self) -> bool {
-        self.pools && self.statefulsets && self.pods
+        self.pools && self.statefulsets && self.pods && self.config_maps
     }
 }
 
@@ -254,6 +315,7 @@ fn mark_synced<K>(
                     Cache::Pools => &mut s.pools,
                     Cache::StatefulSets => &mut s.statefulsets,
                     Cache::Pods => &mut s.pods,
+                    Cache::ConfigMaps => &mut s.config_maps,
                 };
                 !std::mem::replace(flag, true)
             });
@@ -269,20 +331,6 @@ where
     match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
-    }
-}
-
-/// Keeps only what the planner reads of a pod: identity, owners, deletion and conditions.
-fn trim_pod(pod: &mut Pod) {
-    pod.managed_fields_mut().clear();
-    pod.annotations_mut().clear();
-    pod.spec = None;
-    if let Some(status) = pod.status.as_mut() {
-        *status = PodStatus {
-            conditions: status.conditions.take(),
-            phase: status.phase.take(),
-            ..PodStatus::default()
-        };
     }
 }
 
@@ -374,14 +422,7 @@ async fn reconcile_pool(
     let pools: Api<SwarmPool> = Api::namespaced(client.clone(), &namespace);
     let cm_name = pool.config_map_name();
 
-    let mut config_map =
-        config_maps
-            .get_opt(&cm_name)
-            .await
-            .map_err(|source| Error::GetConfigMap {
-                name: cm_name.clone(),
-                source,
-            })?;
+    let mut config_map = ctx.config_map(&key, &config_maps, &cm_name).await?;
     let statefulsets = ctx
         .statefulsets
         .state_filter(|sts| sts.namespace().as_deref() == Some(namespace.as_str()));
@@ -419,13 +460,28 @@ async fn reconcile_pool(
         }
         if let Some(desired) = plan.apply.take() {
             let unresolved = planner::records_unresolved(&desired);
-            let applied =
-                fenced_write::write_config_map(&config_maps, config_map.as_ref(), desired)
-                    .await
-                    .map_err(|source| Error::ApplyConfigMap {
+            let applied = match fenced_write::write_config_map(
+                &config_maps,
+                config_map.as_ref(),
+                desired,
+            )
+            .await
+            {
+                Ok(applied) => applied,
+                // Decided on a copy that is no longer current: read it and decide again.
+                Err(kube::Error::Api(status)) if status.is_conflict() => {
+                    debug!(configmap = %cm_name, "ConfigMap changed since read; planning again");
+                    config_map = read_config_map(&config_maps, &cm_name).await?;
+                    continue;
+                }
+                Err(source) => {
+                    return Err(Error::ApplyConfigMap {
                         name: cm_name.clone(),
                         source,
-                    })?;
+                    });
+                }
+            };
+            ctx.remember_written(&key, &applied);
             ctx.metrics.config_writes.inc();
             ctx.metrics.granted(&plan.granted_after_seconds);
             info!(
@@ -444,17 +500,29 @@ async fn reconcile_pool(
             continue;
         }
         if plan.needs_live_pods && !pods_are_live {
-            // Every StatefulSet pod of the namespace, like the cache: a holder of jobs in
-            // transit may be a pod the pool's StatefulSet no longer controls.
-            let params = ListParams::default().labels(STATEFULSET_POD_LABEL);
-            let list = pods_api
-                .list(&params)
-                .await
-                .map_err(|source| Error::ListPods {
-                    namespace: namespace.clone(),
-                    source,
-                })?;
-            pods = list.items.into_iter().map(Arc::new).collect();
+            // The pods the plan looks up, by the label the StatefulSet controller gives each
+            // pod its name in: a holder of jobs in transit may be a pod the pool's
+            // StatefulSet no longer controls.
+            pods = match live_pods_selector(&plan.live_pods) {
+                Some(selector) => {
+                    let params = ListParams::default().labels(&selector);
+                    let list = pods_api
+                        .list(&params)
+                        .await
+                        .map_err(|source| Error::ListPods {
+                            namespace: namespace.clone(),
+                            source,
+                        })?;
+                    list.items
+                        .into_iter()
+                        .map(|mut pod| {
+                            trim::pod(&mut pod);
+                            Arc::new(pod)
+                        })
+                        .collect()
+                }
+                None => Vec::new(),
+            };
             pods_are_live = true;
             continue;
         }
@@ -519,6 +587,32 @@ async fn reconcile_pool(
         debug!(phase = ?plan.status.phase, "status updated");
     }
     Ok(Action::requeue(plan.requeue_after))
+}
+
+/// Names in one set-based selector at most; beyond, every StatefulSet pod of the namespace is
+/// listed (a long query would approach the API server's limit on request line length).
+const MAX_NAMES_IN_SELECTOR: usize = 1000;
+
+/// The label selector of a live list of the pods named `names`; `None` when there are none.
+pub fn live_pods_selector(names: &BTreeSet<String>) -> Option<String> {
+    if names.is_empty() {
+        return None;
+    }
+    if names.len() > MAX_NAMES_IN_SELECTOR {
+        return Some(STATEFULSET_POD_LABEL.to_owned());
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    Some(format!("{STATEFULSET_POD_LABEL} in ({})", names.join(",")))
+}
+
+/// The ConfigMap `name` as the API server has it now.
+async fn read_config_map(api: &Api<ConfigMap>, name: &str) -> Result<Option<ConfigMap>, Error> {
+    api.get_opt(name)
+        .await
+        .map_err(|source| Error::GetConfigMap {
+            name: name.to_owned(),
+            source,
+        })
 }
 
 /// Whether `pool` still exists as the same, undeleted object, read from the API server.
@@ -703,14 +797,30 @@ mod tests {
         let (tx, rx) = watch::channel(Synced::default());
         let mut pools = mark_synced::<SwarmPool>(tx.clone(), Cache::Pools);
         let mut sts = mark_synced::<StatefulSet>(tx.clone(), Cache::StatefulSets);
-        let mut pods = mark_synced::<Pod>(tx, Cache::Pods);
+        let mut pods = mark_synced::<Pod>(tx.clone(), Cache::Pods);
+        let mut config_maps = mark_synced::<ConfigMap>(tx, Cache::ConfigMaps);
         pools(&Ok(watcher::Event::Init));
         pools(&Ok(watcher::Event::InitDone));
         sts(&Ok(watcher::Event::InitDone));
+        config_maps(&Ok(watcher::Event::InitDone));
         pods(&Ok(watcher::Event::Init));
         assert!(!rx.borrow().all(), "pods are still listing");
         pods(&Ok(watcher::Event::InitDone));
         assert!(rx.borrow().all());
+    }
+
+    #[test]
+    fn live_lists_select_the_named_pods_by_their_name_label() {
+        let names = |n: usize| (0..n).map(|i| format!("w-{i}")).collect::<BTreeSet<_>>();
+        assert_eq!(live_pods_selector(&names(0)), None);
+        assert_eq!(
+            live_pods_selector(&names(2)).as_deref(),
+            Some("statefulset.kubernetes.io/pod-name in (w-0,w-1)")
+        );
+        assert_eq!(
+            live_pods_selector(&names(MAX_NAMES_IN_SELECTOR + 1)).as_deref(),
+            Some(STATEFULSET_POD_LABEL)
+        );
     }
 
     #[test]
@@ -721,32 +831,5 @@ mod tests {
         assert_eq!(backoff_delay(9), Duration::from_secs(256));
         assert_eq!(backoff_delay(10), Duration::from_secs(300));
         assert_eq!(backoff_delay(u32::MAX), Duration::from_secs(300));
-    }
-
-    #[test]
-    fn trimmed_pods_keep_what_the_planner_reads() {
-        let mut pod = Pod {
-            metadata: ObjectMeta {
-                name: Some("web-0".into()),
-                uid: Some("u".into()),
-                annotations: Some(BTreeMap::from([("a".to_owned(), "b".to_owned())])),
-                ..ObjectMeta::default()
-            },
-            spec: Some(Default::default()),
-            status: Some(PodStatus {
-                phase: Some("Running".into()),
-                pod_ip: Some("10.0.0.1".into()),
-                conditions: Some(vec![Default::default()]),
-                ..PodStatus::default()
-            }),
-        };
-        trim_pod(&mut pod);
-        assert!(pod.spec.is_none());
-        assert!(pod.annotations().is_empty());
-        let status = pod.status.unwrap();
-        assert_eq!(status.phase.as_deref(), Some("Running"));
-        assert_eq!(status.conditions.map(|c| c.len()), Some(1));
-        assert!(status.pod_ip.is_none());
-        assert_eq!(pod.metadata.uid.as_deref(), Some("u"));
     }
 }

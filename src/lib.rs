@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod planner;
 pub mod rollout;
 pub mod telemetry;
+pub mod trim;
 
 /// Errors of a reconcile. Invalid specs are not errors: they become a Failed status.
 #[derive(Debug, thiserror::Error)]

@@ -238,7 +238,13 @@ impl World {
             }
             if plan.needs_live_pods && !live {
                 self.live_lists += 1;
-                pods = self.pods.clone();
+                // Only the pods the plan names, as the controller lists them.
+                pods = self
+                    .pods
+                    .iter()
+                    .filter(|pod| plan.live_pods.contains(&pod.name_any()))
+                    .cloned()
+                    .collect();
                 live = true;
                 continue;
             }

@@ -89,9 +89,13 @@ pub struct Plan {
     /// The ConfigMap to server-side apply (only when it differs from the observed one).
     pub apply: Option<ConfigMap>,
     /// The rollout bookkeeping must be checked against pods listed live (the cache may lag
-    /// behind pods created, replaced or gone around a ConfigMap write): list the pods of the
-    /// namespace that carry [`crate::controller::STATEFULSET_POD_LABEL`] and plan again.
+    /// behind pods created, replaced or gone around a ConfigMap write): list the pods named in
+    /// `live_pods` and plan again.
     pub needs_live_pods: bool,
+    /// When `needs_live_pods`: every pod this plan looks up, by name (the workers, and the pods
+    /// the ConfigMap names: in its config, as holders, as stale workers). Pods are only ever
+    /// looked up by name, so a live list of these is as good as one of the whole namespace.
+    pub live_pods: BTreeSet<String>,
     /// Stale pods to delete now, each with a uid precondition.
     pub deletes: Vec<PodDelete>,
     /// The status to report (patched only when it differs from the pool's).
@@ -151,14 +155,31 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
         handoff.transit.clone(),
     );
     let rollout = roll_out(o, &valid, &previous, &publication, &handoff)?;
-    Ok(report::plan(
-        o,
-        &valid,
-        &previous,
-        &publication,
-        &handoff,
-        rollout,
-    ))
+    let mut plan = report::plan(o, &valid, &previous, &publication, &handoff, rollout);
+    if plan.needs_live_pods {
+        plan.live_pods = pods_looked_up(&valid, &previous);
+    }
+    Ok(plan)
+}
+
+/// Every pod a plan of this pool may look up by name.
+fn pods_looked_up(valid: &Valid, previous: &Previous) -> BTreeSet<String> {
+    let workers = valid.workers.iter().map(|(name, _)| name);
+    let configured = previous
+        .config
+        .iter()
+        .flat_map(|c| c.workloads().map(|(pod, _)| pod));
+    let holders = previous
+        .holders
+        .iter()
+        .flat_map(|h| h.entries().keys().map(String::as_str));
+    let stale = previous.pending.entries().keys().map(String::as_str);
+    workers
+        .chain(configured)
+        .chain(holders)
+        .chain(stale)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Step 2: where the strategy wants every job, starting from what the workers hold now (jobs

@@ -151,6 +151,7 @@ pub(super) fn plan(
     Plan {
         apply,
         needs_live_pods,
+        live_pods: BTreeSet::new(),
         deletes,
         status,
         events,
@@ -216,6 +217,7 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
     Plan {
         apply: None,
         needs_live_pods: false,
+        live_pods: BTreeSet::new(),
         deletes: Vec::new(),
         status,
         events,

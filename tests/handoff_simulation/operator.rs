@@ -2,6 +2,7 @@
 //! asked to delete, and the reconcile loop of `controller::reconcile_pool` around the real pure
 //! planner. It can crash after any number of its writes and restart with empty memory.
 
+use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -130,7 +131,12 @@ impl Operator {
                 continue;
             }
             if plan.needs_live_pods && !pods_are_live {
-                pods = cluster.api_pods();
+                // Only the pods the plan names, as the controller lists them.
+                pods = cluster
+                    .api_pods()
+                    .into_iter()
+                    .filter(|pod| plan.live_pods.contains(&pod.name_any()))
+                    .collect();
                 pods_are_live = true;
                 continue;
             }

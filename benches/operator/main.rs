@@ -1,0 +1,357 @@
+//! The operator benchmark: runs the release `swarm-operator` against a grid of pools x workers
+//! x jobs and prints what each cell costs.
+//!
+//! `cargo bench --bench operator [-- CELL...]`, a cell being `POOLSxWORKERSxJOBS` (default:
+//! the grid of the README's Performance table). Cells run on kube-sim, started in this
+//! process; with `SWARM_BENCH_KUBECONFIG=<path>` they run on that cluster instead (for
+//! example one from `scripts/real-cluster.sh up`). Per cell:
+//! 1. create the StatefulSets and wait for their pods, then start the operator;
+//! 2. first rollout: create every pool, time until all are Balanced with every job held;
+//! 3. idle: count the operator's requests over `SWARM_BENCH_IDLE_SECONDS` (15);
+//! 4. scale: one pool at a time (up to 20), scale its StatefulSet up by one and time until the
+//!    ConfigMap's version changes, then wait for the pool to settle;
+//! 5. full rollout: add a job per worker to every pool (every worker restarts), time until all
+//!    settle.
+//!
+//! Requests come from the operator's own `swarm_operator_api_requests_total`; memory and CPU
+//! from `/proc`.
+
+mod cluster;
+mod process;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use cluster::{Cluster, settled, wait_for};
+use process::{OperatorProcess, Requests};
+
+/// The grid of the README's Performance table.
+const DEFAULT_GRID: &str = "10x10x50 100x5x50 100x100x300";
+/// Most pools scaled one by one in the scale phase.
+const SCALE_SAMPLES: usize = 20;
+/// How long any phase may take before the cell fails.
+const PHASE_LIMIT: Duration = Duration::from_secs(1800);
+
+/// One grid cell.
+#[derive(Clone, Copy, Debug)]
+struct Cell {
+    pools: usize,
+    workers: usize,
+    jobs: usize,
+}
+
+impl Cell {
+    fn parse(text: &str) -> Result<Cell, String> {
+        let parts: Vec<usize> = text
+            .split('x')
+            .map(|n| {
+                n.parse()
+                    .map_err(|_| format!("{text}: not POOLSxWORKERSxJOBS"))
+            })
+            .collect::<Result<_, _>>()?;
+        match parts.as_slice() {
+            [pools, workers, jobs] if *pools > 0 && *workers > 0 => Ok(Cell {
+                pools: *pools,
+                workers: *workers,
+                jobs: *jobs,
+            }),
+            _ => Err(format!("{text}: expected POOLSxWORKERSxJOBS, each above 0")),
+        }
+    }
+
+    fn label(&self) -> String {
+        format!("{} x {} x {}", self.pools, self.workers, self.jobs)
+    }
+}
+
+/// What one cell measured.
+struct Measured {
+    plane: &'static str,
+    cell: Cell,
+    converge: Duration,
+    rss_converged: f64,
+    rss_idle: f64,
+    rss_after_rollout: f64,
+    rss_peak: f64,
+    cpu_first_rollout: f64,
+    first_rollout: Requests,
+    idle: Requests,
+    idle_seconds: u64,
+    scale: Requests,
+    scale_samples: usize,
+    scale_latency_ms: Vec<f64>,
+    full_rollout: Duration,
+    full_rollout_requests: Requests,
+}
+
+fn main() {
+    let cells: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let cells = if cells.is_empty() {
+        std::env::var("SWARM_BENCH_GRID")
+            .unwrap_or_else(|_| DEFAULT_GRID.to_owned())
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    } else {
+        cells
+    };
+    let cells: Vec<Cell> = match cells.iter().map(|c| Cell::parse(c)).collect() {
+        Ok(cells) => cells,
+        Err(message) => {
+            eprintln!("error: {message}");
+            std::process::exit(2);
+        }
+    };
+    let real = std::env::var_os("SWARM_BENCH_KUBECONFIG").map(PathBuf::from);
+    let idle_seconds = std::env::var("SWARM_BENCH_IDLE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(15);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let mut results = Vec::new();
+    for (i, cell) in cells.iter().enumerate() {
+        eprintln!("cell {}: {}", i + 1, cell.label());
+        let measured = runtime.block_on(run_cell(*cell, real.clone(), i, idle_seconds));
+        print_detail(&measured);
+        results.push(measured);
+    }
+    print_table(&results);
+}
+
+async fn run_cell(cell: Cell, real: Option<PathBuf>, index: usize, idle_seconds: u64) -> Measured {
+    let dir = tempfile::tempdir().expect("scratch directory");
+    let cluster = Cluster::start(dir.path(), real.as_deref(), &format!("bench-{index}")).await;
+    let http = reqwest::Client::new();
+    let name = |i: usize| format!("pool-{i:03}");
+    let config_map = |i: usize| format!("pool-{i:03}-config");
+
+    for i in 0..cell.pools {
+        cluster
+            .create_workers(&name(i), cell.workers, &config_map(i))
+            .await;
+    }
+    cluster
+        .wait_workers_ready(cell.pools * cell.workers, PHASE_LIMIT)
+        .await;
+    eprintln!("  {} worker pods Ready", cell.pools * cell.workers);
+
+    let log = dir.path().join("operator.log");
+    let mut operator = OperatorProcess::spawn(&cluster.kubeconfig, &log);
+    operator.wait_ready(&http).await;
+    let started = operator.requests(&http).await;
+    let cpu_start = operator.cpu_seconds();
+
+    // 1. First rollout.
+    let mut jobs: Vec<Vec<String>> = (0..cell.pools)
+        .map(|p| {
+            (0..cell.jobs)
+                .map(|j| format!("stream:p{p:03}-cam{j:05}"))
+                .collect()
+        })
+        .collect();
+    let mut workers: HashMap<String, usize> =
+        (0..cell.pools).map(|i| (name(i), cell.workers)).collect();
+    let began = Instant::now();
+    for (i, pool_jobs) in jobs.iter().enumerate() {
+        cluster
+            .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs)
+            .await;
+    }
+    wait_settled(&cluster, &workers, "every pool to converge").await;
+    let converge = began.elapsed();
+    let cpu_first_rollout = operator.cpu_seconds() - cpu_start;
+    let converged = operator.requests(&http).await;
+    let rss_converged = operator.rss_mib();
+    eprintln!("  converged in {:.1} s", converge.as_secs_f64());
+
+    // 2. Idle.
+    tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
+    let after_idle = operator.requests(&http).await;
+    let rss_idle = operator.rss_mib();
+    let mut rss_peak = operator.take_peak_mib();
+
+    // 3. Scale one pool at a time.
+    let scale_samples = cell.pools.min(SCALE_SAMPLES);
+    let mut scale_latency_ms = Vec::new();
+    for i in 0..scale_samples {
+        let before = cluster.config_version(&config_map(i)).await.unwrap_or(0);
+        let replicas = cell.workers + 1;
+        let t = Instant::now();
+        cluster.scale(&name(i), replicas).await;
+        wait_for("the ConfigMap to change after a scale", PHASE_LIMIT, || {
+            let cluster = &cluster;
+            let cm = config_map(i);
+            async move {
+                let version = cluster.config_version(&cm).await?;
+                (version > before).then_some(())
+            }
+        })
+        .await;
+        scale_latency_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        workers.insert(name(i), replicas);
+        let pool = name(i);
+        wait_for("the scaled pool to settle", PHASE_LIMIT, || {
+            let pools = cluster.pools();
+            let pool = pool.clone();
+            async move {
+                let pool = pools.get(&pool).await.ok()?;
+                settled(&pool, replicas).then_some(())
+            }
+        })
+        .await;
+    }
+    let after_scale = operator.requests(&http).await;
+    rss_peak = rss_peak.max(operator.take_peak_mib());
+
+    // 4. Full rollout: one more job per worker in every pool.
+    let began = Instant::now();
+    for (i, pool_jobs) in jobs.iter_mut().enumerate() {
+        let extra = workers[&name(i)];
+        let base = pool_jobs.len();
+        pool_jobs.extend((0..extra).map(|j| format!("stream:p{i:03}-new{:05}", base + j)));
+        cluster
+            .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs)
+            .await;
+    }
+    wait_settled(&cluster, &workers, "every pool to finish its rollout").await;
+    let full_rollout = began.elapsed();
+    let after_rollout = operator.requests(&http).await;
+    rss_peak = rss_peak.max(operator.take_peak_mib());
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss_after_rollout = operator.rss_mib();
+
+    let measured = Measured {
+        plane: cluster.name(),
+        cell,
+        converge,
+        rss_converged,
+        rss_idle,
+        rss_after_rollout,
+        rss_peak,
+        cpu_first_rollout,
+        first_rollout: converged.since(&started),
+        idle: after_idle.since(&converged),
+        idle_seconds,
+        scale: after_scale.since(&after_idle),
+        scale_samples,
+        scale_latency_ms,
+        full_rollout,
+        full_rollout_requests: after_rollout.since(&after_scale),
+    };
+    drop(operator);
+    cluster.finish().await;
+    measured
+}
+
+async fn wait_settled(cluster: &Cluster, workers: &HashMap<String, usize>, what: &str) {
+    wait_for(what, PHASE_LIMIT, || async {
+        let list = cluster
+            .pools()
+            .list(&kube::api::ListParams::default())
+            .await
+            .ok()?;
+        let all = list.items.len() == workers.len()
+            && list.items.iter().all(|pool| {
+                let expected = workers.get(&kube::ResourceExt::name_any(pool)).copied();
+                expected.is_some_and(|n| settled(pool, n))
+            });
+        all.then_some(())
+    })
+    .await;
+}
+
+/// The `q` quantile (0..=1) of `samples`, nearest rank.
+fn quantile(samples: &[f64], q: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn per_pool(n: u64, pools: usize) -> f64 {
+    n as f64 / pools as f64
+}
+
+fn print_detail(m: &Measured) {
+    let pools = m.cell.pools;
+    println!("\n{} on {}", m.cell.label(), m.plane);
+    println!(
+        "  first rollout: {:.1} s, operator CPU {:.1} s; requests: {}",
+        m.converge.as_secs_f64(),
+        m.cpu_first_rollout,
+        m.first_rollout.describe()
+    );
+    println!(
+        "  idle {} s: {} requests ({})",
+        m.idle_seconds,
+        m.idle.calls(),
+        m.idle.describe()
+    );
+    println!(
+        "  scale (+1 worker) x {}: latency ms {:?}; requests: {}",
+        m.scale_samples,
+        m.scale_latency_ms
+            .iter()
+            .map(|ms| ms.round() as u64)
+            .collect::<Vec<_>>(),
+        m.scale.describe()
+    );
+    println!(
+        "  full rollout (a job more per worker): {:.1} s; writes per pool {:.1}; requests: {}",
+        m.full_rollout.as_secs_f64(),
+        per_pool(m.full_rollout_requests.writes(), pools),
+        m.full_rollout_requests.describe()
+    );
+    println!(
+        "  operator RSS MiB: converged {:.1}, after idle {:.1}, after full rollout {:.1}, peak {:.1}",
+        m.rss_converged, m.rss_idle, m.rss_after_rollout, m.rss_peak
+    );
+}
+
+fn print_table(results: &[Measured]) {
+    println!();
+    println!(
+        "| control plane | pools x workers x jobs | converge | operator RSS: idle / after full rollout / peak | CPU to converge | requests per pool (writes: ConfigMap, status, pod deletes, events) | writes per pool per scale | scale -> ConfigMap write p50 / p99 | idle requests |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for m in results {
+        let pools = m.cell.pools;
+        let r = &m.first_rollout;
+        let writes_of = |resource: &str| {
+            per_pool(
+                r.of("patch", resource) + r.of("create", resource) + r.of("update", resource),
+                pools,
+            )
+        };
+        println!(
+            "| {} | {} | {:.1} s | {:.1} / {:.1} / {:.1} MiB | {:.1} s | {:.1} ({:.1}, {:.1}, {:.1}, {:.1}) | {:.1} | {:.0} / {:.0} ms | {} in {} s |",
+            m.plane,
+            m.cell.label(),
+            m.converge.as_secs_f64(),
+            m.rss_idle,
+            m.rss_after_rollout,
+            m.rss_peak,
+            m.cpu_first_rollout,
+            per_pool(r.calls(), pools),
+            writes_of("configmaps"),
+            writes_of("swarmpools/status"),
+            per_pool(r.of("delete", "pods"), pools),
+            writes_of("events"),
+            per_pool(m.scale.writes(), m.scale_samples),
+            quantile(&m.scale_latency_ms, 0.5),
+            quantile(&m.scale_latency_ms, 0.99),
+            m.idle.calls(),
+            m.idle_seconds,
+        );
+    }
+}

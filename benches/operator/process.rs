@@ -1,0 +1,211 @@
+//! The operator under measurement: its process, its memory and CPU from `/proc`, and its
+//! request counters from `/metrics`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Clock ticks per second of `/proc/<pid>/stat` times (USER_HZ, 100 on Linux).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+/// A running `swarm-operator run`, killed when dropped.
+pub struct OperatorProcess {
+    child: Child,
+    http_addr: SocketAddr,
+    /// Largest RSS seen by the sampler since the last [`OperatorProcess::reset_peak`], in KiB.
+    peak_kib: Arc<Mutex<u64>>,
+    stop_sampler: Arc<Mutex<bool>>,
+}
+
+impl OperatorProcess {
+    /// Starts the release binary against `kubeconfig`, logging warnings to `log`.
+    pub fn spawn(kubeconfig: &Path, log: &Path) -> OperatorProcess {
+        let http_addr = {
+            let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+            listener.local_addr().expect("local address")
+        };
+        let out = File::create(log).expect("create the operator log");
+        let child = Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
+            .args(["run", "--http-addr", &http_addr.to_string()])
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "warn")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().expect("log handle"))
+            .stderr(out)
+            .spawn()
+            .expect("spawn swarm-operator");
+        let peak_kib = Arc::new(Mutex::new(0));
+        let stop_sampler = Arc::new(Mutex::new(false));
+        let pid = child.id();
+        {
+            let peak = peak_kib.clone();
+            let stop = stop_sampler.clone();
+            std::thread::spawn(move || {
+                while !*stop.lock().expect("sampler lock") {
+                    if let Some(rss) = rss_kib(pid) {
+                        let mut peak = peak.lock().expect("peak lock");
+                        *peak = (*peak).max(rss);
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+        OperatorProcess {
+            child,
+            http_addr,
+            peak_kib,
+            stop_sampler,
+        }
+    }
+
+    /// Waits until `/readyz` answers 200.
+    pub async fn wait_ready(&mut self, http: &reqwest::Client) {
+        let url = format!("http://{}/readyz", self.http_addr);
+        for _ in 0..600 {
+            if let Some(status) = self.child.try_wait().expect("poll the operator") {
+                panic!("the operator exited during start-up: {status}");
+            }
+            if let Ok(response) = http.get(&url).send().await
+                && response.status().is_success()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the operator did not report ready within 60 s");
+    }
+
+    /// Current resident set size in MiB.
+    pub fn rss_mib(&self) -> f64 {
+        rss_kib(self.child.id()).unwrap_or(0) as f64 / 1024.0
+    }
+
+    /// Largest RSS since the last reset, in MiB; resets it to the current RSS.
+    pub fn take_peak_mib(&self) -> f64 {
+        let mut peak = self.peak_kib.lock().expect("peak lock");
+        let value = *peak;
+        *peak = rss_kib(self.child.id()).unwrap_or(0);
+        value as f64 / 1024.0
+    }
+
+    /// CPU time (user plus system) used so far, in seconds.
+    pub fn cpu_seconds(&self) -> f64 {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+        let after_name = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (ticks(11) + ticks(12)) / TICKS_PER_SECOND
+    }
+
+    /// The operator's `swarm_operator_api_requests_total`, by `(verb, resource)`.
+    pub async fn requests(&self, http: &reqwest::Client) -> Requests {
+        let url = format!("http://{}/metrics", self.http_addr);
+        let text = http
+            .get(&url)
+            .send()
+            .await
+            .expect("scrape /metrics")
+            .text()
+            .await
+            .expect("read /metrics");
+        Requests::parse(&text)
+    }
+}
+
+impl Drop for OperatorProcess {
+    fn drop(&mut self) {
+        *self.stop_sampler.lock().expect("sampler lock") = true;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Request counts by `(verb, resource)`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Requests(pub BTreeMap<(String, String), u64>);
+
+impl Requests {
+    /// Reads the `swarm_operator_api_requests_total` samples of a Prometheus text exposition.
+    pub fn parse(text: &str) -> Requests {
+        let mut counts = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("swarm_operator_api_requests_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.rsplit_once("} ") else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split(',')
+                    .find_map(|pair| pair.strip_prefix(&format!("{name}=\"")))
+                    .map(|v| v.trim_end_matches('"').to_owned())
+                    .unwrap_or_default()
+            };
+            let value: f64 = value.trim().parse().unwrap_or(0.0);
+            counts.insert((label("verb"), label("resource")), value as u64);
+        }
+        Requests(counts)
+    }
+
+    /// Counts since `earlier`.
+    pub fn since(&self, earlier: &Requests) -> Requests {
+        Requests(
+            self.0
+                .iter()
+                .map(|(key, n)| (key.clone(), n - earlier.0.get(key).copied().unwrap_or(0)))
+                .filter(|(_, n)| *n > 0)
+                .collect(),
+        )
+    }
+
+    /// Every request except watches, which stay open rather than repeat.
+    pub fn calls(&self) -> u64 {
+        self.sum(|verb, _| verb != "watch")
+    }
+
+    /// Requests that change state.
+    pub fn writes(&self) -> u64 {
+        self.sum(|verb, _| matches!(verb, "create" | "update" | "patch" | "delete"))
+    }
+
+    /// Requests with `verb` on `resource`.
+    pub fn of(&self, verb: &str, resource: &str) -> u64 {
+        self.sum(|v, r| v == verb && r == resource)
+    }
+
+    fn sum(&self, keep: impl Fn(&str, &str) -> bool) -> u64 {
+        self.0
+            .iter()
+            .filter(|((verb, resource), _)| keep(verb, resource))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// `verb resource: n` pairs, for the detail lines.
+    pub fn describe(&self) -> String {
+        self.0
+            .iter()
+            .map(|((verb, resource), n)| format!("{verb} {resource}: {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
