@@ -95,7 +95,9 @@ impl Context {
     }
 
     /// The pool's ConfigMap as of this operator's last write: the cached copy when it is that
-    /// write (or there was none), else read from the API server.
+    /// write (or there was none), else read from the API server. A ConfigMap the cache does not
+    /// hold is read too: one without the pool label (a user's, or one to adopt) is never in
+    /// the cache, and must be seen before anything is created over it.
     async fn config_map(
         &self,
         pool: &ObjectRef<SwarmPool>,
@@ -113,7 +115,7 @@ impl Context {
             .get(pool)
             .cloned();
         match (cached, written) {
-            (cached, None) => Ok(cached.map(|cm| cm.as_ref().clone())),
+            (Some(cm), None) => Ok(Some(cm.as_ref().clone())),
             (Some(cm), Some(version))
                 if cm.metadata.resource_version.as_ref() == Some(&version) =>
             {
@@ -170,6 +172,7 @@ pub async fn run(
     let (pool_store, pool_writer) = reflector::store::<SwarmPool>();
     let pools = watcher(scoped::<SwarmPool>(&client, ns), watcher::Config::default())
         .default_backoff()
+        .modify(trim::pool)
         .reflect(pool_writer)
         .inspect(warn_on_watch_error(Cache::Pools))
         .inspect(mark_synced(synced_tx.clone(), Cache::Pools))
@@ -468,8 +471,11 @@ async fn reconcile_pool(
             .await
             {
                 Ok(applied) => applied,
-                // Decided on a copy that is no longer current: read it and decide again.
-                Err(kube::Error::Api(status)) if status.is_conflict() => {
+                // Decided on a copy that is no longer current (or on "none" while one the
+                // cache does not hold exists): read it and decide again.
+                Err(kube::Error::Api(status))
+                    if status.is_conflict() || status.is_already_exists() =>
+                {
                     debug!(configmap = %cm_name, "ConfigMap changed since read; planning again");
                     config_map = read_config_map(&config_maps, &cm_name).await?;
                     continue;

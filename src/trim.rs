@@ -6,6 +6,8 @@ use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::crd::SwarmPool;
+
 /// A pod as the planner reads it: identity, controlling owner, creation and deletion, and its
 /// Ready condition (status and transition time).
 pub fn pod(pod: &mut Pod) {
@@ -39,6 +41,13 @@ pub fn statefulset(sts: &mut StatefulSet) {
         ..StatefulSetSpec::default()
     });
     sts.status = None;
+}
+
+/// A pool without the bookkeeping of the tools that wrote it (managed fields and kubectl's
+/// last-applied annotation each repeat the spec).
+pub fn pool(pool: &mut SwarmPool) {
+    pool.metadata.managed_fields = None;
+    pool.metadata.annotations = None;
 }
 
 /// A ConfigMap without the server-side apply bookkeeping, which can be as large as its data.
