@@ -367,7 +367,7 @@ impl Controller for GarbageCollector {
         let mut objects = Vec::new();
         for rt in self.store.resource_types() {
             if seen_storage.insert(rt.storage.clone()) {
-                objects.extend(self.store.list(&rt.api_version(), &rt.kind, None));
+                objects.extend(self.store.list_shared(&rt.api_version(), &rt.kind, None));
             }
         }
         for obj in &objects {

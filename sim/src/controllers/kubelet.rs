@@ -276,7 +276,7 @@ impl Kubelet {
                 continue;
             };
             let optional = source.get("optional").and_then(Value::as_bool) == Some(true);
-            let Some(config_map) = self.store.get("v1", "ConfigMap", namespace, name) else {
+            let Some(config_map) = self.store.get_shared("v1", "ConfigMap", namespace, name) else {
                 if optional {
                     continue;
                 }
@@ -331,7 +331,7 @@ impl Controller for Kubelet {
 
     fn resync(&mut self) {
         let now = Instant::now();
-        let pods = self.store.list("v1", "Pod", None);
+        let pods = self.store.list_shared("v1", "Pod", None);
         let live: BTreeSet<String> = pods.iter().map(|p| meta::uid(p).to_string()).collect();
         let gone: Vec<String> = self
             .pods

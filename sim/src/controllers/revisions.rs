@@ -34,16 +34,16 @@ pub(crate) fn sync(
     let set_name = meta::name(sts);
     let sts_uid = meta::uid(sts);
     let mut owned: Vec<Value> = Vec::new();
-    for revision in store.list("apps/v1", "ControllerRevision", namespace) {
+    for revision in store.list_shared("apps/v1", "ControllerRevision", namespace) {
         let named_for_set = meta::name(&revision)
             .strip_prefix(set_name)
             .is_some_and(|rest| rest.starts_with('-'));
         match meta::controller_ref(&revision) {
-            Some(owner) if owner.uid == sts_uid => owned.push(revision),
+            Some(owner) if owner.uid == sts_uid => owned.push(Value::clone(&revision)),
             Some(_) => {}
             // History left behind by an orphaning delete is adopted by the set's successor.
             None if named_for_set && selector.matches(&revision) => {
-                let mut adopted = revision;
+                let mut adopted = Value::clone(&revision);
                 if let Some(metadata) = adopted["metadata"].as_object_mut() {
                     metadata.insert("ownerReferences".into(), json!([controller_ref_to(sts)]));
                 }

@@ -7,6 +7,7 @@
 //! and Ready and does one thing per sync; `Parallel` does all of it at once.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -106,11 +107,13 @@ impl StatefulSetController {
 
     /// The pods this set controls, after adopting matching orphans and releasing pods that
     /// stopped matching its selector.
-    fn claim_pods(&self, sts: &Value, set: &SetSpec) -> Vec<Value> {
-        let namespace = meta::namespace(sts);
+    fn claim_pods(&self, sts: &Value, set: &SetSpec) -> Vec<Arc<Value>> {
+        let namespace = meta::namespace(sts).unwrap_or_default();
         let sts_uid = meta::uid(sts);
         let mut owned = Vec::new();
-        for pod in self.store.list("v1", "Pod", namespace) {
+        // Only pods named `<set>-<ordinal>` can belong to the set: read just that name range.
+        let prefix = format!("{}-", set.name);
+        for pod in self.store.list_prefixed("v1", "Pod", namespace, &prefix) {
             if ordinal_of(&pod, &set.name).is_none() {
                 continue;
             }
@@ -120,13 +123,13 @@ impl StatefulSetController {
                     if matches {
                         owned.push(pod);
                     } else if !meta::is_deleting(sts) {
-                        self.release(pod, sts_uid);
+                        self.release(Value::clone(&pod), sts_uid);
                     }
                 }
                 Some(_) => {}
                 None if matches && !meta::is_deleting(sts) && !meta::is_deleting(&pod) => {
-                    if let Some(adopted) = self.adopt(pod, sts) {
-                        owned.push(adopted);
+                    if let Some(adopted) = self.adopt(Value::clone(&pod), sts) {
+                        owned.push(Arc::new(adopted));
                     }
                 }
                 None => {}
@@ -152,11 +155,11 @@ impl StatefulSetController {
     }
 
     /// Creates, deletes and rolls pods; returns whether it wrote anything.
-    fn scale_and_update(&self, sts: &Value, set: &SetSpec, pods: &[Value]) -> bool {
+    fn scale_and_update(&self, sts: &Value, set: &SetSpec, pods: &[Arc<Value>]) -> bool {
         let ordered = !set.parallel;
         let mut replicas: Vec<Option<&Value>> = vec![None; set.replicas];
         let mut condemned: Vec<&Value> = Vec::new();
-        for pod in pods {
+        for pod in pods.iter().map(Arc::as_ref) {
             let Some(ordinal) = ordinal_of(pod, &set.name) else {
                 continue;
             };
@@ -270,7 +273,7 @@ impl StatefulSetController {
     }
 
     /// The status the set should report, and when availability next changes.
-    fn status(&self, sts: &Value, set: &SetSpec, pods: &[Value]) -> (Value, Option<Duration>) {
+    fn status(&self, sts: &Value, set: &SetSpec, pods: &[Arc<Value>]) -> (Value, Option<Duration>) {
         let previous = sts.get("status");
         let mut current_revision = previous
             .and_then(|s| s.get("currentRevision"))
@@ -363,7 +366,7 @@ impl Controller for StatefulSetController {
     }
 
     fn resync(&mut self) {
-        for sts in self.store.list("apps/v1", "StatefulSet", None) {
+        for sts in self.store.list_shared("apps/v1", "StatefulSet", None) {
             if let Some(namespace) = meta::namespace(&sts) {
                 self.dirty
                     .insert((namespace.to_string(), meta::name(&sts).to_string()));
@@ -374,7 +377,10 @@ impl Controller for StatefulSetController {
     fn work(&mut self, now: Instant) -> Option<Instant> {
         self.dirty.extend(self.timers.pop_due(now));
         for namespace in std::mem::take(&mut self.dirty_namespaces) {
-            for sts in self.store.list("apps/v1", "StatefulSet", Some(&namespace)) {
+            for sts in self
+                .store
+                .list_shared("apps/v1", "StatefulSet", Some(&namespace))
+            {
                 self.dirty
                     .insert((namespace.clone(), meta::name(&sts).to_string()));
             }

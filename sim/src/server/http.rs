@@ -130,7 +130,7 @@ impl RequestContext {
 }
 
 /// A JSON response with the given status.
-pub(crate) fn json_response(code: u16, value: &Value) -> Response {
+pub(crate) fn json_response<T: serde::Serialize + ?Sized>(code: u16, value: &T) -> Response {
     let body = serde_json::to_vec(value).unwrap_or_default();
     Response::builder()
         .status(StatusCode::from_u16(code).unwrap_or(StatusCode::OK))

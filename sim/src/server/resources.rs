@@ -198,7 +198,7 @@ fn list(
     if let Some(r) = page.remaining {
         metadata["remainingItemCount"] = json!(r);
     }
-    Ok(table::render_list(rt, page.items, metadata, ctx))
+    Ok(table::render_list(rt, &page.items, metadata, ctx))
 }
 
 fn create(

@@ -1,7 +1,10 @@
 //! Response shapes other than the plain object: `meta.k8s.io/v1` Tables for kubectl and
 //! PartialObjectMetadata for metadata-only clients.
 
+use std::sync::Arc;
+
 use axum::response::Response;
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::http::{self, RequestContext};
@@ -217,7 +220,7 @@ fn row(obj: &Value, cols: &[Column], include: &str) -> Value {
 /// events).
 pub(crate) fn table(
     rt: &ResourceType,
-    items: &[Value],
+    items: &[&Value],
     metadata: Value,
     include: &str,
     headers: bool,
@@ -248,27 +251,39 @@ pub(crate) fn render_object(rt: &ResourceType, obj: Value, ctx: &RequestContext)
         Mode::Table => {
             let md = json!({"resourceVersion": meta::resource_version(&obj)});
             let include = ctx.param("includeObject").unwrap_or("Metadata");
-            http::json_response(200, &table(rt, &[obj], md, include, true))
+            http::json_response(200, &table(rt, &[&obj], md, include, true))
         }
     }
+}
+
+/// A `<Kind>List` borrowing its items.
+#[derive(Serialize)]
+struct List<'a> {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    metadata: Value,
+    items: Vec<&'a Value>,
 }
 
 /// A list in the representation `Accept` asked for.
 pub(crate) fn render_list(
     rt: &ResourceType,
-    items: Vec<Value>,
+    items: &[Arc<Value>],
     metadata: Value,
     ctx: &RequestContext,
 ) -> Response {
+    let items: Vec<&Value> = items.iter().map(Arc::as_ref).collect();
     match mode(&ctx.accept) {
+        // Serialized straight from the shared objects: a list copies no object.
         Mode::Full => http::json_response(
             200,
-            &json!({
-                "kind": format!("{}List", rt.kind),
-                "apiVersion": rt.api_version(),
-                "metadata": metadata,
-                "items": items,
-            }),
+            &List {
+                kind: format!("{}List", rt.kind),
+                api_version: rt.api_version(),
+                metadata,
+                items,
+            },
         ),
         Mode::Metadata => http::json_response(
             200,
@@ -276,7 +291,7 @@ pub(crate) fn render_list(
                 "kind": "PartialObjectMetadataList",
                 "apiVersion": "meta.k8s.io/v1",
                 "metadata": metadata,
-                "items": items.iter().map(partial).collect::<Vec<_>>(),
+                "items": items.iter().map(|o| partial(o)).collect::<Vec<_>>(),
             }),
         ),
         Mode::Table => {

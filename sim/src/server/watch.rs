@@ -8,8 +8,9 @@ use std::time::Duration;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -18,7 +19,7 @@ use super::resources::selectors;
 use super::table::{self, Mode};
 use super::{ApiServer, stream_body};
 use crate::store::{
-    ApiError, Change, EventType, FieldSelector, LabelSelector, ResourceType, meta, to_served,
+    ApiError, Change, EventType, FieldSelector, LabelSelector, ResourceType, meta, served_shared,
 };
 
 /// How often a watch that allows bookmarks gets one.
@@ -53,22 +54,16 @@ struct Encoder {
 impl Encoder {
     fn event(&mut self, kind: &str, obj: &Value) -> Bytes {
         let object = match self.mode {
-            Mode::Full => obj.clone(),
+            Mode::Full => return line(kind, obj),
             Mode::Metadata => table::partial(obj),
             Mode::Table => {
                 let md = json!({"resourceVersion": meta::resource_version(obj)});
-                let t = table::table(
-                    &self.rt,
-                    std::slice::from_ref(obj),
-                    md,
-                    &self.include,
-                    !self.headers_sent,
-                );
+                let t = table::table(&self.rt, &[obj], md, &self.include, !self.headers_sent);
                 self.headers_sent = true;
                 t
             }
         };
-        line(kind, object)
+        line(kind, &object)
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {
@@ -85,19 +80,28 @@ impl Encoder {
         }
         line(
             "BOOKMARK",
-            json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
+            &json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
         )
     }
 }
 
-fn line(kind: &str, object: Value) -> Bytes {
-    let mut buf = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+/// One watch event, borrowing its object: `{"type": ..., "object": ...}` as kube-apiserver
+/// writes it.
+#[derive(Serialize)]
+struct Line<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    object: &'a Value,
+}
+
+fn line(kind: &str, object: &Value) -> Bytes {
+    let mut buf = serde_json::to_vec(&Line { kind, object }).unwrap_or_default();
     buf.push(b'\n');
     Bytes::from(buf)
 }
 
 fn expired_event(err: &ApiError) -> Bytes {
-    line("ERROR", err.to_status())
+    line("ERROR", &err.to_status())
 }
 
 /// The event (if any) one change produces for this watch.
@@ -105,12 +109,13 @@ fn event_for(filter: &Filter, enc: &mut Encoder, change: &Change) -> Option<Byte
     if change.storage != filter.rt.storage {
         return None;
     }
-    let cur = to_served(&change.object, &filter.rt);
+    // Shared, not copied, unless the watched version differs from the stored one.
+    let cur = served_shared(&change.object, &filter.rt);
     let cur_matches = filter.matches(&cur);
     let prev_matches = change
         .prev
         .as_ref()
-        .map(|p| filter.matches(&to_served(p, &filter.rt)))
+        .map(|p| filter.matches(&served_shared(p, &filter.rt)))
         .unwrap_or(false);
     let kind = match change.event_type {
         EventType::Added => cur_matches.then_some("ADDED"),
@@ -178,6 +183,7 @@ pub(crate) fn serve(
             let _ = tx.try_send(expired_event(&err));
         }
         Ok(start) => {
+            let store = api.store().clone();
             tokio::spawn(async move {
                 let mut initial: Vec<Bytes> = start
                     .initial
@@ -199,7 +205,7 @@ pub(crate) fn serve(
                         return;
                     }
                 }
-                let mut rx_changes = start.rx;
+                let mut changed = start.rx;
                 let deadline = tokio::time::sleep(timeout);
                 tokio::pin!(deadline);
                 let mut ticker = tokio::time::interval(BOOKMARK_EVERY);
@@ -214,20 +220,30 @@ pub(crate) fn serve(
                             }
                         }
                         _ = tx.closed() => break,
-                        change = rx_changes.recv() => match change {
-                            Ok(change) => {
-                                last_rv = change.rv;
-                                if let Some(ev) = event_for(&filter, &mut enc, &change)
-                                    && tx.send(ev).await.is_err() {
-                                        break;
-                                    }
-                            }
-                            Err(broadcast::error::RecvError::Lagged(_)) => {
-                                let err = ApiError::expired("the watch fell behind; relist");
-                                let _ = tx.send(expired_event(&err)).await;
+                        signal = changed.changed() => {
+                            if signal.is_err() {
                                 break;
                             }
-                            Err(broadcast::error::RecvError::Closed) => break,
+                            // Read from the shared history, not a per-watch queue: a watch
+                            // falls behind only when changes age out of the history.
+                            let read = store.lock().watch_changes(&filter.rt, last_rv);
+                            match read {
+                                Ok((changes, rv)) => {
+                                    for change in &changes {
+                                        if let Some(ev) = event_for(&filter, &mut enc, change)
+                                            && tx.send(ev).await.is_err()
+                                        {
+                                            return;
+                                        }
+                                    }
+                                    last_rv = rv;
+                                }
+                                Err(_) => {
+                                    let err = ApiError::expired("the watch fell behind; relist");
+                                    let _ = tx.send(expired_event(&err)).await;
+                                    break;
+                                }
+                            }
                         }
                     }
                 }

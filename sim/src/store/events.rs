@@ -2,6 +2,8 @@
 //! for. Custom resources convert with strategy `None` (only apiVersion changes); the two
 //! Event APIs share one storage kept in the core/v1 shape.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value, json};
 
 use super::types::ResourceType;
@@ -57,6 +59,16 @@ pub(crate) fn to_served(obj: &Value, rt: &ResourceType) -> Value {
         m.insert("apiVersion".into(), json!(av));
     }
     out
+}
+
+/// Like [`to_served`], sharing the object when `rt` is its storage version (no copy).
+pub(crate) fn served_shared(obj: &Arc<Value>, rt: &ResourceType) -> Arc<Value> {
+    if !is_events_v1(rt)
+        && obj.get("apiVersion").and_then(Value::as_str) == Some(rt.api_version().as_str())
+    {
+        return obj.clone();
+    }
+    Arc::new(to_served(obj, rt))
 }
 
 /// A request body of `rt`'s version in storage form.

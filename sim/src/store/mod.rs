@@ -30,7 +30,7 @@ pub use error::{ApiError, Cause, ErrorDetails};
 pub use selector::{FieldSelector, LabelSelector};
 pub use types::{PrinterColumn, ResourceType, ScaleSubresource};
 
-pub(crate) use events::to_served;
+pub(crate) use events::served_shared;
 pub(crate) use patch::PatchKind;
 pub(crate) use state::{FieldValidation, ScaleUpdate, Sub, WriteOptions};
 pub(crate) use watch::Change;
@@ -54,8 +54,8 @@ pub enum EventType {
 pub struct StoreEvent {
     /// What happened.
     pub event_type: EventType,
-    /// The object after the change (for `Deleted`, its last state).
-    pub object: Value,
+    /// The object after the change (for `Deleted`, its last state), shared with the store.
+    pub object: Arc<Value>,
 }
 
 /// Options of a delete, as `DeleteOptions` in the body or the query of an HTTP DELETE.
@@ -168,6 +168,47 @@ impl Store {
             return Vec::new();
         };
         self.lock().list_all(&rt, namespace)
+    }
+
+    /// Like [`Store::get`], sharing the stored object instead of copying it.
+    pub(crate) fn get_shared(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<Arc<Value>> {
+        let rt = self.type_of(api_version, kind).ok()?;
+        self.lock().get_shared(&rt, namespace.unwrap_or(""), name)
+    }
+
+    /// Like [`Store::list`], sharing the stored objects instead of copying them.
+    pub(crate) fn list_shared(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Vec<Arc<Value>> {
+        let Ok(rt) = self.type_of(api_version, kind) else {
+            return Vec::new();
+        };
+        self.lock().list_shared(&rt, namespace)
+    }
+
+    /// The objects of a kind in `namespace` whose names start with `prefix` (for example the
+    /// pods `web-0`, `web-1`, ... of a StatefulSet `web`), ordered by name, without scanning
+    /// the rest of the namespace.
+    pub(crate) fn list_prefixed(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        prefix: &str,
+    ) -> Vec<Arc<Value>> {
+        let Ok(rt) = self.type_of(api_version, kind) else {
+            return Vec::new();
+        };
+        self.lock().list_prefixed(&rt, namespace, prefix)
     }
 
     /// Creates an object. `obj` carries apiVersion, kind, metadata.name (or generateName)

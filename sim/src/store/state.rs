@@ -74,7 +74,8 @@ pub(crate) struct WriteResult {
 
 /// One page of a list.
 pub(crate) struct ListPage {
-    pub items: Vec<Value>,
+    /// The objects in the listed version, shared with the store.
+    pub items: Vec<Arc<Value>>,
     pub resource_version: u64,
     pub continue_token: Option<String>,
     pub remaining: Option<usize>,
@@ -96,10 +97,12 @@ const MAX_PAGE_SNAPSHOTS: usize = 64;
 pub(crate) struct State {
     rv: u64,
     registry: Registry,
-    buckets: BTreeMap<String, BTreeMap<Key, Value>>,
+    /// Objects are immutable once stored: a write stores a new `Arc`, so lists, page
+    /// snapshots, the watch history and controllers share them instead of copying.
+    buckets: BTreeMap<String, BTreeMap<Key, Arc<Value>>>,
     history: History,
     events: broadcast::Sender<StoreEvent>,
-    pages: BTreeMap<u64, (u64, Vec<Value>)>,
+    pages: BTreeMap<u64, (u64, Vec<Arc<Value>>)>,
     next_page_id: u64,
 }
 
@@ -157,13 +160,62 @@ impl State {
         self.pages.clear();
     }
 
-    fn bucket(&self, rt: &ResourceType) -> Option<&BTreeMap<Key, Value>> {
+    fn bucket(&self, rt: &ResourceType) -> Option<&BTreeMap<Key, Arc<Value>>> {
         self.buckets.get(&rt.storage)
     }
 
     fn stored(&self, rt: &ResourceType, ns: &str, name: &str) -> Option<&Value> {
+        self.stored_shared(rt, ns, name).map(Arc::as_ref)
+    }
+
+    fn stored_shared(&self, rt: &ResourceType, ns: &str, name: &str) -> Option<&Arc<Value>> {
         let ns = if rt.namespaced { ns } else { "" };
         self.bucket(rt)?.get(&key(ns, name))
+    }
+
+    /// The stored objects of one namespace (or all, with `None`) whose names start with
+    /// `prefix`, in storage form, ordered by namespace and name. Scans only that key range.
+    fn scan<'a>(
+        &'a self,
+        rt: &ResourceType,
+        ns: Option<&'a str>,
+        prefix: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<Value>> + 'a {
+        let ns = ns.filter(|_| rt.namespaced);
+        let start = key(ns.unwrap_or(""), prefix);
+        self.bucket(rt)
+            .into_iter()
+            .flat_map(move |b| b.range(start.clone()..))
+            .take_while(move |((ons, name), _)| {
+                ns.is_none_or(|n| ons.as_str() == n) && (ns.is_none() || name.starts_with(prefix))
+            })
+            .filter(move |((_, name), _)| name.starts_with(prefix))
+            .map(|(_, o)| o)
+    }
+
+    /// Like [`State::list_all`], sharing the objects instead of copying them.
+    pub(crate) fn list_shared(&self, rt: &ResourceType, ns: Option<&str>) -> Vec<Arc<Value>> {
+        self.scan(rt, ns, "")
+            .map(|o| events::served_shared(o, rt))
+            .collect()
+    }
+
+    /// The objects of one namespace whose names start with `prefix`, in `rt`'s version.
+    pub(crate) fn list_prefixed(
+        &self,
+        rt: &ResourceType,
+        ns: &str,
+        prefix: &str,
+    ) -> Vec<Arc<Value>> {
+        self.scan(rt, Some(ns), prefix)
+            .map(|o| events::served_shared(o, rt))
+            .collect()
+    }
+
+    /// The object in `rt`'s version, shared with the store.
+    pub(crate) fn get_shared(&self, rt: &ResourceType, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.stored_shared(rt, ns, name)
+            .map(|o| events::served_shared(o, rt))
     }
 
     /// The object in `rt`'s version, or 404.
@@ -175,14 +227,9 @@ impl State {
 
     /// All objects of a type (one namespace or all), in `rt`'s version.
     pub(crate) fn list_all(&self, rt: &ResourceType, ns: Option<&str>) -> Vec<Value> {
-        self.bucket(rt)
-            .map(|b| {
-                b.iter()
-                    .filter(|((ons, _), _)| ns.is_none_or(|n| !rt.namespaced || n == ons))
-                    .map(|(_, o)| events::to_served(o, rt))
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.scan(rt, ns, "")
+            .map(|o| events::to_served(o, rt))
+            .collect()
     }
 
     /// One page of a filtered list; later pages come from a snapshot taken by the first.
@@ -204,8 +251,8 @@ impl State {
             }
             None => {
                 let items = self
-                    .list_all(rt, ns)
-                    .into_iter()
+                    .scan(rt, ns, "")
+                    .map(|o| events::served_shared(o, rt))
                     .filter(|o| labels.matches(o) && fields.matches(o))
                     .collect();
                 (self.rv, items)
@@ -249,7 +296,7 @@ impl State {
         let rx = self.history.subscribe();
         match from {
             None | Some(0) => Ok(WatchStart {
-                initial: self.list_all(rt, None),
+                initial: self.list_shared(rt, None),
                 backlog: Vec::new(),
                 rx,
                 rv: self.rv,
@@ -268,6 +315,22 @@ impl State {
                     rv: self.rv,
                 })
             }
+        }
+    }
+
+    /// For an open watch: the changes of `rt` after `rv` and the resourceVersion they reach,
+    /// or 410 when some aged out of the history before the watch delivered them.
+    pub(crate) fn watch_changes(
+        &self,
+        rt: &ResourceType,
+        rv: u64,
+    ) -> Result<(Vec<Arc<Change>>, u64), ApiError> {
+        match self.history.following(rv, &rt.storage) {
+            Some(changes) => Ok((changes, self.rv)),
+            None => Err(ApiError::expired(format!(
+                "too old resource version: {rv} ({})",
+                self.history.compacted() + 1
+            ))),
         }
     }
 
@@ -292,7 +355,7 @@ impl State {
         }
     }
 
-    fn commit(&mut self, rt: &ResourceType, event_type: EventType, mut obj: Value) -> Value {
+    fn commit(&mut self, rt: &ResourceType, event_type: EventType, mut obj: Value) -> Arc<Value> {
         self.rv += 1;
         meta::meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
         let ns = if rt.namespaced {
@@ -301,6 +364,7 @@ impl State {
             String::new()
         };
         let k = key(&ns, meta::name(&obj));
+        let obj = Arc::new(obj);
         let bucket = self.buckets.entry(rt.storage.clone()).or_default();
         let prev = if event_type == EventType::Deleted {
             bucket.remove(&k)
@@ -842,7 +906,7 @@ impl State {
     }
 
     /// Removes an object for good and runs what waits on its removal.
-    fn remove(&mut self, rt: &ResourceType, obj: Value) -> Value {
+    fn remove(&mut self, rt: &ResourceType, obj: Value) -> Arc<Value> {
         let rt = self
             .registry
             .storage_type(&rt.storage)
@@ -1417,17 +1481,12 @@ fn merge_for_sub(rt: &ResourceType, cur: &Value, body: Value, sub: Sub) -> Value
 /// Whether anything outside metadata (and status, for types with a status subresource)
 /// differs.
 fn spec_changed(rt: &ResourceType, cur: &Value, new: &Value) -> bool {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(m) = v.as_object_mut() {
-            m.remove("metadata");
-            if rt.status_subresource {
-                m.remove("status");
-            }
-        }
-        v
-    };
-    strip(cur) != strip(new)
+    match (cur.as_object(), new.as_object()) {
+        (Some(c), Some(n)) => !fields::eq_except(c, n, |k| {
+            k == "metadata" || (rt.status_subresource && k == "status")
+        }),
+        _ => cur != new,
+    }
 }
 
 fn make_continue(rv: u64, id: u64) -> String {
