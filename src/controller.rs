@@ -346,7 +346,7 @@ pub fn pools_for_statefulset(
     let name = sts.name_any();
     pools
         .iter()
-        .filter(|pool| pool.namespace() == sts.namespace())
+        .filter(|pool| pool.metadata.namespace == sts.metadata.namespace)
         .filter(|pool| {
             planner::selects(&pool.spec.selector, sts)
                 || pool.status.as_ref().and_then(|s| s.stateful_set.as_deref())
@@ -381,7 +381,7 @@ pub fn pools_for_pod(
         None => pools
             .iter()
             .filter(|pool| {
-                pool.namespace() == pod.namespace()
+                pool.metadata.namespace == pod.metadata.namespace
                     && pool.status.as_ref().and_then(|s| s.stateful_set.as_deref())
                         == Some(sts_name)
             })
@@ -428,12 +428,13 @@ async fn reconcile_pool(
     let mut config_map = ctx.config_map(&key, &config_maps, &cm_name).await?;
     let statefulsets = ctx
         .statefulsets
-        .state_filter(|sts| sts.namespace().as_deref() == Some(namespace.as_str()));
+        .state_filter(|sts| sts.metadata.namespace.as_deref() == Some(namespace.as_str()));
     let mut pods = ctx
         .pods
-        .state_filter(|pod| pod.namespace().as_deref() == Some(namespace.as_str()));
+        .state_filter(|pod| pod.metadata.namespace.as_deref() == Some(namespace.as_str()));
     let other_pools = ctx.pools.state_filter(|p| {
-        p.namespace().as_deref() == Some(namespace.as_str()) && p.metadata.uid != pool.metadata.uid
+        p.metadata.namespace.as_deref() == Some(namespace.as_str())
+            && p.metadata.uid != pool.metadata.uid
     });
     let mut pods_are_live = false;
     let deleting = ctx.deleting(&key);

@@ -280,7 +280,16 @@ pub fn repo_path(path: &str) -> PathBuf {
 }
 
 /// Polls `check` every 100 ms until it answers, or panics after `limit`.
-pub async fn wait_for<F, Fut, T>(what: &str, limit: Duration, mut check: F) -> T
+pub async fn wait_for<F, Fut, T>(what: &str, limit: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    poll(what, limit, Duration::from_millis(100), check).await
+}
+
+/// Polls `check` every `interval` until it answers, or panics after `limit`.
+pub async fn poll<F, Fut, T>(what: &str, limit: Duration, interval: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -294,6 +303,6 @@ where
             start.elapsed() < limit,
             "timed out after {limit:?} waiting for {what}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(interval).await;
     }
 }

@@ -28,7 +28,7 @@ use swarm_assign::Assignment;
 use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
 use crate::rollout::{self, PendingRefresh, PodDelete, Priorities};
 use config_map::Previous;
-use handoff::{HandoffInput, HandoffOutcome};
+use handoff::{HandoffInput, HandoffOutcome, PodIndex};
 use validate::{Facts, Failure, Valid};
 
 pub use config_map::records_unresolved;
@@ -136,6 +136,8 @@ pub fn plan(observed: &Observed) -> Plan {
 fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
     let valid = validate::validate(o, facts)?;
     let previous = Previous::read(o.config_map);
+    let looked_up = pods_looked_up(&valid, &previous);
+    let pods = index_pods(o, &looked_up);
     let target = assign_jobs(o.pool, &valid, &previous);
     let handoff = handoff::hand_off(&HandoffInput {
         mode: o.pool.spec.rollout.handoff,
@@ -144,7 +146,7 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
         target: &target,
         previous: previous.config.as_ref(),
         holders: previous.holders.as_ref(),
-        pods: &valid.pods,
+        pods: &pods,
         pods_are_live: o.pods_are_live,
         now: o.now,
     });
@@ -157,9 +159,25 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
     let rollout = roll_out(o, &valid, &previous, &publication, &handoff)?;
     let mut plan = report::plan(o, &valid, &previous, &publication, &handoff, rollout);
     if plan.needs_live_pods {
-        plan.live_pods = pods_looked_up(&valid, &previous);
+        plan.live_pods = looked_up;
     }
     Ok(plan)
+}
+
+/// The uids of the pods of the pool's namespace named in `names`: the namespace may hold many
+/// other pools' pods, which this plan never looks at.
+fn index_pods(o: &Observed, names: &BTreeSet<String>) -> PodIndex {
+    PodIndex::new(
+        o.pods
+            .iter()
+            .filter(|p| p.metadata.namespace == o.pool.metadata.namespace)
+            .filter_map(|p| {
+                let name = p.metadata.name.as_deref()?;
+                names
+                    .contains(name)
+                    .then(|| (name, p.metadata.uid.as_deref().unwrap_or_default()))
+            }),
+    )
 }
 
 /// Every pod a plan of this pool may look up by name.

@@ -10,7 +10,6 @@ use kube::core::{Selector, SelectorExt};
 use swarm_assign::validate_jobs;
 
 use super::Observed;
-use super::handoff::PodIndex;
 use crate::conditions::reason;
 use crate::crd::{Handoff, RolloutPolicy, SwarmPool};
 use crate::rollout::{self, WorkerPod, Workers};
@@ -44,8 +43,6 @@ pub(super) struct Valid {
     pub statefulset_name: String,
     /// The workers `0..N-1` and their pods.
     pub workers: Workers,
-    /// Every pod of the namespace by name, for the handoff's holders.
-    pub pods: PodIndex,
     pub max_unavailable: usize,
     pub config_map_name: String,
 }
@@ -92,22 +89,9 @@ pub(super) fn validate(o: &Observed, facts: &mut Facts) -> Result<Valid, Failure
     if let Some(cm) = o.config_map {
         check_ownership(pool, cm, &config_map_name)?;
     }
-    let namespace = sts.namespace();
-    let pods = PodIndex::new(
-        o.pods
-            .iter()
-            .filter(|p| p.namespace() == namespace)
-            .map(|p| {
-                (
-                    p.metadata.name.as_deref().unwrap_or_default(),
-                    p.metadata.uid.as_deref().unwrap_or_default(),
-                )
-            }),
-    );
     Ok(Valid {
         statefulset_name: sts_name,
         workers,
-        pods,
         max_unavailable,
         config_map_name,
     })
@@ -205,8 +189,9 @@ fn worker_pods(
     deleting: &BTreeSet<String>,
 ) -> Workers {
     let sts_uid = sts.metadata.uid.as_deref();
+    // Called for every pod of the namespace on every plan: compare in place, allocate nothing.
     let controlled = |pod: &Pod| {
-        pod.namespace() == sts.namespace()
+        pod.metadata.namespace == sts.metadata.namespace
             && pod
                 .owner_references()
                 .iter()
