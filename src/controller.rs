@@ -158,10 +158,12 @@ pub fn backoff_delay(failures: u32) -> Duration {
 }
 
 /// Runs the controller until `shutdown` resolves: watches in `namespace` (all when `None`),
-/// marks `http` ready once the caches have synced.
+/// reconciles at most `concurrency` pools at once, marks `http` ready once the caches have
+/// synced.
 pub async fn run(
     client: Client,
     namespace: Option<String>,
+    concurrency: u16,
     metrics: Metrics,
     http: Arc<HttpState>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
@@ -237,6 +239,7 @@ pub async fn run(
     let by_sts = pool_store.clone();
     let by_pod = pool_store.clone();
     Controller::for_stream(pools, pool_store)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .owns_stream(config_maps)
         .watches_stream(statefulsets, move |sts| {
             pools_for_statefulset(&by_sts.state(), &sts)

@@ -51,6 +51,10 @@ struct RunArgs {
     /// Log output format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Most pools reconciled at once: bounds the memory a burst of reconciles can take (each
+    /// holds its pool's live pod list and plan), whatever the number of pools.
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    max_concurrent_reconciles: u16,
     /// Address of the /healthz, /readyz and /metrics endpoints.
     #[arg(long, default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
@@ -192,8 +196,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             None
         };
 
-        let controller =
-            controller::run(client, args.namespace, metrics, state, until(stopped.clone()));
+        let controller = controller::run(
+            client,
+            args.namespace,
+            args.max_concurrent_reconciles,
+            metrics,
+            state,
+            until(stopped.clone()),
+        );
         let controller = async move {
             let Some(mut leadership) = leadership else {
                 return controller.await;
