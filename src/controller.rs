@@ -13,10 +13,12 @@
 //! reconcile reads the ConfigMap again and decides anew.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -26,6 +28,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
@@ -171,44 +174,35 @@ pub async fn run(
     let ns = namespace.as_deref();
     let (synced_tx, synced) = watch::channel(Synced::default());
 
-    let (pool_store, pool_writer) = reflector::store::<SwarmPool>();
-    let pools = watcher(scoped::<SwarmPool>(&client, ns), watcher::Config::default())
-        .default_backoff()
-        .modify(trim::pool)
-        .reflect(pool_writer)
-        .inspect(warn_on_watch_error(Cache::Pools))
-        .inspect(mark_synced(synced_tx.clone(), Cache::Pools))
-        .applied_objects();
-    let (cm_store, cm_writer) = reflector::store::<ConfigMap>();
-    let config_maps = watcher(
-        scoped(&client, ns),
+    let (pool_store, pools) = cached_watch(
+        scoped::<SwarmPool>(&client, ns),
+        watcher::Config::default(),
+        trim::pool,
+        Cache::Pools,
+        synced_tx.clone(),
+    );
+    let pools = pools.applied_objects();
+    let (cm_store, config_maps) = cached_watch(
+        scoped::<ConfigMap>(&client, ns),
         watcher::Config::default().labels(POOL_LABEL),
-    )
-    .default_backoff()
-    .modify(trim::config_map)
-    .reflect(cm_writer)
-    .inspect(warn_on_watch_error(Cache::ConfigMaps))
-    .inspect(mark_synced(synced_tx.clone(), Cache::ConfigMaps))
-    .touched_objects();
-    let (sts_store, sts_writer) = reflector::store::<StatefulSet>();
-    let statefulsets = watcher(scoped(&client, ns), watcher::Config::default())
-        .default_backoff()
-        .modify(trim::statefulset)
-        .reflect(sts_writer)
-        .inspect(warn_on_watch_error(Cache::StatefulSets))
-        .inspect(mark_synced(synced_tx.clone(), Cache::StatefulSets))
-        .touched_objects();
-    let (pod_store, pod_writer) = reflector::store::<Pod>();
-    let pods = watcher(
-        scoped(&client, ns),
+        trim::config_map,
+        Cache::ConfigMaps,
+        synced_tx.clone(),
+    );
+    let (sts_store, statefulsets) = cached_watch(
+        scoped::<StatefulSet>(&client, ns),
+        watcher::Config::default(),
+        trim::statefulset,
+        Cache::StatefulSets,
+        synced_tx.clone(),
+    );
+    let (pod_store, pods) = cached_watch(
+        scoped::<Pod>(&client, ns),
         watcher::Config::default().labels(STATEFULSET_POD_LABEL),
-    )
-    .default_backoff()
-    .modify(trim::pod)
-    .reflect(pod_writer)
-    .inspect(warn_on_watch_error(Cache::Pods))
-    .inspect(mark_synced(synced_tx, Cache::Pods))
-    .touched_objects();
+        trim::pod,
+        Cache::Pods,
+        synced_tx,
+    );
 
     {
         let mut synced = synced.clone();
@@ -240,11 +234,11 @@ pub async fn run(
     let by_pod = pool_store.clone();
     Controller::for_stream(pools, pool_store)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .owns_stream(config_maps)
-        .watches_stream(statefulsets, move |sts| {
+        .owns_stream(config_maps.touched_objects())
+        .watches_stream(statefulsets.touched_objects(), move |sts| {
             pools_for_statefulset(&by_sts.state(), &sts)
         })
-        .watches_stream(pods, move |pod| {
+        .watches_stream(pods.touched_objects(), move |pod| {
             pools_for_pod(&by_pod.state(), &sts_store, &pod)
         })
         .graceful_shutdown_on(shutdown)
@@ -260,6 +254,33 @@ pub async fn run(
         })
         .await;
     info!("controller stopped");
+}
+
+/// A watch of `api` kept in a store, each object trimmed by `trim`, its errors logged and its
+/// first complete list marking `cache` synced: the store the reconciler reads, and the events
+/// that trigger it.
+fn cached_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    cache: Cache,
+    synced: watch::Sender<Synced>,
+) -> (
+    Store<K>,
+    impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone,
+{
+    let (store, writer) = reflector::store::<K>();
+    let events = watcher(api, config)
+        .default_backoff()
+        .modify(trim)
+        .reflect(writer)
+        .inspect(warn_on_watch_error(cache))
+        .inspect(mark_synced(synced, cache));
+    (store, events)
 }
 
 /// The watch caches the reconciler reads.
