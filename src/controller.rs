@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
 
 use crate::Error;
-use crate::crd::SwarmPool;
+use crate::crd::{SwarmPool, SwarmPoolStatus};
 use crate::fenced_write;
 use crate::http::HttpState;
 use crate::metrics::Metrics;
@@ -72,8 +72,42 @@ pub struct Context {
     failures: Mutex<HashMap<ObjectRef<SwarmPool>, u32>>,
     /// Pod uids whose deletion was requested, per pool, with when.
     deleting: Mutex<HashMap<ObjectRef<SwarmPool>, BTreeMap<String, Instant>>>,
-    /// The resourceVersion of this operator's last ConfigMap write, per pool.
-    written: Mutex<HashMap<ObjectRef<SwarmPool>, String>>,
+    /// This operator's last writes, per pool.
+    written: Mutex<HashMap<ObjectRef<SwarmPool>, LastWrites>>,
+}
+
+/// What this operator last wrote for one pool, to tell its own writes from a cache that has
+/// not caught up with them.
+#[derive(Default)]
+struct LastWrites {
+    /// The resourceVersion the API server gave the ConfigMap write.
+    config_map: Option<String>,
+    status: Option<StatusWrite>,
+}
+
+/// A status this operator wrote, and the resourceVersion of the pool it was decided on.
+struct StatusWrite {
+    based_on: Option<String>,
+    status: SwarmPoolStatus,
+}
+
+/// Whether `desired` is already the pool's status. The cached pool may predate this operator's
+/// own last write (a reconcile can run before the watch delivers it): while the cache still
+/// holds the very version that write was based on, the write stands for the status. A newer
+/// version in the cache, whoever wrote it, is compared as it is.
+fn status_is_reported(
+    pool: &SwarmPool,
+    desired: &SwarmPoolStatus,
+    last: Option<&StatusWrite>,
+) -> bool {
+    if pool.status.as_ref() == Some(desired) {
+        return true;
+    }
+    last.is_some_and(|last| {
+        last.based_on.is_some()
+            && last.based_on == pool.metadata.resource_version
+            && last.status == *desired
+    })
 }
 
 impl Context {
@@ -116,7 +150,7 @@ impl Context {
             .lock()
             .expect("written lock poisoned")
             .get(pool)
-            .cloned();
+            .and_then(|last| last.config_map.clone());
         match (cached, written) {
             (Some(cm), None) => Ok(Some(cm.as_ref().clone())),
             (Some(cm), Some(version))
@@ -131,12 +165,36 @@ impl Context {
     /// Remembers the version of a ConfigMap this operator wrote for `pool`; forgets pools that
     /// are gone, so the map stays as large as the set of pools.
     fn remember_written(&self, pool: &ObjectRef<SwarmPool>, cm: &ConfigMap) {
+        self.last_writes(pool, |last| {
+            last.config_map = cm.metadata.resource_version.clone();
+        });
+    }
+
+    /// Whether `desired` needs no write for `pool` (see [`status_is_reported`]).
+    fn status_is_reported(&self, pool: &SwarmPool, desired: &SwarmPoolStatus) -> bool {
+        let written = self.written.lock().expect("written lock poisoned");
+        let last = written
+            .get(&ObjectRef::from_obj(pool))
+            .and_then(|last| last.status.as_ref());
+        status_is_reported(pool, desired, last)
+    }
+
+    /// Remembers a status written for `pool`, decided on the pool as the cache held it.
+    fn remember_status(&self, pool: &SwarmPool, status: &SwarmPoolStatus) {
+        self.last_writes(&ObjectRef::from_obj(pool), |last| {
+            last.status = Some(StatusWrite {
+                based_on: pool.metadata.resource_version.clone(),
+                status: status.clone(),
+            });
+        });
+    }
+
+    /// Updates one pool's record of last writes; forgets pools that are gone, so the map stays
+    /// as large as the set of pools.
+    fn last_writes(&self, pool: &ObjectRef<SwarmPool>, update: impl FnOnce(&mut LastWrites)) {
         let mut written = self.written.lock().expect("written lock poisoned");
         written.retain(|key, _| self.pools.get(key).is_some());
-        match cm.metadata.resource_version.clone() {
-            Some(version) => written.insert(pool.clone(), version),
-            None => written.remove(pool),
-        };
+        update(written.entry(pool.clone()).or_default());
     }
 
     fn record_failure(&self, pool: &ObjectRef<SwarmPool>) -> u32 {
@@ -593,7 +651,7 @@ async fn reconcile_pool(
         ctx.remember_deleting(&key, &delete.uid);
     }
 
-    if pool.status.as_ref() != Some(&plan.status) {
+    if !ctx.status_is_reported(pool, &plan.status) {
         let patch = json!({
             "apiVersion": SwarmPool::api_version(&()),
             "kind": SwarmPool::kind(&()),
@@ -608,7 +666,7 @@ async fn reconcile_pool(
             )
             .await
         {
-            Ok(_) => {}
+            Ok(_) => ctx.remember_status(pool, &plan.status),
             // Deleted since the cache saw it: there is no status left to report.
             Err(kube::Error::Api(status)) if status.is_not_found() => {
                 return Ok(Action::await_change());
@@ -730,7 +788,7 @@ fn error_policy(pool: Arc<SwarmPool>, error: &Error, ctx: Arc<Context>) -> Actio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{SwarmPoolSpec, SwarmPoolStatus};
+    use crate::crd::SwarmPoolSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
         LabelSelector, ObjectMeta, OwnerReference,
     };
@@ -862,5 +920,51 @@ mod tests {
         assert_eq!(backoff_delay(9), Duration::from_secs(256));
         assert_eq!(backoff_delay(10), Duration::from_secs(300));
         assert_eq!(backoff_delay(u32::MAX), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn a_status_just_written_is_not_written_again_from_a_lagging_cache() {
+        let status = |sts: &str| SwarmPoolStatus {
+            stateful_set: Some(sts.into()),
+            ..SwarmPoolStatus::default()
+        };
+        let mut cached = pool("p", "a", Some("old")).as_ref().clone();
+        cached.metadata.resource_version = Some("7".into());
+        let wrote = |based_on: &str, sts: &str| StatusWrite {
+            based_on: Some(based_on.into()),
+            status: status(sts),
+        };
+
+        assert!(status_is_reported(&cached, &status("old"), None));
+        assert!(!status_is_reported(&cached, &status("new"), None));
+        // The cache still holds the version the write was decided on.
+        assert!(status_is_reported(
+            &cached,
+            &status("new"),
+            Some(&wrote("7", "new"))
+        ));
+        // Something else is wanted now than was written.
+        assert!(!status_is_reported(
+            &cached,
+            &status("newer"),
+            Some(&wrote("7", "new"))
+        ));
+        // The cache moved on (someone else wrote the status): it is the truth again.
+        assert!(!status_is_reported(
+            &cached,
+            &status("new"),
+            Some(&wrote("6", "new"))
+        ));
+        // A pool without a resourceVersion proves nothing.
+        cached.metadata.resource_version = None;
+        let unversioned = StatusWrite {
+            based_on: None,
+            status: status("new"),
+        };
+        assert!(!status_is_reported(
+            &cached,
+            &status("new"),
+            Some(&unversioned)
+        ));
     }
 }
