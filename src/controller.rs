@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
@@ -40,6 +40,7 @@ use crate::http::HttpState;
 use crate::metrics::Metrics;
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, MANAGER, Observed, POOL_LABEL, Plan, PlannedEvent};
+use crate::pod_summary::PodSummary;
 use crate::rollout::PENDING_REFRESH_ANNOTATION;
 use crate::trim;
 
@@ -62,7 +63,7 @@ pub struct Context {
     reporter: Reporter,
     pools: Store<SwarmPool>,
     statefulsets: Store<StatefulSet>,
-    pods: Store<Pod>,
+    pods: Store<PodSummary>,
     config_maps: Store<ConfigMap>,
     /// Whether the caches have completed their initial list: reconciles wait for it, so an
     /// empty cache right after start is never taken for "no StatefulSet, no pods".
@@ -255,7 +256,7 @@ pub async fn run(
         synced_tx.clone(),
     );
     let (pod_store, pods) = cached_watch(
-        scoped::<Pod>(&client, ns),
+        scoped::<PodSummary>(&client, ns),
         watcher::Config::default().labels(STATEFULSET_POD_LABEL),
         trim::pod,
         Cache::Pods,
@@ -439,7 +440,7 @@ pub fn pools_for_statefulset(
 }
 
 /// Name of the StatefulSet that controls `pod`, if one does.
-pub fn controlling_statefulset(pod: &Pod) -> Option<&str> {
+pub fn controlling_statefulset(pod: &PodSummary) -> Option<&str> {
     pod.owner_references()
         .iter()
         .find(|r| {
@@ -452,7 +453,7 @@ pub fn controlling_statefulset(pod: &Pod) -> Option<&str> {
 pub fn pools_for_pod(
     pools: &[Arc<SwarmPool>],
     statefulsets: &Store<StatefulSet>,
-    pod: &Pod,
+    pod: &PodSummary,
 ) -> Vec<ObjectRef<SwarmPool>> {
     let Some(sts_name) = controlling_statefulset(pod) else {
         return Vec::new();
@@ -503,7 +504,7 @@ async fn reconcile_pool(
     let _ = ctx.synced.clone().wait_for(Synced::all).await;
     let client = &ctx.client;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let pods_api: Api<PodSummary> = Api::namespaced(client.clone(), &namespace);
     let pools: Api<SwarmPool> = Api::namespaced(client.clone(), &namespace);
     let cm_name = pool.config_map_name();
 
@@ -860,7 +861,7 @@ mod tests {
         let pools = [pool("a", "web", None), pool("c", "db", None)];
         let (store, mut writer) = reflector::store::<StatefulSet>();
         writer.apply_watcher_event(&watcher::Event::Apply(sts("web", "web")));
-        let mut pod = Pod {
+        let mut pod = PodSummary {
             metadata: ObjectMeta {
                 name: Some("web-0".into()),
                 namespace: Some("ns".into()),
@@ -874,7 +875,7 @@ mod tests {
                 }]),
                 ..ObjectMeta::default()
             },
-            ..Pod::default()
+            ..PodSummary::default()
         };
         assert_eq!(names(pools_for_pod(&pools, &store, &pod)), ["a"]);
         pod.metadata.owner_references = None;
@@ -886,7 +887,7 @@ mod tests {
         let (tx, rx) = watch::channel(Synced::default());
         let mut pools = mark_synced::<SwarmPool>(tx.clone(), Cache::Pools);
         let mut sts = mark_synced::<StatefulSet>(tx.clone(), Cache::StatefulSets);
-        let mut pods = mark_synced::<Pod>(tx.clone(), Cache::Pods);
+        let mut pods = mark_synced::<PodSummary>(tx.clone(), Cache::Pods);
         let mut config_maps = mark_synced::<ConfigMap>(tx, Cache::ConfigMaps);
         pools(&Ok(watcher::Event::Init));
         pools(&Ok(watcher::Event::InitDone));

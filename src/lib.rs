@@ -17,6 +17,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod planner;
+pub mod pod_summary;
 pub mod rollout;
 pub mod telemetry;
 pub mod trim;

@@ -19,6 +19,7 @@ use swarm_operator::crd::{
 };
 use swarm_operator::planner::handoff::{HANDOFF_ANNOTATION, Holder};
 use swarm_operator::planner::{self, CONFIG_KEY, Observed, Plan, PlannedEvent, VERSION_ANNOTATION};
+use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
 
 const NS: &str = "swarm";
@@ -200,6 +201,7 @@ impl World {
     }
 
     fn observe(&self, pods: &[Pod], pods_are_live: bool) -> Plan {
+        let pods: Vec<PodSummary> = pods.iter().map(PodSummary::from).collect();
         planner::plan(&Observed {
             pool: &self.pool,
             statefulsets: self.statefulsets.iter().collect(),

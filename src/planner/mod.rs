@@ -21,11 +21,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use swarm_assign::Assignment;
 
 use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
+use crate::pod_summary::PodSummary;
 use crate::rollout::{self, PendingRefresh, PodDelete, Priorities};
 use config_map::Previous;
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
@@ -68,7 +69,7 @@ pub struct Observed<'a> {
     pub statefulsets: Vec<&'a StatefulSet>,
     /// Pods of the pool's namespace (only those controlled by the matched StatefulSet are
     /// workers; any pod may be a holder of jobs in transit).
-    pub pods: Vec<&'a Pod>,
+    pub pods: Vec<&'a PodSummary>,
     /// The other SwarmPools of the namespace: of several pools selecting one StatefulSet, only
     /// the oldest manages it.
     pub other_pools: Vec<&'a SwarmPool>,

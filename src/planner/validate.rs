@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
@@ -12,6 +12,7 @@ use swarm_assign::validate_jobs;
 use super::Observed;
 use crate::conditions::reason;
 use crate::crd::{Handoff, RolloutPolicy, SwarmPool};
+use crate::pod_summary::PodSummary;
 use crate::rollout::{self, WorkerPod, Workers};
 
 /// Why the pool cannot be reconciled as specified.
@@ -185,12 +186,12 @@ fn older_pool_selecting(
 fn worker_pods(
     sts: &StatefulSet,
     replicas: usize,
-    pods: &[&Pod],
+    pods: &[&PodSummary],
     deleting: &BTreeSet<String>,
 ) -> Workers {
     let sts_uid = sts.metadata.uid.as_deref();
     // Called for every pod of the namespace on every plan: compare in place, allocate nothing.
-    let controlled = |pod: &Pod| {
+    let controlled = |pod: &PodSummary| {
         pod.metadata.namespace == sts.metadata.namespace
             && pod
                 .owner_references()
@@ -205,15 +206,11 @@ fn worker_pods(
     Workers::new(&sts.name_any(), replicas, pods)
 }
 
-fn worker_pod(pod: &Pod, deleting: &BTreeSet<String>) -> WorkerPod {
+fn worker_pod(pod: &PodSummary, deleting: &BTreeSet<String>) -> WorkerPod {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let terminating = pod.metadata.deletion_timestamp.is_some() || deleting.contains(&uid);
-    let ready_condition = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
-    let ready = !terminating && ready_condition.is_some_and(|c| c.status == "True");
+    let ready_condition = pod.ready.as_ref();
+    let ready = !terminating && ready_condition.is_some_and(|c| c.is_true);
     let not_ready_since = if ready {
         None
     } else {

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::Pod;
 use swarm_operator::crd::SwarmPool;
 use swarm_operator::planner::{self, Observed, VERSION_ANNOTATION};
+use swarm_operator::pod_summary::PodSummary;
 
 use super::cluster::{Cluster, NS};
 
@@ -103,10 +104,11 @@ impl Operator {
             rounds += 1;
             assert!(rounds <= MAX_PLAN_ROUNDS, "planning did not settle");
             let config_map = cluster.config_map.clone();
+            let summaries: Vec<PodSummary> = pods.iter().map(PodSummary::from).collect();
             let mut plan = planner::plan(&Observed {
                 pool: &self.pool,
                 statefulsets: vec![&statefulset],
-                pods: pods.iter().collect(),
+                pods: summaries.iter().collect(),
                 other_pools: Vec::new(),
                 pods_are_live,
                 config_map: config_map.as_ref(),

@@ -1,0 +1,198 @@
+//! A worker pod as the operator keeps it: its metadata and its Ready condition, nothing else.
+//!
+//! With 10,000 worker pods the pod cache is most of the operator's memory. A `Pod` from
+//! k8s-openapi is 2.4 KB before any of its fields is set (its spec and status are inline), so
+//! the cache and the live lists deserialize pods straight into this summary instead: the
+//! fields of a pod's spec and status other than the Ready condition are skipped as they are
+//! read, never allocated.
+
+use std::borrow::Cow;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Resource;
+use serde::{Deserialize, Deserializer};
+
+/// A pod: identity, owners, creation and deletion in `metadata`, and its Ready condition.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct PodSummary {
+    /// The pod's metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The pod's `Ready` condition, from `status.conditions`; `None` when it has none yet.
+    #[serde(rename = "status", default, deserialize_with = "ready_condition")]
+    pub ready: Option<ReadyCondition>,
+}
+
+/// The part of a pod's `Ready` condition the planner reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadyCondition {
+    /// The condition's status is `True`.
+    pub is_true: bool,
+    /// When the condition last changed status.
+    pub last_transition_time: Option<Time>,
+}
+
+impl From<&Pod> for PodSummary {
+    fn from(pod: &Pod) -> Self {
+        let ready = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| ReadyCondition {
+                is_true: c.status == "True",
+                last_transition_time: c.last_transition_time.clone(),
+            });
+        PodSummary {
+            metadata: pod.metadata.clone(),
+            ready,
+        }
+    }
+}
+
+/// Served as pods: the API is the pods' API, only the Rust type is smaller.
+impl Resource for PodSummary {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Pod::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Pod::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Pod::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Pod::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// `status`, read for its Ready condition alone; every other field is skipped unread.
+fn ready_condition<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ReadyCondition>, D::Error> {
+    #[derive(Deserialize)]
+    struct Status {
+        #[serde(default)]
+        conditions: Option<Vec<Condition>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Condition {
+        #[serde(rename = "type")]
+        type_: String,
+        status: String,
+        #[serde(default)]
+        last_transition_time: Option<Time>,
+    }
+    let status = Option::<Status>::deserialize(deserializer)?;
+    Ok(status
+        .and_then(|s| s.conditions)
+        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+        .map(|c| ReadyCondition {
+            is_true: c.status == "True",
+            last_transition_time: c.last_transition_time,
+        }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::ResourceExt;
+    use serde_json::json;
+
+    fn pod_json(conditions: serde_json::Value) -> serde_json::Value {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web-0",
+                "namespace": "ns",
+                "uid": "u-1",
+                "labels": {"app": "web"},
+                "annotations": {"a": "b"},
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "ownerReferences": [{
+                    "apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web",
+                    "uid": "s-1", "controller": true
+                }],
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}]
+            },
+            "spec": {"containers": [{"name": "worker", "image": "busybox"}]},
+            "status": {"phase": "Running", "conditions": conditions}
+        })
+    }
+
+    #[test]
+    fn reads_the_ready_condition_and_skips_the_rest_of_the_status() {
+        let json = pod_json(json!([
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:01Z"},
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:02Z"}
+        ]));
+        let mut summary: PodSummary = serde_json::from_value(json.clone()).expect("summary");
+        let pod: Pod = serde_json::from_value(json).expect("pod");
+        assert_eq!(
+            summary,
+            PodSummary::from(&pod),
+            "same as converting a full Pod"
+        );
+        let ready = summary.ready.clone().expect("a Ready condition");
+        assert!(!ready.is_true);
+        assert_eq!(
+            ready.last_transition_time,
+            Some(Time("2026-01-01T00:00:02Z".parse().expect("time")))
+        );
+
+        crate::trim::pod(&mut summary);
+        assert_eq!(summary.metadata.labels, None);
+        assert_eq!(summary.metadata.annotations, None);
+        assert_eq!(summary.metadata.managed_fields, None);
+        assert_eq!(summary.metadata.uid.as_deref(), Some("u-1"));
+        assert_eq!(summary.owner_references()[0].uid, "s-1");
+        assert!(summary.metadata.creation_timestamp.is_some());
+    }
+
+    #[test]
+    fn a_pod_without_status_or_ready_condition_has_none() {
+        let mut json = pod_json(json!([{"type": "PodScheduled", "status": "True"}]));
+        let summary: PodSummary = serde_json::from_value(json.clone()).expect("summary");
+        assert_eq!(summary.ready, None);
+        json.as_object_mut().expect("object").remove("status");
+        let summary: PodSummary = serde_json::from_value(json).expect("summary");
+        assert_eq!(summary.ready, None);
+        let ready: PodSummary =
+            serde_json::from_value(pod_json(json!([{"type": "Ready", "status": "True"}])))
+                .expect("summary");
+        assert_eq!(
+            ready.ready,
+            Some(ReadyCondition {
+                is_true: true,
+                last_transition_time: None
+            })
+        );
+    }
+
+    #[test]
+    fn is_served_as_pods() {
+        assert_eq!(
+            PodSummary::url_path(&(), Some("ns")),
+            "/api/v1/namespaces/ns/pods"
+        );
+        assert_eq!(PodSummary::kind(&()), "Pod");
+    }
+
+    #[test]
+    fn is_a_fraction_of_a_pod_in_memory() {
+        assert!(size_of::<PodSummary>() * 3 < size_of::<Pod>());
+    }
+}
