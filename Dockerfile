@@ -5,7 +5,8 @@
 
 # Alpine's Rust builds for musl, which links statically: the binaries need no libc at run time.
 FROM rust:1.95-alpine AS build
-RUN apk add --no-cache musl-dev
+# jemalloc, the operator's allocator, is built from C with make.
+RUN apk add --no-cache musl-dev make
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

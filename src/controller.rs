@@ -72,9 +72,24 @@ pub struct Context {
     /// Consecutive failures per pool, for the backoff.
     failures: Mutex<HashMap<ObjectRef<SwarmPool>, u32>>,
     /// Pod uids whose deletion was requested, per pool, with when.
-    deleting: Mutex<HashMap<ObjectRef<SwarmPool>, BTreeMap<String, Instant>>>,
+    deleting: Mutex<HashMap<ObjectRef<SwarmPool>, BTreeMap<String, RequestedDelete>>>,
     /// This operator's last writes, per pool.
     written: Mutex<HashMap<ObjectRef<SwarmPool>, LastWrites>>,
+}
+
+/// A pod deletion this operator requested (keyed by the pod's uid).
+struct RequestedDelete {
+    name: String,
+    at: Instant,
+}
+
+/// Whether the cached pod of a requested deletion's name shows that deletion took effect: the
+/// instance terminating, or replaced by another. A pod the cache does not hold proves nothing
+/// (the request may have been decided on a live list the cache has not caught up with).
+fn deletion_observed(uid: &str, cached: Option<&PodSummary>) -> bool {
+    cached.is_some_and(|pod| {
+        pod.metadata.uid.as_deref() != Some(uid) || pod.metadata.deletion_timestamp.is_some()
+    })
 }
 
 /// What this operator last wrote for one pool, to tell its own writes from a cache that has
@@ -112,24 +127,43 @@ fn status_is_reported(
 }
 
 impl Context {
+    /// The uids of `pool`'s pods whose deletion was requested and the pod cache has not shown
+    /// yet. A request is forgotten once the cache shows it took effect, so a rollout of
+    /// thousands of pods leaves nothing behind; else after [`DELETING_MEMORY`].
     fn deleting(&self, pool: &ObjectRef<SwarmPool>) -> BTreeSet<String> {
         let mut all = self.deleting.lock().expect("deleting lock poisoned");
-        all.retain(|_, uids| {
-            uids.retain(|_, at| at.elapsed() < DELETING_MEMORY);
-            !uids.is_empty()
+        all.retain(|_, requested| {
+            requested.retain(|_, r| r.at.elapsed() < DELETING_MEMORY);
+            !requested.is_empty()
         });
-        all.get(pool)
-            .map(|uids| uids.keys().cloned().collect())
-            .unwrap_or_default()
+        let Some(requested) = all.get_mut(pool) else {
+            return BTreeSet::new();
+        };
+        let namespace = pool.namespace.as_deref().unwrap_or_default();
+        requested.retain(|uid, r| {
+            let cached = self.pods.get(&ObjectRef::new(&r.name).within(namespace));
+            !deletion_observed(uid, cached.as_deref())
+        });
+        let uids = requested.keys().cloned().collect();
+        if requested.is_empty() {
+            all.remove(pool);
+        }
+        uids
     }
 
-    fn remember_deleting(&self, pool: &ObjectRef<SwarmPool>, uid: &str) {
+    fn remember_deleting(&self, pool: &ObjectRef<SwarmPool>, name: &str, uid: &str) {
         self.deleting
             .lock()
             .expect("deleting lock poisoned")
             .entry(pool.clone())
             .or_default()
-            .insert(uid.to_owned(), Instant::now());
+            .insert(
+                uid.to_owned(),
+                RequestedDelete {
+                    name: name.to_owned(),
+                    at: Instant::now(),
+                },
+            );
     }
 
     /// The pool's ConfigMap as of this operator's last write: the cached copy when it is that
@@ -649,7 +683,7 @@ async fn reconcile_pool(
                 });
             }
         }
-        ctx.remember_deleting(&key, &delete.uid);
+        ctx.remember_deleting(&key, &delete.name, &delete.uid);
     }
 
     if !ctx.status_is_reported(pool, &plan.status) {
@@ -967,5 +1001,33 @@ mod tests {
             &status("new"),
             Some(&unversioned)
         ));
+    }
+
+    #[test]
+    fn a_requested_deletion_is_forgotten_once_the_cache_shows_it() {
+        let pod = |uid: &str, deleting: bool| PodSummary {
+            metadata: ObjectMeta {
+                name: Some("web-0".into()),
+                uid: Some(uid.into()),
+                deletion_timestamp: deleting.then_some(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
+                ),
+                ..ObjectMeta::default()
+            },
+            ..PodSummary::default()
+        };
+        assert!(
+            !deletion_observed("u1", None),
+            "not in the cache: proves nothing"
+        );
+        assert!(
+            !deletion_observed("u1", Some(&pod("u1", false))),
+            "still running"
+        );
+        assert!(
+            deletion_observed("u1", Some(&pod("u1", true))),
+            "terminating"
+        );
+        assert!(deletion_observed("u1", Some(&pod("u2", false))), "replaced");
     }
 }

@@ -124,9 +124,26 @@ impl OperatorProcess {
     }
 }
 
+/// How long a stopped operator gets to exit on its own (a heap profile is written at exit).
+const EXIT_GRACE: Duration = Duration::from_secs(30);
+
 impl Drop for OperatorProcess {
+    /// Stops the operator as Kubernetes would: SIGTERM, then SIGKILL after a grace period.
     fn drop(&mut self) {
         *self.stop_sampler.lock().expect("sampler lock") = true;
+        let terminated = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        if terminated {
+            let deadline = std::time::Instant::now() + EXIT_GRACE;
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
