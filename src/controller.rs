@@ -206,12 +206,21 @@ impl Context {
     }
 
     /// Whether `desired` needs no write for `pool` (see [`status_is_reported`]).
+    /// Once the cache holds a newer pool than the last write was based on, that write is
+    /// forgotten: it no longer tells anything the cached status does not.
     fn status_is_reported(&self, pool: &SwarmPool, desired: &SwarmPoolStatus) -> bool {
-        let written = self.written.lock().expect("written lock poisoned");
-        let last = written
-            .get(&ObjectRef::from_obj(pool))
-            .and_then(|last| last.status.as_ref());
-        status_is_reported(pool, desired, last)
+        let mut written = self.written.lock().expect("written lock poisoned");
+        let Some(last) = written.get_mut(&ObjectRef::from_obj(pool)) else {
+            return status_is_reported(pool, desired, None);
+        };
+        if last
+            .status
+            .as_ref()
+            .is_some_and(|s| s.based_on != pool.metadata.resource_version)
+        {
+            last.status = None;
+        }
+        status_is_reported(pool, desired, last.status.as_ref())
     }
 
     /// Remembers a status written for `pool`, decided on the pool as the cache held it.

@@ -11,7 +11,7 @@
 //! 4. scale: one pool at a time (up to 20), scale its StatefulSet up by one and time until the
 //!    ConfigMap's version changes, then wait for the pool to settle;
 //! 5. full rollout: add a job per worker to every pool (every worker restarts), time until all
-//!    settle.
+//!    settle; the RSS after it is read after the same idle time as the RSS after step 3.
 //!
 //! Requests come from the operator's own `swarm_operator_api_requests_total`; memory and CPU
 //! from `/proc`.
@@ -231,7 +231,8 @@ async fn run_cell(cell: Cell, real: Option<PathBuf>, index: usize, idle_seconds:
     let full_rollout = began.elapsed();
     let after_rollout = operator.requests(&http).await;
     rss_peak = rss_peak.max(operator.take_peak_mib());
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Measured after the same quiet time as the idle RSS, so the two compare like for like.
+    tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
     let rss_after_rollout = operator.rss_mib();
 
     let measured = Measured {
