@@ -71,7 +71,8 @@ pub struct Context {
     metrics: Metrics,
     /// Consecutive failures per pool, for the backoff.
     failures: Mutex<HashMap<ObjectRef<SwarmPool>, u32>>,
-    /// Pod uids whose deletion was requested, per pool, with when.
+    /// Pod deletions requested, per pool, by uid, until the cache shows them (see
+    /// [`Context::deleting`]).
     deleting: Mutex<HashMap<ObjectRef<SwarmPool>, BTreeMap<String, RequestedDelete>>>,
     /// This operator's last writes, per pool.
     written: Mutex<HashMap<ObjectRef<SwarmPool>, LastWrites>>,
@@ -205,9 +206,9 @@ impl Context {
         });
     }
 
-    /// Whether `desired` needs no write for `pool` (see [`status_is_reported`]).
-    /// Once the cache holds a newer pool than the last write was based on, that write is
-    /// forgotten: it no longer tells anything the cached status does not.
+    /// Whether `desired` needs no write for `pool` (see [`status_is_reported`]). Once the cache
+    /// holds a newer pool than the last write was based on, that write is forgotten: it no
+    /// longer tells anything the cached status does not.
     fn status_is_reported(&self, pool: &SwarmPool, desired: &SwarmPoolStatus) -> bool {
         let mut written = self.written.lock().expect("written lock poisoned");
         let Some(last) = written.get_mut(&ObjectRef::from_obj(pool)) else {
