@@ -58,6 +58,7 @@ fn plan_and_render(c: &mut Criterion) {
             jobs: &jobs,
             strategy: Strategy::Sticky,
             previous,
+            qos: None,
         };
         plan(&request).expect("valid jobs")
     };

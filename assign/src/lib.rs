@@ -10,23 +10,32 @@
 //!   current assignment, and a canonical assignment from scratch.
 //! - `Consistent`: jump consistent hash of the job name.
 //! - `Contiguous`: jobs in spec order in contiguous chunks.
+//!
+//! `spec.qos` ([`Qos`], [`assign_with_qos`]) gives dedicated jobs a worker of their own and,
+//! under `Sticky`, balances job weights; without it every result is exactly [`assign`]'s.
 
 mod assignment;
 mod consistent;
 mod contiguous;
+mod dedicated;
 pub mod hash;
 mod jobs;
 mod movement;
+mod placement;
 mod plan;
 pub mod predecessor;
+mod qos;
 mod sticky;
 mod strategy;
+mod weighted;
 pub mod worker_config;
 
 pub use assignment::{Assignment, pod_name};
 pub use jobs::{JobsError, validate_jobs};
 pub use movement::Movement;
-pub use plan::{PlanOutcome, PlanRequest, Publication, plan, publish};
+pub use placement::{Placement, assign_with_qos};
+pub use plan::{PlanError, PlanOutcome, PlanRequest, Publication, plan, publish};
+pub use qos::{MAX_WEIGHT, Qos, QosError, validate_qos};
 pub use strategy::Strategy;
 pub use worker_config::{ParseError, WorkerConfig, Workload};
 

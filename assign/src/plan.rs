@@ -2,7 +2,10 @@
 
 use crate::movement::same_job_set;
 use crate::worker_config::{WorkerConfig, Workload};
-use crate::{JobsError, Movement, Strategy, assign, pod_name, validate_jobs};
+use crate::{
+    JobsError, Movement, Qos, QosError, Strategy, assign_with_qos, pod_name, validate_jobs,
+    validate_qos,
+};
 
 /// What to plan for: a pool's jobs and strategy, its StatefulSet, and the config now in the
 /// ConfigMap.
@@ -18,6 +21,19 @@ pub struct PlanRequest<'a> {
     pub strategy: Strategy,
     /// The config now in the ConfigMap, if it could be read.
     pub previous: Option<&'a WorkerConfig>,
+    /// The pool's `qos`, if any.
+    pub qos: Option<&'a Qos>,
+}
+
+/// Why a pool cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The job list is invalid.
+    #[error(transparent)]
+    Jobs(#[from] JobsError),
+    /// `qos` names jobs the job list does not hold, or has a bad weight.
+    #[error(transparent)]
+    Qos(#[from] QosError),
 }
 
 /// The next config and what it changes.
@@ -30,6 +46,10 @@ pub struct PlanOutcome {
     pub changed: bool,
     /// Statistics of the new assignment and of the change.
     pub movement: Movement,
+    /// Ordinals whose worker runs one dedicated job and nothing else, ascending.
+    pub dedicated_workers: Vec<usize>,
+    /// Dedicated jobs that run as shared jobs for want of workers, in `qos.dedicated` order.
+    pub dedicated_unmet: Vec<String>,
 }
 
 /// Plans the next config.
@@ -38,17 +58,31 @@ pub struct PlanOutcome {
 /// the strategy starts from scratch. A worker keeps its per-worker version while its job set is
 /// unchanged; a worker whose job set changed, or that appears, gets the new config version. A
 /// previous config of version 0 (the predecessor's format) is always rewritten, as version 1 or
-/// more. Fails only on an invalid job list.
-pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, JobsError> {
+/// more. Under a `qos` that is not neutral, jobs in transit count as held by the pod that last
+/// held them. Fails only on an invalid job list or `qos`.
+pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, PlanError> {
     validate_jobs(request.jobs)?;
+    let neutral = Qos::default();
+    let qos = request.qos.unwrap_or(&neutral);
+    validate_qos(request.jobs, qos)?;
     let previous = request.previous;
     let current = previous.and_then(|config| config.assignment(request.statefulset));
-    let next = assign(
+    let with_transit = previous
+        .filter(|_| !qos.is_neutral())
+        .and_then(|config| config.assignment_with_transit(request.statefulset));
+    let placed_from = if qos.is_neutral() {
+        current.as_ref()
+    } else {
+        with_transit.as_ref()
+    };
+    let placement = assign_with_qos(
         request.strategy,
         request.jobs,
         request.replicas,
-        current.as_ref(),
+        placed_from,
+        qos,
     );
+    let next = placement.assignment;
     // Every strategy holds each job exactly once, so only N = 0 leaves jobs unassigned.
     let unassigned = if next.replicas() == 0 {
         request.jobs.to_vec()
@@ -67,6 +101,8 @@ pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, JobsError> {
         config: published.config,
         changed: published.changed,
         movement,
+        dedicated_workers: placement.dedicated_workers,
+        dedicated_unmet: placement.dedicated_unmet,
     })
 }
 

@@ -25,22 +25,31 @@ use crate::Assignment;
 use crate::hash::{job_hash, job_order};
 
 /// Marks a job that has no owner among the N ordinals.
-const UNOWNED: usize = usize::MAX;
+pub(crate) const UNOWNED: usize = usize::MAX;
 
 /// Owner of every job under the sticky rule. `replicas` must be at least 1.
 pub(crate) fn owners(jobs: &[String], replicas: usize, current: Option<&Assignment>) -> Vec<usize> {
+    let kept = current.map_or_else(
+        || vec![UNOWNED; jobs.len()],
+        |current| current_owners(jobs, replicas, current),
+    );
+    owners_from(jobs, replicas, kept)
+}
+
+/// Owner of every job under the sticky rule, from the current owner of every job (`kept[i]` in
+/// `0..replicas`, or [`UNOWNED`]). `replicas` must be at least 1.
+pub(crate) fn owners_from(jobs: &[String], replicas: usize, kept: Vec<usize>) -> Vec<usize> {
     debug_assert!(replicas > 0, "the caller handles replicas == 0");
     let hashes: Vec<u64> = jobs.iter().map(|job| job_hash(job)).collect();
-    match current.map(|current| current_owners(jobs, replicas, current)) {
-        Some(owners) if owners.iter().any(|&owner| owner != UNOWNED) => {
-            rebalance(jobs, &hashes, replicas, owners)
-        }
-        _ => canonical(jobs, &hashes, replicas),
+    if kept.iter().any(|&owner| owner != UNOWNED) {
+        rebalance(jobs, &hashes, replicas, kept)
+    } else {
+        canonical(jobs, &hashes, replicas)
     }
 }
 
 /// The owner of every job in `current`, limited to ordinals below `replicas`.
-fn current_owners(jobs: &[String], replicas: usize, current: &Assignment) -> Vec<usize> {
+pub(crate) fn current_owners(jobs: &[String], replicas: usize, current: &Assignment) -> Vec<usize> {
     let index: HashMap<&str, usize> = jobs
         .iter()
         .enumerate()

@@ -152,10 +152,7 @@ impl WorkerConfig {
         let ours: Vec<(usize, &Workload)> = self
             .workloads
             .iter()
-            .filter_map(|(pod, workload)| {
-                let ordinal = pod.strip_prefix(statefulset)?.strip_prefix('-')?;
-                Some((parse_ordinal(ordinal)?, workload))
-            })
+            .filter_map(|(pod, workload)| Some((ordinal_in(pod, statefulset)?, workload)))
             .collect();
         if ours.is_empty() {
             return None;
@@ -164,6 +161,21 @@ impl WorkerConfig {
         for (ordinal, workload) in ours {
             if let Some(worker) = workers.get_mut(ordinal) {
                 worker.clone_from(&workload.jobs);
+            }
+        }
+        Some(Assignment::new(workers))
+    }
+
+    /// [`WorkerConfig::assignment`] with every job in transit counted as held by the pod that
+    /// last held it (if that pod is one of the ordinals): what the workers hold or may still
+    /// run. Planning from this gives the same target before and after a revoke is written.
+    pub fn assignment_with_transit(&self, statefulset: &str) -> Option<Assignment> {
+        let held = self.assignment(statefulset)?;
+        let mut workers = held.into_workers();
+        for (pod, jobs) in &self.transit {
+            let ordinal = ordinal_in(pod, statefulset);
+            if let Some(worker) = ordinal.and_then(|ordinal| workers.get_mut(ordinal)) {
+                worker.extend(jobs.iter().cloned());
             }
         }
         Some(Assignment::new(workers))
@@ -239,6 +251,11 @@ fn by_pod<T>(entries: impl IntoIterator<Item = (String, T)>) -> Vec<(String, T)>
         }
     }
     unique
+}
+
+/// The ordinal of `pod` if it is a pod of `statefulset` (`<statefulset>-<ordinal>`).
+fn ordinal_in(pod: &str, statefulset: &str) -> Option<usize> {
+    parse_ordinal(pod.strip_prefix(statefulset)?.strip_prefix('-')?)
 }
 
 /// The ordinal written in decimal without leading zeros, as the StatefulSet controller names

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::*;
 use proptest::prelude::*;
 use swarm_assign::{
-    JobsError, PlanOutcome, PlanRequest, Strategy as Assign, WorkerConfig, Workload, plan,
+    JobsError, PlanError, PlanOutcome, PlanRequest, Strategy as Assign, WorkerConfig, Workload,
+    plan,
 };
 
 const STS: &str = "swarm-worker";
@@ -24,6 +25,7 @@ fn plan_for(
         jobs,
         strategy,
         previous,
+        qos: None,
     })
     .expect("valid jobs")
 }
@@ -117,15 +119,16 @@ fn invalid_jobs_are_refused_naming_the_problem() {
         jobs: &jobs,
         strategy: Assign::Sticky,
         previous: None,
+        qos: None,
     })
     .unwrap_err();
     assert_eq!(
         error,
-        JobsError::Duplicate {
+        PlanError::Jobs(JobsError::Duplicate {
             job: "a".into(),
             first: 0,
             second: 2
-        }
+        })
     );
     assert!(error.to_string().contains("\"a\""), "{error}");
     let jobs: Vec<String> = ["a", ""].map(String::from).to_vec();
@@ -135,9 +138,10 @@ fn invalid_jobs_are_refused_naming_the_problem() {
         jobs: &jobs,
         strategy: Assign::Sticky,
         previous: None,
+        qos: None,
     })
     .unwrap_err();
-    assert_eq!(error, JobsError::EmptyName { index: 1 });
+    assert_eq!(error, PlanError::Jobs(JobsError::EmptyName { index: 1 }));
 }
 
 #[test]
@@ -149,6 +153,7 @@ fn a_config_for_another_statefulset_is_no_current_assignment_but_keeps_the_versi
         jobs: &jobs,
         strategy: Assign::Contiguous,
         previous: None,
+        qos: None,
     })
     .unwrap()
     .config;

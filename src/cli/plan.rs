@@ -128,6 +128,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         jobs: &manifest.spec.jobs,
         strategy,
         previous: previous.as_ref(),
+        qos: None,
     })
     .with_context(|| format!("invalid pool {}", args.pool.display()))?;
     let steps = handoff::offline(
@@ -323,6 +324,7 @@ mod tests {
             jobs: &jobs,
             strategy: Strategy::Sticky,
             previous,
+            qos: None,
         })
         .expect("valid jobs")
     }

@@ -1,0 +1,146 @@
+//! Assignment under `spec.qos`: dedicated jobs on workers of their own, the shared jobs spread
+//! over the other workers by the pool's strategy, weighted under `Sticky`.
+
+use std::borrow::Cow;
+
+use foldhash::HashMap;
+
+use crate::sticky::{self, UNOWNED};
+use crate::{Assignment, Qos, Strategy, assign, consistent, contiguous, dedicated, weighted};
+
+/// An assignment and how it honours the pool's `qos`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The job list of every ordinal.
+    pub assignment: Assignment,
+    /// Ordinals whose worker runs one dedicated job and nothing else, ascending.
+    pub dedicated_workers: Vec<usize>,
+    /// Dedicated jobs that run as shared jobs for want of workers, in `qos.dedicated` order.
+    pub dedicated_unmet: Vec<String>,
+}
+
+/// Assigns `jobs` to the ordinals `0..replicas` with `strategy`, honouring `qos`.
+///
+/// Dedicated jobs get workers of their own as far as workers allow (see the rule in
+/// `dedicated.rs`); the other jobs, with the dedicated jobs left without a worker, are assigned
+/// over the remaining workers in ordinal order by `strategy`. `Sticky` balances their weights
+/// when some job weighs more than 1 (the rule in `weighted.rs`); `Consistent` and `Contiguous`
+/// ignore weights. Under a neutral `qos` ([`Qos::is_neutral`]) this is exactly [`assign`].
+///
+/// `current` is the assignment now in the ConfigMap, if any; `Sticky` and the choice of
+/// dedicated workers use it. `jobs` and `qos` must be valid ([`crate::validate_jobs`],
+/// [`crate::validate_qos`]).
+pub fn assign_with_qos(
+    strategy: Strategy,
+    jobs: &[String],
+    replicas: usize,
+    current: Option<&Assignment>,
+    qos: &Qos,
+) -> Placement {
+    if qos.is_neutral() {
+        return Placement {
+            assignment: assign(strategy, jobs, replicas, current),
+            ..Placement::default()
+        };
+    }
+    if replicas == 0 {
+        return Placement {
+            dedicated_unmet: qos.dedicated.clone(),
+            ..Placement::default()
+        };
+    }
+
+    let position: HashMap<&str, usize> = jobs
+        .iter()
+        .enumerate()
+        .map(|(position, job)| (job.as_str(), position))
+        .collect();
+    let weights: Vec<u64> = jobs.iter().map(|job| qos.weight(job)).collect();
+    let current_owners = match current {
+        Some(current) => sticky::current_owners(jobs, replicas, current),
+        None => vec![UNOWNED; jobs.len()],
+    };
+
+    let shared_count = jobs.len() - qos.dedicated.len();
+    let served_count = dedicated::served(qos.dedicated.len(), shared_count, replicas);
+    let served: Vec<usize> = qos.dedicated[..served_count]
+        .iter()
+        .map(|job| position[job.as_str()])
+        .collect();
+    let claimed = dedicated::claim(&served, &current_owners, &weights, replicas);
+
+    let mut owners = vec![UNOWNED; jobs.len()];
+    let mut is_dedicated_worker = vec![false; replicas];
+    for (&position, &ordinal) in served.iter().zip(&claimed) {
+        owners[position] = ordinal;
+        is_dedicated_worker[ordinal] = true;
+    }
+    let shared_workers: Vec<usize> = (0..replicas)
+        .filter(|&ordinal| !is_dedicated_worker[ordinal])
+        .collect();
+    let shared_positions: Vec<usize> = (0..jobs.len())
+        .filter(|&position| owners[position] == UNOWNED)
+        .collect();
+    if !shared_positions.is_empty() {
+        let shared_owners = assign_shared(
+            strategy,
+            jobs,
+            &shared_positions,
+            &shared_workers,
+            &current_owners,
+            &weights,
+            qos.is_weighted(),
+        );
+        for (&position, &index) in shared_positions.iter().zip(&shared_owners) {
+            owners[position] = shared_workers[index];
+        }
+    }
+
+    let mut dedicated_workers = claimed;
+    dedicated_workers.sort_unstable();
+    Placement {
+        assignment: Assignment::from_owners(jobs, &owners, replicas),
+        dedicated_workers,
+        dedicated_unmet: qos.dedicated[served_count..].to_vec(),
+    }
+}
+
+/// The shared jobs (`jobs[p]` for `p` in `positions`) over the shared workers (the ordinals in
+/// `workers`, ascending): the owner of each as an index into `workers`.
+fn assign_shared(
+    strategy: Strategy,
+    jobs: &[String],
+    positions: &[usize],
+    workers: &[usize],
+    current_owners: &[usize],
+    weights: &[u64],
+    weighted: bool,
+) -> Vec<usize> {
+    let shared: Cow<[String]> = if positions.len() == jobs.len() {
+        Cow::Borrowed(jobs)
+    } else {
+        Cow::Owned(positions.iter().map(|&p| jobs[p].clone()).collect())
+    };
+    let count = workers.len();
+    match strategy {
+        Strategy::Sticky => {
+            let index_of: HashMap<usize, usize> = workers
+                .iter()
+                .enumerate()
+                .map(|(index, &ordinal)| (ordinal, index))
+                .collect();
+            let kept: Vec<usize> = positions
+                .iter()
+                .map(|&p| index_of.get(&current_owners[p]).copied().unwrap_or(UNOWNED))
+                .collect();
+            if weighted {
+                let shared_weights: Vec<u64> = positions.iter().map(|&p| weights[p]).collect();
+                weighted::owners(&shared, &shared_weights, count, kept)
+            } else {
+                sticky::owners_from(&shared, count, kept)
+            }
+        }
+        Strategy::Consistent => consistent::owners(&shared, count),
+        Strategy::Contiguous => contiguous::owners(shared.len(), count),
+    }
+}
