@@ -1,8 +1,10 @@
 //! Status conditions and their reasons.
 //!
 //! One reason describes the pool at a time; it is the reason of all three conditions
-//! (`Ready`, `Progressing`, `Degraded`), each with its own True/False. A condition's
-//! `lastTransitionTime` changes only when its status flips.
+//! (`Ready`, `Progressing`, `Degraded`), each with its own True/False. The exception is a
+//! lasting degradation that does not stop a rollout (too few workers for the dedicated jobs):
+//! it makes `Degraded` True with its own reason while the phase stays `RollingOut`. A
+//! condition's `lastTransitionTime` changes only when its status flips.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -44,6 +46,11 @@ pub mod reason {
     pub const INVALID_SELECTOR: &str = "InvalidSelector";
     /// A job is empty or listed twice.
     pub const INVALID_JOBS: &str = "InvalidJobs";
+    /// `qos` names a job that is not in `spec.jobs`, lists one twice, or has a bad weight.
+    pub const INVALID_QOS: &str = "InvalidQoS";
+    /// Some `qos.dedicated` jobs run as shared jobs: there are too few workers to give each its
+    /// own.
+    pub const NOT_ENOUGH_WORKERS: &str = "NotEnoughWorkers";
     /// `rollout.maxUnavailable` is neither a non-negative integer nor a percentage.
     pub const INVALID_MAX_UNAVAILABLE: &str = "InvalidMaxUnavailable";
     /// The rendered `config.yml` does not fit in a ConfigMap.
@@ -75,6 +82,9 @@ pub struct Verdict {
     pub reason: &'static str,
     /// Human-readable explanation.
     pub message: String,
+    /// A degradation reported by the `Degraded` condition whatever the phase: reason and
+    /// message.
+    pub degraded_by: Option<(&'static str, String)>,
 }
 
 impl Verdict {
@@ -84,6 +94,21 @@ impl Verdict {
             phase,
             reason,
             message: message.into(),
+            degraded_by: None,
+        }
+    }
+
+    /// This verdict with `Degraded` True for `reason`: a `Balanced` pool becomes `Degraded` with
+    /// it; a pool in another phase keeps its phase, and only the `Degraded` condition says it.
+    pub fn degraded_by(self, reason: &'static str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        match self.phase {
+            Phase::Balanced => Self::new(Phase::Degraded, reason, message),
+            Phase::Degraded | Phase::Failed => self,
+            _ => Self {
+                degraded_by: Some((reason, message)),
+                ..self
+            },
         }
     }
 
@@ -111,6 +136,10 @@ impl Verdict {
         self.statuses()
             .into_iter()
             .map(|(type_, is_true)| {
+                let (is_true, reason, message) = match &self.degraded_by {
+                    Some((reason, message)) if type_ == DEGRADED => (true, *reason, message),
+                    _ => (is_true, self.reason, &self.message),
+                };
                 let status = if is_true { "True" } else { "False" };
                 let last_transition_time = previous
                     .iter()
@@ -120,8 +149,8 @@ impl Verdict {
                 Condition {
                     type_: type_.to_owned(),
                     status: status.to_owned(),
-                    reason: self.reason.to_owned(),
-                    message: self.message.clone(),
+                    reason: reason.to_owned(),
+                    message: message.clone(),
                     observed_generation: generation,
                     last_transition_time,
                 }
@@ -171,6 +200,30 @@ mod tests {
         assert_eq!(find(&c, PROGRESSING).status, "True");
         let paused = Verdict::new(Phase::Pending, reason::PAUSED, "").conditions(&[], None, at(1));
         assert_eq!(find(&paused, PROGRESSING).status, "False");
+    }
+
+    #[test]
+    fn a_lasting_degradation_shows_in_degraded_while_a_rollout_goes_on() {
+        let rolling = Verdict::new(Phase::RollingOut, reason::ROLLING_OUT, "2 stale")
+            .degraded_by(reason::NOT_ENOUGH_WORKERS, "1 dedicated job shared");
+        assert_eq!(rolling.phase, Phase::RollingOut);
+        let c = rolling.conditions(&[], None, at(1));
+        assert_eq!(find(&c, PROGRESSING).status, "True");
+        assert_eq!(find(&c, PROGRESSING).reason, "RollingOut");
+        assert_eq!(find(&c, DEGRADED).status, "True");
+        assert_eq!(find(&c, DEGRADED).reason, "NotEnoughWorkers");
+        assert_eq!(find(&c, DEGRADED).message, "1 dedicated job shared");
+
+        let settled = Verdict::new(Phase::Balanced, reason::BALANCED, "ok")
+            .degraded_by(reason::NOT_ENOUGH_WORKERS, "1 dedicated job shared");
+        assert_eq!(settled.phase, Phase::Degraded);
+        let c = settled.conditions(&[], None, at(1));
+        assert_eq!(find(&c, READY).status, "False");
+        assert!(c.iter().all(|c| c.reason == "NotEnoughWorkers"));
+
+        let no_replicas = Verdict::new(Phase::Degraded, reason::NO_REPLICAS, "0")
+            .degraded_by(reason::NOT_ENOUGH_WORKERS, "x");
+        assert_eq!(no_replicas.reason, reason::NO_REPLICAS);
     }
 
     #[test]

@@ -849,6 +849,7 @@ mod tests {
                 jobs: vec![],
                 config_map: None,
                 strategy: Default::default(),
+                qos: None,
                 rollout: Default::default(),
                 paused: false,
             },

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-pub use swarm_assign::Strategy;
+pub use swarm_assign::{Qos, Strategy};
 
 /// API group of the `SwarmPool` resource.
 pub const GROUP: &str = "swarm.io";
@@ -105,6 +105,11 @@ pub struct SwarmPoolSpec {
     /// in contiguous chunks).
     #[serde(default)]
     pub strategy: Strategy,
+
+    /// Quality of service: jobs that need a worker of their own (`dedicated`) and the relative
+    /// cost of jobs (`weights`). Without it every job counts the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<Qos>,
 
     /// How workers whose job set changed pick up their new jobs.
     #[serde(default)]
@@ -226,6 +231,11 @@ pub struct SwarmPoolStatus {
     /// every pod that may still run them is gone (`handoff: Exclusive`).
     #[serde(default)]
     pub jobs_in_transit: i32,
+
+    /// Number of `spec.qos.dedicated` jobs that run as shared jobs for want of workers (only
+    /// for pools with dedicated jobs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedicated_unmet: Option<i32>,
 
     /// The config version now in the ConfigMap (`version` in `config.yml`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -30,7 +30,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use swarm_operator::crd::{
-    Handoff, RolloutSpec, Strategy as AssignStrategy, SwarmPool, SwarmPoolSpec,
+    Handoff, Qos, RolloutSpec, Strategy as AssignStrategy, SwarmPool, SwarmPoolSpec,
 };
 
 use cluster::{Cluster, NS, labels};
@@ -106,6 +106,76 @@ fn schedule() -> impl Strategy<Value = Schedule> {
         })
 }
 
+/// A change to `spec.qos` between two steps.
+#[derive(Clone, Debug)]
+enum QosEdit {
+    /// Gives a job of [`JOB_NAMES`] a weight (if the job is in the spec).
+    Weigh(usize, u64),
+    /// Makes a job dedicated, last in the list (if in the spec and not yet dedicated).
+    Dedicate(usize),
+    /// Makes a dedicated job shared again.
+    Share(usize),
+}
+
+/// A schedule for a pool with `spec.qos`: its starting dedicated jobs and weights, and the qos
+/// edits made before given steps.
+#[derive(Clone, Debug)]
+struct QosSchedule {
+    schedule: Schedule,
+    dedicated: Vec<usize>,
+    weights: Vec<(usize, u64)>,
+    edits: Vec<(usize, QosEdit)>,
+}
+
+fn qos_edit() -> impl Strategy<Value = QosEdit> {
+    prop_oneof![
+        2 => (0..JOB_NAMES, 1..6u64).prop_map(|(job, weight)| QosEdit::Weigh(job, weight)),
+        1 => (0..JOB_NAMES).prop_map(QosEdit::Dedicate),
+        1 => (0..JOB_NAMES).prop_map(QosEdit::Share),
+    ]
+}
+
+fn qos_schedule() -> impl Strategy<Value = QosSchedule> {
+    (
+        schedule(),
+        prop::collection::vec(0..JOB_NAMES, 0..3),
+        prop::collection::vec((0..JOB_NAMES, 1..6u64), 0..5),
+        prop::collection::vec((0..40usize, qos_edit()), 0..6),
+    )
+        .prop_map(|(schedule, dedicated, weights, edits)| QosSchedule {
+            schedule,
+            dedicated,
+            weights,
+            edits,
+        })
+}
+
+/// Applies a qos edit to the pool; edits naming jobs outside the spec do nothing.
+fn edit_qos(edit: &QosEdit, pool: &mut SwarmPool) {
+    let listed = |index: usize| pool.spec.jobs.contains(&job(index));
+    let qos = pool.spec.qos.get_or_insert_with(Qos::default);
+    match *edit {
+        QosEdit::Weigh(index, weight) if listed(index) => {
+            qos.weights.insert(job(index), weight);
+        }
+        QosEdit::Dedicate(index) if listed(index) && !qos.dedicated.contains(&job(index)) => {
+            qos.dedicated.push(job(index));
+        }
+        QosEdit::Share(index) => qos.dedicated.retain(|j| *j != job(index)),
+        _ => return,
+    }
+    bump_generation(pool);
+}
+
+/// Drops qos entries of jobs no longer in the spec, as a user removing a job would.
+fn prune_qos(pool: &mut SwarmPool) {
+    let jobs = pool.spec.jobs.clone();
+    if let Some(qos) = pool.spec.qos.as_mut() {
+        qos.dedicated.retain(|j| jobs.contains(j));
+        qos.weights.retain(|j, _| jobs.contains(j));
+    }
+}
+
 fn job(index: usize) -> String {
     format!("stream:{index}")
 }
@@ -121,6 +191,7 @@ fn pool(jobs: usize, mode: Handoff, max_unavailable: u8) -> SwarmPool {
             jobs: (0..jobs).map(job).collect(),
             config_map: Some("pool-config".into()),
             strategy: AssignStrategy::Sticky,
+            qos: None,
             rollout: RolloutSpec {
                 handoff: mode,
                 max_unavailable: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(
@@ -140,15 +211,30 @@ fn pool(jobs: usize, mode: Handoff, max_unavailable: u8) -> SwarmPool {
 /// Runs one schedule, checking the invariants after every step: with `exclusive`, that no job
 /// runs on two live pods.
 fn run(schedule: &Schedule, mode: Handoff, exclusive: bool) -> Result<Stats, String> {
+    run_with_qos(schedule, None, &[], mode, exclusive)
+}
+
+/// [`run`] for a pool that starts with `qos` and gets the qos `edits` before the given steps.
+fn run_with_qos(
+    schedule: &Schedule,
+    qos: Option<Qos>,
+    edits: &[(usize, QosEdit)],
+    mode: Handoff,
+    exclusive: bool,
+) -> Result<Stats, String> {
     let mut cluster = Cluster::new(schedule.replicas);
-    let mut operator = Operator::start(
-        pool(schedule.jobs, mode, schedule.max_unavailable),
-        &cluster,
-    );
+    let mut pool = pool(schedule.jobs, mode, schedule.max_unavailable);
+    pool.spec.qos = qos;
+    prune_qos(&mut pool);
+    let mut operator = Operator::start(pool, &cluster);
     let mut record = Record::default();
     let mut stats = Stats::default();
     for (i, step) in schedule.steps.iter().enumerate() {
+        for (_, edit) in edits.iter().filter(|(at, _)| *at == i) {
+            edit_qos(edit, &mut operator.pool);
+        }
         apply(step, &mut cluster, &mut operator, &mut record);
+        prune_qos(&mut operator.pool);
         check(&cluster, &record, exclusive)
             .map_err(|e| format!("after step {i} ({step:?}): {e}"))?;
     }
@@ -156,8 +242,12 @@ fn run(schedule: &Schedule, mode: Handoff, exclusive: bool) -> Result<Stats, Str
         operator.relist(&cluster);
         let phase = operator.reconcile(&mut cluster, &mut record, None);
         check(&cluster, &record, exclusive).map_err(|e| format!("settling, step {settle}: {e}"))?;
-        // Without replicas the pool settles Degraded, every job unassigned.
-        let at_rest = if cluster.replicas == 0 {
+        // Without replicas the pool settles Degraded, every job unassigned; so it does while
+        // dedicated jobs wait for workers.
+        let unmet = operator.pool.spec.qos.as_ref().is_some_and(|qos| {
+            qos.dedicated.len() > dedicated_room(&operator.pool, cluster.replicas)
+        });
+        let at_rest = if cluster.replicas == 0 || unmet {
             "Degraded"
         } else {
             "Balanced"
@@ -264,9 +354,21 @@ fn check(cluster: &Cluster, record: &Record, exclusive: bool) -> Result<(), Stri
 }
 
 /// Whether the pool has settled: the ConfigMap gives every job to exactly one of the N workers
-/// with nothing in transit, and exactly the N workers run, each exactly its entry.
+/// with nothing in transit, and exactly the N workers run, each exactly its entry; every
+/// dedicated job that has room runs alone.
 fn settled(cluster: &Cluster, operator: &Operator) -> Result<(), String> {
     let config = cluster.config().ok_or("no config")?;
+    if let Some(qos) = &operator.pool.spec.qos {
+        let room = dedicated_room(&operator.pool, cluster.replicas);
+        for dedicated in qos.dedicated.iter().take(room) {
+            let alone = config
+                .workloads()
+                .any(|(_, w)| w.jobs.as_slice() == std::slice::from_ref(dedicated));
+            if !alone {
+                return Err(format!("dedicated job {dedicated} does not run alone"));
+            }
+        }
+    }
     if config.transit().count() > 0 {
         return Err("jobs still in transit".into());
     }
@@ -310,6 +412,18 @@ fn settled(cluster: &Cluster, operator: &Operator) -> Result<(), String> {
     Ok(())
 }
 
+/// How many dedicated jobs get a worker of their own: one worker stays shared while some job,
+/// dedicated or not, has to be shared.
+fn dedicated_room(pool: &SwarmPool, replicas: usize) -> usize {
+    let dedicated = pool.spec.qos.as_ref().map_or(0, |qos| qos.dedicated.len());
+    let shared = pool.spec.jobs.len() - dedicated;
+    if shared == 0 && dedicated <= replicas {
+        dedicated
+    } else {
+        replicas.saturating_sub(1)
+    }
+}
+
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -317,9 +431,8 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Runs the schedules of one mode, checking exclusivity if `exclusive`; the error carries the
-/// seed and the shortest failing schedule.
-fn simulate(mode: Handoff, exclusive: bool) -> Result<String, String> {
+/// A runner with the configured number of schedules and seed: every run is the same.
+fn runner() -> (TestRunner, u32, u64) {
     let cases = env_number("SWARM_SIM_SCHEDULES", 2000) as u32;
     let seed = env_number("SWARM_SIM_SEED", 0x5eed_0007);
     let mut seed_bytes = [0u8; 32];
@@ -330,35 +443,95 @@ fn simulate(mode: Handoff, exclusive: bool) -> Result<String, String> {
         max_shrink_iters: 20_000,
         ..Config::default()
     };
-    let mut runner = TestRunner::new_with_rng(
+    let runner = TestRunner::new_with_rng(
         config,
         TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
     );
+    (runner, cases, seed)
+}
+
+/// Statistics over the schedules of one simulation.
+#[derive(Default)]
+struct Totals {
+    settle_max: Cell<usize>,
+    restarts: Cell<usize>,
+}
+
+impl Totals {
+    fn add(&self, stats: Stats) {
+        self.settle_max
+            .set(self.settle_max.get().max(stats.settle_steps));
+        self.restarts.set(self.restarts.get() + stats.restarts);
+    }
+}
+
+/// Runs `schedules` through `run_one`; the error carries the seed and the shortest failing
+/// schedule.
+fn simulate_with<S: Strategy>(
+    label: &str,
+    schedules: S,
+    run_one: impl Fn(&S::Value) -> Result<Stats, String>,
+) -> Result<String, String>
+where
+    S::Value: std::fmt::Debug,
+{
+    let (mut runner, cases, seed) = runner();
     let started = Instant::now();
-    let settle_max = Cell::new(0);
-    let restarts = Cell::new(0);
-    let result = runner.run(&schedule(), |schedule| {
-        let stats = run(&schedule, mode, exclusive).map_err(TestCaseError::fail)?;
-        settle_max.set(settle_max.get().max(stats.settle_steps));
-        restarts.set(restarts.get() + stats.restarts);
+    let totals = Totals::default();
+    let result = runner.run(&schedules, |schedule| {
+        totals.add(run_one(&schedule).map_err(TestCaseError::fail)?);
         Ok(())
     });
-    let (settle_max, restarts) = (settle_max.get(), restarts.get());
     match result {
         Ok(()) => Ok(format!(
-            "{mode:?}: {cases} schedules in {:.1}s, seed {seed}; settled within {settle_max} steps; {restarts} pod deletions",
-            started.elapsed().as_secs_f64()
+            "{label}: {cases} schedules in {:.1}s, seed {seed}; settled within {} steps; {} pod deletions",
+            started.elapsed().as_secs_f64(),
+            totals.settle_max.get(),
+            totals.restarts.get(),
         )),
         Err(TestError::Fail(reason, schedule)) => Err(format!(
-            "{mode:?}: a schedule fails (SWARM_SIM_SEED={seed}, {cases} schedules): {reason}\nshortest failing schedule: {schedule:#?}"
+            "{label}: a schedule fails (SWARM_SIM_SEED={seed}, {cases} schedules): {reason}\nshortest failing schedule: {schedule:#?}"
         )),
-        Err(TestError::Abort(reason)) => Err(format!("{mode:?}: aborted: {reason}")),
+        Err(TestError::Abort(reason)) => Err(format!("{label}: aborted: {reason}")),
     }
+}
+
+/// Runs the schedules of one mode, checking exclusivity if `exclusive`.
+fn simulate(mode: Handoff, exclusive: bool) -> Result<String, String> {
+    simulate_with(&format!("{mode:?}"), schedule(), |schedule| {
+        run(schedule, mode, exclusive)
+    })
+}
+
+/// Runs schedules of a pool with dedicated and weighted jobs under the `Exclusive` handoff,
+/// checking exclusivity.
+fn simulate_qos() -> Result<String, String> {
+    simulate_with("Exclusive with qos", qos_schedule(), |s| {
+        let mut dedicated: Vec<String> = Vec::new();
+        for index in &s.dedicated {
+            if !dedicated.contains(&job(*index)) {
+                dedicated.push(job(*index));
+            }
+        }
+        let qos = Qos {
+            dedicated,
+            weights: s.weights.iter().map(|&(i, w)| (job(i), w)).collect(),
+        };
+        run_with_qos(&s.schedule, Some(qos), &s.edits, Handoff::Exclusive, true)
+    })
 }
 
 #[test]
 fn exclusive_handoff_never_runs_a_job_twice_and_settles_under_random_schedules() {
     match simulate(Handoff::Exclusive, true) {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+#[test]
+fn exclusive_handoff_holds_for_dedicated_and_weighted_jobs_under_random_schedules() {
+    match simulate_qos() {
         Ok(summary) => eprintln!("{summary}"),
         Err(failure) => panic!("{failure}"),
     }

@@ -64,6 +64,7 @@ fn pool(jobs: Vec<String>) -> SwarmPool {
             jobs,
             config_map: Some(CM.into()),
             strategy: Strategy::Sticky,
+            qos: None,
             rollout: RolloutSpec::default(),
             paused: false,
         },

@@ -1,10 +1,11 @@
 //! Which dedicated jobs get a worker of their own, and which worker.
 //!
 //! # The rule
-//! With `D` dedicated jobs and `N` workers, `k = min(D, N - 1)` dedicated jobs get a worker when
-//! shared jobs exist (one worker at least stays shared), `k = min(D, N)` otherwise: the first `k`
-//! in the order of `qos.dedicated`. The others run as shared jobs. Each of the `k` then claims a
-//! worker:
+//! With `D` dedicated jobs and `N` workers, every dedicated job gets a worker when there are only
+//! dedicated jobs and `D <= N`. Otherwise one worker at least stays shared (for the shared jobs,
+//! or for the dedicated jobs left without a worker) and `k = min(D, N - 1)` dedicated jobs get a
+//! worker: the first `k` in the order of `qos.dedicated`. The others run as shared jobs. Each of
+//! the `k` then claims a worker:
 //! 1. a job that is already alone on a worker keeps it;
 //! 2. the others, in list order, take the unclaimed worker that now holds the least weight of
 //!    other jobs (its own current worker preferred on ties, then the lowest ordinal), so that as
@@ -17,12 +18,11 @@ use crate::sticky::UNOWNED;
 
 /// How many dedicated jobs get a worker of their own.
 pub(crate) fn served(dedicated: usize, shared: usize, workers: usize) -> usize {
-    let room = if shared > 0 {
-        workers.saturating_sub(1)
+    if shared == 0 && dedicated <= workers {
+        dedicated
     } else {
-        workers
-    };
-    dedicated.min(room)
+        dedicated.min(workers.saturating_sub(1))
+    }
 }
 
 /// The worker of every served dedicated job: `served[i]` is the position (in the job list) of

@@ -33,7 +33,7 @@ pub mod worker_config;
 pub use assignment::{Assignment, pod_name};
 pub use jobs::{JobsError, validate_jobs};
 pub use movement::Movement;
-pub use placement::{Placement, assign_with_qos};
+pub use placement::{Placement, assign_with_qos, current_assignment};
 pub use plan::{PlanError, PlanOutcome, PlanRequest, Publication, plan, publish};
 pub use qos::{MAX_WEIGHT, Qos, QosError, validate_qos};
 pub use strategy::Strategy;

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use foldhash::HashMap;
 
 use crate::sticky::{self, UNOWNED};
+use crate::worker_config::WorkerConfig;
 use crate::{Assignment, Qos, Strategy, assign, consistent, contiguous, dedicated, weighted};
 
 /// An assignment and how it honours the pool's `qos`.
@@ -17,6 +18,24 @@ pub struct Placement {
     pub dedicated_workers: Vec<usize>,
     /// Dedicated jobs that run as shared jobs for want of workers, in `qos.dedicated` order.
     pub dedicated_unmet: Vec<String>,
+}
+
+/// The current assignment to plan from, read from the config in the ConfigMap.
+///
+/// Under a neutral `qos`, jobs in transit count as unplaced, so they go where balance needs
+/// them. Otherwise they count as held by the pod that last held them: weighted balance computed
+/// after a revoke could differ from the one computed before it, and counting what a pod may
+/// still run makes the target the same on both sides of the revoke.
+pub fn current_assignment(
+    config: &WorkerConfig,
+    statefulset: &str,
+    qos: &Qos,
+) -> Option<Assignment> {
+    if qos.is_neutral() {
+        config.assignment(statefulset)
+    } else {
+        config.assignment_with_transit(statefulset)
+    }
 }
 
 /// Assigns `jobs` to the ordinals `0..replicas` with `strategy`, honouring `qos`.

@@ -3,8 +3,8 @@
 use crate::movement::same_job_set;
 use crate::worker_config::{WorkerConfig, Workload};
 use crate::{
-    JobsError, Movement, Qos, QosError, Strategy, assign_with_qos, pod_name, validate_jobs,
-    validate_qos,
+    JobsError, Movement, Qos, QosError, Strategy, assign_with_qos, current_assignment, pod_name,
+    validate_jobs, validate_qos,
 };
 
 /// What to plan for: a pool's jobs and strategy, its StatefulSet, and the config now in the
@@ -58,8 +58,7 @@ pub struct PlanOutcome {
 /// the strategy starts from scratch. A worker keeps its per-worker version while its job set is
 /// unchanged; a worker whose job set changed, or that appears, gets the new config version. A
 /// previous config of version 0 (the predecessor's format) is always rewritten, as version 1 or
-/// more. Under a `qos` that is not neutral, jobs in transit count as held by the pod that last
-/// held them. Fails only on an invalid job list or `qos`.
+/// more. The current assignment is read with [`current_assignment`]. Fails only on an invalid job list or `qos`.
 pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, PlanError> {
     validate_jobs(request.jobs)?;
     let neutral = Qos::default();
@@ -67,19 +66,16 @@ pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, PlanError> {
     validate_qos(request.jobs, qos)?;
     let previous = request.previous;
     let current = previous.and_then(|config| config.assignment(request.statefulset));
-    let with_transit = previous
-        .filter(|_| !qos.is_neutral())
-        .and_then(|config| config.assignment_with_transit(request.statefulset));
     let placed_from = if qos.is_neutral() {
-        current.as_ref()
+        None
     } else {
-        with_transit.as_ref()
+        previous.and_then(|config| current_assignment(config, request.statefulset, qos))
     };
     let placement = assign_with_qos(
         request.strategy,
         request.jobs,
         request.replicas,
-        placed_from,
+        placed_from.as_ref().or(current.as_ref()),
         qos,
     );
     let next = placement.assignment;

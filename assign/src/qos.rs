@@ -15,7 +15,7 @@ pub const MAX_WEIGHT: u64 = 1_000_000;
 #[serde(rename_all = "camelCase")]
 pub struct Qos {
     /// Jobs that each run on a worker holding no other job, in order of priority: while there
-    /// are not enough workers (at least one worker stays shared when shared jobs exist), the
+    /// are not enough workers (one worker stays shared whenever some job has to share one), the
     /// first ones listed get a worker and the rest run as shared jobs. Every name must be in
     /// `spec.jobs`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -126,7 +126,7 @@ pub fn validate_qos(jobs: &[String], qos: &Qos) -> Result<(), QosError> {
 
 fn dedicated_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
-        "description": "Jobs that each run on a worker holding no other job, in order of priority: while there are not enough workers (at least one worker stays shared when shared jobs exist), the first ones listed get a worker and the rest run as shared jobs. Every name must be in `spec.jobs`.",
+        "description": "Jobs that each run on a worker holding no other job, in order of priority: while there are not enough workers (one worker stays shared whenever some job has to share one), the first ones listed get a worker and the rest run as shared jobs. Every name must be in `spec.jobs`.",
         "type": "array",
         "items": { "type": "string", "minLength": 1 },
         "x-kubernetes-list-type": "set",

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_assign::{PlanOutcome, PlanRequest, Strategy};
+use swarm_assign::{PlanOutcome, PlanRequest, Qos, Strategy};
 
 use crate::crd::{Handoff, RolloutSpec};
 use crate::planner::handoff::{self, OfflineStep};
@@ -28,8 +28,8 @@ const MAX_REPLICAS: u64 = 100_000;
 /// Arguments of `swarm-operator plan`.
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
-    /// SwarmPool manifest (YAML); only `spec.jobs` and `spec.strategy` are read. `-` reads
-    /// standard input.
+    /// SwarmPool manifest (YAML); only `spec.jobs`, `spec.strategy`, `spec.qos` and
+    /// `spec.rollout.handoff` are read. `-` reads standard input.
     #[arg(long, value_name = "FILE|-")]
     pub pool: PathBuf,
     /// Name of the worker StatefulSet; workers are the pods `<NAME>-0` .. `<NAME>-(N-1)`.
@@ -105,6 +105,8 @@ struct ManifestSpec {
     #[serde(default)]
     strategy: Strategy,
     #[serde(default)]
+    qos: Option<Qos>,
+    #[serde(default)]
     rollout: RolloutSpec,
 }
 
@@ -122,13 +124,14 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     };
     let replicas =
         usize::try_from(args.replicas).context("--replicas does not fit this platform")?;
+    let qos = manifest.spec.qos.unwrap_or_default();
     let outcome = swarm_assign::plan(&PlanRequest {
         statefulset: &args.statefulset,
         replicas,
         jobs: &manifest.spec.jobs,
         strategy,
         previous: previous.as_ref(),
-        qos: None,
+        qos: Some(&qos),
     })
     .with_context(|| format!("invalid pool {}", args.pool.display()))?;
     let steps = handoff::offline(
@@ -136,6 +139,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         &args.statefulset,
         strategy,
         &manifest.spec.jobs,
+        &qos,
         replicas,
         previous.as_ref(),
     );
@@ -151,7 +155,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if args.explain {
         eprint!(
             "{}",
-            explain(strategy, &outcome, mode, &steps, previous.as_ref())
+            explain(strategy, &qos, &outcome, mode, &steps, previous.as_ref())
         );
     }
     let mut stdout = std::io::stdout().lock();
@@ -226,6 +230,7 @@ fn read_previous(path: &Path) -> Result<Option<WorkerConfig>> {
 /// is that change in one step), then the writes of the handoff.
 fn explain(
     strategy: Strategy,
+    qos: &Qos,
     outcome: &PlanOutcome,
     mode: Handoff,
     steps: &[OfflineStep],
@@ -265,8 +270,27 @@ fn explain(
     if !outcome.config.is_empty() {
         let _ = writeln!(out, "jobs per worker:");
     }
-    for (pod, workload) in outcome.config.workloads() {
-        let _ = writeln!(out, "  {pod}: {}", workload.jobs.len());
+    let weighted = qos.is_weighted();
+    for (ordinal, (pod, workload)) in outcome.config.workloads().enumerate() {
+        let mut line = format!("  {pod}: {}", workload.jobs.len());
+        if weighted {
+            let weight: u64 = workload.jobs.iter().map(|job| qos.weight(job)).sum();
+            let _ = write!(line, " (weight {weight})");
+        }
+        if outcome.dedicated_workers.binary_search(&ordinal).is_ok() {
+            line.push_str(" dedicated");
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if !outcome.dedicated_unmet.is_empty() && movement.workers > 0 {
+        let _ = writeln!(
+            out,
+            "dedicated jobs without a worker of their own: {} (too few workers)",
+            outcome.dedicated_unmet.len()
+        );
+        for job in &outcome.dedicated_unmet {
+            let _ = writeln!(out, "  {job}");
+        }
     }
     if !movement.unassigned.is_empty() {
         let _ = writeln!(
@@ -336,7 +360,15 @@ mod tests {
         previous: Option<&WorkerConfig>,
     ) -> Vec<OfflineStep> {
         let jobs: Vec<String> = jobs.iter().map(|job| job.to_string()).collect();
-        handoff::offline(mode, "w", Strategy::Sticky, &jobs, replicas, previous)
+        handoff::offline(
+            mode,
+            "w",
+            Strategy::Sticky,
+            &jobs,
+            &Qos::default(),
+            replicas,
+            previous,
+        )
     }
 
     #[test]
@@ -347,6 +379,7 @@ mod tests {
         let exclusive = steps(Handoff::Exclusive, &jobs, 2, Some(&first.config));
         let text = explain(
             Strategy::Sticky,
+            &Qos::default(),
             &second,
             Handoff::Exclusive,
             &exclusive,
@@ -371,7 +404,14 @@ mod tests {
     fn explain_with_no_workers_lists_every_job_as_unassigned() {
         let none = outcome(&["a", "b"], 0, None);
         let written = steps(Handoff::Exclusive, &["a", "b"], 0, None);
-        let text = explain(Strategy::Sticky, &none, Handoff::Exclusive, &written, None);
+        let text = explain(
+            Strategy::Sticky,
+            &Qos::default(),
+            &none,
+            Handoff::Exclusive,
+            &written,
+            None,
+        );
         assert!(text.contains("workers: 0\n"), "{text}");
         assert!(text.contains("max load: 0\njobs moved: 0\nworkers touched: 0\nunassigned jobs: 2 (no workers)\n  a\n  b\n"), "{text}");
     }

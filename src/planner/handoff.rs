@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_assign::{Assignment, pod_name};
+use swarm_assign::{Assignment, Qos, pod_name};
 
 use crate::crd::Handoff;
 
@@ -480,6 +480,7 @@ pub fn offline(
     statefulset: &str,
     strategy: swarm_assign::Strategy,
     jobs: &[String],
+    qos: &Qos,
     replicas: usize,
     previous: Option<&WorkerConfig>,
 ) -> Vec<OfflineStep> {
@@ -494,13 +495,16 @@ pub fn offline(
             .map(|(pod, _)| (pod, "running")),
     );
     for _ in 0..3 {
-        let assignment = current.as_ref().and_then(|c| c.assignment(statefulset));
-        let target = swarm_assign::assign(strategy, jobs, replicas, assignment.as_ref());
+        let assignment = current
+            .as_ref()
+            .and_then(|c| swarm_assign::current_assignment(c, statefulset, qos));
+        let target =
+            swarm_assign::assign_with_qos(strategy, jobs, replicas, assignment.as_ref(), qos);
         let out = hand_off(&HandoffInput {
             mode,
             statefulset,
             jobs,
-            target: &target,
+            target: &target.assignment,
             previous: current.as_ref(),
             holders: Some(&holders),
             pods: &pods,

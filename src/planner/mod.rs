@@ -23,7 +23,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use swarm_assign::Assignment;
+use swarm_assign::{Placement, Qos};
 
 use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
 use crate::pod_summary::PodSummary;
@@ -139,12 +139,12 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
     let previous = Previous::read(o.config_map);
     let looked_up = pods_looked_up(&valid, &previous);
     let pods = index_pods(o, &looked_up);
-    let target = assign_jobs(o.pool, &valid, &previous);
+    let placement = assign_jobs(o.pool, &valid, &previous);
     let handoff = handoff::hand_off(&HandoffInput {
         mode: o.pool.spec.rollout.handoff,
         statefulset: &valid.statefulset_name,
         jobs: &o.pool.spec.jobs,
-        target: &target,
+        target: &placement.assignment,
         previous: previous.config.as_ref(),
         holders: previous.holders.as_ref(),
         pods: &pods,
@@ -158,7 +158,15 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
         handoff.transit.clone(),
     );
     let rollout = roll_out(o, &valid, &previous, &publication, &handoff)?;
-    let mut plan = report::plan(o, &valid, &previous, &publication, &handoff, rollout);
+    let mut plan = report::plan(
+        o,
+        &valid,
+        &previous,
+        &publication,
+        &handoff,
+        &placement,
+        rollout,
+    );
     if plan.needs_live_pods {
         plan.live_pods = looked_up;
     }
@@ -201,18 +209,21 @@ fn pods_looked_up(valid: &Valid, previous: &Previous) -> BTreeSet<String> {
         .collect()
 }
 
-/// Step 2: where the strategy wants every job, starting from what the workers hold now (jobs
-/// in transit count as unplaced, so they go where balance needs them).
-fn assign_jobs(pool: &SwarmPool, valid: &Valid, previous: &Previous) -> Assignment {
+/// Step 2: where the strategy wants every job, starting from what the workers hold now (see
+/// [`swarm_assign::current_assignment`] for the jobs in transit).
+fn assign_jobs(pool: &SwarmPool, valid: &Valid, previous: &Previous) -> Placement {
+    let neutral = Qos::default();
+    let qos = pool.spec.qos.as_ref().unwrap_or(&neutral);
     let current = previous
         .config
         .as_ref()
-        .and_then(|config| config.assignment(&valid.statefulset_name));
-    swarm_assign::assign(
+        .and_then(|config| swarm_assign::current_assignment(config, &valid.statefulset_name, qos));
+    swarm_assign::assign_with_qos(
         pool.spec.strategy,
         &pool.spec.jobs,
         valid.workers.len(),
         current.as_ref(),
+        qos,
     )
 }
 

@@ -4,8 +4,8 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
-use swarm_assign::Publication;
 use swarm_assign::worker_config::WorkerConfig;
+use swarm_assign::{Placement, Publication};
 
 use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
@@ -25,6 +25,7 @@ pub(super) fn plan(
     previous: &Previous,
     publication: &Publication,
     handoff: &HandoffOutcome,
+    placement: &Placement,
     rollout: super::Rollout,
 ) -> Plan {
     let pool = o.pool;
@@ -95,6 +96,22 @@ pub(super) fn plan(
             });
         }
     }
+    let dedicated = spec.qos.as_ref().map_or(0, |qos| qos.dedicated.len());
+    let unmet = &placement.dedicated_unmet;
+    let unmet_note = (!unmet.is_empty() && !workers.is_empty())
+        .then(|| not_enough_workers_note(unmet, dedicated, spec.jobs.len(), workers.len()));
+    let reported_unmet = pool.status.as_ref().and_then(|s| s.dedicated_unmet);
+    if let Some(note) = &unmet_note
+        && reported_unmet != Some(count(unmet.len()))
+    {
+        events.push(PlannedEvent {
+            warning: true,
+            reason: reason::NOT_ENOUGH_WORKERS,
+            action: "AssignJobs",
+            note: note.clone(),
+            related_pod: None,
+        });
+    }
     for d in &deletes {
         events.push(PlannedEvent {
             warning: false,
@@ -118,13 +135,16 @@ pub(super) fn plan(
         (pending, Holdings::of(Some(&publication.config), &spec.jobs))
     };
     let stale = reported_pending.stale_workers(workers);
-    let verdict = verdict(
+    let mut verdict = verdict(
         workers,
         &stale,
         holdings.in_transit,
         paused && (outdated || !stale.is_empty()),
         o.now,
     );
+    if let Some(note) = unmet_note {
+        verdict = verdict.degraded_by(reason::NOT_ENOUGH_WORKERS, note);
+    }
     let requeue_after = match verdict.phase {
         Phase::RollingOut | Phase::Pending if !paused => REQUEUE_ROLLING,
         _ => REQUEUE_IDLE,
@@ -139,6 +159,7 @@ pub(super) fn plan(
         jobs: count(spec.jobs.len()),
         unassigned_jobs: count(spec.jobs.len() - holdings.held - holdings.in_transit),
         jobs_in_transit: count(holdings.in_transit),
+        dedicated_unmet: (dedicated > 0).then(|| count(unmet.len())),
         version: previous.version(),
         stale_workers: stale,
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
@@ -167,9 +188,11 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
     // Warn on the transition into this failure, not on every reconcile that still sees it.
     let already_reported = previous.is_some_and(|s| {
         s.phase == Some(Phase::Failed)
-            && s.conditions
-                .iter()
-                .any(|c| c.type_ == conditions::READY && c.reason == failure.reason)
+            && s.conditions.iter().any(|c| {
+                c.type_ == conditions::READY
+                    && c.reason == failure.reason
+                    && c.message == failure.message
+            })
     });
     let events = if already_reported {
         Vec::new()
@@ -210,6 +233,7 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
         jobs: count(pool.spec.jobs.len()),
         unassigned_jobs: previous.map_or(0, |s| s.unassigned_jobs),
         jobs_in_transit: previous.map_or(0, |s| s.jobs_in_transit),
+        dedicated_unmet: previous.and_then(|s| s.dedicated_unmet),
         version: written.version(),
         stale_workers: stale,
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
@@ -352,6 +376,25 @@ fn verdict(
         Phase::Balanced,
         reason::BALANCED,
         format!("{n} workers ready on the current config"),
+    )
+}
+
+/// Why some dedicated jobs share a worker, and the replicas that would give each its own.
+fn not_enough_workers_note(
+    unmet: &[String],
+    dedicated: usize,
+    jobs: usize,
+    workers: usize,
+) -> String {
+    const NAMED: usize = 5;
+    let needed = dedicated + usize::from(jobs > dedicated);
+    let mut named = unmet[..unmet.len().min(NAMED)].join(", ");
+    if unmet.len() > NAMED {
+        named.push_str(&format!(" and {} more", unmet.len() - NAMED));
+    }
+    format!(
+        "{} of {dedicated} dedicated jobs run as shared jobs: {workers} workers are too few, {needed} would give each its own worker ({named})",
+        unmet.len(),
     )
 }
 

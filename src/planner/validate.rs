@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
-use swarm_assign::validate_jobs;
+use swarm_assign::{validate_jobs, validate_qos};
 
 use super::Observed;
 use crate::conditions::reason;
@@ -77,6 +77,10 @@ pub(super) fn validate(o: &Observed, facts: &mut Facts) -> Result<Valid, Failure
     facts.workers = Some(workers.clone());
 
     validate_jobs(&spec.jobs).map_err(|e| Failure::new(reason::INVALID_JOBS, e.to_string()))?;
+    if let Some(qos) = &spec.qos {
+        validate_qos(&spec.jobs, qos)
+            .map_err(|e| Failure::new(reason::INVALID_QOS, e.to_string()))?;
+    }
     let max_unavailable = rollout::max_unavailable(&spec.rollout.max_unavailable, replicas)
         .map_err(|e| Failure::new(reason::INVALID_MAX_UNAVAILABLE, e.to_string()))?;
     if spec.rollout.policy == RolloutPolicy::None && spec.rollout.handoff == Handoff::Exclusive {
