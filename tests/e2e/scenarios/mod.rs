@@ -8,6 +8,7 @@ mod install;
 mod job_edits;
 mod kubectl_commands;
 mod pool_deletion;
+mod qos;
 mod quiet;
 mod restart;
 mod scale_down;
