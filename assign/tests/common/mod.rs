@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use proptest::prelude::*;
-use swarm_assign::Assignment;
+use swarm_assign::{Assignment, MAX_WEIGHT, Qos};
 
 /// The 27 stream jobs of the predecessor's example configuration, in its order.
 const EXAMPLE_JOBS: [&str; 27] = [
@@ -185,4 +185,96 @@ pub fn shuffle<T>(items: &mut [T], seed: u64) {
         let j = usize::try_from(random % (i as u64 + 1)).expect("fits");
         items.swap(i, j);
     }
+}
+
+/// A job weight: mostly 1 to 10, now and then a large one up to [`MAX_WEIGHT`].
+pub fn job_weight() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        12 => 1_u64..=10,
+        1 => 11_u64..=1_000,
+        1 => 1_000_u64..=MAX_WEIGHT,
+    ]
+}
+
+/// Which jobs a generated [`Qos`] dedicates, before the job list is known.
+#[derive(Clone, Debug)]
+pub enum DedicatedPicks {
+    /// The jobs at these indices (modulo the job count), repeats dropped, in this order.
+    Indices(Vec<usize>),
+    /// Every job but `shared` of them, in an order shuffled from `seed`.
+    AllBut { seed: u64, shared: usize },
+}
+
+/// The raw material of a valid [`Qos`] over a job list not yet known (see [`build_qos`]).
+#[derive(Clone, Debug)]
+pub struct QosPicks {
+    pub dedicated: DedicatedPicks,
+    /// `weights[i]` is the weight of the `i`-th job, if listed (jobs past the end weigh 1).
+    pub weights: Vec<Option<u64>>,
+}
+
+/// Dedicated lists from none to every job (few, many, all but a few, all), and weights that are
+/// absent, all 1, or mixed.
+pub fn qos_picks() -> impl Strategy<Value = QosPicks> {
+    let dedicated = prop_oneof![
+        2 => Just(DedicatedPicks::Indices(Vec::new())),
+        4 => prop::collection::vec(any::<usize>(), 1..8).prop_map(DedicatedPicks::Indices),
+        2 => prop::collection::vec(any::<usize>(), 0..200).prop_map(DedicatedPicks::Indices),
+        2 => (any::<u64>(), 0_usize..3)
+            .prop_map(|(seed, shared)| DedicatedPicks::AllBut { seed, shared }),
+    ];
+    (dedicated, weight_picks()).prop_map(|(dedicated, weights)| QosPicks { dedicated, weights })
+}
+
+/// Weights of the jobs by position: none listed, some listed as 1, or mixed.
+pub fn weight_picks() -> impl Strategy<Value = Vec<Option<u64>>> {
+    prop_oneof![
+        1 => Just(Vec::new()),
+        1 => prop::collection::vec(prop::option::of(Just(1_u64)), 0..200),
+        4 => prop::collection::vec(prop::option::weighted(0.7, job_weight()), 0..200),
+    ]
+}
+
+/// A neutral [`Qos`]: no dedicated job, every listed weight 1.
+pub fn neutral_qos_picks() -> impl Strategy<Value = QosPicks> {
+    prop::collection::vec(prop::option::of(Just(1_u64)), 0..200).prop_map(|weights| QosPicks {
+        dedicated: DedicatedPicks::Indices(Vec::new()),
+        weights,
+    })
+}
+
+/// The valid [`Qos`] that `picks` describe over `jobs` (every name in `jobs`, no repeat).
+pub fn build_qos(jobs: &[String], picks: &QosPicks) -> Qos {
+    let dedicated = if jobs.is_empty() {
+        Vec::new()
+    } else {
+        match &picks.dedicated {
+            DedicatedPicks::Indices(indices) => dedup(
+                indices
+                    .iter()
+                    .map(|i| jobs[i % jobs.len()].clone())
+                    .collect(),
+            ),
+            DedicatedPicks::AllBut { seed, shared } => {
+                let mut all = jobs.to_vec();
+                shuffle(&mut all, *seed);
+                all.split_off((*shared).min(all.len()))
+            }
+        }
+    };
+    let weights = jobs
+        .iter()
+        .zip(&picks.weights)
+        .filter_map(|(job, weight)| weight.map(|weight| (job.clone(), weight)))
+        .collect();
+    Qos { dedicated, weights }
+}
+
+/// The number of cases of a property test: `PROPTEST_CASES` when set, else `default`.
+/// (`ProptestConfig::with_cases` alone ignores the variable.)
+pub fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(default)
 }
