@@ -60,6 +60,41 @@ async fn selector_matching_two_statefulsets_fails_with_ambiguous_selector_and_re
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_qos_naming_a_job_outside_the_spec_fails_with_invalid_qos_and_a_zero_weight_is_rejected()
+{
+    let mut env = Env::start("invalid-qos").await;
+    let workers = install_workers(&mut env).await;
+    let mut pool = env.example.pool().clone();
+    pool["spec"]["qos"] = json!({"dedicated": ["stream:no-such-job"]});
+    let mark = env.request_mark().await;
+    let failed = apply_failing(&env, "pool-invalid-qos.yaml", &[pool], &workers).await;
+    assert_failed(&env, &failed, "InvalidQoS", mark).await;
+    let ready = failed.condition("Ready").expect("a Ready condition");
+    assert!(
+        str_at(ready, "/message").contains("\"stream:no-such-job\""),
+        "the condition names the job: {ready}"
+    );
+    let warnings = wait_event(&env, &env.example.pool_name(), "Warning", "InvalidQoS").await;
+    assert!(warnings[0].note.contains("stream:no-such-job"));
+    assert!(failed.config_map.is_none(), "nothing is written");
+
+    // The CRD's schema refuses a weight below 1 at apply, naming the field.
+    let mut zero = env.example.pool().clone();
+    zero["spec"]["qos"] = json!({"weights": {env.example.jobs()[0].clone(): 0}});
+    let out = env.apply_output("pool-zero-weight.yaml", &[zero]).await;
+    assert!(
+        !out.success && out.stderr.contains("spec.qos.weights") && out.stderr.contains("1"),
+        "a zero weight is a 422 naming the field: {}",
+        out.stderr
+    );
+
+    // Fixing the pool is noticed at once.
+    env.apply_examples().await;
+    let settled = wait_balanced(&env, 2).await;
+    assert_invariants(&env, &settled).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_or_empty_jobs_are_rejected_by_the_api_server_at_apply() {
     let mut env = Env::start("duplicate-jobs").await;
     install_workers(&mut env).await;
