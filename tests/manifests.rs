@@ -28,6 +28,20 @@ fn document<T: DeserializeOwned>(path: &str, kind: &str) -> T {
 }
 
 #[test]
+fn the_qos_example_is_the_example_pool_with_a_valid_qos() {
+    let plain: SwarmPool = document("examples/swarmpool.yaml", "SwarmPool");
+    let qos: SwarmPool = document("examples/qos/swarmpool.yaml", "SwarmPool");
+    assert_eq!(qos.metadata, plain.metadata, "it replaces the example pool");
+    let settings = qos.spec.qos.clone().expect("spec.qos");
+    swarm_assign::validate_qos(&qos.spec.jobs, &settings).unwrap();
+    assert_eq!(settings.dedicated.len(), 2);
+    assert!(settings.is_weighted());
+    let mut without = qos.spec.clone();
+    without.qos = None;
+    assert_eq!(without, plain.spec, "nothing else differs");
+}
+
+#[test]
 fn the_example_pool_selects_the_example_statefulset_and_names_the_configmap_its_pods_mount() {
     let pool: SwarmPool = document("examples/swarmpool.yaml", "SwarmPool");
     let sts: StatefulSet = document("examples/worker-statefulset.yaml", "StatefulSet");

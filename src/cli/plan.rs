@@ -401,6 +401,62 @@ mod tests {
     }
 
     #[test]
+    fn explain_shows_each_workers_weight_and_marks_dedicated_workers_and_unmet_jobs() {
+        let jobs: Vec<String> = ["a", "b", "c", "d", "e"].map(String::from).to_vec();
+        let qos = Qos {
+            dedicated: vec!["a".into(), "e".into()],
+            weights: [("b".to_owned(), 3)].into(),
+        };
+        let planned = |replicas| {
+            let outcome = swarm_assign::plan(&PlanRequest {
+                statefulset: "w",
+                replicas,
+                jobs: &jobs,
+                strategy: Strategy::Sticky,
+                previous: None,
+                qos: Some(&qos),
+            })
+            .expect("valid pool");
+            let steps = handoff::offline(
+                Handoff::Exclusive,
+                "w",
+                Strategy::Sticky,
+                &jobs,
+                &qos,
+                replicas,
+                None,
+            );
+            explain(
+                Strategy::Sticky,
+                &qos,
+                &outcome,
+                Handoff::Exclusive,
+                &steps,
+                None,
+            )
+        };
+        let roomy = planned(3);
+        assert!(
+            roomy.contains(
+                "jobs per worker:\n  w-0: 1 (weight 1) dedicated\n  w-1: 1 (weight 1) dedicated\n  w-2: 3 (weight 5)\n"
+            ),
+            "{roomy}"
+        );
+        assert!(!roomy.contains("without a worker"), "{roomy}");
+        let short = planned(2);
+        assert!(
+            short.contains("  w-0: 1 (weight 1) dedicated\n  w-1: 4 (weight 6)\n"),
+            "{short}"
+        );
+        assert!(
+            short.contains(
+                "dedicated jobs without a worker of their own: 1 (too few workers)\n  e\n"
+            ),
+            "{short}"
+        );
+    }
+
+    #[test]
     fn explain_with_no_workers_lists_every_job_as_unassigned() {
         let none = outcome(&["a", "b"], 0, None);
         let written = steps(Handoff::Exclusive, &["a", "b"], 0, None);

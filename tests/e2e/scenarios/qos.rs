@@ -7,10 +7,11 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::scale;
-use crate::harness::Env;
+use crate::harness::manifests::parse_documents;
 use crate::harness::observe::{
     Observed, assert_mounted_current_jobs, pods_settled, status_current, wait_event, wait_for,
 };
+use crate::harness::{Env, repo_path};
 
 const DEDICATED: [&str; 2] = ["stream:xxrtve1", "stream:cars:new"];
 const WEIGHTS: [(&str, u64); 3] = [
@@ -25,12 +26,16 @@ async fn dedicated_jobs_run_alone_weights_balance_and_scaling_never_runs_a_job_t
     let start = env.install_example().await;
     let pool = env.example.pool_name();
 
-    // Two workers: one dedicated worker, one shared; the second dedicated job has to share.
-    let mut manifest = env.example.pool().clone();
-    manifest["spec"]["qos"] = json!({
-        "dedicated": DEDICATED,
-        "weights": WEIGHTS.iter().map(|(job, w)| (job.to_string(), *w)).collect::<BTreeMap<_, _>>(),
-    });
+    // The QoS example, applied over the example pool. Two workers: one dedicated worker, one
+    // shared; the second dedicated job has to share.
+    let manifest = parse_documents(&repo_path("examples/qos/swarmpool.yaml")).remove(0);
+    let weights: BTreeMap<String, u64> = WEIGHTS.iter().map(|(j, w)| (j.to_string(), *w)).collect();
+    assert_eq!(
+        manifest["spec"]["qos"],
+        json!({"dedicated": DEDICATED, "weights": weights}),
+        "the scenario's qos is the example's"
+    );
+    assert_eq!(manifest["spec"]["jobs"], env.example.pool()["spec"]["jobs"]);
     env.apply("pool-qos.yaml", &[manifest]).await;
     let short = settle(&env, 2, start.config().version, 1).await;
     assert_eq!(short.phase(), "Degraded");
