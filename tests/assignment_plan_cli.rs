@@ -273,3 +273,48 @@ fn an_unreadable_previous_config_is_reported_and_planned_from_scratch() {
         stderr(&output)
     );
 }
+
+#[test]
+fn the_qos_example_gives_dedicated_jobs_their_own_workers_and_a_bad_qos_is_one_line() {
+    let qos_pool = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/qos/swarmpool.yaml");
+    let output = plan(&[
+        "--pool",
+        qos_pool,
+        "--statefulset",
+        "swarm-worker",
+        "--replicas",
+        "4",
+        "--explain",
+    ]);
+    let config = swarm_assign::WorkerConfig::parse(&stdout(&output)).expect("config");
+    let alone: Vec<&str> = config
+        .workloads()
+        .filter(|(_, w)| w.jobs.len() == 1)
+        .map(|(_, w)| w.jobs[0].as_str())
+        .collect();
+    assert_eq!(alone, ["stream:xxrtve1", "stream:cars:new"]);
+    let explain = stderr(&output);
+    assert!(
+        explain.contains("  swarm-worker-0: 1 (weight 1) dedicated\n"),
+        "{explain}"
+    );
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bad = write(
+        dir.path(),
+        "bad.yaml",
+        "spec:\n  jobs: [a, b]\n  qos:\n    weights: {c: 2}\n",
+    );
+    let line = error_line(&plan(&[
+        "--pool",
+        &bad,
+        "--statefulset",
+        "w",
+        "--replicas",
+        "2",
+    ]));
+    assert!(
+        line.contains("spec.qos.weights names job \"c\", which is not in spec.jobs"),
+        "{line}"
+    );
+}
