@@ -1,5 +1,6 @@
 //! Criterion benchmark of the assignment strategies and the predecessor's baseline: from
-//! scratch, and for each of the four changes from the previous layout.
+//! scratch, and for each of the four changes from the previous layout; and of weighted `Sticky`
+//! (`spec.qos.weights`) on N -> N+1.
 //!
 //! `cargo bench --bench assignment`; the table of the README comes from
 //! `cargo bench --bench assignment-report`.
@@ -10,8 +11,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use scenario::{Algorithm, Change, STATEFULSET, jobs};
-use swarm_assign::{PlanRequest, Strategy, WorkerConfig, plan};
+use scenario::{Algorithm, Change, STATEFULSET, WEIGHTED_SIZE, jobs, weighted_qos};
+use swarm_assign::{PlanRequest, Strategy, WorkerConfig, assign_with_qos, plan};
 
 /// (J, N) pairs measured; the full grid is in the report.
 const SIZES: [(usize, usize); 3] = [(1_000, 10), (30_000, 100), (100_000, 1_000)];
@@ -47,6 +48,28 @@ fn sticky_update(c: &mut Criterion) {
     group.finish();
 }
 
+/// Weighted `Sticky` (weights 1 to 10) from the settled assignment at N to N+1.
+fn weighted_update(c: &mut Criterion) {
+    let (job_count, replicas) = WEIGHTED_SIZE;
+    let jobs = jobs(job_count);
+    let qos = weighted_qos(&jobs);
+    let current = assign_with_qos(Strategy::Sticky, &jobs, replicas, None, &qos).assignment;
+    c.bench_function(
+        &format!("weighted Sticky update N -> N+1, J={job_count} N={replicas}"),
+        |b| {
+            b.iter(|| {
+                assign_with_qos(
+                    Strategy::Sticky,
+                    black_box(&jobs),
+                    replicas + 1,
+                    Some(&current),
+                    &qos,
+                )
+            })
+        },
+    );
+}
+
 /// The operator's whole step at the ConfigMap size limit (about 35,000 jobs): read the previous
 /// `config.yml`, plan one more worker, render the new text.
 fn plan_and_render(c: &mut Criterion) {
@@ -77,6 +100,6 @@ criterion_group! {
         .sample_size(10)
         .warm_up_time(Duration::from_millis(300))
         .measurement_time(Duration::from_secs(1));
-    targets = from_scratch, sticky_update, plan_and_render
+    targets = from_scratch, sticky_update, weighted_update, plan_and_render
 }
 criterion_main!(benches);

@@ -1,6 +1,8 @@
 //! The assignment report: for every J and N of the grid and every algorithm, the time to compute,
 //! the balance, and the jobs moved and workers touched by each of the four changes, as a markdown
-//! table, followed by the checks against the targets.
+//! table, followed by the checks against the targets; then the same for weighted `Sticky`
+//! (`spec.qos.weights`, weights 1 to 10) on N -> N+1 at J=100000, N=1000, with its own table and
+//! checks.
 //!
 //! `cargo bench --bench assignment-report` (release build, one thread). Times are medians of
 //! repeated runs.
@@ -10,8 +12,11 @@ mod scenario;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use scenario::{Algorithm, Change, JOB_COUNTS, STATEFULSET, WORKER_COUNTS, jobs};
-use swarm_assign::{Assignment, Movement, Strategy};
+use scenario::{
+    Algorithm, Change, JOB_COUNTS, LARGEST_WEIGHT, STATEFULSET, WEIGHTED_SIZE, WORKER_COUNTS, jobs,
+    weighted_qos,
+};
+use swarm_assign::{Assignment, Movement, Qos, Strategy, assign_with_qos};
 
 /// Runs `f` repeatedly (at least 3 times, up to about 300 ms) and returns its last result with
 /// the median time.
@@ -124,6 +129,110 @@ fn measure(algorithm: Algorithm, jobs: &[String], replicas: usize) -> Row {
     }
 }
 
+/// The difference between the heaviest and the lightest worker's total job weight.
+fn weight_spread(assignment: &Assignment, qos: &Qos) -> u64 {
+    let loads: Vec<u64> = assignment
+        .workers()
+        .iter()
+        .map(|held| held.iter().map(|job| qos.weight(job)).sum())
+        .collect();
+    loads.iter().max().unwrap_or(&0) - loads.iter().min().unwrap_or(&0)
+}
+
+/// The ordinal holding each job of `assignment`.
+fn owners(assignment: &Assignment) -> HashMap<&str, usize> {
+    assignment
+        .workers()
+        .iter()
+        .enumerate()
+        .flat_map(|(ordinal, held)| held.iter().map(move |job| (job.as_str(), ordinal)))
+        .collect()
+}
+
+/// Total weight of the jobs of `jobs` whose owner in `next` differs from that in `previous` (jobs
+/// that only one of them holds are not moves).
+fn weight_moved(jobs: &[String], qos: &Qos, previous: &Assignment, next: &Assignment) -> u64 {
+    let (before, after) = (owners(previous), owners(next));
+    jobs.iter()
+        .filter(|job| {
+            matches!(
+                (before.get(job.as_str()), after.get(job.as_str())),
+                (Some(from), Some(to)) if from != to
+            )
+        })
+        .map(|job| qos.weight(job))
+        .sum()
+}
+
+fn verdict(pass: bool) -> &'static str {
+    if pass { "PASS" } else { "FAIL" }
+}
+
+/// Weighted `Sticky` at [`WEIGHTED_SIZE`]: from scratch, then N -> N+1 from the settled
+/// assignment at N; its table and checks.
+fn weighted_report() {
+    let (job_count, replicas) = WEIGHTED_SIZE;
+    let jobs = jobs(job_count);
+    let qos = weighted_qos(&jobs);
+    let run = |replicas: usize, current: Option<&Assignment>| {
+        assign_with_qos(Strategy::Sticky, &jobs, replicas, current, &qos).assignment
+    };
+    let (scratch_result, scratch) = timed(|| run(replicas, None));
+    // The settled assignment at N: what the operator holds after reconciling N again.
+    let settled = run(replicas, Some(&scratch_result));
+    let is_fixed_point = settled == scratch_result;
+    let (after, update) = timed(|| run(replicas + 1, Some(&settled)));
+
+    let total: u64 = jobs.iter().map(|job| qos.weight(job)).sum();
+    let (spread_before, spread_after) =
+        (weight_spread(&settled, &qos), weight_spread(&after, &qos));
+    let moved = weight_moved(&jobs, &qos, &settled, &after);
+    let bound = total as f64 / (replicas + 1) as f64;
+    let ratio = moved as f64 / bound;
+    let movement = Movement::between(STATEFULSET, &jobs, Some(&settled), &after);
+    let exactly_once = match (
+        duplicated_and_lost(&jobs, &settled),
+        duplicated_and_lost(&jobs, &after),
+    ) {
+        ((0, 0), (0, 0)) => "yes".to_string(),
+        ((0, 0), (duplicated, lost)) => {
+            format!("no after N -> N+1: {duplicated} twice, {lost} lost")
+        }
+        ((duplicated, lost), _) => format!("no: {duplicated} twice, {lost} lost"),
+    };
+
+    println!(
+        "| J | N | weights | total weight | from scratch | update N -> N+1 | max-min weight at N | max-min weight at N+1 | largest weight | N -> N+1 weight moved | lower bound total/(N+1) | moved / bound | N -> N+1 jobs moved / touched | exactly once |"
+    );
+    println!("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|");
+    println!(
+        "| {job_count} | {replicas} | 1..{LARGEST_WEIGHT} (hash) | {total} | {} | {} | {spread_before} | {spread_after} | {LARGEST_WEIGHT} | {moved} | {bound:.1} | {ratio:.3} | {} / {} | {exactly_once} |",
+        format_time(scratch),
+        format_time(update),
+        movement.jobs_moved,
+        movement.workers_touched.len(),
+    );
+    println!();
+    println!(
+        "Weighted Sticky at J={job_count}, N={replicas}: update N -> N+1 {} (target < 50 ms), from scratch {}: {}",
+        format_time(update),
+        format_time(scratch),
+        verdict(update < Duration::from_millis(50))
+    );
+    println!(
+        "Weighted Sticky weight moved on N -> N+1: {moved} = {ratio:.3} x the lower bound {bound:.1} (target within 5%): {}",
+        verdict((ratio - 1.0).abs() <= 0.05)
+    );
+    println!(
+        "Weighted Sticky max-min weight: {spread_before} at N, {spread_after} at N+1 (target <= largest weight {LARGEST_WEIGHT}): {}",
+        verdict(spread_before <= LARGEST_WEIGHT && spread_after <= LARGEST_WEIGHT)
+    );
+    println!(
+        "Weighted Sticky holds every job exactly once at N and N+1, and from scratch is already settled at N: {}",
+        verdict(exactly_once == "yes" && is_fixed_point)
+    );
+}
+
 fn main() {
     println!(
         "| J | N | algorithm | from scratch | update | max-min load | N -> N+1 moved / touched | N -> N-1 moved / touched | +1 job moved / touched | -1 job moved / touched | exactly once |"
@@ -186,4 +295,6 @@ fn main() {
             format_time(scratch)
         );
     }
+    println!();
+    weighted_report();
 }

@@ -1,7 +1,11 @@
-//! What both assignment benchmarks measure: the algorithms, the job lists and the four changes.
+//! What both assignment benchmarks measure: the algorithms, the job lists, the four changes and
+//! the weighted case.
 #![allow(dead_code)] // each benchmark uses a different part
 
-use swarm_assign::{Assignment, Strategy, assign, predecessor};
+use std::collections::BTreeMap;
+
+use swarm_assign::hash::job_hash;
+use swarm_assign::{Assignment, Qos, Strategy, assign, predecessor};
 
 /// Job counts (J) of the report.
 pub const JOB_COUNTS: [usize; 4] = [27, 1_000, 30_000, 100_000];
@@ -9,6 +13,10 @@ pub const JOB_COUNTS: [usize; 4] = [27, 1_000, 30_000, 100_000];
 pub const WORKER_COUNTS: [usize; 4] = [2, 10, 100, 1_000];
 /// StatefulSet name used for pod names.
 pub const STATEFULSET: &str = "swarm-worker";
+/// J and N of the weighted case.
+pub const WEIGHTED_SIZE: (usize, usize) = (100_000, 1_000);
+/// The largest job weight of the weighted case: weights run from 1 to this.
+pub const LARGEST_WEIGHT: u64 = 10;
 
 /// An assignment algorithm: one of the strategies, or the predecessor's as the baseline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,5 +108,21 @@ impl Change {
                 (jobs, replicas)
             }
         }
+    }
+}
+
+/// The weight of `job` in the weighted case, from 1 to [`LARGEST_WEIGHT`]: from its stable hash,
+/// so weights are reproducible and do not follow the spec order.
+pub fn weight(job: &str) -> u64 {
+    job_hash(job) % LARGEST_WEIGHT + 1
+}
+
+/// The `qos` of the weighted case: no dedicated job, every job weighted by [`weight`].
+pub fn weighted_qos(jobs: &[String]) -> Qos {
+    let weights: BTreeMap<String, u64> =
+        jobs.iter().map(|job| (job.clone(), weight(job))).collect();
+    Qos {
+        dedicated: vec![],
+        weights,
     }
 }
