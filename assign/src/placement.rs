@@ -3,8 +3,6 @@
 
 use std::borrow::Cow;
 
-use foldhash::HashMap;
-
 use crate::sticky::{self, UNOWNED};
 use crate::worker_config::WorkerConfig;
 use crate::{Assignment, Qos, Strategy, assign, consistent, contiguous, dedicated, weighted};
@@ -69,14 +67,16 @@ pub fn assign_with_qos(
         };
     }
 
-    let position: HashMap<&str, usize> = jobs
-        .iter()
-        .enumerate()
-        .map(|(position, job)| (job.as_str(), position))
-        .collect();
-    let weights: Vec<u64> = jobs.iter().map(|job| qos.weight(job)).collect();
+    let position = sticky::positions(jobs);
+    // One pass over the weights that are listed, not a map lookup per job.
+    let mut weights = vec![1_u64; jobs.len()];
+    for (job, &weight) in &qos.weights {
+        if let Some(&p) = position.get(job.as_str()) {
+            weights[p] = weight;
+        }
+    }
     let current_owners = match current {
-        Some(current) => sticky::current_owners(jobs, replicas, current),
+        Some(current) => sticky::current_owners_by(&position, jobs.len(), replicas, current),
         None => vec![UNOWNED; jobs.len()],
     };
 
@@ -143,14 +143,14 @@ fn assign_shared(
     let count = workers.len();
     match strategy {
         Strategy::Sticky => {
-            let index_of: HashMap<usize, usize> = workers
-                .iter()
-                .enumerate()
-                .map(|(index, &ordinal)| (ordinal, index))
-                .collect();
+            // Ordinal -> index among the shared workers (UNOWNED for dedicated workers).
+            let mut index_of = vec![UNOWNED; workers.last().map_or(0, |&last| last + 1)];
+            for (index, &ordinal) in workers.iter().enumerate() {
+                index_of[ordinal] = index;
+            }
             let kept: Vec<usize> = positions
                 .iter()
-                .map(|&p| index_of.get(&current_owners[p]).copied().unwrap_or(UNOWNED))
+                .map(|&p| index_of.get(current_owners[p]).copied().unwrap_or(UNOWNED))
                 .collect();
             if weighted {
                 let shared_weights: Vec<u64> = positions.iter().map(|&p| weights[p]).collect();

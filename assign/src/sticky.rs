@@ -49,13 +49,26 @@ pub(crate) fn owners_from(jobs: &[String], replicas: usize, kept: Vec<usize>) ->
 }
 
 /// The owner of every job in `current`, limited to ordinals below `replicas`.
-pub(crate) fn current_owners(jobs: &[String], replicas: usize, current: &Assignment) -> Vec<usize> {
-    let index: HashMap<&str, usize> = jobs
-        .iter()
+fn current_owners(jobs: &[String], replicas: usize, current: &Assignment) -> Vec<usize> {
+    current_owners_by(&positions(jobs), jobs.len(), replicas, current)
+}
+
+/// The position of every job in `jobs`.
+pub(crate) fn positions(jobs: &[String]) -> HashMap<&str, usize> {
+    jobs.iter()
         .enumerate()
         .map(|(position, job)| (job.as_str(), position))
-        .collect();
-    let mut owners = vec![UNOWNED; jobs.len()];
+        .collect()
+}
+
+/// [`current_owners`] with the positions of the `job_count` jobs already indexed.
+pub(crate) fn current_owners_by(
+    index: &HashMap<&str, usize>,
+    job_count: usize,
+    replicas: usize,
+    current: &Assignment,
+) -> Vec<usize> {
+    let mut owners = vec![UNOWNED; job_count];
     for (ordinal, held) in current.workers().iter().take(replicas).enumerate() {
         for job in held {
             if let Some(&position) = index.get(job.as_str())
