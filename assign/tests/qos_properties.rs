@@ -48,6 +48,42 @@ fn messy_current(
     Assignment::new(workers)
 }
 
+/// A pool as most properties meet it: jobs, workers, a `qos`, and a messy current config (held
+/// twice, stale jobs, arbitrary loads) or none.
+#[derive(Clone, Debug)]
+struct Situation {
+    jobs: Vec<String>,
+    replicas: usize,
+    qos: Qos,
+    current: Option<Assignment>,
+}
+
+fn situation() -> impl Strategy<Value = Situation> {
+    (
+        jobs(0..200),
+        1_usize..40,
+        1_usize..40,
+        prop::collection::vec(any::<usize>(), 0..200),
+        prop::collection::vec(job_name(), 0..10),
+        1_usize..10,
+        qos_picks(),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(jobs, replicas, before, picks, stale, duplicate_every, qos, with_current)| {
+                let qos = build_qos(&jobs, &qos);
+                let current = with_current
+                    .then(|| messy_current(&jobs, before, &picks, &stale, duplicate_every));
+                Situation {
+                    jobs,
+                    replicas,
+                    qos,
+                    current,
+                }
+            },
+        )
+}
+
 /// How many dedicated jobs get a worker of their own: all `D` when every job is dedicated
 /// (`S = J - D = 0`) and `D <= N`; otherwise one worker at least stays shared (for the shared
 /// jobs or for the dedicated jobs left without a worker) and `k = min(D, N - 1)`.
@@ -288,18 +324,10 @@ proptest! {
 
     #[test]
     fn every_job_runs_exactly_once_in_spec_order_under_every_strategy(
-        jobs in jobs(0..200),
-        replicas in 1_usize..40,
-        before_replicas in 1_usize..40,
-        picks in prop::collection::vec(any::<usize>(), 0..200),
-        stale in prop::collection::vec(job_name(), 0..10),
-        duplicate_every in 1_usize..10,
-        qos in qos_picks(),
-        with_current in any::<bool>(),
+        situation in situation(),
     ) {
-        let qos = build_qos(&jobs, &qos);
-        let current = messy_current(&jobs, before_replicas, &picks, &stale, duplicate_every);
-        let current = with_current.then_some(&current);
+        let Situation { jobs, replicas, qos, current } = situation;
+        let current = current.as_ref();
         for strategy in Assign::ALL {
             let placement = assign_with_qos(strategy, &jobs, replicas, current, &qos);
             assert_every_job_once(&jobs, replicas, &placement);
@@ -308,18 +336,10 @@ proptest! {
 
     #[test]
     fn the_first_dedicated_jobs_workers_allow_run_alone_and_the_rest_are_reported_unmet_but_still_run(
-        jobs in jobs(0..200),
-        replicas in 1_usize..40,
-        before_replicas in 1_usize..40,
-        picks in prop::collection::vec(any::<usize>(), 0..200),
-        stale in prop::collection::vec(job_name(), 0..10),
-        duplicate_every in 1_usize..10,
-        qos in qos_picks(),
-        with_current in any::<bool>(),
+        situation in situation(),
     ) {
-        let qos = build_qos(&jobs, &qos);
-        let current = messy_current(&jobs, before_replicas, &picks, &stale, duplicate_every);
-        let current = with_current.then_some(&current);
+        let Situation { jobs, replicas, qos, current } = situation;
+        let current = current.as_ref();
         for strategy in Assign::ALL {
             let placement = assign_with_qos(strategy, &jobs, replicas, current, &qos);
             assert_every_job_once(&jobs, replicas, &placement);
@@ -348,36 +368,21 @@ proptest! {
 
     #[test]
     fn weighted_sticky_keeps_the_shared_workers_within_the_heaviest_shared_job_of_each_other(
-        jobs in jobs(0..200),
-        replicas in 1_usize..40,
-        before_replicas in 1_usize..40,
-        picks in prop::collection::vec(any::<usize>(), 0..200),
-        stale in prop::collection::vec(job_name(), 0..10),
-        duplicate_every in 1_usize..10,
-        qos in qos_picks(),
-        with_current in any::<bool>(),
+        situation in situation(),
     ) {
-        let qos = build_qos(&jobs, &qos);
-        let current = messy_current(&jobs, before_replicas, &picks, &stale, duplicate_every);
-        let placement = sticky(&jobs, replicas, with_current.then_some(&current), &qos);
+        let Situation { jobs, replicas, qos, current } = situation;
+        let current = current.as_ref();
+        let placement = sticky(&jobs, replicas, current, &qos);
         assert_every_job_once(&jobs, replicas, &placement);
         assert_weight_balanced(&jobs, &qos, &placement);
     }
 
     #[test]
     fn feeding_a_placement_back_returns_it_unchanged_under_every_strategy(
-        jobs in jobs(0..200),
-        replicas in 1_usize..40,
-        before_replicas in 1_usize..40,
-        picks in prop::collection::vec(any::<usize>(), 0..200),
-        stale in prop::collection::vec(job_name(), 0..10),
-        duplicate_every in 1_usize..10,
-        qos in qos_picks(),
-        with_current in any::<bool>(),
+        situation in situation(),
     ) {
-        let qos = build_qos(&jobs, &qos);
-        let current = messy_current(&jobs, before_replicas, &picks, &stale, duplicate_every);
-        let current = with_current.then_some(&current);
+        let Situation { jobs, replicas, qos, current } = situation;
+        let current = current.as_ref();
         for strategy in Assign::ALL {
             let placement = assign_with_qos(strategy, &jobs, replicas, current, &qos);
             assert_fixed_point(strategy, &jobs, replicas, &qos, &placement);
