@@ -58,7 +58,8 @@ pub struct PlanOutcome {
 /// the strategy starts from scratch. A worker keeps its per-worker version while its job set is
 /// unchanged; a worker whose job set changed, or that appears, gets the new config version. A
 /// previous config of version 0 (the predecessor's format) is always rewritten, as version 1 or
-/// more. The current assignment is read with [`current_assignment`]. Fails only on an invalid job list or `qos`.
+/// more. The assignment planned from is read with [`current_assignment`]; the movement is
+/// measured against what the workers hold. Fails only on an invalid job list or `qos`.
 pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, PlanError> {
     validate_jobs(request.jobs)?;
     let neutral = Qos::default();
@@ -66,6 +67,7 @@ pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, PlanError> {
     validate_qos(request.jobs, qos)?;
     let previous = request.previous;
     let current = previous.and_then(|config| config.assignment(request.statefulset));
+    // Under a neutral qos, `current_assignment` is `current`: do not read it twice.
     let placed_from = if qos.is_neutral() {
         None
     } else {
