@@ -38,6 +38,10 @@ pub mod reason {
     pub const STATEFUL_SET_NOT_FOUND: &str = "StatefulSetNotFound";
     /// An older SwarmPool already selects the same StatefulSet.
     pub const STATEFUL_SET_IN_USE: &str = "StatefulSetInUse";
+    /// No Deployment matches the selector (`workloadKind: Deployment`).
+    pub const DEPLOYMENT_NOT_FOUND: &str = "DeploymentNotFound";
+    /// The Deployment is already managed by an older pool.
+    pub const DEPLOYMENT_IN_USE: &str = "DeploymentInUse";
     /// Several StatefulSets match the selector.
     pub const AMBIGUOUS_SELECTOR: &str = "AmbiguousSelector";
     /// The selector is empty and would match every StatefulSet.

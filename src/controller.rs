@@ -1,7 +1,8 @@
 //! The controller: watches, caches, the reconcile loop and its error policy.
 //!
-//! Triggers: SwarmPools; ConfigMaps they own; StatefulSets and Pods mapped to the pools that
-//! select them (a pod through its controlling StatefulSet). Everything is read from reflector
+//! Triggers: SwarmPools; ConfigMaps they own; StatefulSets, Deployments, ReplicaSets and Pods
+//! mapped to the pools that select them (a pod through its controlling StatefulSet, or through
+//! its ReplicaSet's Deployment). Everything is read from reflector
 //! caches that feed the same streams that trigger reconciles, so a reconcile never runs on a
 //! cache older than its trigger, and an idle operator sends no requests. The caches keep only
 //! what the planner reads ([`crate::trim`]).
@@ -19,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
@@ -34,7 +35,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
 
 use crate::Error;
-use crate::crd::{SwarmPool, SwarmPoolStatus};
+use crate::crd::{SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::fenced_write;
 use crate::http::HttpState;
 use crate::metrics::Metrics;
@@ -46,8 +47,11 @@ use crate::trim;
 
 /// Server-side apply field manager for every write, and the events' reporting controller.
 pub const FIELD_MANAGER: &str = MANAGER;
-/// Label the StatefulSet controller puts on every pod it creates; the pod watch is limited to it.
+/// Label the StatefulSet controller puts on every pod it creates; one pod watch is limited to it.
 pub const STATEFULSET_POD_LABEL: &str = "statefulset.kubernetes.io/pod-name";
+/// Label the Deployment controller puts on every pod of its ReplicaSets; the other pod watch is
+/// limited to it.
+pub const DEPLOYMENT_POD_LABEL: &str = "pod-template-hash";
 /// Planning rounds in one reconcile: confirm holders gone live, write the grant, list live,
 /// resolve, write, plan deletes (and a spare).
 const MAX_PLAN_ROUNDS: usize = 8;
@@ -63,7 +67,9 @@ pub struct Context {
     reporter: Reporter,
     pools: Store<SwarmPool>,
     statefulsets: Store<StatefulSet>,
-    pods: Store<PodSummary>,
+    deployments: Store<Deployment>,
+    replica_sets: Store<ReplicaSet>,
+    pods: PodCaches,
     config_maps: Store<ConfigMap>,
     /// Whether the caches have completed their initial list: reconciles wait for it, so an
     /// empty cache right after start is never taken for "no StatefulSet, no pods".
@@ -76,6 +82,30 @@ pub struct Context {
     deleting: Mutex<HashMap<ObjectRef<SwarmPool>, BTreeMap<String, RequestedDelete>>>,
     /// This operator's last writes, per pool.
     written: Mutex<HashMap<ObjectRef<SwarmPool>, LastWrites>>,
+}
+
+/// The two pod caches: a StatefulSet's pods and a Deployment's carry different labels, and a
+/// watch selects by one label selector.
+#[derive(Clone)]
+struct PodCaches {
+    statefulset: Store<PodSummary>,
+    deployment: Store<PodSummary>,
+}
+
+impl PodCaches {
+    fn get(&self, key: &ObjectRef<PodSummary>) -> Option<Arc<PodSummary>> {
+        self.statefulset
+            .get(key)
+            .or_else(|| self.deployment.get(key))
+    }
+
+    /// The cached pods of `namespace`, from both caches.
+    fn in_namespace(&self, namespace: &str) -> Vec<Arc<PodSummary>> {
+        let here = |pod: &PodSummary| pod.metadata.namespace.as_deref() == Some(namespace);
+        let mut pods = self.statefulset.state_filter(here);
+        pods.extend(self.deployment.state_filter(here));
+        pods
+    }
 }
 
 /// A pod deletion this operator requested (keyed by the pod's uid).
@@ -304,6 +334,27 @@ pub async fn run(
         watcher::Config::default().labels(STATEFULSET_POD_LABEL),
         trim::pod,
         Cache::Pods,
+        synced_tx.clone(),
+    );
+    let (deployment_store, deployments) = cached_watch(
+        scoped::<Deployment>(&client, ns),
+        watcher::Config::default(),
+        trim::deployment,
+        Cache::Deployments,
+        synced_tx.clone(),
+    );
+    let (rs_store, replica_sets) = cached_watch(
+        scoped::<ReplicaSet>(&client, ns),
+        watcher::Config::default(),
+        trim::replica_set,
+        Cache::ReplicaSets,
+        synced_tx.clone(),
+    );
+    let (deployment_pod_store, deployment_pods) = cached_watch(
+        scoped::<PodSummary>(&client, ns),
+        watcher::Config::default().labels(DEPLOYMENT_POD_LABEL),
+        trim::pod,
+        Cache::DeploymentPods,
         synced_tx,
     );
 
@@ -325,7 +376,12 @@ pub async fn run(
         },
         pools: pool_store.clone(),
         statefulsets: sts_store.clone(),
-        pods: pod_store,
+        deployments: deployment_store.clone(),
+        replica_sets: rs_store.clone(),
+        pods: PodCaches {
+            statefulset: pod_store,
+            deployment: deployment_pod_store,
+        },
         config_maps: cm_store,
         synced,
         metrics,
@@ -335,6 +391,9 @@ pub async fn run(
     });
     let by_sts = pool_store.clone();
     let by_pod = pool_store.clone();
+    let by_deployment = pool_store.clone();
+    let by_rs = (pool_store.clone(), deployment_store.clone());
+    let by_deployment_pod = (pool_store.clone(), deployment_store, rs_store);
     Controller::for_stream(pools, pool_store)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .owns_stream(config_maps.touched_objects())
@@ -343,6 +402,17 @@ pub async fn run(
         })
         .watches_stream(pods.touched_objects(), move |pod| {
             pools_for_pod(&by_pod.state(), &sts_store, &pod)
+        })
+        .watches_stream(deployments.touched_objects(), move |deployment| {
+            pools_for_deployment(&by_deployment.state(), &deployment)
+        })
+        .watches_stream(replica_sets.touched_objects(), move |rs| {
+            let (pools, deployments) = &by_rs;
+            pools_for_owner(&pools.state(), deployments, &rs, rs.owner_references())
+        })
+        .watches_stream(deployment_pods.touched_objects(), move |pod| {
+            let (pools, deployments, replica_sets) = &by_deployment_pod;
+            pools_for_deployment_pod(&pools.state(), deployments, replica_sets, &pod)
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
@@ -393,6 +463,9 @@ enum Cache {
     StatefulSets,
     Pods,
     ConfigMaps,
+    Deployments,
+    ReplicaSets,
+    DeploymentPods,
 }
 
 /// Which caches have completed their initial list. Tracked from the watch streams themselves
@@ -404,12 +477,21 @@ pub struct Synced {
     statefulsets: bool,
     pods: bool,
     config_maps: bool,
+    deployments: bool,
+    replica_sets: bool,
+    deployment_pods: bool,
 }
 
 impl Synced {
     /// Whether every cache has completed its initial list.
     pub fn all(&self) -> bool {
-        self.pools && self.statefulsets && self.pods && self.config_maps
+        self.pools
+            && self.statefulsets
+            && self.pods
+            && self.config_maps
+            && self.deployments
+            && self.replica_sets
+            && self.deployment_pods
     }
 }
 
@@ -446,6 +528,9 @@ fn mark_synced<K>(
                     Cache::StatefulSets => &mut s.statefulsets,
                     Cache::Pods => &mut s.pods,
                     Cache::ConfigMaps => &mut s.config_maps,
+                    Cache::Deployments => &mut s.deployments,
+                    Cache::ReplicaSets => &mut s.replica_sets,
+                    Cache::DeploymentPods => &mut s.deployment_pods,
                 };
                 !std::mem::replace(flag, true)
             });
@@ -517,6 +602,83 @@ pub fn pools_for_pod(
     }
 }
 
+/// Pools that select `deployment` as a Deployment pool, or reported it as theirs.
+pub fn pools_for_deployment(
+    pools: &[Arc<SwarmPool>],
+    deployment: &Deployment,
+) -> Vec<ObjectRef<SwarmPool>> {
+    let name = deployment.name_any();
+    pools
+        .iter()
+        .filter(|pool| pool.metadata.namespace == deployment.metadata.namespace)
+        .filter(|pool| pool.spec.workload_kind == WorkloadKind::Deployment)
+        .filter(|pool| {
+            planner::selects(&pool.spec.selector, deployment)
+                || pool.status.as_ref().and_then(|s| s.workload.as_deref()) == Some(name.as_str())
+        })
+        .map(|pool| ObjectRef::from_obj(pool.as_ref()))
+        .collect()
+}
+
+/// Pools of the Deployment named as controller in `owners` (of an object in `object`'s
+/// namespace).
+fn pools_for_owner(
+    pools: &[Arc<SwarmPool>],
+    deployments: &Store<Deployment>,
+    object: &impl ResourceExt,
+    owners: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> Vec<ObjectRef<SwarmPool>> {
+    let Some(owner) = owners
+        .iter()
+        .find(|r| r.controller == Some(true) && r.kind == "Deployment")
+    else {
+        return Vec::new();
+    };
+    let namespace = object.namespace().unwrap_or_default();
+    match deployments.get(&ObjectRef::new(&owner.name).within(&namespace)) {
+        Some(deployment) => pools_for_deployment(pools, &deployment),
+        None => pools
+            .iter()
+            .filter(|pool| pool.metadata.namespace.as_deref() == Some(namespace.as_str()))
+            .filter(|pool| pool.spec.workload_kind == WorkloadKind::Deployment)
+            .filter(|pool| {
+                pool.status.as_ref().and_then(|s| s.workload.as_deref())
+                    == Some(owner.name.as_str())
+            })
+            .map(|pool| ObjectRef::from_obj(pool.as_ref()))
+            .collect(),
+    }
+}
+
+/// Pools whose workers include `pod`: through its ReplicaSet's Deployment.
+pub fn pools_for_deployment_pod(
+    pools: &[Arc<SwarmPool>],
+    deployments: &Store<Deployment>,
+    replica_sets: &Store<ReplicaSet>,
+    pod: &PodSummary,
+) -> Vec<ObjectRef<SwarmPool>> {
+    let Some(rs_name) = pod
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true) && r.kind == "ReplicaSet")
+        .map(|r| r.name.as_str())
+    else {
+        return Vec::new();
+    };
+    let namespace = pod.namespace().unwrap_or_default();
+    match replica_sets.get(&ObjectRef::new(rs_name).within(&namespace)) {
+        Some(rs) => pools_for_owner(pools, deployments, rs.as_ref(), rs.owner_references()),
+        // The ReplicaSet is not cached yet (or gone): every Deployment pool of the namespace
+        // looks, as one of them may have to grant what this pod held.
+        None => pools
+            .iter()
+            .filter(|pool| pool.metadata.namespace.as_deref() == Some(namespace.as_str()))
+            .filter(|pool| pool.spec.workload_kind == WorkloadKind::Deployment)
+            .map(|pool| ObjectRef::from_obj(pool.as_ref()))
+            .collect(),
+    }
+}
+
 /// One reconcile: observe, plan, write the ConfigMap, resolve stale workers against live pods,
 /// plan again, delete stale pods, report status and events.
 #[instrument(skip(pool, ctx), fields(pool = %pool.name_any(), namespace = pool.namespace().unwrap_or_default()))]
@@ -556,9 +718,13 @@ async fn reconcile_pool(
     let statefulsets = ctx
         .statefulsets
         .state_filter(|sts| sts.metadata.namespace.as_deref() == Some(namespace.as_str()));
-    let mut pods = ctx
-        .pods
-        .state_filter(|pod| pod.metadata.namespace.as_deref() == Some(namespace.as_str()));
+    let deployments = ctx
+        .deployments
+        .state_filter(|d| d.metadata.namespace.as_deref() == Some(namespace.as_str()));
+    let replica_sets = ctx
+        .replica_sets
+        .state_filter(|rs| rs.metadata.namespace.as_deref() == Some(namespace.as_str()));
+    let mut pods = ctx.pods.in_namespace(&namespace);
     let other_pools = ctx.pools.state_filter(|p| {
         p.metadata.namespace.as_deref() == Some(namespace.as_str())
             && p.metadata.uid != pool.metadata.uid
@@ -573,6 +739,8 @@ async fn reconcile_pool(
         let mut plan = planner::plan(&Observed {
             pool,
             statefulsets: statefulsets.iter().map(AsRef::as_ref).collect(),
+            deployments: deployments.iter().map(AsRef::as_ref).collect(),
+            replica_sets: replica_sets.iter().map(AsRef::as_ref).collect(),
             pods: pods.iter().map(AsRef::as_ref).collect(),
             other_pools: other_pools.iter().map(AsRef::as_ref).collect(),
             pods_are_live,
@@ -637,7 +805,12 @@ async fn reconcile_pool(
             // The pods the plan looks up, by the label the StatefulSet controller gives each
             // pod its name in: a holder of jobs in transit may be a pod the pool's
             // StatefulSet no longer controls.
-            pods = match live_pods_selector(&plan.live_pods) {
+            let selector = match pool.spec.workload_kind {
+                WorkloadKind::StatefulSet => live_pods_selector(&plan.live_pods),
+                // A Deployment's pods have no name label: list them all, keep the named ones.
+                WorkloadKind::Deployment => Some(DEPLOYMENT_POD_LABEL.to_owned()),
+            };
+            pods = match selector {
                 Some(selector) => {
                     let params = ListParams::default().labels(&selector);
                     let list = pods_api
@@ -649,6 +822,12 @@ async fn reconcile_pool(
                         })?;
                     list.items
                         .into_iter()
+                        .filter(|pod| {
+                            pod.metadata
+                                .name
+                                .as_ref()
+                                .is_some_and(|name| plan.live_pods.contains(name))
+                        })
                         .map(|mut pod| {
                             trim::pod(&mut pod);
                             Arc::new(pod)
@@ -846,6 +1025,7 @@ mod tests {
                     match_labels: Some(BTreeMap::from([("app".to_owned(), app.to_owned())])),
                     ..LabelSelector::default()
                 },
+                workload_kind: Default::default(),
                 jobs: vec![],
                 config_map: None,
                 strategy: Default::default(),
@@ -933,11 +1113,18 @@ mod tests {
         let mut pools = mark_synced::<SwarmPool>(tx.clone(), Cache::Pools);
         let mut sts = mark_synced::<StatefulSet>(tx.clone(), Cache::StatefulSets);
         let mut pods = mark_synced::<PodSummary>(tx.clone(), Cache::Pods);
-        let mut config_maps = mark_synced::<ConfigMap>(tx, Cache::ConfigMaps);
+        let mut config_maps = mark_synced::<ConfigMap>(tx.clone(), Cache::ConfigMaps);
+        let mut deployments = mark_synced::<Deployment>(tx.clone(), Cache::Deployments);
+        let mut replica_sets = mark_synced::<ReplicaSet>(tx.clone(), Cache::ReplicaSets);
+        let mut deployment_pods = mark_synced::<PodSummary>(tx, Cache::DeploymentPods);
         pools(&Ok(watcher::Event::Init));
         pools(&Ok(watcher::Event::InitDone));
         sts(&Ok(watcher::Event::InitDone));
         config_maps(&Ok(watcher::Event::InitDone));
+        deployments(&Ok(watcher::Event::InitDone));
+        replica_sets(&Ok(watcher::Event::InitDone));
+        assert!(!rx.borrow().all(), "Deployment pods are still listing");
+        deployment_pods(&Ok(watcher::Event::InitDone));
         pods(&Ok(watcher::Event::Init));
         assert!(!rx.borrow().all(), "pods are still listing");
         pods(&Ok(watcher::Event::InitDone));

@@ -20,7 +20,8 @@ pub const VERSION: &str = "v1alpha1";
 /// Default of `spec.rollout.maxUnavailable`.
 pub const DEFAULT_MAX_UNAVAILABLE: &str = "25%";
 
-/// A list of jobs shared over the workers of one StatefulSet: each job runs on exactly one worker.
+/// A list of jobs shared over the workers of one StatefulSet or Deployment: each job runs on
+/// exactly one worker.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 // Clippy reads the repeated `type_ = ...` of separate printcolumn(...) entries as duplicates.
 #[allow(clippy::duplicated_attributes)]
@@ -33,12 +34,14 @@ pub const DEFAULT_MAX_UNAVAILABLE: &str = "25%";
     namespaced,
     status = "SwarmPoolStatus",
     derive = "PartialEq",
-    doc = "SwarmPool shares a list of jobs over the workers (pods) of one StatefulSet, each job on exactly one worker, through a ConfigMap the workers mount.",
+    doc = "SwarmPool shares a list of jobs over the workers (pods) of one StatefulSet or Deployment, each job on exactly one worker, through a ConfigMap the workers mount.",
+    // The column keeps its first name, which scripts parse; it shows a Deployment pool's
+    // Deployment too.
     printcolumn(
         name = "StatefulSet",
         type_ = "string",
-        json_path = ".status.statefulSet",
-        description = "The StatefulSet whose pods are the workers"
+        json_path = ".status.workload",
+        description = "The workload (StatefulSet or Deployment) whose pods are the workers"
     ),
     printcolumn(
         name = "Ready",
@@ -86,9 +89,15 @@ pub const DEFAULT_MAX_UNAVAILABLE: &str = "25%";
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SwarmPoolSpec {
-    /// Selects the worker StatefulSet in the pool's namespace by the StatefulSet's own labels
-    /// (not its pods' labels). Exactly one StatefulSet must match; an empty selector is rejected.
+    /// Selects the worker StatefulSet (or Deployment, per `workloadKind`) in the pool's namespace
+    /// by its own labels (not its pods' labels). Exactly one must match; an empty selector is
+    /// rejected.
     pub selector: LabelSelector,
+
+    /// The kind of workload whose pods are the workers: `StatefulSet` (pods named by ordinal) or
+    /// `Deployment` (pods with random names, given stable slots by the operator).
+    #[serde(default)]
+    pub workload_kind: WorkloadKind,
 
     /// The jobs to run: opaque, unique, non-empty strings. Each is assigned to exactly one worker.
     /// May be empty.
@@ -119,6 +128,26 @@ pub struct SwarmPoolSpec {
     /// nothing to the ConfigMap and deletes no pod.
     #[serde(default)]
     pub paused: bool,
+}
+
+/// The kind of workload whose pods are the workers.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum WorkloadKind {
+    /// A StatefulSet: worker `i` is pod `<statefulset>-<i>`.
+    #[default]
+    StatefulSet,
+    /// A Deployment: the workers are the pods of its ReplicaSets, each given a slot.
+    Deployment,
+}
+
+impl WorkloadKind {
+    /// The kind's name, as in `spec.workloadKind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::Deployment => "Deployment",
+        }
+    }
 }
 
 /// How workers pick up a changed job set.
@@ -202,11 +231,16 @@ pub struct SwarmPoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
 
-    /// Name of the StatefulSet the selector matched.
+    /// Name of the workload (StatefulSet or Deployment) the selector matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+
+    /// Name of the StatefulSet the selector matched (StatefulSet pools only; `workload` has it
+    /// for every kind).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stateful_set: Option<String>,
 
-    /// Number of workers: the StatefulSet's desired replicas.
+    /// Number of workers: the workload's desired replicas.
     #[serde(default)]
     pub workers: i32,
 
@@ -242,7 +276,7 @@ pub struct SwarmPoolStatus {
     pub version: Option<i64>,
 
     /// Pod names of workers that still run on an older job set and wait to be refreshed,
-    /// in ordinal order.
+    /// in ordinal (slot) order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale_workers: Vec<String>,
 
@@ -262,7 +296,7 @@ pub enum Phase {
     RollingOut,
     /// The ConfigMap is current, no worker is stale and every worker is Ready.
     Balanced,
-    /// The StatefulSet has 0 replicas, or a worker has not been Ready for a while.
+    /// The workload has 0 replicas, or a worker has not been Ready for a while.
     Degraded,
     /// The pool cannot be reconciled as specified; the `Ready` condition says why.
     Failed,

@@ -12,7 +12,7 @@
 //! 3. An entry is done once the worker's pod is gone or has another uid. Until then the pod is
 //!    stale and, under `DeletePods`, deleted with a uid precondition within the budget.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
@@ -41,32 +41,47 @@ impl WorkerPod {
     }
 }
 
-/// The workers of a pool: pod names of ordinals `0..N-1` in ordinal order, with their pods
-/// (only pods controlled by the matched StatefulSet; `None` when the worker has no pod).
+/// The workers of a pool in position order (a StatefulSet's ordinals `0..N-1`, a Deployment
+/// pool's slots) by pod name, with their pods (only pods the pool's workload controls; `None`
+/// when the worker has no pod).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Workers {
-    statefulset: String,
     workers: Vec<(String, Option<WorkerPod>)>,
+    /// Pod name -> position, so lookups stay cheap for large pools.
+    positions: HashMap<String, usize>,
 }
 
 impl Workers {
     /// Workers `<statefulset>-0 .. <statefulset>-(replicas-1)` with their pods from `pods`
     /// (keyed by pod name).
-    pub fn new(statefulset: &str, replicas: usize, mut pods: BTreeMap<String, WorkerPod>) -> Self {
-        let workers = (0..replicas)
-            .map(|ordinal| {
-                let name = format!("{statefulset}-{ordinal}");
+    pub fn new(statefulset: &str, replicas: usize, pods: BTreeMap<String, WorkerPod>) -> Self {
+        Self::named(
+            (0..replicas).map(|ordinal| format!("{statefulset}-{ordinal}")),
+            pods,
+        )
+    }
+
+    /// Workers of the given names in position order, with their pods from `pods`.
+    pub fn named(
+        names: impl IntoIterator<Item = String>,
+        mut pods: BTreeMap<String, WorkerPod>,
+    ) -> Self {
+        let workers: Vec<(String, Option<WorkerPod>)> = names
+            .into_iter()
+            .map(|name| {
                 let pod = pods.remove(&name);
                 (name, pod)
             })
             .collect();
-        Self {
-            statefulset: statefulset.to_owned(),
-            workers,
-        }
+        let positions = workers
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| (name.clone(), i))
+            .collect();
+        Self { workers, positions }
     }
 
-    /// Pod names and pods in ordinal order.
+    /// Pod names and pods in position order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, Option<&WorkerPod>)> {
         self.workers.iter().map(|(n, p)| (n.as_str(), p.as_ref()))
     }
@@ -76,19 +91,14 @@ impl Workers {
         self.ordinal(name).and_then(|i| self.workers[i].1.as_ref())
     }
 
-    /// Whether `name` is one of the workers `0..N-1`.
+    /// Whether `name` is one of the workers.
     pub fn contains(&self, name: &str) -> bool {
         self.ordinal(name).is_some()
     }
 
-    /// Ordinal of a worker, read from its name (lookups stay O(1) for large pools).
+    /// Position of a worker.
     fn ordinal(&self, name: &str) -> Option<usize> {
-        let digits = name
-            .strip_prefix(self.statefulset.as_str())?
-            .strip_prefix('-')?;
-        let ordinal: usize = digits.parse().ok()?;
-        // The comparison rejects spellings like "w-01" that parse to a worker's ordinal.
-        (self.workers.get(ordinal)?.0 == name).then_some(ordinal)
+        self.positions.get(name).copied()
     }
 
     /// Number of workers.

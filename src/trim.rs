@@ -2,7 +2,9 @@
 //! mappers read. With 10,000 worker pods the pod cache is most of the operator's memory, so
 //! every dropped field counts.
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -26,6 +28,25 @@ pub fn statefulset(sts: &mut StatefulSet) {
         ..StatefulSetSpec::default()
     });
     sts.status = None;
+}
+
+/// A Deployment as the planner reads it: identity, labels (for pool selectors) and replicas.
+pub fn deployment(deployment: &mut Deployment) {
+    trim_meta(&mut deployment.metadata);
+    let replicas = deployment.spec.as_ref().and_then(|s| s.replicas);
+    deployment.spec = Some(DeploymentSpec {
+        replicas,
+        ..DeploymentSpec::default()
+    });
+    deployment.status = None;
+}
+
+/// A ReplicaSet as the planner reads it: identity and its controlling Deployment.
+pub fn replica_set(rs: &mut ReplicaSet) {
+    trim_meta(&mut rs.metadata);
+    rs.metadata.labels = None;
+    rs.spec = None;
+    rs.status = None;
 }
 
 /// A pool without the bookkeeping of the tools that wrote it (managed fields and kubectl's

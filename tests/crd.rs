@@ -80,7 +80,7 @@ fn printer_columns_are_name_statefulset_ready_jobs_version_phase_age_and_wide_un
     assert_eq!(
         paths,
         [
-            ".status.statefulSet",
+            ".status.workload",
             ".status.ready",
             ".status.jobs",
             ".status.version",
@@ -109,6 +109,11 @@ fn spec_schema_enforces_a_set_of_non_empty_jobs_and_shows_defaults() {
         json!(["Sticky", "Consistent", "Contiguous"])
     );
     assert_eq!(props["paused"]["default"], false);
+    assert_eq!(props["workloadKind"]["default"], "StatefulSet");
+    assert_eq!(
+        props["workloadKind"]["enum"],
+        json!(["StatefulSet", "Deployment"])
+    );
     let rollout = &props["rollout"]["properties"];
     assert_eq!(rollout["policy"]["default"], "DeletePods");
     assert_eq!(rollout["policy"]["enum"], json!(["DeletePods", "None"]));
@@ -127,6 +132,7 @@ fn spec_schema_enforces_a_set_of_non_empty_jobs_and_shows_defaults() {
     );
     for field in [
         "selector",
+        "workloadKind",
         "jobs",
         "configMap",
         "strategy",
@@ -145,6 +151,7 @@ fn status_schema_has_every_contract_field_and_conditions_keyed_by_type() {
     for field in [
         "observedGeneration",
         "phase",
+        "workload",
         "statefulSet",
         "workers",
         "readyWorkers",

@@ -188,6 +188,7 @@ fn pool(jobs: usize, mode: Handoff, max_unavailable: u8) -> SwarmPool {
                 match_labels: Some(labels()),
                 ..LabelSelector::default()
             },
+            workload_kind: Default::default(),
             jobs: (0..jobs).map(job).collect(),
             config_map: Some("pool-config".into()),
             strategy: AssignStrategy::Sticky,

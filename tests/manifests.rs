@@ -141,7 +141,7 @@ fn rbac_grants_no_write_beyond_what_the_controller_does() {
         let resources = rule.resources.unwrap_or_default().join(",");
         let allowed: &[&str] = match resources.as_str() {
             "swarmpools" => &["get", "list", "watch"],
-            "statefulsets" => &["list", "watch"],
+            "statefulsets,deployments,replicasets" => &["list", "watch"],
             "swarmpools/status" => &["patch"],
             "pods" => &["list", "watch", "delete"],
             "configmaps" => &["get", "list", "watch", "create", "patch"],

@@ -61,6 +61,7 @@ fn pool(jobs: Vec<String>) -> SwarmPool {
                 match_labels: Some(labels(&[("app", "swarm-worker")])),
                 ..LabelSelector::default()
             },
+            workload_kind: Default::default(),
             jobs,
             config_map: Some(CM.into()),
             strategy: Strategy::Sticky,
@@ -206,6 +207,8 @@ impl World {
         planner::plan(&Observed {
             pool: &self.pool,
             statefulsets: self.statefulsets.iter().collect(),
+            deployments: Vec::new(),
+            replica_sets: Vec::new(),
             pods: pods.iter().collect(),
             other_pools: self.other_pools.iter().collect(),
             pods_are_live,

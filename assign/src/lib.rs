@@ -25,6 +25,8 @@ mod placement;
 mod plan;
 pub mod predecessor;
 mod qos;
+mod roster;
+pub mod slots;
 mod sticky;
 mod strategy;
 mod weighted;
@@ -36,6 +38,8 @@ pub use movement::Movement;
 pub use placement::{Placement, assign_with_qos, current_assignment};
 pub use plan::{PlanError, PlanOutcome, PlanRequest, Publication, plan, publish};
 pub use qos::{MAX_WEIGHT, Qos, QosError, validate_qos};
+pub use roster::Roster;
+pub use slots::{Rebound, Slot, SlotTable};
 pub use strategy::Strategy;
 pub use worker_config::{ParseError, WorkerConfig, Workload};
 

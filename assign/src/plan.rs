@@ -3,7 +3,7 @@
 use crate::movement::same_job_set;
 use crate::worker_config::{WorkerConfig, Workload};
 use crate::{
-    JobsError, Movement, Qos, QosError, Strategy, assign_with_qos, current_assignment, pod_name,
+    JobsError, Movement, Qos, QosError, Roster, Strategy, assign_with_qos, current_assignment,
     validate_jobs, validate_qos,
 };
 
@@ -87,7 +87,8 @@ pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, PlanError> {
     } else {
         Vec::new()
     };
-    let published = publish(request.statefulset, previous, next.workers(), []);
+    let roster = Roster::statefulset(request.statefulset, next.replicas());
+    let published = publish(&roster, previous, next.workers(), []);
     let movement = Movement::with_touched(
         request.jobs,
         current.as_ref(),
@@ -116,33 +117,41 @@ pub struct Publication {
     pub touched: Vec<String>,
 }
 
-/// The config that gives ordinal `i` of `statefulset` the jobs `held[i]`, with `transit` as its
-/// jobs in transit, versioned against `previous`: the version is the previous one, +1 iff the
-/// mapping pod -> job set changed (1 without a previous config); a worker keeps its per-worker
-/// version while its job set is unchanged and gets the new version otherwise.
+/// The config that gives position `i` of `roster` the jobs `held[i]` (and each idle pod none),
+/// with `transit` as its jobs in transit, versioned against `previous`: the version is the
+/// previous one, +1 iff the mapping pod -> job set changed (1 without a previous config); a
+/// worker keeps its per-worker version while its job set is unchanged and gets the new version
+/// otherwise. A position without a pod must hold no job.
 pub fn publish(
-    statefulset: &str,
+    roster: &Roster,
     previous: Option<&WorkerConfig>,
     held: &[Vec<String>],
     transit: impl IntoIterator<Item = (String, Vec<String>)>,
 ) -> Publication {
-    let mut kept_versions: Vec<Option<u64>> = Vec::with_capacity(held.len());
+    debug_assert!(
+        (0..held.len()).all(|i| roster.pod(i).is_some() || held[i].is_empty()),
+        "jobs published for a position without a pod"
+    );
+    let listed: Vec<(&str, &[String])> = (0..held.len())
+        .filter_map(|i| Some((roster.pod(i)?, held[i].as_slice())))
+        .chain(roster.idle().iter().map(|pod| (pod.as_str(), &[][..])))
+        .collect();
+    let mut kept_versions: Vec<Option<u64>> = Vec::with_capacity(listed.len());
     let mut touched = Vec::new();
-    for (ordinal, jobs) in held.iter().enumerate() {
-        let pod = pod_name(statefulset, ordinal);
+    for &(pod, jobs) in &listed {
         let unchanged = previous
-            .and_then(|config| config.workload(&pod))
+            .and_then(|config| config.workload(pod))
             .filter(|workload| same_job_set(&workload.jobs, jobs));
         kept_versions.push(unchanged.map(|workload| workload.version));
         if unchanged.is_none() {
-            touched.push(pod);
+            touched.push(pod.to_owned());
         }
     }
 
     let (version, changed) = match previous {
         None => (1, true),
         Some(config) => {
-            let mapping_changed = !touched.is_empty() || config.len() != held.len();
+            let mapping_changed = !touched.is_empty() || config.len() != listed.len();
             if mapping_changed || config.version == 0 {
                 (config.version.saturating_add(1), true)
             } else {
@@ -151,20 +160,19 @@ pub fn publish(
         }
     };
 
-    let workloads = held
-        .iter()
+    let workloads = listed
+        .into_iter()
         .zip(kept_versions)
-        .enumerate()
-        .map(|(ordinal, (jobs, kept))| {
+        .map(|((pod, jobs), kept)| {
             // A kept version outside 1..=version can only come from a hand edit: renumber it.
             let worker_version = kept
                 .filter(|kept| (1..=version).contains(kept))
                 .unwrap_or(version);
             let workload = Workload {
                 version: worker_version,
-                jobs: jobs.clone(),
+                jobs: jobs.to_vec(),
             };
-            (pod_name(statefulset, ordinal), workload)
+            (pod.to_owned(), workload)
         });
     Publication {
         config: WorkerConfig::new(version, workloads).with_transit(transit),

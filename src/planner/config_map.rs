@@ -5,13 +5,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
+use swarm_assign::SlotTable;
 use swarm_assign::worker_config::WorkerConfig;
 
 use super::handoff::{HANDOFF_ANNOTATION, Holders};
 use super::validate::Failure;
 use super::{
     ANNOTATIONS_MAX_BYTES, CONFIG_KEY, CONFIG_MAP_MAX_BYTES, MANAGED_BY_LABEL, MANAGER, POOL_LABEL,
-    VERSION_ANNOTATION,
+    SLOTS_ANNOTATION, VERSION_ANNOTATION,
 };
 use crate::conditions::reason;
 use crate::crd::SwarmPool;
@@ -75,6 +76,15 @@ impl Previous {
     }
 }
 
+/// The slot table of a Deployment pool as the ConfigMap records it. A missing or unreadable
+/// annotation is an empty table: every pod takes a slot afresh, and the handoff still keeps each
+/// job on one pod at a time.
+pub(super) fn slot_table(cm: Option<&ConfigMap>) -> SlotTable {
+    cm.and_then(|cm| cm.annotations().get(SLOTS_ANNOTATION))
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default()
+}
+
 fn annotation_version(cm: &ConfigMap) -> Option<u64> {
     cm.annotations()
         .get(VERSION_ANNOTATION)?
@@ -83,14 +93,16 @@ fn annotation_version(cm: &ConfigMap) -> Option<u64> {
         .ok()
 }
 
-/// The ConfigMap to write: `config.yml`, our labels, the version and the rollout bookkeeping,
-/// and the pool as controller. Fails when it would not fit.
+/// The ConfigMap to write: `config.yml`, our labels, the version and the rollout bookkeeping
+/// (with the slot table of a Deployment pool), and the pool as controller. Fails when it would
+/// not fit.
 pub(super) fn desired(
     pool: &SwarmPool,
     name: &str,
     config: &WorkerConfig,
     pending: &PendingRefresh,
     holders: &Holders,
+    slots: Option<&SlotTable>,
 ) -> Result<ConfigMap, Failure> {
     let text = config.render();
     let size = CONFIG_KEY.len() + text.len();
@@ -103,10 +115,14 @@ pub(super) fn desired(
             ),
         ));
     }
+    let slots = slots.map(|table| serde_json::to_string(table).expect("slots always serialize"));
     let bookkeeping = PENDING_REFRESH_ANNOTATION.len()
         + pending.resolved_size_bound()
         + HANDOFF_ANNOTATION.len()
-        + holders.resolved_size_bound();
+        + holders.resolved_size_bound()
+        + slots
+            .as_ref()
+            .map_or(0, |text| SLOTS_ANNOTATION.len() + text.len());
     if bookkeeping > ANNOTATIONS_MAX_BYTES {
         return Err(Failure::new(
             reason::CONFIG_MAP_TOO_LARGE,
@@ -120,11 +136,14 @@ pub(super) fn desired(
         (MANAGED_BY_LABEL.to_owned(), MANAGER.to_owned()),
         (POOL_LABEL.to_owned(), pool.name_any()),
     ]);
-    let annotations = BTreeMap::from([
+    let mut annotations = BTreeMap::from([
         (VERSION_ANNOTATION.to_owned(), config.version.to_string()),
         (PENDING_REFRESH_ANNOTATION.to_owned(), pending.render()),
         (HANDOFF_ANNOTATION.to_owned(), holders.render()),
     ]);
+    if let Some(slots) = slots {
+        annotations.insert(SLOTS_ANNOTATION.to_owned(), slots);
+    }
     Ok(ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),

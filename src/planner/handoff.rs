@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_assign::{Assignment, Qos, pod_name};
+use swarm_assign::{Assignment, Qos, Roster};
 
 use crate::crd::Handoff;
 
@@ -154,8 +154,8 @@ impl PodIndex {
 pub struct HandoffInput<'a> {
     /// `spec.rollout.handoff`.
     pub mode: Handoff,
-    /// Name of the StatefulSet; workers are `<statefulset>-0 .. -(N-1)`.
-    pub statefulset: &'a str,
+    /// The pod each worker position is published under (a position without one gets no job).
+    pub roster: &'a Roster,
     /// The pool's jobs, in spec order.
     pub jobs: &'a [String],
     /// Where the assignment wants every job (N workers, possibly 0).
@@ -223,17 +223,25 @@ fn overlap(input: &HandoffInput) -> HandoffOutcome {
         .workers()
         .iter()
         .enumerate()
-        .flat_map(|(ordinal, jobs)| {
+        .filter_map(|(ordinal, jobs)| Some((input.roster.pod(ordinal)?, jobs)))
+        .flat_map(|(pod, jobs)| {
             jobs.iter()
                 .filter(|job| previous_transit.contains_key(job.as_str()))
                 .map(move |_| GrantedJob {
-                    to: pod_name(input.statefulset, ordinal),
+                    to: pod.to_owned(),
                     after_seconds: 0.0,
                 })
         })
         .collect();
+    // A free slot (no pod yet) publishes nothing: its jobs are unassigned until a pod takes it.
+    let held = (0..input.target.replicas())
+        .map(|i| match input.roster.pod(i) {
+            Some(_) => input.target.workers()[i].clone(),
+            None => Vec::new(),
+        })
+        .collect();
     HandoffOutcome {
-        held: input.target.workers().to_vec(),
+        held,
         granted,
         ..HandoffOutcome::default()
     }
@@ -266,7 +274,10 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
     let mut decisions: Vec<(&String, Decision)> = Vec::with_capacity(input.jobs.len());
     for job in input.jobs {
         let destination = owner_of.get(job.as_str()).copied();
-        let to = destination.map(|ordinal| pod_name(input.statefulset, ordinal));
+        // A free slot has no pod to publish under: its jobs wait in transit for one.
+        let to = destination
+            .and_then(|ordinal| input.roster.pod(ordinal))
+            .map(str::to_owned);
         let held_by = published.get(job.as_str()).cloned().unwrap_or_default();
         let was_in_transit = previous_transit.contains_key(job.as_str());
         let live_senders: Vec<&str> = previous_transit
@@ -282,15 +293,18 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
             .map(String::as_str)
             .chain(live_senders.iter().copied())
             .any(|pod| Some(pod) != to.as_deref());
-        let decision = match destination {
-            Some(ordinal)
-                if !blocked
-                    && was_in_transit
-                    && !held_by.contains(&pod_name(input.statefulset, ordinal)) =>
+        let decision = match (destination, to.as_deref()) {
+            (Some(ordinal), Some(pod))
+                if !blocked && was_in_transit && !held_by.iter().any(|p| p == pod) =>
             {
                 Decision::Grant(ordinal)
             }
-            Some(ordinal) if !blocked => Decision::Publish(ordinal),
+            (Some(ordinal), Some(_)) if !blocked => Decision::Publish(ordinal),
+            // A job in transit to a free slot stays in transit, so the slot keeps it.
+            (Some(_), None) if was_in_transit => Decision::Wait {
+                revoke_from: held_by,
+                to: None,
+            },
             _ if held_by.is_empty() && live_senders.is_empty() => Decision::Unassigned,
             _ => Decision::Wait {
                 revoke_from: held_by,
@@ -310,6 +324,8 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
         })
         .collect();
 
+    // Grants go to positions with a pod (a free slot's jobs wait instead).
+    let pod_of = |ordinal: usize| input.roster.pod(ordinal).unwrap_or_default();
     let replicas = input.target.replicas();
     let mut out = HandoffOutcome {
         held: vec![Vec::new(); replicas],
@@ -321,15 +337,13 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
     for (job, decision) in decisions {
         match decision {
             Decision::Publish(ordinal) => out.held[ordinal].push(job.clone()),
-            Decision::Grant(ordinal)
-                if !awaiting.contains(&pod_name(input.statefulset, ordinal)) =>
-            {
+            Decision::Grant(ordinal) if !awaiting.contains(pod_of(ordinal)) => {
                 let since = previous_transit[job.as_str()]
                     .iter()
                     .filter_map(|pod| holders.entries.get(*pod).map(|h| h.revoked_at))
                     .min();
                 out.granted.push(GrantedJob {
-                    to: pod_name(input.statefulset, ordinal),
+                    to: pod_of(ordinal).to_owned(),
                     after_seconds: since.map_or(0.0, |s| seconds_between(s, input.now)),
                 });
                 out.held[ordinal].push(job.clone());
@@ -340,8 +354,7 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
                     push_unique(transit.entry((*pod).to_owned()).or_default(), job);
                 }
                 out.jobs_in_transit += 1;
-                out.awaiting_grants
-                    .insert(pod_name(input.statefulset, ordinal));
+                out.awaiting_grants.insert(pod_of(ordinal).to_owned());
             }
             Decision::Unassigned => {}
             Decision::Wait { revoke_from, to } => {
@@ -500,9 +513,10 @@ pub fn offline(
             .and_then(|c| swarm_assign::current_assignment(c, statefulset, qos));
         let target =
             swarm_assign::assign_with_qos(strategy, jobs, replicas, assignment.as_ref(), qos);
+        let roster = Roster::statefulset(statefulset, replicas);
         let out = hand_off(&HandoffInput {
             mode,
-            statefulset,
+            roster: &roster,
             jobs,
             target: &target.assignment,
             previous: current.as_ref(),
@@ -511,12 +525,8 @@ pub fn offline(
             pods_are_live: true,
             now: Timestamp::UNIX_EPOCH,
         });
-        let publication = swarm_assign::publish(
-            statefulset,
-            current.as_ref(),
-            &out.held,
-            out.transit.clone(),
-        );
+        let publication =
+            swarm_assign::publish(&roster, current.as_ref(), &out.held, out.transit.clone());
         let settled = out.transit.is_empty();
         let written = current.as_ref() != Some(&publication.config);
         if written || steps.is_empty() {
@@ -597,6 +607,7 @@ fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use swarm_assign::pod_name;
 
     const STS: &str = "w";
 
@@ -633,7 +644,7 @@ mod tests {
         fn run(&self) -> HandoffOutcome {
             hand_off(&HandoffInput {
                 mode: Handoff::Exclusive,
-                statefulset: STS,
+                roster: &Roster::statefulset(STS, self.target.replicas()),
                 jobs: &self.spec,
                 target: &self.target,
                 previous: Some(&self.previous),
@@ -825,7 +836,7 @@ mod tests {
     fn overlap_publishes_the_target_at_once() {
         let out = hand_off(&HandoffInput {
             mode: Handoff::Overlap,
-            statefulset: STS,
+            roster: &Roster::statefulset(STS, 2),
             jobs: &jobs(&["a", "b"]),
             target: &Assignment::new(vec![jobs(&["a"]), jobs(&["b"])]),
             previous: Some(&config(&[&["a", "b"], &[]], &[])),

@@ -20,7 +20,7 @@ mod validate;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use swarm_assign::{Placement, Qos};
@@ -39,6 +39,9 @@ pub use validate::selects;
 pub const CONFIG_KEY: &str = "config.yml";
 /// ConfigMap annotation with the config version, as a decimal string.
 pub const VERSION_ANNOTATION: &str = "swarm.io/version";
+/// ConfigMap annotation with a Deployment pool's slot table: JSON list of slots, each the list of
+/// pods that held it, the pod holding it last (see [`swarm_assign::slots`]).
+pub const SLOTS_ANNOTATION: &str = "swarm.io/slots";
 /// ConfigMap label naming the pool that writes it.
 pub const POOL_LABEL: &str = "swarm.io/pool";
 /// Standard label naming the tool that manages an object.
@@ -67,8 +70,13 @@ pub struct Observed<'a> {
     pub pool: &'a SwarmPool,
     /// StatefulSets of the pool's namespace (others are ignored); the selector is applied here.
     pub statefulsets: Vec<&'a StatefulSet>,
-    /// Pods of the pool's namespace (only those controlled by the matched StatefulSet are
-    /// workers; any pod may be a holder of jobs in transit).
+    /// Deployments of the pool's namespace, for a pool with `workloadKind: Deployment`.
+    pub deployments: Vec<&'a Deployment>,
+    /// ReplicaSets of the pool's namespace: a Deployment's workers are the pods of the
+    /// ReplicaSets it controls.
+    pub replica_sets: Vec<&'a ReplicaSet>,
+    /// Pods of the pool's namespace (only those controlled by the matched workload are workers;
+    /// any pod may be a holder of jobs in transit).
     pub pods: Vec<&'a PodSummary>,
     /// The other SwarmPools of the namespace: of several pools selecting one StatefulSet, only
     /// the oldest manages it.
@@ -142,7 +150,7 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
     let placement = assign_jobs(o.pool, &valid, &previous);
     let handoff = handoff::hand_off(&HandoffInput {
         mode: o.pool.spec.rollout.handoff,
-        statefulset: &valid.statefulset_name,
+        roster: &valid.roster,
         jobs: &o.pool.spec.jobs,
         target: &placement.assignment,
         previous: previous.config.as_ref(),
@@ -152,7 +160,7 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
         now: o.now,
     });
     let publication = swarm_assign::publish(
-        &valid.statefulset_name,
+        &valid.roster,
         previous.config.as_ref(),
         &handoff.held,
         handoff.transit.clone(),
@@ -191,7 +199,11 @@ fn index_pods(o: &Observed, names: &BTreeSet<String>) -> PodIndex {
 
 /// Every pod a plan of this pool may look up by name.
 fn pods_looked_up(valid: &Valid, previous: &Previous) -> BTreeSet<String> {
-    let workers = valid.workers.iter().map(|(name, _)| name);
+    let workers = valid
+        .workers
+        .iter()
+        .map(|(name, _)| name)
+        .chain(valid.roster.idle().iter().map(String::as_str));
     let configured = previous
         .config
         .iter()
@@ -210,14 +222,18 @@ fn pods_looked_up(valid: &Valid, previous: &Previous) -> BTreeSet<String> {
 }
 
 /// Step 2: where the strategy wants every job, starting from what the workers hold now (see
-/// [`swarm_assign::current_assignment`] for the jobs in transit).
+/// [`swarm_assign::current_assignment`] for the jobs in transit; a Deployment pool's slots
+/// count them for the slot whose pods they were revoked from, see [`swarm_assign::Rebound`]).
 fn assign_jobs(pool: &SwarmPool, valid: &Valid, previous: &Previous) -> Placement {
     let neutral = Qos::default();
     let qos = pool.spec.qos.as_ref().unwrap_or(&neutral);
     let current = previous
         .config
         .as_ref()
-        .and_then(|config| swarm_assign::current_assignment(config, &valid.statefulset_name, qos));
+        .and_then(|config| match &valid.slots {
+            Some(slots) => Some(slots.current(config)),
+            None => swarm_assign::current_assignment(config, &valid.workload_name, qos),
+        });
     swarm_assign::assign_with_qos(
         pool.spec.strategy,
         &pool.spec.jobs,
@@ -225,6 +241,18 @@ fn assign_jobs(pool: &SwarmPool, valid: &Valid, previous: &Previous) -> Placemen
         current.as_ref(),
         qos,
     )
+}
+
+/// Whether `pod` had jobs in the previous config. A Deployment's pod starts before the operator
+/// can list it, so a worker whose entry is missing or empty waits for its jobs and reads them
+/// when they come (see the README's worker contract): only a pod that ran jobs is stale when
+/// its job set changes.
+fn ran_jobs(previous: &Previous, pod: &str) -> bool {
+    previous
+        .config
+        .as_ref()
+        .and_then(|config| config.workload(pod))
+        .is_some_and(|workload| !workload.jobs.is_empty())
 }
 
 /// What the roll-out step decided.
@@ -268,18 +296,26 @@ fn roll_out(
                         .touched
                         .iter()
                         .map(String::as_str)
-                        .filter(|pod| workers.contains(pod)),
+                        .filter(|pod| workers.contains(pod))
+                        .filter(|pod| !valid.has_slots() || ran_jobs(previous, pod)),
                 );
             }
         }
     }
 
+    // A slot remembers the pods it took over from while their jobs are in transit.
+    let slots = valid.slots.as_ref().map(|rebound| {
+        let mut table = rebound.table.clone();
+        table.prune(|pod| handoff.transit.contains_key(pod));
+        table
+    });
     let desired = config_map::desired(
         o.pool,
         &valid.config_map_name,
         &publication.config,
         &pending,
         &handoff.holders,
+        slots.as_ref(),
     )?;
     let outdated = o
         .config_map

@@ -15,7 +15,7 @@ use super::{
     STARTUP_GRACE,
 };
 use crate::conditions::{self, Verdict, reason};
-use crate::crd::{Phase, SwarmPool, SwarmPoolStatus};
+use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::rollout::Workers;
 
 /// The plan of a valid pool: what the roll-out step does, reported.
@@ -152,7 +152,8 @@ pub(super) fn plan(
     let status = SwarmPoolStatus {
         observed_generation: pool.metadata.generation,
         phase: Some(verdict.phase),
-        stateful_set: Some(valid.statefulset_name.clone()),
+        workload: Some(valid.workload_name.clone()),
+        stateful_set: statefulset_of(o.pool, Some(&valid.workload_name)),
         workers: count(workers.len()),
         ready_workers: count(workers.ready()),
         ready: Some(format!("{}/{}", workers.ready(), workers.len())),
@@ -206,12 +207,17 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
         }]
     };
     // Conflicts end when another object goes away, which is not watched.
-    let requeue_after =
-        if [reason::CONFIG_MAP_CONFLICT, reason::STATEFUL_SET_IN_USE].contains(&failure.reason) {
-            REQUEUE_CONFLICT
-        } else {
-            REQUEUE_IDLE
-        };
+    let requeue_after = if [
+        reason::CONFIG_MAP_CONFLICT,
+        reason::STATEFUL_SET_IN_USE,
+        reason::DEPLOYMENT_IN_USE,
+    ]
+    .contains(&failure.reason)
+    {
+        REQUEUE_CONFLICT
+    } else {
+        REQUEUE_IDLE
+    };
     let verdict = Verdict::new(Phase::Failed, failure.reason, failure.message);
     let workers = facts.workers.as_ref();
     let written = Previous::read(o.config_map);
@@ -226,7 +232,8 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
     let status = SwarmPoolStatus {
         observed_generation: pool.metadata.generation,
         phase: Some(Phase::Failed),
-        stateful_set: facts.statefulset.clone(),
+        workload: facts.workload.clone(),
+        stateful_set: statefulset_of(o.pool, facts.workload.as_ref()),
         workers: workers.map_or(0, |w| count(w.len())),
         ready_workers: workers.map_or(0, |w| count(w.ready())),
         ready: workers.map(|w| format!("{}/{}", w.ready(), w.len())),
@@ -468,4 +475,11 @@ fn jobs_moved(previous: Option<&WorkerConfig>, next: &WorkerConfig) -> usize {
         .flat_map(|(pod, w)| w.jobs.iter().map(move |job| (pod, job.as_str())))
         .filter(|(pod, job)| before.get(job).is_some_and(|pods| !pods.contains(pod)))
         .count()
+}
+
+/// `status.statefulSet`, kept for StatefulSet pools so readers of the older field still work.
+fn statefulset_of(pool: &SwarmPool, workload: Option<&String>) -> Option<String> {
+    (pool.spec.workload_kind == WorkloadKind::StatefulSet)
+        .then(|| workload.cloned())
+        .flatten()
 }

@@ -2,16 +2,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::ResourceExt;
 use kube::core::{Selector, SelectorExt};
-use swarm_assign::{validate_jobs, validate_qos};
+use swarm_assign::{Rebound, Roster, validate_jobs, validate_qos};
 
-use super::Observed;
+use super::{Observed, config_map};
 use crate::conditions::reason;
-use crate::crd::{Handoff, RolloutPolicy, SwarmPool};
+use crate::crd::{Handoff, RolloutPolicy, SwarmPool, WorkloadKind};
 use crate::pod_summary::PodSummary;
 use crate::rollout::{self, WorkerPod, Workers};
 
@@ -34,47 +33,54 @@ impl Failure {
 /// What is known about the pool while validating; a failure's status is built from it.
 #[derive(Default)]
 pub(super) struct Facts {
-    pub statefulset: Option<String>,
+    /// Name of the matched workload.
+    pub workload: Option<String>,
     pub workers: Option<Workers>,
 }
 
 /// A pool that passed validation, with what the later steps need.
 pub(super) struct Valid {
-    /// Name of the matched StatefulSet.
-    pub statefulset_name: String,
-    /// The workers `0..N-1` and their pods.
+    /// Name of the matched StatefulSet or Deployment.
+    pub workload_name: String,
+    /// The workers in position order and their pods.
     pub workers: Workers,
+    /// The pod each position is published under.
+    pub roster: Roster,
+    /// Deployment pools: the slot table after this plan's rebinding.
+    pub slots: Option<Rebound>,
     pub max_unavailable: usize,
     pub config_map_name: String,
+}
+
+impl Valid {
+    /// Whether the workers are a Deployment's pods (slots) rather than a StatefulSet's.
+    pub fn has_slots(&self) -> bool {
+        self.slots.is_some()
+    }
+}
+
+/// The workload the selector matched, and its workers.
+struct Matched {
+    name: String,
+    replicas: usize,
+    workers: Workers,
+    roster: Roster,
+    slots: Option<Rebound>,
 }
 
 /// Checks the pool against what it refers to. Every check that fails says what to fix.
 pub(super) fn validate(o: &Observed, facts: &mut Facts) -> Result<Valid, Failure> {
     let pool = o.pool;
     let spec = &pool.spec;
-    let namespace = pool.namespace().unwrap_or_default();
 
-    let selector = pool_selector(&spec.selector)?;
-    let sts = match_statefulset(&selector, &namespace, &o.statefulsets)?;
-    let sts_name = sts.name_any();
-    if let Some(owner) = older_pool_selecting(pool, sts, &o.other_pools) {
-        return Err(Failure::new(
-            reason::STATEFUL_SET_IN_USE,
-            format!(
-                "StatefulSet {sts_name} is already managed by the older SwarmPool {owner}; a StatefulSet's workers can belong to one pool only"
-            ),
-        ));
-    }
-    facts.statefulset = Some(sts_name.clone());
-
-    let replicas = sts
-        .spec
-        .as_ref()
-        .and_then(|s| s.replicas)
-        .unwrap_or(1)
-        .max(0) as usize;
-    let workers = worker_pods(sts, replicas, &o.pods, o.deleting);
-    facts.workers = Some(workers.clone());
+    let selector = pool_selector(&spec.selector, spec.workload_kind)?;
+    let matched = match spec.workload_kind {
+        WorkloadKind::StatefulSet => match_statefulset_pool(o, &selector)?,
+        WorkloadKind::Deployment => match_deployment_pool(o, &selector)?,
+    };
+    facts.workload = Some(matched.name.clone());
+    facts.workers = Some(matched.workers.clone());
+    let replicas = matched.replicas;
 
     validate_jobs(&spec.jobs).map_err(|e| Failure::new(reason::INVALID_JOBS, e.to_string()))?;
     if let Some(qos) = &spec.qos {
@@ -95,15 +101,138 @@ pub(super) fn validate(o: &Observed, facts: &mut Facts) -> Result<Valid, Failure
         check_ownership(pool, cm, &config_map_name)?;
     }
     Ok(Valid {
-        statefulset_name: sts_name,
-        workers,
+        workload_name: matched.name,
+        workers: matched.workers,
+        roster: matched.roster,
+        slots: matched.slots,
         max_unavailable,
         config_map_name,
     })
 }
 
-/// The pool's selector as a [`Selector`]; an empty one would match every StatefulSet.
-fn pool_selector(selector: &LabelSelector) -> Result<Selector, Failure> {
+/// A StatefulSet pool: the one StatefulSet the selector matches; worker `i` is `<sts>-<i>`.
+fn match_statefulset_pool(o: &Observed, selector: &Selector) -> Result<Matched, Failure> {
+    let pool = o.pool;
+    let namespace = pool.namespace().unwrap_or_default();
+    let sts = match_one(selector, &namespace, &o.statefulsets, "StatefulSet")?;
+    let name = sts.name_any();
+    if let Some(owner) = older_pool_selecting(pool, sts, &o.other_pools) {
+        return Err(Failure::new(
+            reason::STATEFUL_SET_IN_USE,
+            format!(
+                "StatefulSet {name} is already managed by the older SwarmPool {owner}; a StatefulSet's workers can belong to one pool only"
+            ),
+        ));
+    }
+    let replicas = desired_replicas(sts.spec.as_ref().and_then(|s| s.replicas));
+    let uid = sts.metadata.uid.as_deref();
+    let pods = o
+        .pods
+        .iter()
+        .filter(|pod| pod.metadata.namespace == sts.metadata.namespace)
+        .filter(|pod| controller_uid(**pod) == uid)
+        .map(|pod| (pod.name_any(), worker_pod(pod, o.deleting)))
+        .collect();
+    Ok(Matched {
+        workers: Workers::new(&name, replicas, pods),
+        roster: Roster::statefulset(&name, replicas),
+        slots: None,
+        name,
+        replicas,
+    })
+}
+
+/// A Deployment pool: the one Deployment the selector matches; the workers are the pods of its
+/// ReplicaSets, each holding a slot of the table recorded in the ConfigMap.
+fn match_deployment_pool(o: &Observed, selector: &Selector) -> Result<Matched, Failure> {
+    let pool = o.pool;
+    let namespace = pool.namespace().unwrap_or_default();
+    let deployment = match_one(selector, &namespace, &o.deployments, "Deployment")?;
+    let name = deployment.name_any();
+    if let Some(owner) = older_pool_selecting(pool, deployment, &o.other_pools) {
+        return Err(Failure::new(
+            reason::DEPLOYMENT_IN_USE,
+            format!(
+                "Deployment {name} is already managed by the older SwarmPool {owner}; a Deployment's workers can belong to one pool only"
+            ),
+        ));
+    }
+    let replicas = desired_replicas(deployment.spec.as_ref().and_then(|s| s.replicas));
+    let deployment_uid = deployment.metadata.uid.as_deref();
+    let replica_sets: BTreeSet<&str> = o
+        .replica_sets
+        .iter()
+        .filter(|rs| rs.metadata.namespace == deployment.metadata.namespace)
+        .filter(|rs| controller_uid(**rs) == deployment_uid)
+        .filter_map(|rs| rs.metadata.uid.as_deref())
+        .collect();
+    let mut pods: Vec<&PodSummary> = o
+        .pods
+        .iter()
+        .copied()
+        .filter(|pod| pod.metadata.namespace == deployment.metadata.namespace)
+        .filter(|pod| controller_uid(*pod).is_some_and(|uid| replica_sets.contains(uid)))
+        .collect();
+    // Oldest first: a pod that has waited longest for a slot gets the next one.
+    pods.sort_by(|a, b| {
+        let created = |p: &PodSummary| p.metadata.creation_timestamp.clone().map(|t| t.0);
+        created(a)
+            .cmp(&created(b))
+            .then_with(|| a.name_any().cmp(&b.name_any()))
+    });
+    let worker_pods: BTreeMap<String, WorkerPod> = pods
+        .iter()
+        .map(|pod| (pod.name_any(), worker_pod(pod, o.deleting)))
+        .collect();
+    let candidates: Vec<&str> = pods
+        .iter()
+        .filter(|pod| !worker_pods[pod.metadata.name.as_deref().unwrap_or_default()].terminating)
+        .filter_map(|pod| pod.metadata.name.as_deref())
+        .collect();
+    let rebound = config_map::slot_table(o.config_map).rebind(replicas, &candidates);
+    let live: BTreeSet<&str> = candidates.iter().copied().collect();
+    let table = rebound.table.slots();
+    // A free slot is named by the pod that last held it, or for what it is when none did.
+    let names = table.iter().enumerate().map(|(i, slot)| {
+        slot.pod()
+            .map_or_else(|| format!("{name} slot {i}"), str::to_owned)
+    });
+    let roster = Roster::new(
+        table
+            .iter()
+            .map(|slot| {
+                slot.pod()
+                    .filter(|pod| live.contains(pod))
+                    .map(str::to_owned)
+            })
+            .collect(),
+        rebound.idle.clone(),
+    );
+    Ok(Matched {
+        workers: Workers::named(names, worker_pods),
+        roster,
+        slots: Some(rebound),
+        name,
+        replicas,
+    })
+}
+
+/// `spec.replicas` of a workload: 1 when unset, never negative.
+fn desired_replicas(replicas: Option<i32>) -> usize {
+    usize::try_from(replicas.unwrap_or(1)).unwrap_or(0)
+}
+
+/// The uid of the object's controller, if it has one.
+fn controller_uid(object: &impl ResourceExt) -> Option<&str> {
+    object
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.as_str())
+}
+
+/// The pool's selector as a [`Selector`]; an empty one would match every workload.
+fn pool_selector(selector: &LabelSelector, kind: WorkloadKind) -> Result<Selector, Failure> {
     let empty = selector
         .match_labels
         .as_ref()
@@ -115,44 +244,50 @@ fn pool_selector(selector: &LabelSelector) -> Result<Selector, Failure> {
     if empty {
         return Err(Failure::new(
             reason::EMPTY_SELECTOR,
-            "spec.selector is empty and would match every StatefulSet; set matchLabels or matchExpressions",
+            format!(
+                "spec.selector is empty and would match every {}; set matchLabels or matchExpressions",
+                kind.as_str()
+            ),
         ));
     }
     Selector::try_from(selector.clone())
         .map_err(|e| Failure::new(reason::INVALID_SELECTOR, format!("spec.selector: {}", e.0)))
 }
 
-/// Whether `selector` matches the labels of `sts`.
-pub fn selects(selector: &LabelSelector, sts: &StatefulSet) -> bool {
-    pool_selector(selector).is_ok_and(|s| s.matches(sts.labels()))
+/// Whether `selector` matches the labels of `workload`.
+pub fn selects(selector: &LabelSelector, workload: &impl ResourceExt) -> bool {
+    pool_selector(selector, WorkloadKind::default()).is_ok_and(|s| s.matches(workload.labels()))
 }
 
-fn match_statefulset<'a>(
+/// The one object of `candidates` in `namespace` whose labels `selector` matches.
+fn match_one<'a, K: ResourceExt>(
     selector: &Selector,
     namespace: &str,
-    candidates: &[&'a StatefulSet],
-) -> Result<&'a StatefulSet, Failure> {
-    let mut matched: Vec<&StatefulSet> = candidates
+    candidates: &[&'a K],
+    kind: &str,
+) -> Result<&'a K, Failure> {
+    let mut matched: Vec<&K> = candidates
         .iter()
         .copied()
-        .filter(|sts| {
-            sts.namespace().as_deref() == Some(namespace) && selector.matches(sts.labels())
-        })
+        .filter(|k| k.namespace().as_deref() == Some(namespace) && selector.matches(k.labels()))
         .collect();
-    matched.sort_by_key(|sts| sts.name_any());
+    matched.sort_by_key(|k| k.name_any());
     match matched.as_slice() {
         [one] => Ok(one),
         [] => Err(Failure::new(
-            reason::STATEFUL_SET_NOT_FOUND,
-            format!("no StatefulSet in namespace {namespace} has labels matching {selector}"),
+            match kind {
+                "Deployment" => reason::DEPLOYMENT_NOT_FOUND,
+                _ => reason::STATEFUL_SET_NOT_FOUND,
+            },
+            format!("no {kind} in namespace {namespace} has labels matching {selector}"),
         )),
         many => Err(Failure::new(
             reason::AMBIGUOUS_SELECTOR,
             format!(
-                "{} StatefulSets match {selector}: {}; the selector must match exactly one",
+                "{} {kind}s match {selector}: {}; the selector must match exactly one",
                 many.len(),
                 many.iter()
-                    .map(|s| s.name_any())
+                    .map(|k| k.name_any())
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -160,11 +295,11 @@ fn match_statefulset<'a>(
     }
 }
 
-/// The name of another pool of the namespace that selects `sts` and was created before `pool`
-/// (ties broken by name), if any: that pool manages the StatefulSet.
+/// The name of another pool of the namespace, of the same workload kind, that selects
+/// `workload` and was created before `pool` (ties broken by name), if any: that pool manages it.
 fn older_pool_selecting(
     pool: &SwarmPool,
-    sts: &StatefulSet,
+    workload: &impl ResourceExt,
     others: &[&SwarmPool],
 ) -> Option<String> {
     let age = |p: &SwarmPool| {
@@ -178,36 +313,13 @@ fn older_pool_selecting(
         .filter(|other| {
             other.metadata.uid != pool.metadata.uid
                 && other.namespace() == pool.namespace()
-                && selects(&other.spec.selector, sts)
+                && other.spec.workload_kind == pool.spec.workload_kind
+                && selects(&other.spec.selector, workload)
                 && age(other) < age(pool)
         })
         .map(|other| age(other))
         .min()
         .map(|(_, name)| name)
-}
-
-/// The workers of `sts` with their pods: only pods the StatefulSet controls (by uid) count.
-fn worker_pods(
-    sts: &StatefulSet,
-    replicas: usize,
-    pods: &[&PodSummary],
-    deleting: &BTreeSet<String>,
-) -> Workers {
-    let sts_uid = sts.metadata.uid.as_deref();
-    // Called for every pod of the namespace on every plan: compare in place, allocate nothing.
-    let controlled = |pod: &PodSummary| {
-        pod.metadata.namespace == sts.metadata.namespace
-            && pod
-                .owner_references()
-                .iter()
-                .any(|r| r.controller == Some(true) && Some(r.uid.as_str()) == sts_uid)
-    };
-    let pods = pods
-        .iter()
-        .filter(|pod| controlled(pod))
-        .map(|pod| (pod.name_any(), worker_pod(pod, deleting)))
-        .collect();
-    Workers::new(&sts.name_any(), replicas, pods)
 }
 
 fn worker_pod(pod: &PodSummary, deleting: &BTreeSet<String>) -> WorkerPod {

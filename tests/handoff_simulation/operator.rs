@@ -108,6 +108,8 @@ impl Operator {
             let mut plan = planner::plan(&Observed {
                 pool: &self.pool,
                 statefulsets: vec![&statefulset],
+                deployments: Vec::new(),
+                replica_sets: Vec::new(),
                 pods: summaries.iter().collect(),
                 other_pools: Vec::new(),
                 pods_are_live,
