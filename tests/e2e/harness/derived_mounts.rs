@@ -18,6 +18,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 
 use super::sim_inspect::{MountedConfigMap, PodMounts};
+use super::worker_config::WorkerConfig;
 
 /// Data of one ConfigMap version; `None` once deleted.
 type Version = Option<BTreeMap<String, String>>;
@@ -30,6 +31,8 @@ struct Ledger {
     pods: BTreeMap<String, Instance>,
     /// Uids listed since the pod watch last (re)started its list.
     relisted: Option<BTreeSet<String>>,
+    /// ConfigMap name -> its `config.yml` by resourceVersion, parsed once.
+    parsed: BTreeMap<String, BTreeMap<u64, Option<WorkerConfig>>>,
 }
 
 struct Instance {
@@ -123,7 +126,65 @@ impl DerivedMounts {
     }
 }
 
+/// One live pod instance and every job its own entry listed while it lived.
+#[derive(Clone, Debug)]
+pub struct EverListed {
+    pub pod: String,
+    pub uid: String,
+    pub jobs: BTreeSet<String>,
+}
+
+impl DerivedMounts {
+    /// For every live instance that mounts `config_map`: the union of its entry's jobs over the
+    /// version it mounted and every version written since its creation, as the watch has
+    /// delivered them. A worker that waits for its entry and reads the file as the kubelet
+    /// refreshes it may run any of these, so a job listed for two live instances is one two
+    /// workers may run at once.
+    pub fn ever_listed(&self, config_map: &str) -> Vec<EverListed> {
+        self.ledger.lock().expect("ledger").ever_listed(config_map)
+    }
+}
+
+/// `config.yml` of one ConfigMap version, parsed once (`None`: absent or unreadable).
+fn parse_version(data: &Version) -> Option<WorkerConfig> {
+    WorkerConfig::parse(data.as_ref()?.get("config.yml")?).ok()
+}
+
 impl Ledger {
+    fn ever_listed(&mut self, config_map: &str) -> Vec<EverListed> {
+        let Some(history) = self.config_maps.get(config_map) else {
+            return Vec::new();
+        };
+        let parsed = self.parsed.entry(config_map.to_owned()).or_default();
+        for (rv, data) in history.range(parsed.keys().next_back().map_or(0, |rv| rv + 1)..) {
+            parsed.insert(*rv, parse_version(data));
+        }
+        let parsed: BTreeMap<u64, &WorkerConfig> = parsed
+            .iter()
+            .filter_map(|(rv, config)| Some((*rv, config.as_ref()?)))
+            .collect();
+        self.pods
+            .iter()
+            .filter(|(_, i)| i.live && i.volumes.iter().any(|v| v == config_map))
+            .map(|(uid, i)| {
+                let from = parsed
+                    .range(..i.created)
+                    .next_back()
+                    .map_or(i.created, |(rv, _)| *rv);
+                let jobs = parsed
+                    .range(from..)
+                    .filter_map(|(_, config)| config.workload(&i.name))
+                    .flat_map(|w| w.jobs.iter().cloned())
+                    .collect();
+                EverListed {
+                    pod: i.name.clone(),
+                    uid: uid.clone(),
+                    jobs,
+                }
+            })
+            .collect()
+    }
+
     fn pod_event(&mut self, event: Event<Pod>) {
         match event {
             Event::Init => self.relisted = Some(BTreeSet::new()),

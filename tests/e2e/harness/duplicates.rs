@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
+use super::derived_mounts::DerivedMounts;
 use super::inspect::Inspector;
 use super::sim_inspect::PodMounts;
 use super::worker_config::WorkerConfig;
@@ -75,9 +76,7 @@ impl DuplicateWatch {
         let state = Arc::new(Mutex::new(State::default()));
         let shared = state.clone();
         let task = tokio::spawn(async move {
-            let gvk = GroupVersionKind::gvk("swarm.io", "v1alpha1", "SwarmPool");
-            let resource = ApiResource::from_gvk_with_plural(&gvk, "swarmpools");
-            let pools: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &resource);
+            let pools = pools_api(client, &namespace);
             let mut view = PoolView::default();
             let mut parsed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             let mut ticker = tokio::time::interval(SAMPLE_EVERY);
@@ -97,6 +96,50 @@ impl DuplicateWatch {
                 };
                 let now = Instant::now();
                 let held = holdings(&mounts, &namespace, &view.config_map, &mut parsed);
+                shared
+                    .lock()
+                    .expect("watch state")
+                    .record(now, &held, &view);
+            }
+        });
+        DuplicateWatch { state, task }
+    }
+
+    /// Starts sampling the pods of a pool whose workers wait for their entry and read the file
+    /// as the kubelet refreshes it (a Deployment pool): each live instance may run any job its
+    /// entry listed while it lived, as `mounts` derives from the API's history.
+    pub fn start_for_waiting_workers(
+        mounts: DerivedMounts,
+        client: kube::Client,
+        namespace: String,
+        pool: String,
+    ) -> DuplicateWatch {
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            let pools = pools_api(client, &namespace);
+            let mut view = PoolView::default();
+            let mut ticker = tokio::time::interval(SAMPLE_EVERY);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            for round in 0usize.. {
+                ticker.tick().await;
+                if round % POOL_EVERY == 0
+                    && let Ok(Some(object)) = pools.get_opt(&pool).await
+                {
+                    view = pool_view(&serde_json::to_value(object).unwrap_or_default());
+                }
+                if view.config_map.is_empty() {
+                    continue;
+                }
+                let now = Instant::now();
+                let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                for instance in mounts.ever_listed(&view.config_map) {
+                    for job in instance.jobs {
+                        held.entry(job)
+                            .or_default()
+                            .push(format!("{} ({})", instance.pod, instance.uid));
+                    }
+                }
                 shared
                     .lock()
                     .expect("watch state")
@@ -173,6 +216,12 @@ impl State {
         }
         self.unheld_since.retain(|job, _| pool.jobs.contains(job));
     }
+}
+
+fn pools_api(client: kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("swarm.io", "v1alpha1", "SwarmPool");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "swarmpools");
+    Api::namespaced_with(client, namespace, &resource)
 }
 
 fn pool_view(pool: &Value) -> PoolView {

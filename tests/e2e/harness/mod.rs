@@ -85,6 +85,8 @@ pub struct Env {
     operator_logs: Vec<PathBuf>,
     /// Samples what every live pod runs for the whole scenario.
     duplicates: DuplicateWatch,
+    /// Further duplicate watches, for pools of workers that wait for their entry.
+    more_duplicates: Vec<DuplicateWatch>,
     _serial: Option<MutexGuard<'static, ()>>,
 }
 
@@ -177,6 +179,7 @@ impl Env {
             replicas: BTreeMap::new(),
             operator_logs: Vec::new(),
             duplicates,
+            more_duplicates: Vec::new(),
             _serial: serial,
         }
     }
@@ -203,6 +206,31 @@ impl Env {
     /// checked when its environment is dropped).
     pub fn assert_exclusive(&self) {
         self.duplicates.assert_exclusive();
+        for watch in &self.more_duplicates {
+            watch.assert_exclusive();
+        }
+    }
+
+    /// Watches pool `pool` for a job on two live pods from now on, for workers that wait for
+    /// their entry and read it as the kubelet refreshes the file (a Deployment pool): each live
+    /// pod counts as running every job its entry listed while it lived. Checked with the rest.
+    pub fn watch_waiting_workers(&mut self, pool: &str) {
+        let mounts = DerivedMounts::start(self.client.clone(), &self.example.namespace());
+        self.more_duplicates
+            .push(DuplicateWatch::start_for_waiting_workers(
+                mounts,
+                self.client.clone(),
+                self.example.namespace(),
+                pool.to_owned(),
+            ));
+    }
+
+    /// What the duplicate watches of [`Env::watch_waiting_workers`] have seen so far.
+    pub fn waiting_workers_stats(&self) -> Vec<HandoffStats> {
+        self.more_duplicates
+            .iter()
+            .map(DuplicateWatch::stats)
+            .collect()
     }
 
     /// Whether this environment runs on a simulation (inspection endpoints available).
@@ -445,6 +473,11 @@ impl Drop for Env {
         } else {
             self.duplicates
                 .failure()
+                .or_else(|| {
+                    self.more_duplicates
+                        .iter()
+                        .find_map(DuplicateWatch::failure)
+                })
                 .or_else(|| self.forbidden_requests())
         };
         if !std::thread::panicking() && failure.is_none() {

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod deploy;
+mod deployment_pool;
 mod failover;
 mod handoff;
 mod install;

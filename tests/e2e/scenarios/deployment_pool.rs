@@ -1,0 +1,257 @@
+//! A pool over a Deployment (`examples/deployment/`): pods with random names hold slots, and
+//! the pool stays exclusive and balanced while the Deployment is scaled 2 -> 5 -> 3,
+//! rollout-restarted, and its jobs are edited.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::Pod;
+use serde_json::{Value, json};
+
+use super::kubectl_ns;
+use crate::harness::manifests::parse_documents;
+use crate::harness::poll::eventually;
+use crate::harness::worker_config::WorkerConfig;
+use crate::harness::{Env, repo_path};
+
+const POOL: &str = "stream-pool";
+const DEPLOYMENT: &str = "stream-worker";
+const CONFIG_MAP: &str = "stream-worker-config";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts_and_edits() {
+    let mut env = Env::start("deployment_pool").await;
+    env.install_crds().await;
+    env.start_operator().await;
+    env.watch_waiting_workers(POOL);
+    env.kubectl
+        .ok(&[
+            "apply",
+            "-f",
+            "examples/namespace.yaml",
+            "-f",
+            "examples/deployment/",
+        ])
+        .await;
+
+    let first = settle(&env, 2, 0).await;
+    assert_eq!(first.pool["status"]["workload"], DEPLOYMENT);
+    assert!(
+        first.pool["status"].get("statefulSet").is_none(),
+        "statefulSet is only reported for StatefulSet pools"
+    );
+    let columns = kubectl_ns(&env, &["get", "swarmpools", POOL]).await;
+    assert!(
+        columns
+            .lines()
+            .nth(1)
+            .is_some_and(|row| row.contains(DEPLOYMENT)),
+        "kubectl get swarmpools shows the Deployment:\n{columns}"
+    );
+
+    // Scale up: the two slots keep a balanced share of their own jobs, the three new slots get
+    // the rest. (Pods whose job set changed are replaced: in a Deployment that is a new name,
+    // so slots are compared by what they hold.)
+    scale(&env, 5).await;
+    let up = settle(&env, 5, first.config.version).await;
+    for (pod, jobs) in first.config.job_sets() {
+        assert!(
+            up.config
+                .job_sets()
+                .values()
+                .any(|now| now.len() >= 27 / 5 && now.is_subset(&jobs)),
+            "{pod}'s slot kept a share of its jobs: {jobs:?} -> {:?}",
+            up.config.job_sets()
+        );
+    }
+
+    // Scale down: three slots keep every job they held, only the jobs of the two pods the
+    // ReplicaSet deleted move.
+    scale(&env, 3).await;
+    let down = settle(&env, 3, up.config.version).await;
+    let intact = up
+        .config
+        .job_sets()
+        .into_values()
+        .filter(|before| {
+            down.config
+                .job_sets()
+                .values()
+                .any(|now| now.is_superset(before))
+        })
+        .count();
+    assert_eq!(
+        intact,
+        3,
+        "three slots kept their jobs: {:?} -> {:?}",
+        up.config.job_sets(),
+        down.config.job_sets()
+    );
+
+    // Rollout restart: every pod is replaced, each job moves only to the replacement of the
+    // pod that ran it, and after the rollout the slots hold what they held before.
+    kubectl_ns(
+        &env,
+        &["rollout", "restart", &format!("deployment/{DEPLOYMENT}")],
+    )
+    .await;
+    let restarted = settle_replaced(&env, 3, &down).await;
+    let before: BTreeSet<BTreeSet<String>> = down.config.job_sets().into_values().collect();
+    let after: BTreeSet<BTreeSet<String>> = restarted.config.job_sets().into_values().collect();
+    assert_eq!(
+        after, before,
+        "each job set moved whole to a replacement pod"
+    );
+
+    // Job edits: two jobs go, one comes.
+    let mut manifest = parse_documents(&repo_path("examples/deployment/swarmpool.yaml")).remove(0);
+    let mut jobs: Vec<Value> = manifest["spec"]["jobs"].as_array().unwrap().clone();
+    jobs.retain(|j| !["stream:xxrtve1", "stream:foo:new"].contains(&j.as_str().unwrap()));
+    jobs.push(json!("stream:news:live"));
+    manifest["spec"]["jobs"] = Value::Array(jobs);
+    env.apply("stream-pool.yaml", &[manifest]).await;
+    let edited = settle(&env, 3, restarted.config.version).await;
+    assert!(
+        edited
+            .config
+            .job_sets()
+            .values()
+            .flatten()
+            .any(|j| j == "stream:news:live")
+    );
+
+    let stats = env.waiting_workers_stats();
+    assert!(
+        stats.iter().all(|s| s.samples > 100),
+        "the duplicate watch sampled throughout: {stats:?}"
+    );
+    env.assert_exclusive();
+    env.assert_operator_running();
+}
+
+/// The pool, its config and the Deployment's live pods as one read saw them.
+struct Settled {
+    pool: Value,
+    config: WorkerConfig,
+    /// Pod name -> uid.
+    pods: BTreeMap<String, String>,
+}
+
+async fn scale(env: &Env, replicas: usize) {
+    let replicas = format!("--replicas={replicas}");
+    kubectl_ns(env, &["scale", "deployment", DEPLOYMENT, &replicas]).await;
+}
+
+/// Waits until the pool has settled over `replicas` pods at a version above `after`, and checks
+/// what a settled Deployment pool promises.
+async fn settle(env: &Env, replicas: usize, after: u64) -> Settled {
+    eventually(&format!("{POOL} settled over {replicas} pods"), || async {
+        let settled = read(env).await?;
+        settled_over(&settled, replicas, after)?;
+        Ok(settled)
+    })
+    .await
+}
+
+/// Like [`settle`], after a rollout: none of `before`'s pods is left.
+async fn settle_replaced(env: &Env, replicas: usize, before: &Settled) -> Settled {
+    eventually(&format!("{POOL} settled on new pods"), || async {
+        let settled = read(env).await?;
+        if let Some(old) = settled.pods.keys().find(|p| before.pods.contains_key(*p)) {
+            return Err(format!("{old} is still there"));
+        }
+        settled_over(&settled, replicas, before.config.version)?;
+        Ok(settled)
+    })
+    .await
+}
+
+async fn read(env: &Env) -> Result<Settled, String> {
+    let pool = env.pool_named(POOL).await.ok_or("no pool yet")?;
+    let cm = env.config_map(CONFIG_MAP).await.ok_or("no ConfigMap yet")?;
+    let text = cm
+        .data
+        .as_ref()
+        .and_then(|d| d.get("config.yml"))
+        .ok_or("no config.yml")?;
+    let config = WorkerConfig::parse(text)?;
+    let pods = deployment_pods(&env.pods().await);
+    Ok(Settled { pool, config, pods })
+}
+
+/// The pods of the Deployment's ReplicaSets (named `<deployment>-<hash>-<suffix>`), Ready and
+/// not terminating; `Err` while any is not.
+fn deployment_pods(pods: &[Pod]) -> BTreeMap<String, String> {
+    pods.iter()
+        .filter(|pod| {
+            pod.metadata.owner_references.iter().flatten().any(|o| {
+                o.controller == Some(true)
+                    && o.kind == "ReplicaSet"
+                    && o.name.starts_with(&format!("{DEPLOYMENT}-"))
+            })
+        })
+        .map(|pod| {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let ready = pod.metadata.deletion_timestamp.is_none()
+                && pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            (name, if ready { uid } else { String::new() })
+        })
+        .collect()
+}
+
+fn settled_over(s: &Settled, replicas: usize, after: u64) -> Result<(), String> {
+    let status = &s.pool["status"];
+    let generation = s.pool["metadata"]["generation"].as_u64();
+    if status["observedGeneration"].as_u64() != generation {
+        return Err("status not current".into());
+    }
+    if status["phase"] != "Balanced" {
+        return Err(format!("phase {}", status["phase"]));
+    }
+    if status["workers"].as_u64() != Some(replicas as u64) {
+        return Err(format!("status.workers {}", status["workers"]));
+    }
+    if s.config.version <= after {
+        return Err(format!("still version {}", s.config.version));
+    }
+    if s.pods.len() != replicas || s.pods.values().any(String::is_empty) {
+        return Err(format!("pods {:?}", s.pods));
+    }
+    let listed: BTreeSet<&str> = s.config.pods().into_iter().collect();
+    let live: BTreeSet<&str> = s.pods.keys().map(String::as_str).collect();
+    if listed != live {
+        return Err(format!(
+            "config.yml lists {listed:?}, the pods are {live:?}"
+        ));
+    }
+    if !s.config.transit.is_empty() {
+        return Err("jobs in transit".into());
+    }
+    let spec: Vec<String> = s.pool["spec"]["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| j.as_str().map(str::to_owned))
+        .collect();
+    let mut held: Vec<&String> = s
+        .config
+        .workloads
+        .iter()
+        .flat_map(|(_, w)| &w.jobs)
+        .collect();
+    held.sort();
+    let mut want: Vec<&String> = spec.iter().collect();
+    want.sort();
+    if held != want {
+        return Err(format!(
+            "jobs held {} times for {} jobs in the spec",
+            held.len(),
+            want.len()
+        ));
+    }
+    s.config.check_balanced()
+}
