@@ -1,0 +1,452 @@
+//! Scenario tests of the pure planner for a pool over a Deployment: pods with random names take
+//! slots, a pod that takes a slot over inherits its jobs through the handoff, surplus pods wait
+//! with no jobs, and a pod whose jobs change is replaced by one that takes its slot.
+//!
+//! A small in-memory world (pool, Deployment, ReplicaSet, pods, ConfigMap) is reconciled the way
+//! the controller does it, with a ReplicaSet stand-in that replaces deleted pods at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, ObjectMeta, OwnerReference, Time,
+};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+use swarm_assign::worker_config::WorkerConfig;
+use swarm_operator::conditions::reason;
+use swarm_operator::crd::{Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
+use swarm_operator::planner::{self, CONFIG_KEY, Observed, Plan, SLOTS_ANNOTATION};
+use swarm_operator::pod_summary::PodSummary;
+
+const NS: &str = "swarm";
+const DEPLOYMENT: &str = "stream-worker";
+const DEPLOYMENT_UID: &str = "deployment-uid";
+const RS: &str = "stream-worker-5d8f7";
+const RS_UID: &str = "rs-uid";
+
+fn app_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([("app".to_owned(), DEPLOYMENT.to_owned())])
+}
+
+fn jobs(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("stream:{i:02}")).collect()
+}
+
+fn owner(kind: &str, name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: kind.into(),
+        name: name.into(),
+        uid: uid.into(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn meta(name: &str, uid: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(NS.into()),
+        uid: Some(uid.into()),
+        labels: Some(app_labels()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// A pool over the Deployment, a Deployment of `replicas` Ready pods, nothing written yet.
+struct World {
+    pool: SwarmPool,
+    deployment: Deployment,
+    replica_set: ReplicaSet,
+    statefulsets: Vec<StatefulSet>,
+    pods: Vec<Pod>,
+    config_map: Option<ConfigMap>,
+    deleting: BTreeSet<String>,
+    now: Timestamp,
+    next_pod: usize,
+    /// Pods deleted by the operator, by name.
+    deleted: Vec<String>,
+    last: Option<Plan>,
+    /// Extra pods the ReplicaSet stand-in leaves alone (a rollout's `maxSurge`).
+    surge: usize,
+}
+
+impl World {
+    fn new(jobs: Vec<String>, replicas: usize) -> World {
+        let mut pool = SwarmPool::new(
+            "stream-pool",
+            SwarmPoolSpec {
+                selector: LabelSelector {
+                    match_labels: Some(app_labels()),
+                    ..LabelSelector::default()
+                },
+                workload_kind: WorkloadKind::Deployment,
+                jobs,
+                config_map: Some("stream-worker-config".into()),
+                strategy: Default::default(),
+                qos: None,
+                rollout: Default::default(),
+                paused: false,
+            },
+        );
+        pool.metadata.namespace = Some(NS.into());
+        pool.metadata.uid = Some("pool-uid".into());
+        pool.metadata.generation = Some(1);
+        let mut replica_set = ReplicaSet {
+            metadata: meta(RS, RS_UID),
+            ..ReplicaSet::default()
+        };
+        replica_set.metadata.owner_references =
+            Some(vec![owner("Deployment", DEPLOYMENT, DEPLOYMENT_UID)]);
+        let mut world = World {
+            pool,
+            deployment: Deployment {
+                metadata: meta(DEPLOYMENT, DEPLOYMENT_UID),
+                spec: Some(DeploymentSpec {
+                    replicas: Some(replicas as i32),
+                    ..DeploymentSpec::default()
+                }),
+                status: None,
+            },
+            replica_set,
+            statefulsets: Vec::new(),
+            pods: Vec::new(),
+            config_map: None,
+            deleting: BTreeSet::new(),
+            now: Timestamp::from_second(1_700_000_000).unwrap(),
+            next_pod: 0,
+            deleted: Vec::new(),
+            last: None,
+            surge: 0,
+        };
+        world.replica_set_controller();
+        world
+    }
+
+    fn replicas(&self) -> usize {
+        self.deployment.spec.as_ref().unwrap().replicas.unwrap() as usize
+    }
+
+    /// Creates a pod of the ReplicaSet, Ready, created now.
+    fn create_pod(&mut self) -> String {
+        self.next_pod += 1;
+        let name = format!("{RS}-p{:03}", self.next_pod);
+        let uid = format!("00000000-0000-4000-8000-{:012}", self.next_pod);
+        let mut metadata = meta(&name, &uid);
+        metadata.creation_timestamp = Some(Time(self.now));
+        metadata.owner_references = Some(vec![owner("ReplicaSet", RS, RS_UID)]);
+        self.pods.push(Pod {
+            metadata,
+            spec: None,
+            status: Some(PodStatus {
+                conditions: Some(vec![PodCondition {
+                    type_: "Ready".into(),
+                    status: "True".into(),
+                    last_transition_time: Some(Time(self.now)),
+                    ..PodCondition::default()
+                }]),
+                ..PodStatus::default()
+            }),
+        });
+        name
+    }
+
+    /// The ReplicaSet stand-in: terminating pods do not count, so a deleted pod is replaced at
+    /// once; pods beyond `replicas + surge` are deleted newest first.
+    fn replica_set_controller(&mut self) {
+        loop {
+            let active: Vec<usize> = (0..self.pods.len())
+                .filter(|&i| self.pods[i].metadata.deletion_timestamp.is_none())
+                .collect();
+            if active.len() < self.replicas() {
+                self.create_pod();
+            } else if active.len() > self.replicas() + self.surge {
+                let newest = *active.last().unwrap();
+                self.pods[newest].metadata.deletion_timestamp = Some(Time(self.now));
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Terminating pods finish their grace and are gone.
+    fn grace_ends(&mut self) {
+        self.pods
+            .retain(|p| p.metadata.deletion_timestamp.is_none());
+        self.deleting.clear();
+    }
+
+    fn scale(&mut self, replicas: usize) {
+        self.deployment.spec.as_mut().unwrap().replicas = Some(replicas as i32);
+        self.replica_set_controller();
+    }
+
+    fn plan(&self, pods: &[Pod], pods_are_live: bool) -> Plan {
+        let pods: Vec<PodSummary> = pods.iter().map(PodSummary::from).collect();
+        planner::plan(&Observed {
+            pool: &self.pool,
+            statefulsets: self.statefulsets.iter().collect(),
+            deployments: vec![&self.deployment],
+            replica_sets: vec![&self.replica_set],
+            pods: pods.iter().collect(),
+            other_pools: Vec::new(),
+            pods_are_live,
+            config_map: self.config_map.as_ref(),
+            deleting: &self.deleting,
+            now: self.now,
+        })
+    }
+
+    /// One reconcile, as `controller::reconcile` runs it; the ReplicaSet replaces deleted pods.
+    fn reconcile(&mut self) -> &Plan {
+        let mut pods = self.pods.clone();
+        let mut live = false;
+        let plan = loop {
+            let mut plan = self.plan(&pods, live);
+            if let Some(desired) = plan.apply.take() {
+                let unresolved = planner::records_unresolved(&desired);
+                self.config_map = Some(desired);
+                if unresolved {
+                    live = false;
+                }
+                continue;
+            }
+            if plan.needs_live_pods && !live {
+                pods = self
+                    .pods
+                    .iter()
+                    .filter(|pod| plan.live_pods.contains(&pod.name_any()))
+                    .cloned()
+                    .collect();
+                live = true;
+                continue;
+            }
+            break plan;
+        };
+        for delete in &plan.deletes {
+            let pod = self
+                .pods
+                .iter_mut()
+                .find(|p| p.metadata.uid.as_deref() == Some(delete.uid.as_str()))
+                .expect("the operator deletes pods that exist");
+            assert!(
+                pod.owner_references().iter().any(|r| r.uid == RS_UID),
+                "deleted a pod the Deployment does not own"
+            );
+            pod.metadata.deletion_timestamp = Some(Time(self.now));
+            self.deleting.insert(delete.uid.clone());
+            self.deleted.push(delete.name.clone());
+        }
+        self.replica_set_controller();
+        self.pool.status = Some(plan.status.clone());
+        self.last = Some(plan);
+        self.last.as_ref().unwrap()
+    }
+
+    /// Reconciles, letting grace periods end between rounds, until the pool is Balanced.
+    fn settle(&mut self) {
+        for _ in 0..40 {
+            self.now += SignedDuration::from_secs(1);
+            let plan = self.reconcile();
+            if plan.status.phase == Some(Phase::Balanced) && plan.deletes.is_empty() {
+                return;
+            }
+            self.grace_ends();
+        }
+        panic!("the pool did not settle: {:?}", self.last);
+    }
+
+    fn config(&self) -> WorkerConfig {
+        let cm = self.config_map.as_ref().expect("a ConfigMap");
+        WorkerConfig::parse(&cm.data.as_ref().unwrap()[CONFIG_KEY]).unwrap()
+    }
+
+    fn slots(&self) -> String {
+        self.config_map.as_ref().unwrap().annotations()[SLOTS_ANNOTATION].clone()
+    }
+
+    fn live_pods(&self) -> Vec<String> {
+        self.pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(ResourceExt::name_any)
+            .collect()
+    }
+
+    fn jobs_of(&self, pod: &str) -> BTreeSet<String> {
+        self.config()
+            .workload(pod)
+            .map(|w| w.jobs.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Every job exactly once over the live pods, balanced; every live pod listed, no other.
+    fn assert_settled(&self) {
+        let config = self.config();
+        let listed: BTreeSet<&str> = config.workloads().map(|(pod, _)| pod).collect();
+        let live = self.live_pods();
+        assert_eq!(listed, live.iter().map(String::as_str).collect());
+        assert_eq!(config.transit().count(), 0);
+        let mut held: Vec<&String> = config.workloads().flat_map(|(_, w)| &w.jobs).collect();
+        held.sort();
+        let spec: Vec<&String> = self.pool.spec.jobs.iter().collect();
+        let mut want = spec.clone();
+        want.sort();
+        assert_eq!(held, want, "every job exactly once");
+        let loads: Vec<usize> = config.workloads().map(|(_, w)| w.jobs.len()).collect();
+        let (min, max) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+        assert!(max - min <= 1, "balanced: {loads:?}");
+    }
+}
+
+#[test]
+fn each_pod_takes_a_slot_oldest_first_and_nobody_restarts_for_a_first_assignment() {
+    let mut world = World::new(jobs(27), 2);
+    world.settle();
+    world.assert_settled();
+    assert_eq!(
+        world.slots(),
+        format!(r#"[["{RS}-p001"],["{RS}-p002"]]"#),
+        "slots in pod age order"
+    );
+    assert_eq!(world.jobs_of(&format!("{RS}-p001")).len(), 14);
+    assert!(
+        world.deleted.is_empty(),
+        "pods that had no jobs wait for them: {:?}",
+        world.deleted
+    );
+    let status = world.pool.status.as_ref().unwrap();
+    assert_eq!(status.workload.as_deref(), Some(DEPLOYMENT));
+    assert_eq!(status.stateful_set, None);
+    assert_eq!(status.workers, 2);
+}
+
+#[test]
+fn a_surplus_pod_waits_with_no_jobs_then_inherits_the_slot_its_predecessor_frees() {
+    let mut world = World::new(jobs(27), 2);
+    world.settle();
+    let first = format!("{RS}-p001");
+    let held = world.jobs_of(&first);
+
+    // maxSurge: a third pod while both run.
+    world.surge = 1;
+    let surplus = world.create_pod();
+    world.reconcile();
+    assert_eq!(
+        world.config().workload(&surplus).unwrap().jobs,
+        Vec::<String>::new()
+    );
+    assert!(world.deleted.is_empty());
+
+    // The rollout deletes the first pod: its jobs go into transit, then to the surplus pod once
+    // it is gone, and nothing else moves.
+    let before = world.config();
+    world.pods[0].metadata.deletion_timestamp = Some(Time(world.now));
+    world.reconcile();
+    let revoked = world.config();
+    assert!(revoked.workload(&first).is_none());
+    assert_eq!(
+        revoked.transit().map(|(pod, _)| pod).collect::<Vec<_>>(),
+        [first.as_str()]
+    );
+    assert!(
+        world.jobs_of(&surplus).is_empty(),
+        "not granted while it terminates"
+    );
+    world.grace_ends();
+    world.reconcile();
+    assert_eq!(world.jobs_of(&surplus), held);
+    let second = format!("{RS}-p002");
+    assert_eq!(
+        world.jobs_of(&second),
+        before
+            .workload(&second)
+            .unwrap()
+            .jobs
+            .iter()
+            .cloned()
+            .collect()
+    );
+    assert!(
+        world.deleted.is_empty(),
+        "the inheriting pod waits for its jobs"
+    );
+    world.surge = 0;
+    world.settle();
+    world.assert_settled();
+}
+
+#[test]
+fn scaling_up_replaces_the_pods_that_gave_jobs_away_and_their_replacements_inherit() {
+    let mut world = World::new(jobs(27), 2);
+    world.settle();
+    let before: BTreeSet<BTreeSet<String>> =
+        world.live_pods().iter().map(|p| world.jobs_of(p)).collect();
+    world.scale(3);
+    world.settle();
+    world.assert_settled();
+    assert_eq!(
+        world.deleted.len(),
+        2,
+        "the two pods that gave jobs away restarted once each: {:?}",
+        world.deleted
+    );
+    let after: Vec<BTreeSet<String>> = world.live_pods().iter().map(|p| world.jobs_of(p)).collect();
+    let kept = after
+        .iter()
+        .filter(|now| before.iter().any(|b| now.is_subset(b) && now.len() == 9))
+        .count();
+    assert_eq!(kept, 2, "two slots kept 9 of their own jobs: {after:?}");
+
+    // Scale down: the ReplicaSet deletes the newest pod; only its jobs move.
+    let newest = world.live_pods().pop().unwrap();
+    let moved = world.jobs_of(&newest);
+    let others: Vec<BTreeSet<String>> = world
+        .live_pods()
+        .iter()
+        .filter(|p| **p != newest)
+        .map(|p| world.jobs_of(p))
+        .collect();
+    world.scale(2);
+    world.settle();
+    world.assert_settled();
+    for kept in others {
+        assert!(
+            world
+                .live_pods()
+                .iter()
+                .any(|p| world.jobs_of(p).is_superset(&kept)),
+            "a slot kept {kept:?}"
+        );
+    }
+    assert_eq!(moved.len(), 9);
+}
+
+#[test]
+fn a_pool_without_its_deployment_fails_with_deployment_not_found() {
+    let mut world = World::new(jobs(3), 2);
+    world.deployment.metadata.labels = Some(BTreeMap::from([("app".into(), "other".into())]));
+    // A StatefulSet with the pool's labels is not what a Deployment pool selects.
+    world.statefulsets.push(StatefulSet {
+        metadata: meta("stream-worker", "sts-uid"),
+        spec: Some(StatefulSetSpec {
+            replicas: Some(2),
+            ..StatefulSetSpec::default()
+        }),
+        status: None,
+    });
+    let plan = world.reconcile().clone();
+    assert_eq!(plan.status.phase, Some(Phase::Failed));
+    assert!(plan.apply.is_none() && world.config_map.is_none());
+    let warning = plan.events.iter().find(|e| e.warning).expect("a Warning");
+    assert_eq!(warning.reason, reason::DEPLOYMENT_NOT_FOUND);
+    assert!(
+        warning.note.contains("no Deployment in namespace swarm"),
+        "{}",
+        warning.note
+    );
+}
