@@ -73,10 +73,33 @@ impl DuplicateWatch {
         namespace: String,
         pool: String,
     ) -> DuplicateWatch {
+        DuplicateWatch::sample(Source::Mounts(inspector), client, namespace, pool)
+    }
+
+    /// Starts sampling the pods of a pool whose workers wait for their entry and read the file
+    /// as the kubelet refreshes it (a Deployment pool): each live instance may run any job its
+    /// entry listed while it lived, as `mounts` derives from the API's history.
+    pub fn start_for_waiting_workers(
+        mounts: DerivedMounts,
+        client: kube::Client,
+        namespace: String,
+        pool: String,
+    ) -> DuplicateWatch {
+        DuplicateWatch::sample(Source::EverListed(mounts), client, namespace, pool)
+    }
+
+    fn sample(
+        source: Source,
+        client: kube::Client,
+        namespace: String,
+        pool: String,
+    ) -> DuplicateWatch {
         let state = Arc::new(Mutex::new(State::default()));
         let shared = state.clone();
         let task = tokio::spawn(async move {
-            let pools = pools_api(client, &namespace);
+            let gvk = GroupVersionKind::gvk("swarm.io", "v1alpha1", "SwarmPool");
+            let resource = ApiResource::from_gvk_with_plural(&gvk, "swarmpools");
+            let pools: Api<DynamicObject> = Api::namespaced_with(client, &namespace, &resource);
             let mut view = PoolView::default();
             let mut parsed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             let mut ticker = tokio::time::interval(SAMPLE_EVERY);
@@ -91,59 +114,14 @@ impl DuplicateWatch {
                 if view.config_map.is_empty() {
                     continue;
                 }
-                let Ok(mounts) = inspector.try_mounts().await else {
+                let Some(held) = source.held(&namespace, &view.config_map, &mut parsed).await
+                else {
                     continue;
                 };
-                let now = Instant::now();
-                let held = holdings(&mounts, &namespace, &view.config_map, &mut parsed);
                 shared
                     .lock()
                     .expect("watch state")
-                    .record(now, &held, &view);
-            }
-        });
-        DuplicateWatch { state, task }
-    }
-
-    /// Starts sampling the pods of a pool whose workers wait for their entry and read the file
-    /// as the kubelet refreshes it (a Deployment pool): each live instance may run any job its
-    /// entry listed while it lived, as `mounts` derives from the API's history.
-    pub fn start_for_waiting_workers(
-        mounts: DerivedMounts,
-        client: kube::Client,
-        namespace: String,
-        pool: String,
-    ) -> DuplicateWatch {
-        let state = Arc::new(Mutex::new(State::default()));
-        let shared = state.clone();
-        let task = tokio::spawn(async move {
-            let pools = pools_api(client, &namespace);
-            let mut view = PoolView::default();
-            let mut ticker = tokio::time::interval(SAMPLE_EVERY);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            for round in 0usize.. {
-                ticker.tick().await;
-                if round % POOL_EVERY == 0
-                    && let Ok(Some(object)) = pools.get_opt(&pool).await
-                {
-                    view = pool_view(&serde_json::to_value(object).unwrap_or_default());
-                }
-                if view.config_map.is_empty() {
-                    continue;
-                }
-                let now = Instant::now();
-                let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
-                for instance in mounts.ever_listed(&view.config_map) {
-                    for job in instance.jobs {
-                        held.entry(job)
-                            .or_default()
-                            .push(format!("{} ({})", instance.pod, instance.uid));
-                    }
-                }
-                shared
-                    .lock()
-                    .expect("watch state")
-                    .record(now, &held, &view);
+                    .record(Instant::now(), &held, &view);
             }
         });
         DuplicateWatch { state, task }
@@ -218,10 +196,41 @@ impl State {
     }
 }
 
-fn pools_api(client: kube::Client, namespace: &str) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("swarm.io", "v1alpha1", "SwarmPool");
-    let resource = ApiResource::from_gvk_with_plural(&gvk, "swarmpools");
-    Api::namespaced_with(client, namespace, &resource)
+/// Where a sample of what each live pod runs comes from.
+enum Source {
+    /// What each instance mounted at start (workers that read their entry once).
+    Mounts(Inspector),
+    /// Every job each instance's entry listed while it lived (workers that wait for their
+    /// entry).
+    EverListed(DerivedMounts),
+}
+
+impl Source {
+    /// Job -> the live pod instances that may run it; `None` when no sample could be taken.
+    async fn held(
+        &self,
+        namespace: &str,
+        config_map: &str,
+        parsed: &mut BTreeMap<String, BTreeSet<String>>,
+    ) -> Option<BTreeMap<String, Vec<String>>> {
+        match self {
+            Source::Mounts(inspector) => {
+                let mounts = inspector.try_mounts().await.ok()?;
+                Some(holdings(&mounts, namespace, config_map, parsed))
+            }
+            Source::EverListed(mounts) => {
+                let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                for instance in mounts.ever_listed(config_map) {
+                    for job in instance.jobs {
+                        held.entry(job)
+                            .or_default()
+                            .push(format!("{} ({})", instance.pod, instance.uid));
+                    }
+                }
+                Some(held)
+            }
+        }
+    }
 }
 
 fn pool_view(pool: &Value) -> PoolView {
