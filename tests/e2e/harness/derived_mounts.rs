@@ -383,6 +383,37 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_worker_may_run_every_job_its_entry_listed_since_it_mounted() {
+        let entry = |jobs: &str| {
+            format!("version: 1\nworkloads:\n  pod-a:\n    version: 1\n    jobs: [{jobs}]\n")
+        };
+        let mut ledger = ledger_with(&[
+            (10, &entry("x")),
+            (20, &entry("")),
+            (30, &entry("y")),
+            (40, "version: 2\nworkloads: {}\n"),
+        ]);
+        add_pod(&mut ledger, "a", 25);
+        let listed = ledger.ever_listed("cm");
+        assert_eq!(listed.len(), 1);
+        assert_eq!(
+            listed[0].jobs,
+            BTreeSet::from(["y".to_string()]),
+            "it mounted version 20 (no jobs), then saw y; x was gone before it existed"
+        );
+        ledger.pods.get_mut("a").unwrap().created = 15;
+        assert_eq!(
+            ledger.ever_listed("cm")[0].jobs,
+            BTreeSet::from(["x".to_string(), "y".to_string()])
+        );
+        ledger.pods.get_mut("a").unwrap().live = false;
+        assert!(
+            ledger.ever_listed("cm").is_empty(),
+            "a gone instance runs nothing"
+        );
+    }
+
+    #[test]
     fn an_instance_mounts_the_last_version_before_its_creation() {
         let mut ledger = ledger_with(&[(10, "v1"), (20, "v2"), (30, "v3")]);
         add_pod(&mut ledger, "a", 25);
