@@ -833,6 +833,60 @@ mod tests {
     }
 
     #[test]
+    fn jobs_for_a_free_slot_wait_in_transit_until_a_pod_takes_it() {
+        // Slot 0's pod "a" terminated; no pod has taken the slot yet.
+        let roster = Roster::new(vec![None, Some("b".into())], vec![]);
+        let spec = jobs(&["x", "y", "z"]);
+        let target = Assignment::new(vec![jobs(&["x", "z"]), jobs(&["y"])]);
+        let previous = WorkerConfig::new(
+            1,
+            [("a", &["x"][..]), ("b", &["y"][..])].map(|(pod, held)| {
+                let workload = swarm_assign::Workload {
+                    version: 1,
+                    jobs: jobs(held),
+                };
+                (pod.to_owned(), workload)
+            }),
+        )
+        .with_transit([("a".to_owned(), jobs(&["z"]))]);
+        let input = |holders: &Holders, pods: &PodIndex| {
+            hand_off(&HandoffInput {
+                mode: Handoff::Exclusive,
+                roster: &roster,
+                jobs: &spec,
+                target: &target,
+                previous: Some(&previous),
+                holders: Some(holders),
+                pods,
+                pods_are_live: true,
+                now: at(10),
+            })
+        };
+        // "a" is gone: nothing blocks x and z, but the slot has no pod to publish them under.
+        let out = input(&holders(&[("a", "ua")]), &PodIndex::default());
+        assert_eq!(out.held, vec![vec![], jobs(&["y"])]);
+        assert_eq!(out.transit["a"], jobs(&["x", "z"]), "the slot keeps them");
+        assert_eq!(out.jobs_in_transit, 2);
+        assert!(out.granted.is_empty());
+    }
+
+    #[test]
+    fn overlap_publishes_nothing_for_a_free_slot() {
+        let out = hand_off(&HandoffInput {
+            mode: Handoff::Overlap,
+            roster: &Roster::new(vec![None, Some("b".into())], vec!["c".into()]),
+            jobs: &jobs(&["x", "y"]),
+            target: &Assignment::new(vec![jobs(&["x"]), jobs(&["y"])]),
+            previous: None,
+            holders: None,
+            pods: &PodIndex::default(),
+            pods_are_live: false,
+            now: at(0),
+        });
+        assert_eq!(out.held, vec![vec![], jobs(&["y"])]);
+    }
+
+    #[test]
     fn overlap_publishes_the_target_at_once() {
         let out = hand_off(&HandoffInput {
             mode: Handoff::Overlap,
