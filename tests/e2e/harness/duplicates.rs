@@ -85,7 +85,12 @@ impl DuplicateWatch {
         namespace: String,
         pool: String,
     ) -> DuplicateWatch {
-        DuplicateWatch::sample(Source::EverListed(mounts), client, namespace, pool)
+        DuplicateWatch::sample(
+            Source::EverListed(Box::new(mounts)),
+            client,
+            namespace,
+            pool,
+        )
     }
 
     fn sample(
@@ -202,7 +207,7 @@ enum Source {
     Mounts(Inspector),
     /// Every job each instance's entry listed while it lived (workers that wait for their
     /// entry).
-    EverListed(DerivedMounts),
+    EverListed(Box<DerivedMounts>),
 }
 
 impl Source {
