@@ -19,7 +19,14 @@ const CONFIG_MAP: &str = "stream-worker-config";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts_and_edits() {
-    let mut env = Env::start("deployment_pool").await;
+    let Some(mut env) = Env::start_real_only(
+        "deployment_pool",
+        "kube-sim runs no Deployment or ReplicaSet controller",
+    )
+    .await
+    else {
+        return;
+    };
     env.install_crds().await;
     env.start_operator().await;
     env.watch_waiting_workers(POOL);
