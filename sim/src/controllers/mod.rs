@@ -1,14 +1,16 @@
-//! Controllers that run inside the simulated control plane: the StatefulSet controller, the
-//! kubelet stand-in and the garbage collector.
+//! Controllers that run inside the simulated control plane: the StatefulSet, ReplicaSet and
+//! Deployment controllers, the kubelet stand-in and the garbage collector.
 //!
 //! Each controller is level-triggered like its kube-controller-manager counterpart: it watches
 //! every committed change through [`Store::subscribe`], marks the objects the change concerns
 //! as dirty, and reconciles them from the store's current state. A lagging subscriber and a
 //! periodic timer both trigger a full resync, so a missed event delays work but never loses it.
 
+pub mod deployment;
 pub mod gc;
 pub mod kubelet;
 pub mod meta;
+pub mod replicaset;
 pub mod revisions;
 pub mod statefulset;
 
@@ -28,7 +30,8 @@ use crate::store::{Store, StoreEvent};
 /// How often every controller re-reads the whole store even without events.
 const RESYNC_PERIOD: Duration = Duration::from_secs(10);
 
-/// Starts the StatefulSet controller, the kubelet stand-in and the garbage collector.
+/// Starts the StatefulSet, ReplicaSet and Deployment controllers, the kubelet stand-in and the
+/// garbage collector.
 ///
 /// The tasks run until the store's event channel closes or they are aborted.
 pub fn spawn_all(store: Store, mounts: Mounts, config: SimConfig) -> Vec<JoinHandle<()>> {
@@ -38,6 +41,13 @@ pub fn spawn_all(store: Store, mounts: Mounts, config: SimConfig) -> Vec<JoinHan
         spawn(statefulset::StatefulSetController::new(
             controller_manager.clone(),
             config.clone(),
+        )),
+        spawn(replicaset::ReplicaSetController::new(
+            controller_manager.clone(),
+            config.clone(),
+        )),
+        spawn(deployment::DeploymentController::new(
+            controller_manager.clone(),
         )),
         spawn(kubelet::Kubelet::new(&store, mounts, config)),
         spawn(gc::GarbageCollector::new(controller_manager)),
