@@ -785,3 +785,86 @@ async fn kubectl_explains_a_custom_resource_from_its_crd_schema() {
     assert!(err.contains("unknown field \"spec.colour\""), "{err}");
     sim.shutdown().await;
 }
+
+const DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default, labels: {app: web}}
+spec:
+  replicas: 2
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 1, maxUnavailable: 0}}
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: busybox:1.36}]
+"#;
+
+/// The commands a user runs on a Deployment: apply, scale, `rollout restart` (a strategic
+/// merge patch of the template's `restartedAt` annotation) and `rollout status`, which waits on
+/// the Deployment controller's status and conditions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_scales_restarts_and_waits_for_a_deployment_rollout() {
+    let sim = Sim::start(SimConfig {
+        time_scale: 0.01,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("simulation starts");
+    let k = Kubectl::new(&sim);
+    let manifest = k.manifest("deployment.yaml", DEPLOYMENT);
+    let out = k.ok(&["apply", "-f", &manifest]).await;
+    assert_eq!(out.trim(), "deployment.apps/web created");
+    let status = ["rollout", "status", "deployment/web", "--timeout=60s"];
+    let out = k.ok(&status).await;
+    assert!(out.contains("successfully rolled out"), "{out}");
+
+    k.ok(&["scale", "deployment", "web", "--replicas=3"]).await;
+    k.ok(&status).await;
+    let rs_before = k
+        .ok(&[
+            "get",
+            "replicasets",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .await;
+
+    let out = k.ok(&["rollout", "restart", "deployment/web"]).await;
+    assert_eq!(out.trim(), "deployment.apps/web restarted");
+    let out = k.ok(&status).await;
+    assert!(out.contains("successfully rolled out"), "{out}");
+    let rs_after = k
+        .ok(&[
+            "get",
+            "replicasets",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .await;
+    assert_eq!(rs_after.split_whitespace().count(), 2, "{rs_after}");
+    let new_rs = rs_after
+        .split_whitespace()
+        .find(|rs| !rs_before.contains(rs))
+        .expect("a new ReplicaSet");
+    let pods = k
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        ])
+        .await;
+    let live: Vec<&str> = pods.split_whitespace().collect();
+    // Terminating pods of the old ReplicaSet may still be listed for their grace period.
+    assert!(
+        live.iter().filter(|p| p.starts_with(new_rs)).count() == 3,
+        "three pods of {new_rs}: {live:?}"
+    );
+    let out = k.ok(&["get", "deployment", "web"]).await;
+    let row = table(&out).remove(1);
+    assert_eq!(row[..4], ["web", "3/3", "3", "3"], "{out}");
+    sim.shutdown().await;
+}

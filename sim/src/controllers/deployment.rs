@@ -533,10 +533,14 @@ fn spec_replicas(rs: &Value) -> usize {
         .unwrap_or(1) as usize
 }
 
+/// Available pods of `rs`, at most its replicas: right after a scale-down its status may still
+/// count pods it is deleting.
 fn available(rs: &Value) -> usize {
-    rs.pointer("/status/availableReplicas")
+    let reported = rs
+        .pointer("/status/availableReplicas")
         .and_then(Value::as_u64)
-        .unwrap_or(0) as usize
+        .unwrap_or(0) as usize;
+    reported.min(spec_replicas(rs))
 }
 
 fn count(rs: &Value, field: &str) -> usize {
