@@ -30,9 +30,8 @@ use tokio::time::Instant;
 use super::Controller;
 use super::events;
 use super::meta;
-use super::replicaset::controller_ref_to;
+use super::queue::WorkQueue;
 use super::revisions::revision_name;
-use super::timers::Timers;
 use crate::store::{DeleteOptions, EventType, LabelSelector, Store, StoreEvent};
 
 /// Label that tells the pods of a Deployment's ReplicaSets apart.
@@ -47,13 +46,10 @@ const COMPONENT: &str = "deployment-controller";
 /// How soon a sync that hit a write conflict runs again.
 const CONFLICT_RETRY: Duration = Duration::from_millis(20);
 
-type Key = (String, String);
-
 /// Reconciles every Deployment in the store.
 pub struct DeploymentController {
     store: Store,
-    dirty: BTreeSet<Key>,
-    timers: Timers<Key>,
+    queue: WorkQueue,
 }
 
 impl DeploymentController {
@@ -61,8 +57,7 @@ impl DeploymentController {
     pub fn new(store: Store) -> Self {
         Self {
             store,
-            dirty: BTreeSet::new(),
-            timers: Timers::new(),
+            queue: WorkQueue::new("apps/v1", "Deployment"),
         }
     }
 
@@ -122,7 +117,7 @@ impl DeploymentController {
                         .map(|m| m.entry("ownerReferences").or_insert_with(|| json!([])))
                         .and_then(Value::as_array_mut)
                     {
-                        refs.push(controller_ref_to(deployment, "Deployment"));
+                        refs.push(meta::controller_ref_to(deployment, "Deployment"));
                     }
                     if let Ok(adopted) = self.store.update(adopted) {
                         owned.push(adopted);
@@ -168,7 +163,7 @@ impl DeploymentController {
                     DESIRED_REPLICAS_ANNOTATION: spec.replicas.to_string(),
                     MAX_REPLICAS_ANNOTATION: (spec.replicas + spec.max_surge).to_string(),
                 },
-                "ownerReferences": [controller_ref_to(deployment, "Deployment")],
+                "ownerReferences": [meta::controller_ref_to(deployment, "Deployment")],
             },
             "spec": {
                 "replicas": replicas,
@@ -378,25 +373,10 @@ impl Controller for DeploymentController {
             return;
         };
         if meta::is(obj, "apps/v1", "Deployment") {
-            self.dirty
-                .insert((namespace.to_string(), meta::name(obj).to_string()));
+            self.queue.mark(namespace, meta::name(obj));
         } else if meta::is(obj, "apps/v1", "ReplicaSet") {
-            match meta::controller_ref(obj) {
-                Some(owner) if owner.kind == "Deployment" => {
-                    self.dirty.insert((namespace.to_string(), owner.name));
-                }
-                Some(_) => {}
-                // An orphan may be adopted by any Deployment of its namespace.
-                None => {
-                    for d in self
-                        .store
-                        .list_shared("apps/v1", "Deployment", Some(namespace))
-                    {
-                        self.dirty
-                            .insert((namespace.to_string(), meta::name(&d).to_string()));
-                    }
-                }
-            }
+            // An orphan may be adopted by any Deployment of its namespace.
+            self.queue.mark_controller_of(namespace, obj);
         } else if meta::is(obj, "v1", "Pod") && event_is_deletion(event) {
             // Recreate waits for the old pods to be gone.
             if let Some(owner) = meta::controller_ref(obj).filter(|o| o.kind == "ReplicaSet")
@@ -405,28 +385,21 @@ impl Controller for DeploymentController {
                         .get_shared("apps/v1", "ReplicaSet", Some(namespace), &owner.name)
                 && let Some(deployment) = meta::controller_ref(&rs)
             {
-                self.dirty.insert((namespace.to_string(), deployment.name));
+                self.queue.mark(namespace, deployment.name);
             }
         }
     }
 
     fn resync(&mut self) {
-        for d in self.store.list_shared("apps/v1", "Deployment", None) {
-            if let Some(namespace) = meta::namespace(&d) {
-                self.dirty
-                    .insert((namespace.to_string(), meta::name(&d).to_string()));
-            }
-        }
+        self.queue.mark_all(&self.store);
     }
 
     fn work(&mut self, now: Instant) -> Option<Instant> {
-        self.dirty.extend(self.timers.pop_due(now));
-        for (namespace, name) in std::mem::take(&mut self.dirty) {
-            if let Some(after) = self.sync(&namespace, &name) {
-                self.timers.schedule(now + after, (namespace, name));
-            }
-        }
-        self.timers.next()
+        let mut queue = std::mem::replace(&mut self.queue, WorkQueue::new("apps/v1", "Deployment"));
+        let store = self.store.clone();
+        let next = queue.run(&store, now, |namespace, name| self.sync(namespace, name));
+        self.queue = queue;
+        next
     }
 }
 

@@ -168,6 +168,29 @@ fn str_at<'a>(obj: &'a Value, pointer: &str) -> &'a str {
     obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
+/// A controller owner reference to `owner`, an apps/v1 object of `kind`, as
+/// `metav1.NewControllerRef` builds it.
+pub fn controller_ref_to(owner: &Value, kind: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "name": name(owner),
+        "uid": uid(owner),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// How long the pod's Ready condition has been true (zero if unknown).
+pub fn ready_for(pod: &Value, now: DateTime<Utc>) -> std::time::Duration {
+    condition(pod, "Ready")
+        .and_then(|c| c.get("lastTransitionTime"))
+        .and_then(Value::as_str)
+        .and_then(parse_time)
+        .and_then(|since| (now - since).to_std().ok())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

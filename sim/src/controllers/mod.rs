@@ -15,6 +15,7 @@ pub mod revisions;
 pub mod statefulset;
 
 mod events;
+mod queue;
 mod timers;
 
 use std::time::Duration;

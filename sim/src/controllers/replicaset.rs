@@ -17,7 +17,6 @@
 //!   batches creates in slow-start rounds).
 
 use std::cmp::Reverse;
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +26,7 @@ use tokio::time::Instant;
 
 use super::events;
 use super::meta;
-use super::timers::Timers;
+use super::queue::WorkQueue;
 use super::{Controller, scaled_secs};
 use crate::config::SimConfig;
 use crate::store::{DeleteOptions, LabelSelector, Store, StoreEvent};
@@ -37,15 +36,11 @@ const COMPONENT: &str = "replicaset-controller";
 /// How soon a sync that hit a write conflict runs again.
 const CONFLICT_RETRY: Duration = Duration::from_millis(20);
 
-type Key = (String, String);
-
 /// Reconciles every ReplicaSet in the store.
 pub struct ReplicaSetController {
     store: Store,
     config: SimConfig,
-    dirty: BTreeSet<Key>,
-    dirty_namespaces: BTreeSet<String>,
-    timers: Timers<Key>,
+    queue: WorkQueue,
 }
 
 impl ReplicaSetController {
@@ -54,9 +49,7 @@ impl ReplicaSetController {
         Self {
             store,
             config,
-            dirty: BTreeSet::new(),
-            dirty_namespaces: BTreeSet::new(),
-            timers: Timers::new(),
+            queue: WorkQueue::new("apps/v1", "ReplicaSet"),
         }
     }
 
@@ -111,7 +104,7 @@ impl ReplicaSetController {
                         .map(|m| m.entry("ownerReferences").or_insert_with(|| json!([])))
                         .and_then(Value::as_array_mut)
                     {
-                        refs.push(controller_ref_to(rs, "ReplicaSet"));
+                        refs.push(meta::controller_ref_to(rs, "ReplicaSet"));
                     }
                     if let Ok(adopted) = self.store.update(adopted) {
                         owned.push(Arc::new(adopted));
@@ -199,7 +192,7 @@ impl ReplicaSetController {
             }
             if meta::condition_true(pod, "Ready") {
                 ready += 1;
-                let since = ready_for(pod, now);
+                let since = meta::ready_for(pod, now);
                 if since >= min_ready {
                     available += 1;
                 } else {
@@ -238,60 +231,24 @@ impl Controller for ReplicaSetController {
             return;
         };
         if meta::is(obj, "apps/v1", "ReplicaSet") {
-            self.dirty
-                .insert((namespace.to_string(), meta::name(obj).to_string()));
+            self.queue.mark(namespace, meta::name(obj));
         } else if meta::is(obj, "v1", "Pod") {
-            match meta::controller_ref(obj) {
-                Some(owner) if owner.kind == "ReplicaSet" => {
-                    self.dirty.insert((namespace.to_string(), owner.name));
-                }
-                Some(_) => {}
-                None => {
-                    self.dirty_namespaces.insert(namespace.to_string());
-                }
-            }
+            // An orphan may be adopted by any set of its namespace.
+            self.queue.mark_controller_of(namespace, obj);
         }
     }
 
     fn resync(&mut self) {
-        for rs in self.store.list_shared("apps/v1", "ReplicaSet", None) {
-            if let Some(namespace) = meta::namespace(&rs) {
-                self.dirty
-                    .insert((namespace.to_string(), meta::name(&rs).to_string()));
-            }
-        }
+        self.queue.mark_all(&self.store);
     }
 
     fn work(&mut self, now: Instant) -> Option<Instant> {
-        self.dirty.extend(self.timers.pop_due(now));
-        for namespace in std::mem::take(&mut self.dirty_namespaces) {
-            for rs in self
-                .store
-                .list_shared("apps/v1", "ReplicaSet", Some(&namespace))
-            {
-                self.dirty
-                    .insert((namespace.clone(), meta::name(&rs).to_string()));
-            }
-        }
-        for (namespace, name) in std::mem::take(&mut self.dirty) {
-            if let Some(after) = self.sync(&namespace, &name) {
-                self.timers.schedule(now + after, (namespace, name));
-            }
-        }
-        self.timers.next()
+        let mut queue = std::mem::replace(&mut self.queue, WorkQueue::new("apps/v1", "ReplicaSet"));
+        let store = self.store.clone();
+        let next = queue.run(&store, now, |namespace, name| self.sync(namespace, name));
+        self.queue = queue;
+        next
     }
-}
-
-/// A controller owner reference to `owner` of `kind` (apps/v1), as `metav1.NewControllerRef`.
-pub(crate) fn controller_ref_to(owner: &Value, kind: &str) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": kind,
-        "name": meta::name(owner),
-        "uid": meta::uid(owner),
-        "controller": true,
-        "blockOwnerDeletion": true,
-    })
 }
 
 /// A pod of `rs`, built from its template (`GetPodFromTemplate`).
@@ -309,7 +266,7 @@ fn new_pod(rs: &Value) -> Value {
     }
     metadata.insert(
         "ownerReferences".into(),
-        json!([controller_ref_to(rs, "ReplicaSet")]),
+        json!([meta::controller_ref_to(rs, "ReplicaSet")]),
     );
     let spec = template.get("spec").cloned().unwrap_or(json!({}));
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
@@ -340,7 +297,7 @@ fn deletion_rank(pod: &Value, now: chrono::DateTime<Utc>) -> impl Ord {
     let ready = meta::condition_true(pod, "Ready");
     // Ready for less time goes first; not Ready sorts before Ready anyway.
     let ready_for = if ready {
-        ready_for(pod, now)
+        meta::ready_for(pod, now)
     } else {
         Duration::ZERO
     };
@@ -356,14 +313,4 @@ fn deletion_rank(pod: &Value, now: chrono::DateTime<Utc>) -> impl Ord {
         Reverse(created),
         Reverse(meta::name(pod).to_string()),
     )
-}
-
-/// How long the pod's Ready condition has been true (zero if unknown).
-pub(crate) fn ready_for(pod: &Value, now: chrono::DateTime<Utc>) -> Duration {
-    meta::condition(pod, "Ready")
-        .and_then(|c| c.get("lastTransitionTime"))
-        .and_then(Value::as_str)
-        .and_then(meta::parse_time)
-        .and_then(|since| (now - since).to_std().ok())
-        .unwrap_or_default()
 }

@@ -45,7 +45,10 @@ pub(crate) fn sync(
             None if named_for_set && selector.matches(&revision) => {
                 let mut adopted = Value::clone(&revision);
                 if let Some(metadata) = adopted["metadata"].as_object_mut() {
-                    metadata.insert("ownerReferences".into(), json!([controller_ref_to(sts)]));
+                    metadata.insert(
+                        "ownerReferences".into(),
+                        json!([meta::controller_ref_to(sts, "StatefulSet")]),
+                    );
                 }
                 if let Ok(stored) = store.update(adopted) {
                     owned.push(stored);
@@ -146,22 +149,10 @@ fn new_revision(sts: &Value, name: &str, number: u64) -> Value {
             "name": name,
             "namespace": meta::namespace(sts),
             "labels": labels,
-            "ownerReferences": [controller_ref_to(sts)],
+            "ownerReferences": [meta::controller_ref_to(sts, "StatefulSet")],
         },
         "data": {"spec": {"template": data_template}},
         "revision": number,
-    })
-}
-
-/// A controller owner reference to `sts`, as `metav1.NewControllerRef` builds it.
-pub(crate) fn controller_ref_to(sts: &Value) -> Value {
-    json!({
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "name": meta::name(sts),
-        "uid": meta::uid(sts),
-        "controller": true,
-        "blockOwnerDeletion": true,
     })
 }
 

@@ -17,8 +17,8 @@ use tracing::debug;
 
 use super::events;
 use super::meta;
-use super::revisions::{self, controller_ref_to, revision_name};
-use super::timers::Timers;
+use super::queue::WorkQueue;
+use super::revisions::{self, revision_name};
 use super::{Controller, scaled_secs};
 use crate::config::SimConfig;
 use crate::store::{DeleteOptions, LabelSelector, Store, StoreEvent};
@@ -36,15 +36,11 @@ const COMPONENT: &str = "statefulset-controller";
 /// How soon a sync that hit a write conflict runs again.
 const CONFLICT_RETRY: Duration = Duration::from_millis(20);
 
-type Key = (String, String);
-
 /// Reconciles every StatefulSet in the store.
 pub struct StatefulSetController {
     store: Store,
     config: SimConfig,
-    dirty: BTreeSet<Key>,
-    dirty_namespaces: BTreeSet<String>,
-    timers: Timers<Key>,
+    queue: WorkQueue,
 }
 
 impl StatefulSetController {
@@ -53,9 +49,7 @@ impl StatefulSetController {
         Self {
             store,
             config,
-            dirty: BTreeSet::new(),
-            dirty_namespaces: BTreeSet::new(),
-            timers: Timers::new(),
+            queue: WorkQueue::new("apps/v1", "StatefulSet"),
         }
     }
 
@@ -144,7 +138,8 @@ impl StatefulSetController {
             .as_object_mut()?
             .entry("ownerReferences")
             .or_insert_with(|| json!([]));
-        refs.as_array_mut()?.push(controller_ref_to(sts));
+        refs.as_array_mut()?
+            .push(meta::controller_ref_to(sts, "StatefulSet"));
         self.store.update(pod).ok()
     }
 
@@ -289,7 +284,7 @@ impl StatefulSetController {
             replicas += 1;
             if is_running_and_ready(pod) {
                 ready += 1;
-                let ready_since = ready_for(pod, now);
+                let ready_since = meta::ready_for(pod, now);
                 if ready_since >= min_ready {
                     available += 1;
                 } else {
@@ -349,48 +344,24 @@ impl Controller for StatefulSetController {
             return;
         };
         if meta::is(obj, "apps/v1", "StatefulSet") {
-            self.dirty
-                .insert((namespace.to_string(), meta::name(obj).to_string()));
+            self.queue.mark(namespace, meta::name(obj));
         } else if meta::is(obj, "v1", "Pod") {
-            match meta::controller_ref(obj) {
-                Some(owner) if owner.kind == "StatefulSet" => {
-                    self.dirty.insert((namespace.to_string(), owner.name));
-                }
-                Some(_) => {}
-                // An orphan may be adopted by any set of its namespace.
-                None => {
-                    self.dirty_namespaces.insert(namespace.to_string());
-                }
-            }
+            // An orphan may be adopted by any set of its namespace.
+            self.queue.mark_controller_of(namespace, obj);
         }
     }
 
     fn resync(&mut self) {
-        for sts in self.store.list_shared("apps/v1", "StatefulSet", None) {
-            if let Some(namespace) = meta::namespace(&sts) {
-                self.dirty
-                    .insert((namespace.to_string(), meta::name(&sts).to_string()));
-            }
-        }
+        self.queue.mark_all(&self.store);
     }
 
     fn work(&mut self, now: Instant) -> Option<Instant> {
-        self.dirty.extend(self.timers.pop_due(now));
-        for namespace in std::mem::take(&mut self.dirty_namespaces) {
-            for sts in self
-                .store
-                .list_shared("apps/v1", "StatefulSet", Some(&namespace))
-            {
-                self.dirty
-                    .insert((namespace.clone(), meta::name(&sts).to_string()));
-            }
-        }
-        for (namespace, name) in std::mem::take(&mut self.dirty) {
-            if let Some(after) = self.sync(&namespace, &name) {
-                self.timers.schedule(now + after, (namespace, name));
-            }
-        }
-        self.timers.next()
+        let mut queue =
+            std::mem::replace(&mut self.queue, WorkQueue::new("apps/v1", "StatefulSet"));
+        let store = self.store.clone();
+        let next = queue.run(&store, now, |namespace, name| self.sync(namespace, name));
+        self.queue = queue;
+        next
     }
 }
 
@@ -466,7 +437,10 @@ fn new_pod(sts: &Value, set: &SetSpec, ordinal: usize) -> Value {
             metadata.insert(field.into(), value.clone());
         }
     }
-    metadata.insert("ownerReferences".into(), json!([controller_ref_to(sts)]));
+    metadata.insert(
+        "ownerReferences".into(),
+        json!([meta::controller_ref_to(sts, "StatefulSet")]),
+    );
 
     let mut spec = template.get("spec").cloned().unwrap_or(json!({}));
     if let Some(spec) = spec.as_object_mut() {
@@ -507,16 +481,6 @@ fn is_running_and_ready(pod: &Value) -> bool {
 
 fn is_healthy(pod: &Value) -> bool {
     is_running_and_ready(pod) && !meta::is_deleting(pod)
-}
-
-/// How long the pod's Ready condition has been true (zero if unknown).
-fn ready_for(pod: &Value, now: chrono::DateTime<Utc>) -> Duration {
-    meta::condition(pod, "Ready")
-        .and_then(|c| c.get("lastTransitionTime"))
-        .and_then(Value::as_str)
-        .and_then(meta::parse_time)
-        .and_then(|since| (now - since).to_std().ok())
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
