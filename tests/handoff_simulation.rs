@@ -7,7 +7,9 @@
 //! - the operator crashes after any of its writes and restarts with empty memory;
 //! - pods are deleted by hand, vanish with their node, or restart their worker process (which
 //!   re-reads the mounted file);
-//! - the StatefulSet is scaled and jobs are added, removed and re-added, also mid-handoff.
+//! - the StatefulSet is scaled and jobs are added, removed and re-added, also mid-handoff;
+//! - for a Deployment pool: rollout restarts, pods replaced under new names, and workers that
+//!   wait for their entry and read it again when the kubelet refreshes the mounted file.
 //!
 //! After every step: under `Exclusive` no job runs on two live pod instances; the config version
 //! never goes down; no pod instance is deleted twice. Once the changes stop, the pool settles
@@ -30,10 +32,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use swarm_operator::crd::{
-    Handoff, Qos, RolloutSpec, Strategy as AssignStrategy, SwarmPool, SwarmPoolSpec,
+    Handoff, Qos, RolloutSpec, Strategy as AssignStrategy, SwarmPool, SwarmPoolSpec, WorkloadKind,
 };
 
-use cluster::{Cluster, NS, labels};
+use cluster::{Cluster, Kind, NS, labels};
 use operator::{Operator, Record};
 
 /// Jobs a schedule can name: the pool starts with the first few.
@@ -65,6 +67,11 @@ enum Step {
     LosePod(usize),
     /// A worker process restarts in its pod and reads the mounted file again.
     RestartContainer(usize),
+    /// `kubectl rollout restart` of a Deployment.
+    RolloutRestart,
+    /// The kubelet refreshes the mounted file of the pods in the mask (a Deployment's waiting
+    /// workers read their entry again).
+    RefreshMounts(u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -80,6 +87,31 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..5usize).prop_map(Step::LosePod),
         1 => (0..5usize).prop_map(Step::RestartContainer),
     ]
+}
+
+/// The steps of a Deployment pool's schedule: those of a StatefulSet's, rollout restarts and
+/// mount refreshes.
+fn deployment_step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        10 => step(),
+        1 => Just(Step::RolloutRestart),
+        3 => any::<u8>().prop_map(Step::RefreshMounts),
+    ]
+}
+
+fn deployment_schedule() -> impl Strategy<Value = Schedule> {
+    (
+        1..5usize,
+        1..=JOB_NAMES,
+        1..3u8,
+        prop::collection::vec(deployment_step(), 0..40),
+    )
+        .prop_map(|(replicas, jobs, max_unavailable, steps)| Schedule {
+            replicas,
+            jobs,
+            max_unavailable,
+            steps,
+        })
 }
 
 /// A whole schedule: the starting pool and the steps.
@@ -212,19 +244,23 @@ fn pool(jobs: usize, mode: Handoff, max_unavailable: u8) -> SwarmPool {
 /// Runs one schedule, checking the invariants after every step: with `exclusive`, that no job
 /// runs on two live pods.
 fn run(schedule: &Schedule, mode: Handoff, exclusive: bool) -> Result<Stats, String> {
-    run_with_qos(schedule, None, &[], mode, exclusive)
+    run_with_qos(schedule, Kind::StatefulSet, None, &[], mode, exclusive)
 }
 
 /// [`run`] for a pool that starts with `qos` and gets the qos `edits` before the given steps.
 fn run_with_qos(
     schedule: &Schedule,
+    kind: Kind,
     qos: Option<Qos>,
     edits: &[(usize, QosEdit)],
     mode: Handoff,
     exclusive: bool,
 ) -> Result<Stats, String> {
-    let mut cluster = Cluster::new(schedule.replicas);
+    let mut cluster = Cluster::of(kind, schedule.replicas);
     let mut pool = pool(schedule.jobs, mode, schedule.max_unavailable);
+    if kind == Kind::Deployment {
+        pool.spec.workload_kind = WorkloadKind::Deployment;
+    }
     pool.spec.qos = qos;
     prune_qos(&mut pool);
     let mut operator = Operator::start(pool, &cluster);
@@ -259,6 +295,7 @@ fn run_with_qos(
             return Ok(stats);
         }
         cluster.tick();
+        cluster.refresh_all_mounts();
         check(&cluster, &record, exclusive).map_err(|e| format!("settling, step {settle}: {e}"))?;
     }
     Err(format!(
@@ -297,18 +334,15 @@ fn apply(step: &Step, cluster: &mut Cluster, operator: &mut Operator, record: &m
                 bump_generation(&mut operator.pool);
             }
         }
-        Step::DeletePod(ordinal) => {
-            if let Some(uid) = cluster
-                .pods
-                .iter()
-                .find(|p| p.ordinal == ordinal)
-                .map(|p| p.uid.clone())
-            {
+        Step::DeletePod(index) => {
+            if let Some(uid) = cluster.pod_at(index).map(|p| p.uid.clone()) {
                 cluster.delete(&uid);
             }
         }
-        Step::LosePod(ordinal) => cluster.lose(ordinal),
-        Step::RestartContainer(ordinal) => cluster.restart_container(ordinal),
+        Step::LosePod(index) => cluster.lose(index),
+        Step::RestartContainer(index) => cluster.restart_container(index),
+        Step::RolloutRestart => cluster.rollout_restart(),
+        Step::RefreshMounts(mask) => cluster.refresh_mounts(mask),
     }
 }
 
@@ -373,12 +407,29 @@ fn settled(cluster: &Cluster, operator: &Operator) -> Result<(), String> {
     if config.transit().count() > 0 {
         return Err("jobs still in transit".into());
     }
-    let workers: Vec<String> = (0..cluster.replicas)
-        .map(|i| format!("{}-{i}", cluster::STS))
-        .collect();
-    let pods: Vec<&str> = config.workloads().map(|(pod, _)| pod).collect();
+    let workers: Vec<String> = match cluster.kind {
+        Kind::StatefulSet => (0..cluster.replicas)
+            .map(|i| format!("{}-{i}", cluster::STS))
+            .collect(),
+        // Every live pod of the Deployment, in the config's (name) order.
+        Kind::Deployment => {
+            let mut live: Vec<String> = cluster.pods.iter().map(|p| p.name()).collect();
+            live.sort();
+            live
+        }
+    };
+    let mut pods: Vec<&str> = config.workloads().map(|(pod, _)| pod).collect();
+    pods.sort_unstable();
     if pods != workers {
         return Err(format!("config names {pods:?}, want {workers:?}"));
+    }
+    if cluster.kind == Kind::Deployment && cluster.replicas > 0 {
+        let loads: Vec<usize> = config.workloads().map(|(_, w)| w.jobs.len()).collect();
+        let (min, max) = (loads.iter().min(), loads.iter().max());
+        if operator.pool.spec.qos.is_none() && max.zip(min).is_some_and(|(max, min)| max - min > 1)
+        {
+            return Err(format!("unbalanced over the slots: {loads:?}"));
+        }
     }
     let mut held: Vec<&String> = config.workloads().flat_map(|(_, w)| &w.jobs).collect();
     held.sort();
@@ -518,8 +569,31 @@ fn simulate_qos() -> Result<String, String> {
             dedicated,
             weights: s.weights.iter().map(|&(i, w)| (job(i), w)).collect(),
         };
-        run_with_qos(&s.schedule, Some(qos), &s.edits, Handoff::Exclusive, true)
+        run_with_qos(
+            &s.schedule,
+            Kind::StatefulSet,
+            Some(qos),
+            &s.edits,
+            Handoff::Exclusive,
+            true,
+        )
     })
+}
+
+/// Runs schedules of a Deployment pool (rollout restarts, pods replaced under new names,
+/// waiting workers) under the `Exclusive` handoff, checking exclusivity.
+fn simulate_deployment() -> Result<String, String> {
+    simulate_with("Exclusive over a Deployment", deployment_schedule(), |s| {
+        run_with_qos(s, Kind::Deployment, None, &[], Handoff::Exclusive, true)
+    })
+}
+
+#[test]
+fn exclusive_handoff_holds_over_a_deployments_slots_under_random_schedules() {
+    match simulate_deployment() {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(failure) => panic!("{failure}"),
+    }
 }
 
 #[test]

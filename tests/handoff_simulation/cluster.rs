@@ -1,26 +1,43 @@
-//! The model cluster: a StatefulSet controller, pods that start late and terminate slowly, the
-//! ConfigMap, and what every pod instance runs.
+//! The model cluster: a StatefulSet or a Deployment (with its ReplicaSet controller), pods that
+//! start late and terminate slowly, the ConfigMap, and what every pod instance runs.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, ObjectMeta, OwnerReference, Time,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_operator::controller::STATEFULSET_POD_LABEL;
+use swarm_operator::controller::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_operator::planner::CONFIG_KEY;
 
 pub const NS: &str = "sim";
 pub const STS: &str = "w";
 pub const STS_UID: &str = "sts-uid";
+pub const DEPLOYMENT_UID: &str = "deployment-uid";
+
+/// The kind of workload the pool's workers belong to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    StatefulSet,
+    /// A Deployment rolling with maxSurge 1 and maxUnavailable 0; its pods start with whatever
+    /// entry they find and, while it has no jobs, read the file again when the kubelet
+    /// refreshes it.
+    Deployment,
+}
 
 /// One pod instance as the API server has it, and what its worker runs.
 #[derive(Clone, Debug)]
 pub struct PodInstance {
+    /// The ordinal of a StatefulSet's pod; a Deployment's pods count up in creation order.
     pub ordinal: usize,
+    name: String,
+    /// The ReplicaSet revision of a Deployment's pod.
+    pub revision: usize,
     pub uid: String,
     /// The step at which its containers start and mount the ConfigMap.
     pub starts_at: u64,
@@ -35,30 +52,35 @@ pub struct PodInstance {
 
 impl PodInstance {
     pub fn name(&self) -> String {
-        format!("{STS}-{}", self.ordinal)
+        self.name.clone()
     }
 }
 
 /// The model cluster.
 #[derive(Clone, Debug)]
 pub struct Cluster {
+    pub kind: Kind,
     pub step: u64,
     pub replicas: usize,
+    /// The Deployment's current template revision (`rollout restart` adds one).
+    pub revision: usize,
     pub pods: Vec<PodInstance>,
     pub config_map: Option<ConfigMap>,
     next_uid: u64,
 }
 
 impl Cluster {
-    pub fn new(replicas: usize) -> Cluster {
+    pub fn of(kind: Kind, replicas: usize) -> Cluster {
         let mut cluster = Cluster {
+            kind,
             step: 0,
             replicas,
+            revision: 1,
             pods: Vec::new(),
             config_map: None,
             next_uid: 0,
         };
-        cluster.statefulset_controller();
+        cluster.controller();
         cluster
     }
 
@@ -78,7 +100,115 @@ impl Cluster {
                 pod.runs = Some(own_jobs(config.as_ref(), &pod.name()));
             }
         }
-        self.statefulset_controller();
+        self.controller();
+    }
+
+    fn controller(&mut self) {
+        match self.kind {
+            Kind::StatefulSet => self.statefulset_controller(),
+            Kind::Deployment => self.deployment_controller(),
+        }
+    }
+
+    fn new_instance(&mut self, ordinal: usize, name: String) -> PodInstance {
+        self.next_uid += 1;
+        PodInstance {
+            ordinal,
+            name,
+            revision: self.revision,
+            uid: format!("00000000-0000-4000-8000-{:012}", self.next_uid),
+            starts_at: self.step + self.next_uid % 2,
+            runs: None,
+            gone_at: None,
+            grace: 1 + self.next_uid % 3,
+        }
+    }
+
+    /// The Deployment and ReplicaSet controllers: pods of the current revision are created up
+    /// to `replicas` within a surge of one (a terminating pod does not count, so a deleted pod
+    /// is replaced at once); an old revision's pod goes once the pods that stay all run; surplus
+    /// pods of the current revision go newest first.
+    fn deployment_controller(&mut self) {
+        let step = self.step;
+        let active = |c: &Cluster| -> Vec<usize> {
+            (0..c.pods.len())
+                .filter(|&i| c.pods[i].gone_at.is_none())
+                .collect()
+        };
+        loop {
+            let live = active(self);
+            let (new, old): (Vec<usize>, Vec<usize>) = live
+                .iter()
+                .partition(|&&i| self.pods[i].revision == self.revision);
+            let available = live
+                .iter()
+                .filter(|&&i| self.pods[i].runs.is_some())
+                .count();
+            let victim = if new.len() > self.replicas {
+                new.last().copied()
+            } else if live.len() > self.replicas && available > self.replicas {
+                // maxUnavailable 0: an old pod goes once the pods that stay are all running.
+                old.first().copied()
+            } else {
+                None
+            };
+            if let Some(i) = victim {
+                let pod = &mut self.pods[i];
+                pod.gone_at = Some(step + pod.grace);
+                continue;
+            }
+            if new.len() < self.replicas && live.len() < self.replicas + 1 {
+                // Names are never reused: the next uid numbers the pod.
+                let ordinal = self.next_uid as usize + 1;
+                let name = format!("{STS}-rs{}-p{ordinal:03}", self.revision);
+                let pod = self.new_instance(ordinal, name);
+                self.pods.push(pod);
+                continue;
+            }
+            break;
+        }
+    }
+
+    /// `kubectl rollout restart`: a new template revision.
+    pub fn rollout_restart(&mut self) {
+        if self.kind == Kind::Deployment {
+            self.revision += 1;
+            self.controller();
+        }
+    }
+
+    /// The kubelet refreshes the mounted file of the pods in `mask`: a Deployment's worker that
+    /// still has no jobs reads its entry again.
+    pub fn refresh_mounts(&mut self, mask: u8) {
+        self.refresh_mounts_where(|i| i < 8 && mask & (1 << i) != 0);
+    }
+
+    /// The kubelet refreshes every mounted file (it does within about a minute).
+    pub fn refresh_all_mounts(&mut self) {
+        self.refresh_mounts_where(|_| true);
+    }
+
+    fn refresh_mounts_where(&mut self, refreshed: impl Fn(usize) -> bool) {
+        if self.kind != Kind::Deployment {
+            return;
+        }
+        let config = self.config();
+        for (i, pod) in self.pods.iter_mut().enumerate() {
+            let waiting = pod.runs.as_ref().is_some_and(BTreeSet::is_empty);
+            if waiting && refreshed(i) {
+                pod.runs = Some(own_jobs(config.as_ref(), &pod.name()));
+            }
+        }
+    }
+
+    /// The pod a schedule names by number: a StatefulSet's by ordinal, a Deployment's by its
+    /// position in the pod list.
+    pub fn pod_at(&self, index: usize) -> Option<&PodInstance> {
+        match self.kind {
+            Kind::StatefulSet => self.pods.iter().find(|p| p.ordinal == index),
+            Kind::Deployment if self.pods.is_empty() => None,
+            Kind::Deployment => self.pods.get(index % self.pods.len()),
+        }
     }
 
     /// Creates missing ordinals (only once no instance of the name is left: two instances of a
@@ -86,16 +216,8 @@ impl Cluster {
     fn statefulset_controller(&mut self) {
         for ordinal in 0..self.replicas {
             if !self.pods.iter().any(|p| p.ordinal == ordinal) {
-                self.next_uid += 1;
-                let uid = format!("00000000-0000-4000-8000-{:012}", self.next_uid);
-                self.pods.push(PodInstance {
-                    ordinal,
-                    uid,
-                    starts_at: self.step + self.next_uid % 2,
-                    runs: None,
-                    gone_at: None,
-                    grace: 1 + self.next_uid % 3,
-                });
+                let pod = self.new_instance(ordinal, format!("{STS}-{ordinal}"));
+                self.pods.push(pod);
             }
         }
         let replicas = self.replicas;
@@ -122,17 +244,25 @@ impl Cluster {
         }
     }
 
-    /// The instance of `ordinal` disappears at once (its node is lost and it is removed).
-    pub fn lose(&mut self, ordinal: usize) {
-        self.pods.retain(|p| p.ordinal != ordinal);
-        self.statefulset_controller();
+    /// The instance of pod `index` ([`Cluster::pod_at`]) disappears at once (its node is lost
+    /// and it is removed).
+    pub fn lose(&mut self, index: usize) {
+        if let Some(uid) = self.pod_at(index).map(|p| p.uid.clone()) {
+            self.pods.retain(|p| p.uid != uid);
+        }
+        self.controller();
     }
 
-    /// The worker process of `ordinal` restarts inside its pod and reads the mounted file again,
-    /// which the kubelet may have refreshed to the newest content.
-    pub fn restart_container(&mut self, ordinal: usize) {
+    /// The worker process of pod `index` restarts inside its pod and reads the mounted file
+    /// again, which the kubelet may have refreshed to the newest content.
+    pub fn restart_container(&mut self, index: usize) {
         let config = self.config();
-        for pod in self.pods.iter_mut().filter(|p| p.ordinal == ordinal) {
+        let uid = self.pod_at(index).map(|p| p.uid.clone());
+        for pod in self
+            .pods
+            .iter_mut()
+            .filter(|p| Some(&p.uid) == uid.as_ref())
+        {
             if pod.runs.is_some() {
                 pod.runs = Some(own_jobs(config.as_ref(), &pod.name()));
             }
@@ -185,8 +315,56 @@ impl Cluster {
         by_job
     }
 
-    /// The StatefulSet as the API serves it.
-    pub fn statefulset(&self) -> StatefulSet {
+    /// The Deployment as the API serves it, for a Deployment cluster.
+    pub fn deployment(&self) -> Option<Deployment> {
+        (self.kind == Kind::Deployment).then(|| Deployment {
+            metadata: ObjectMeta {
+                name: Some(STS.into()),
+                namespace: Some(NS.into()),
+                uid: Some(DEPLOYMENT_UID.into()),
+                labels: Some(labels()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(DeploymentSpec {
+                replicas: Some(self.replicas as i32),
+                ..DeploymentSpec::default()
+            }),
+            status: None,
+        })
+    }
+
+    /// The Deployment's ReplicaSets, one per revision so far.
+    pub fn replica_sets(&self) -> Vec<ReplicaSet> {
+        if self.kind != Kind::Deployment {
+            return Vec::new();
+        }
+        (1..=self.revision)
+            .map(|revision| ReplicaSet {
+                metadata: ObjectMeta {
+                    name: Some(replica_set_name(revision)),
+                    namespace: Some(NS.into()),
+                    uid: Some(format!("rs-uid-{revision}")),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "apps/v1".into(),
+                        kind: "Deployment".into(),
+                        name: STS.into(),
+                        uid: DEPLOYMENT_UID.into(),
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    }]),
+                    ..ObjectMeta::default()
+                },
+                ..ReplicaSet::default()
+            })
+            .collect()
+    }
+
+    /// The StatefulSet as the API serves it, for a StatefulSet cluster.
+    pub fn statefulset(&self) -> Option<StatefulSet> {
+        (self.kind == Kind::StatefulSet).then(|| self.statefulset_object())
+    }
+
+    fn statefulset_object(&self) -> StatefulSet {
         StatefulSet {
             metadata: ObjectMeta {
                 name: Some(STS.into()),
@@ -215,23 +393,41 @@ impl Cluster {
     pub fn pod_object(&self, pod: &PodInstance) -> Pod {
         let t0 = Time(Timestamp::from_second(1_700_000_000).unwrap());
         let mut labels = labels();
-        labels.insert(STATEFULSET_POD_LABEL.into(), pod.name());
-        Pod {
-            metadata: ObjectMeta {
-                name: Some(pod.name()),
-                namespace: Some(NS.into()),
-                uid: Some(pod.uid.clone()),
-                creation_timestamp: Some(t0.clone()),
-                deletion_timestamp: pod.gone_at.map(|_| t0.clone()),
-                labels: Some(labels),
-                owner_references: Some(vec![OwnerReference {
+        let owner = match self.kind {
+            Kind::StatefulSet => {
+                labels.insert(STATEFULSET_POD_LABEL.into(), pod.name());
+                OwnerReference {
                     api_version: "apps/v1".into(),
                     kind: "StatefulSet".into(),
                     name: STS.into(),
                     uid: STS_UID.into(),
                     controller: Some(true),
                     block_owner_deletion: Some(true),
-                }]),
+                }
+            }
+            Kind::Deployment => {
+                labels.insert(DEPLOYMENT_POD_LABEL.into(), format!("rs{}", pod.revision));
+                OwnerReference {
+                    api_version: "apps/v1".into(),
+                    kind: "ReplicaSet".into(),
+                    name: replica_set_name(pod.revision),
+                    uid: format!("rs-uid-{}", pod.revision),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }
+            }
+        };
+        // Pods are created in ordinal order: a Deployment gives the oldest the first slots.
+        let created = Time(t0.0 + SignedDuration::from_secs(pod.ordinal as i64));
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(pod.name()),
+                namespace: Some(NS.into()),
+                uid: Some(pod.uid.clone()),
+                creation_timestamp: Some(created),
+                deletion_timestamp: pod.gone_at.map(|_| t0.clone()),
+                labels: Some(labels),
+                owner_references: Some(vec![owner]),
                 ..ObjectMeta::default()
             },
             spec: None,
@@ -246,6 +442,10 @@ impl Cluster {
             }),
         }
     }
+}
+
+fn replica_set_name(revision: usize) -> String {
+    format!("{STS}-rs{revision}")
 }
 
 pub fn labels() -> BTreeMap<String, String> {

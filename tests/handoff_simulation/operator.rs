@@ -48,9 +48,13 @@ impl Operator {
     /// The watch delivers the pending events of the pods whose ordinal is in `mask`; the events
     /// of the others stay pending (late), or are lost until the next relist.
     pub fn deliver(&mut self, cluster: &Cluster, mask: u8) {
+        // A StatefulSet's pods by ordinal, a Deployment's by a hash of the name.
         let in_mask = |name: &str| {
-            let ordinal: u32 = name.rsplit_once('-').unwrap().1.parse().unwrap();
-            ordinal < 8 && mask & (1 << ordinal) != 0
+            let tail = name.rsplit_once('-').unwrap().1;
+            let bit = tail
+                .parse::<u32>()
+                .unwrap_or_else(|_| tail.bytes().map(u32::from).sum::<u32>() % 8);
+            bit < 8 && mask & (1 << bit) != 0
         };
         let api: BTreeMap<String, Pod> = cluster
             .api_pods()
@@ -97,6 +101,8 @@ impl Operator {
             return None;
         }
         let statefulset = cluster.statefulset();
+        let deployment = cluster.deployment();
+        let replica_sets = cluster.replica_sets();
         let mut pods: Vec<Pod> = self.cache.values().cloned().collect();
         let mut pods_are_live = false;
         let mut rounds = 0;
@@ -107,9 +113,9 @@ impl Operator {
             let summaries: Vec<PodSummary> = pods.iter().map(PodSummary::from).collect();
             let mut plan = planner::plan(&Observed {
                 pool: &self.pool,
-                statefulsets: vec![&statefulset],
-                deployments: Vec::new(),
-                replica_sets: Vec::new(),
+                statefulsets: statefulset.iter().collect(),
+                deployments: deployment.iter().collect(),
+                replica_sets: replica_sets.iter().collect(),
                 pods: summaries.iter().collect(),
                 other_pools: Vec::new(),
                 pods_are_live,

@@ -197,16 +197,6 @@ impl Env {
         Some(Env::start(name).await)
     }
 
-    /// Like [`Env::start`], but `None` (with a note) on the simulation, for scenarios that need
-    /// controllers only a real cluster runs.
-    pub async fn start_real_only(name: &str, why: &str) -> Option<Env> {
-        if RealCluster::from_env().is_none() {
-            eprintln!("note: {name} skipped on kube-sim: {why}");
-            return None;
-        }
-        Some(Env::start(name).await)
-    }
-
     /// What the duplicate watch has seen so far.
     pub fn handoff_stats(&self) -> HandoffStats {
         self.duplicates.stats()
