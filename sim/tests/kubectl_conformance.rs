@@ -821,27 +821,19 @@ async fn kubectl_applies_scales_restarts_and_waits_for_a_deployment_rollout() {
 
     k.ok(&["scale", "deployment", "web", "--replicas=3"]).await;
     k.ok(&status).await;
-    let rs_before = k
-        .ok(&[
-            "get",
-            "replicasets",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ])
-        .await;
+    let list_replica_sets = [
+        "get",
+        "replicasets",
+        "-o",
+        "jsonpath={.items[*].metadata.name}",
+    ];
+    let rs_before = k.ok(&list_replica_sets).await;
 
     let out = k.ok(&["rollout", "restart", "deployment/web"]).await;
     assert_eq!(out.trim(), "deployment.apps/web restarted");
     let out = k.ok(&status).await;
     assert!(out.contains("successfully rolled out"), "{out}");
-    let rs_after = k
-        .ok(&[
-            "get",
-            "replicasets",
-            "-o",
-            "jsonpath={.items[*].metadata.name}",
-        ])
-        .await;
+    let rs_after = k.ok(&list_replica_sets).await;
     assert_eq!(rs_after.split_whitespace().count(), 2, "{rs_after}");
     let new_rs = rs_after
         .split_whitespace()
