@@ -315,6 +315,7 @@ pub async fn run(
         synced_tx.clone(),
     );
     let pools = pools.applied_objects();
+    metrics.pools.watch(pool_store.clone());
     let (cm_store, config_maps) = cached_watch(
         scoped::<ConfigMap>(&client, ns),
         watcher::Config::default().labels(POOL_LABEL),

@@ -53,14 +53,35 @@ async fn readyz(State(state): State<Arc<HttpState>>) -> impl IntoResponse {
     }
 }
 
-async fn metrics(State(state): State<Arc<HttpState>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        crate::metrics::encode(&state.registry),
-    )
+/// OpenMetrics to scrapers that ask for it (Prometheus does), the classic text format to the
+/// rest (curl, `promtool check metrics`), as the Go client library negotiates.
+async fn metrics(
+    State(state): State<Arc<HttpState>>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
+    let openmetrics = crate::metrics::encode(&state.registry);
+    let wants_openmetrics = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .any(|value| value.contains("application/openmetrics-text"));
+    if wants_openmetrics {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            openmetrics,
+        )
+    } else {
+        (
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            crate::metrics::openmetrics_to_prometheus_text(&openmetrics),
+        )
+    }
 }
 
 /// Serves the endpoints on `listener` until `shutdown` resolves.
@@ -80,14 +101,33 @@ mod tests {
     use super::*;
 
     async fn get_status(state: Arc<HttpState>, path: &str) -> (StatusCode, String) {
+        let (status, _, body) = get(state, path, None).await;
+        (status, body)
+    }
+
+    /// Status, content type and body of `path`, asking for `accept`.
+    async fn get(
+        state: Arc<HttpState>,
+        path: &str,
+        accept: Option<&str>,
+    ) -> (StatusCode, String, String) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
-        let response = reqwest::get(format!("http://{addr}{path}")).await.unwrap();
+        let mut request = reqwest::Client::new().get(format!("http://{addr}{path}"));
+        if let Some(accept) = accept {
+            request = request.header("accept", accept);
+        }
+        let response = request.send().await.unwrap();
         let status = StatusCode::from_u16(response.status().as_u16()).unwrap();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
         let body = response.text().await.unwrap();
         server.abort();
-        (status, body)
+        (status, content_type, body)
     }
 
     #[tokio::test]
@@ -116,5 +156,24 @@ mod tests {
             body.contains("swarm_operator_config_writes_total 1"),
             "{body}"
         );
+    }
+
+    #[tokio::test]
+    async fn metrics_are_openmetrics_only_for_scrapers_that_ask_for_it() {
+        let state = Arc::new(HttpState::new(Registry::default()));
+        let prometheus_accept =
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+        let (_, content_type, body) = get(state.clone(), "/metrics", Some(prometheus_accept)).await;
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{content_type}"
+        );
+        assert!(body.ends_with("# EOF\n"), "{body}");
+        let (_, content_type, body) = get(state, "/metrics", None).await;
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        assert!(!body.contains("# EOF"), "{body}");
     }
 }

@@ -9,6 +9,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::api_requests::RequestCounter;
+use crate::pool_metrics::PoolGauges;
 
 /// Label set of the failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -54,6 +55,8 @@ pub struct Metrics {
     pub handoff_unheld: Histogram,
     /// Requests to the API server, by verb and resource.
     pub api_requests: RequestCounter,
+    /// Per-pool gauges read from the pools' status at each scrape.
+    pub pools: PoolGauges,
 }
 
 impl Default for Metrics {
@@ -72,6 +75,7 @@ impl Default for Metrics {
                 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
             ]),
             api_requests: RequestCounter::default(),
+            pools: PoolGauges::default(),
         }
     }
 }
@@ -125,6 +129,7 @@ impl Metrics {
             "Requests to the Kubernetes API server, by verb and resource",
             self.api_requests.clone(),
         );
+        r.register_collector(Box::new(self.pools.clone()));
         self
     }
 
@@ -186,11 +191,45 @@ impl Drop for ReconcileTimer {
     }
 }
 
-/// The registry in the Prometheus text format.
+/// The registry in the OpenMetrics text format.
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, registry)
         .expect("writing to a String cannot fail");
+    out
+}
+
+/// OpenMetrics text (as [`encode`] writes it) in the classic Prometheus text format 0.0.4, for
+/// scrapers and tools (`promtool check metrics`) that do not ask for OpenMetrics: a counter's
+/// family is named after its `_total` sample, and there is no `# UNIT` or `# EOF` line.
+pub fn openmetrics_to_prometheus_text(openmetrics: &str) -> String {
+    let counters: std::collections::HashSet<&str> = openmetrics
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.strip_suffix(" counter"))
+        .collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let descriptor = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|prefix| Some((prefix, line.strip_prefix(prefix)?)));
+        match descriptor {
+            Some((prefix, rest)) => {
+                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
+                let total = if counters.contains(name) {
+                    "_total"
+                } else {
+                    ""
+                };
+                out.push_str(&format!("{prefix}{name}{total} {tail}"));
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
     out
 }
 
@@ -222,6 +261,31 @@ mod tests {
             text.contains("swarm_operator_warnings_total{reason=\"ConfigMapConflict\"} 1"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_classic_text_format_names_counter_families_after_their_samples() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::default().register(&mut registry);
+        metrics.config_writes.inc();
+        let text = openmetrics_to_prometheus_text(&encode(&registry));
+        assert!(
+            text.contains(
+                "# HELP swarm_operator_config_writes_total ConfigMap writes.\n\
+                 # TYPE swarm_operator_config_writes_total counter\n\
+                 swarm_operator_config_writes_total 1\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE swarm_operator_reconcile_duration_seconds histogram\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE swarm_operator_pool_jobs gauge\n"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"), "{text}");
     }
 
     #[test]

@@ -79,7 +79,7 @@ impl Previous {
 /// The slot table of a Deployment pool as the ConfigMap records it. A missing or unreadable
 /// annotation is an empty table: every pod takes a slot afresh, and the handoff still keeps each
 /// job on one pod at a time.
-pub(super) fn slot_table(cm: Option<&ConfigMap>) -> SlotTable {
+pub fn slot_table(cm: Option<&ConfigMap>) -> SlotTable {
     cm.and_then(|cm| cm.annotations().get(SLOTS_ANNOTATION))
         .and_then(|text| serde_json::from_str(text).ok())
         .unwrap_or_default()

@@ -32,7 +32,7 @@ use config_map::Previous;
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
 use validate::{Facts, Failure, Valid};
 
-pub use config_map::records_unresolved;
+pub use config_map::{records_unresolved, slot_table};
 pub use validate::selects;
 
 /// The ConfigMap key the workers read.

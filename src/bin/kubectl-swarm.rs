@@ -1,0 +1,214 @@
+//! `kubectl-swarm`: the kubectl plugin. On PATH, `kubectl swarm ...` runs it with the current
+//! kubeconfig. Only fetching and printing here; the reports live in `swarm_operator::plugin`.
+//!
+//! Exit codes: 0 answered; 1 the pool, its config or the job does not exist; 2 bad usage;
+//! 3 no cluster configured, unreachable, or the request was refused.
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ListParams;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use swarm_operator::crd::SwarmPool;
+use swarm_operator::plugin::output::{self, Format};
+use swarm_operator::plugin::{PluginError, PoolView, locate, scale_plan, status};
+use swarm_operator::pod_summary::PodSummary;
+
+/// Inspect SwarmPools: where each job runs, what each worker holds, what a scale would move.
+#[derive(Parser, Debug)]
+#[command(name = "kubectl swarm", version, about, long_about = None)]
+struct Cli {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The kubectl flags every command takes.
+#[derive(Args, Debug)]
+struct ClusterArgs {
+    /// Namespace of the pool [default: the current context's namespace].
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
+    /// Path to the kubeconfig file [default: KUBECONFIG, then ~/.kube/config].
+    #[arg(long, global = true, value_name = "FILE")]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// The kubeconfig context to use [default: the current context].
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long, global = true, value_enum, default_value_t)]
+    output: Format,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The pool's phase and config version, then each worker: ready, jobs, the version its job
+    /// set last changed, whether it still has to restart, jobs in transit.
+    Status {
+        /// The SwarmPool.
+        pool: String,
+    },
+    /// The pool and worker holding a job, or whether it is in transit or unassigned.
+    Where {
+        /// The job, as listed in `spec.jobs`.
+        job: String,
+        /// Search every namespace.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
+    },
+    /// What scaling the pool's workers to N would do: jobs moved, workers restarted, jobs per
+    /// worker.
+    Plan {
+        /// The SwarmPool.
+        pool: String,
+        /// The number of workers to plan for.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(..=100_000))]
+        replicas: u32,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: starting the async runtime: {error}");
+            return ExitCode::from(3);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<String, PluginError> {
+    let (client, default_namespace) = connect(&cli.cluster).await?;
+    let namespace = cli.cluster.namespace.clone().unwrap_or(default_namespace);
+    let format = cli.cluster.output;
+    match cli.command {
+        Command::Status { pool } => {
+            let view = fetch(&client, &namespace, &pool).await?;
+            let report = status::report(&view)?;
+            Ok(output::print(format, &report, status::render))
+        }
+        Command::Where {
+            job,
+            all_namespaces,
+        } => {
+            let pools: Api<SwarmPool> = if all_namespaces {
+                Api::all(client.clone())
+            } else {
+                Api::namespaced(client.clone(), &namespace)
+            };
+            let listed = pools
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| cluster_error(&e, "list SwarmPools"))?;
+            let mut views = Vec::new();
+            for pool in listed {
+                let ns = pool.metadata.namespace.clone().unwrap_or_default();
+                let config_map = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+                    .get_opt(&pool.config_map_name())
+                    .await
+                    .map_err(|e| cluster_error(&e, "read a pool's ConfigMap"))?;
+                views.push(PoolView {
+                    pool,
+                    config_map,
+                    pods: Vec::new(),
+                });
+            }
+            let scope = if all_namespaces {
+                "in any namespace".to_owned()
+            } else {
+                format!("in namespace {namespace}")
+            };
+            let found = locate::require_found(locate::locate(&views, &job), &job, &scope)?;
+            Ok(output::print(format, &found, |found| locate::render(found)))
+        }
+        Command::Plan { pool, replicas } => {
+            let view = fetch(&client, &namespace, &pool).await?;
+            let replicas = usize::try_from(replicas).expect("at most 100000");
+            let plan = scale_plan::plan(&view, replicas)?;
+            Ok(output::print(format, &plan, scale_plan::render))
+        }
+    }
+}
+
+/// A client for the kubeconfig and context the flags name, and that context's namespace.
+async fn connect(args: &ClusterArgs) -> Result<(Client, String), PluginError> {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let config = match &args.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(|e| {
+                PluginError::Cluster(format!("cannot read --kubeconfig {}: {e}", path.display()))
+            })?;
+            Config::from_custom_kubeconfig(kubeconfig, &options).await
+        }
+        None => Config::from_kubeconfig(&options).await,
+    }
+    .map_err(|e| {
+        PluginError::Cluster(format!(
+            "no usable kubeconfig ({e}); set KUBECONFIG or pass --kubeconfig"
+        ))
+    })?;
+    let namespace = config.default_namespace.clone();
+    let client = Client::try_from(config)
+        .map_err(|e| PluginError::Cluster(format!("cannot build a client: {e}")))?;
+    Ok((client, namespace))
+}
+
+/// The pool, its ConfigMap and the pods of its namespace.
+async fn fetch(client: &Client, namespace: &str, name: &str) -> Result<PoolView, PluginError> {
+    let pool = Api::<SwarmPool>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| cluster_error(&e, "read the SwarmPool"))?
+        .ok_or_else(|| PluginError::NoPool {
+            namespace: namespace.to_owned(),
+            pool: name.to_owned(),
+        })?;
+    let config_map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(&pool.config_map_name())
+        .await
+        .map_err(|e| cluster_error(&e, "read the pool's ConfigMap"))?;
+    let pods = Api::<PodSummary>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| cluster_error(&e, "list pods"))?
+        .items;
+    Ok(PoolView {
+        pool,
+        config_map,
+        pods,
+    })
+}
+
+/// One line saying what could not be done and why, from a client error.
+fn cluster_error(error: &kube::Error, what: &str) -> PluginError {
+    let why = match error {
+        kube::Error::Api(status)
+            if status.is_not_found() && status.message.contains("swarmpools") =>
+        {
+            "the SwarmPool CRD is not installed (kubectl apply -f crds/swarmpool.yaml)".to_owned()
+        }
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    };
+    PluginError::Cluster(format!("cannot {what}: {why}"))
+}

@@ -1,0 +1,162 @@
+//! `kubectl swarm`: the kubectl plugin's reports (`status`, `where`, `plan`), computed from what
+//! the cluster holds with the operator's own readers: the ConfigMap's `config.yml` and
+//! bookkeeping, and the planner's assignment for `plan`.
+//!
+//! Pure: the `kubectl-swarm` binary fetches a [`PoolView`] per pool and prints a report with
+//! [`output`]; everything here is tested without a cluster.
+
+pub mod locate;
+pub mod output;
+pub mod scale_plan;
+pub mod status;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt as _;
+use swarm_assign::worker_config::WorkerConfig;
+
+use crate::crd::SwarmPool;
+use crate::planner::CONFIG_KEY;
+use crate::pod_summary::PodSummary;
+use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh};
+
+/// A pool as the cluster holds it: the pool, its ConfigMap, and the pods of its namespace.
+#[derive(Clone, Debug)]
+pub struct PoolView {
+    /// The pool.
+    pub pool: SwarmPool,
+    /// The ConfigMap the pool names, if it exists.
+    pub config_map: Option<ConfigMap>,
+    /// Pods of the pool's namespace (looked up by name).
+    pub pods: Vec<PodSummary>,
+}
+
+impl PoolView {
+    /// The pool's namespace.
+    pub fn namespace(&self) -> String {
+        self.pool.namespace().unwrap_or_default()
+    }
+
+    /// The pool's name.
+    pub fn name(&self) -> String {
+        self.pool.name_any()
+    }
+
+    /// The worker config the operator wrote.
+    pub fn config(&self) -> Result<WorkerConfig, PluginError> {
+        let missing = || PluginError::NoConfigMap {
+            namespace: self.namespace(),
+            pool: self.name(),
+            config_map: self.pool.config_map_name(),
+        };
+        let cm = self.config_map.as_ref().ok_or_else(missing)?;
+        let text = cm
+            .data
+            .as_ref()
+            .and_then(|data| data.get(CONFIG_KEY))
+            .ok_or_else(missing)?;
+        WorkerConfig::parse(text).map_err(|error| PluginError::UnreadableConfig {
+            namespace: self.namespace(),
+            config_map: self.pool.config_map_name(),
+            detail: error.to_string(),
+        })
+    }
+
+    /// The workers that still have to restart: recorded by the operator and not yet replaced
+    /// (an entry whose pod now has another uid is done, as the operator sees it).
+    pub fn restart_pending(&self, pod: &str) -> bool {
+        let pending = PendingRefresh::parse(
+            self.config_map
+                .as_ref()
+                .and_then(|cm| cm.annotations().get(PENDING_REFRESH_ANNOTATION))
+                .map(String::as_str),
+        )
+        .unwrap_or_default();
+        pending.entries().get(pod).is_some_and(|uid| {
+            uid.is_empty() || self.pod(pod).and_then(|p| p.metadata.uid.as_deref()) == Some(uid)
+        })
+    }
+
+    /// The pod of that name in the pool's namespace.
+    pub fn pod(&self, name: &str) -> Option<&PodSummary> {
+        self.pods
+            .iter()
+            .find(|pod| pod.metadata.name.as_deref() == Some(name))
+    }
+
+    /// Whether the pod exists and is Ready (`None`: no such pod).
+    pub fn ready(&self, name: &str) -> Option<bool> {
+        self.pod(name).map(|pod| {
+            pod.metadata.deletion_timestamp.is_none()
+                && pod.ready.as_ref().is_some_and(|ready| ready.is_true)
+        })
+    }
+}
+
+/// Why a command could not answer; each kind has its own exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The pool does not exist.
+    #[error("no SwarmPool {pool} in namespace {namespace}")]
+    NoPool {
+        /// Namespace searched.
+        namespace: String,
+        /// Pool name asked for.
+        pool: String,
+    },
+    /// The pool has no ConfigMap, or one without a config: not reconciled yet.
+    #[error(
+        "SwarmPool {namespace}/{pool} has no config yet (ConfigMap {config_map}): the operator has not reconciled it; check that it runs and `kubectl describe swarmpool {pool} -n {namespace}`"
+    )]
+    NoConfigMap {
+        /// Namespace of the pool.
+        namespace: String,
+        /// Pool name.
+        pool: String,
+        /// The ConfigMap the pool names.
+        config_map: String,
+    },
+    /// The ConfigMap's config cannot be read.
+    #[error("ConfigMap {namespace}/{config_map}: {detail}")]
+    UnreadableConfig {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// ConfigMap name.
+        config_map: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// No pool lists the job.
+    #[error("job {job} is in no SwarmPool {scope}")]
+    NoSuchJob {
+        /// The job asked for.
+        job: String,
+        /// "in namespace NS" or "in any namespace".
+        scope: String,
+    },
+    /// The pool has no workload to plan for.
+    #[error(
+        "SwarmPool {namespace}/{pool} has no workload yet ({why}); `kubectl describe swarmpool {pool} -n {namespace}` says why"
+    )]
+    NoWorkload {
+        /// Namespace of the pool.
+        namespace: String,
+        /// Pool name.
+        pool: String,
+        /// The phase and reason the status gives.
+        why: String,
+    },
+    /// No cluster configuration, or the cluster cannot be reached or refused the request.
+    #[error("{0}")]
+    Cluster(String),
+}
+
+impl PluginError {
+    /// The process exit code: 1 when what was asked about does not exist (yet), 3 when the
+    /// cluster could not be used. Usage errors exit with 2.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            PluginError::Cluster(_) => 3,
+            _ => 1,
+        }
+    }
+}
