@@ -26,7 +26,7 @@ pub struct ReasonLabels {
 }
 
 /// Label set of per-pool series.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
 pub struct PoolLabels {
     /// Namespace of the pool.
     pub namespace: String,
@@ -49,13 +49,12 @@ pub struct Metrics {
     pub pod_refreshes: Counter,
     /// Warning events about pools, by reason (a pool entering a failure).
     pub warnings: Family<ReasonLabels, Counter>,
-    /// Worker pods deleted so they restart on a new config, per pool.
-    pub worker_refreshes: Family<PoolLabels, Counter>,
     /// Seconds a job spent in transit (revoked, not yet granted) during a handoff.
     pub handoff_unheld: Histogram,
     /// Requests to the API server, by verb and resource.
     pub api_requests: RequestCounter,
-    /// Per-pool gauges read from the pools' status at each scrape.
+    /// Per-pool series: gauges read from the pools' status at each scrape, and the worker
+    /// refreshes of each pool.
     pub pools: PoolGauges,
 }
 
@@ -70,7 +69,6 @@ impl Default for Metrics {
             config_writes: Counter::default(),
             pod_refreshes: Counter::default(),
             warnings: Family::default(),
-            worker_refreshes: Family::default(),
             handoff_unheld: Histogram::new([
                 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
             ]),
@@ -115,11 +113,6 @@ impl Metrics {
             self.pod_refreshes.clone(),
         );
         r.register(
-            "worker_refreshes",
-            "Worker pods deleted so they restart on a new config, by pool",
-            self.worker_refreshes.clone(),
-        );
-        r.register(
             "handoff_unheld_seconds",
             "Seconds a job spent in transit during a handoff: from its revocation to its grant",
             self.handoff_unheld.clone(),
@@ -136,12 +129,10 @@ impl Metrics {
     /// Counts a worker pod deleted for a refresh.
     pub fn refreshed(&self, namespace: &str, pool: &str) {
         self.pod_refreshes.inc();
-        self.worker_refreshes
-            .get_or_create(&PoolLabels {
-                namespace: namespace.to_owned(),
-                pool: pool.to_owned(),
-            })
-            .inc();
+        self.pools.refreshed(PoolLabels {
+            namespace: namespace.to_owned(),
+            pool: pool.to_owned(),
+        });
     }
 
     /// Records how long each granted job spent in transit.

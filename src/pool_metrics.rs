@@ -3,14 +3,17 @@
 //! that is deleted is a series gone, with no bookkeeping to forget.
 //!
 //! Only the replica that reconciles has a pool cache, so a standby exports none of them and an
-//! alert never sees a pool twice.
+//! alert never sees a pool twice. The one per-pool counter, worker refreshes, is dropped at the
+//! first scrape after its pool is gone from the cache.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use kube::ResourceExt as _;
 use kube::runtime::reflector::Store;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -83,10 +86,14 @@ const STATUS_GAUGES: [StatusGauge; 7] = [
     },
 ];
 
-/// The per-pool gauges of the pools in a cache, once the controller has one.
+/// The per-pool series of the pools in a cache, once the controller has one.
 #[derive(Clone, Debug, Default)]
 pub struct PoolGauges {
     pools: Arc<OnceLock<Store<SwarmPool>>>,
+    /// Worker pods deleted so they restart on a new config, per pool.
+    refreshes: Family<PoolLabels, Counter>,
+    /// The pools `refreshes` has a series for (a `Family` does not list its keys).
+    refreshed_pools: Arc<Mutex<BTreeSet<PoolLabels>>>,
 }
 
 impl PoolGauges {
@@ -95,11 +102,52 @@ impl PoolGauges {
         // Set once per process: the controller runs once.
         let _ = self.pools.set(store);
     }
+
+    /// Counts a worker pod of `pool` deleted for a refresh.
+    pub fn refreshed(&self, pool: PoolLabels) {
+        self.refreshes.get_or_create(&pool).inc();
+        self.refreshed_pools
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(pool);
+    }
+
+    /// Drops the refresh series of pools no longer in `pools`.
+    fn forget_deleted(&self, pools: &[Arc<SwarmPool>]) {
+        let live: BTreeSet<(String, String)> = pools
+            .iter()
+            .map(|pool| (pool.namespace().unwrap_or_default(), pool.name_any()))
+            .collect();
+        let mut refreshed = self
+            .refreshed_pools
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        refreshed.retain(|labels| {
+            let keep = live.contains(&(labels.namespace.clone(), labels.pool.clone()));
+            if !keep {
+                self.refreshes.remove(labels);
+            }
+            keep
+        });
+    }
 }
 
 impl Collector for PoolGauges {
-    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let pools = self.pools.get().map(Store::state).unwrap_or_default();
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let pools = match self.pools.get() {
+            Some(store) => {
+                let pools = store.state();
+                self.forget_deleted(&pools);
+                pools
+            }
+            None => Vec::new(),
+        };
+        self.refreshes.encode(encoder.encode_descriptor(
+            "worker_refreshes",
+            "Worker pods deleted so they restart on a new config, by pool",
+            None,
+            self.refreshes.metric_type(),
+        )?)?;
         encode_pools(&pools, encoder)
     }
 }
@@ -231,11 +279,32 @@ mod tests {
         writer.apply_watcher_event(&watcher::Event::Apply(pool("swarm", "new", None)));
         let gauges = PoolGauges::default();
         gauges.watch(store);
-        assert!(scrape(&gauges).contains("pool=\"gone\""));
+        for (namespace, pool) in [("swarm", "kept"), ("other", "gone")] {
+            gauges.refreshed(PoolLabels {
+                namespace: namespace.into(),
+                pool: pool.into(),
+            });
+        }
+        let text = scrape(&gauges);
+        assert!(
+            text.contains("pool_jobs{namespace=\"other\",pool=\"gone\"} 27"),
+            "{text}"
+        );
+        assert!(
+            text.contains("worker_refreshes_total{namespace=\"other\",pool=\"gone\"} 1"),
+            "{text}"
+        );
 
         writer.apply_watcher_event(&watcher::Event::Delete(deleted));
         let text = scrape(&gauges);
-        assert!(text.contains("pool=\"kept\""), "{text}");
+        assert!(
+            text.contains("pool_jobs{namespace=\"swarm\",pool=\"kept\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("worker_refreshes_total{namespace=\"swarm\",pool=\"kept\"} 1"),
+            "{text}"
+        );
         assert!(!text.contains("pool=\"gone\""), "{text}");
         assert!(!text.contains("pool=\"new\""), "{text}");
     }

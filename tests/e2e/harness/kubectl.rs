@@ -38,11 +38,25 @@ pub fn locate() -> PathBuf {
         })
 }
 
+/// PATH with the directory of the `kubectl-swarm` binary first.
+fn plugin_path() -> std::ffi::OsString {
+    let plugin = Path::new(env!("CARGO_BIN_EXE_kubectl-swarm"));
+    let dirs = plugin.parent().map(Path::to_path_buf).into_iter().chain(
+        env::var_os("PATH")
+            .iter()
+            .flat_map(env::split_paths)
+            .collect::<Vec<_>>(),
+    );
+    env::join_paths(dirs).expect("PATH entries without separators")
+}
+
 /// What one kubectl invocation printed.
 #[derive(Debug)]
 pub struct Output {
     /// Whether kubectl exited with status 0.
     pub success: bool,
+    /// The exit code (`None` when killed by a signal).
+    pub code: Option<i32>,
     /// Standard output.
     pub stdout: String,
     /// Standard error.
@@ -70,11 +84,14 @@ impl Kubectl {
         }
     }
 
-    /// Runs kubectl with `args` from the repository root and returns what it printed.
+    /// Runs kubectl with `args` from the repository root and returns what it printed. The
+    /// `kubectl-swarm` plugin this crate builds comes first on its PATH, so `kubectl swarm`
+    /// finds it as a user's kubectl would.
     pub async fn run(&self, args: &[&str]) -> Output {
         let output = tokio::process::Command::new(&self.binary)
             .args(args)
             .current_dir(repo_root())
+            .env("PATH", plugin_path())
             .env("KUBECONFIG", &self.kubeconfig)
             .env("KUBECACHEDIR", &self.cache_dir)
             .stdin(Stdio::null())
@@ -83,6 +100,7 @@ impl Kubectl {
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
         let result = Output {
             success: output.status.success(),
+            code: output.status.code(),
             stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
         };

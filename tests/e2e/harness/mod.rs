@@ -9,6 +9,7 @@ pub mod manifests;
 pub mod observe;
 pub mod operator;
 pub mod poll;
+pub mod promtool;
 pub mod real_cluster;
 pub mod sim_inspect;
 pub mod worker_config;
@@ -266,6 +267,15 @@ impl Env {
         self.operator_logs.push(log);
         operator.wait_ready(&self.http).await;
         self.operator = Some(operator);
+    }
+
+    /// The operator's `/metrics` in the classic text format.
+    pub async fn operator_metrics(&self) -> String {
+        self.operator
+            .as_ref()
+            .expect("the operator runs")
+            .metrics(&self.http)
+            .await
     }
 
     /// Starts a replica of the operator named `identity` (its `POD_NAME`) with `extra_args`,

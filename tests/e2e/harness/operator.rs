@@ -80,6 +80,19 @@ impl Operator {
         .await;
     }
 
+    /// What `/metrics` serves to a client that does not ask for OpenMetrics (the classic
+    /// Prometheus text format, as `curl` and `promtool` read it).
+    pub async fn metrics(&self, http: &reqwest::Client) -> String {
+        let url = format!("http://{}/metrics", self.http_addr);
+        let response = http.get(&url).send().await.expect("GET /metrics");
+        assert!(
+            response.status().is_success(),
+            "/metrics answered {}",
+            response.status()
+        );
+        response.text().await.expect("read /metrics")
+    }
+
     /// Kills the process with SIGKILL, as a crash or an evicted pod would end it, and reaps it.
     pub async fn kill(&mut self) {
         self.child.kill().await.expect("kill the operator");

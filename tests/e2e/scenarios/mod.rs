@@ -1,4 +1,4 @@
-//! The nine end-to-end scenarios of the simulation issue, one module each.
+//! The end-to-end scenarios, one module each.
 
 mod bad_input;
 mod deploy;
@@ -8,6 +8,7 @@ mod handoff;
 mod install;
 mod job_edits;
 mod kubectl_commands;
+mod kubectl_plugin;
 mod pool_deletion;
 mod qos;
 mod quiet;

@@ -1,0 +1,295 @@
+//! Operating a pool day to day: `kubectl swarm status/where/plan`, found by the real kubectl
+//! through PATH, agree with the ConfigMap and the status; `plan` predicts what a scale does;
+//! the per-pool metrics follow the status through a rollout, pass `promtool check metrics`,
+//! and go with the pool.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::scale;
+use crate::harness::Env;
+use crate::harness::observe::{Observed, assert_invariants, balanced, observe};
+use crate::harness::poll::eventually_within;
+use crate::harness::promtool;
+use crate::harness::worker_config::moved_jobs;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_status_say() {
+    let mut env = Env::start("kubectl-plugin").await;
+    let before = env.install_example().await;
+    let namespace = env.example.namespace();
+    let pool = env.example.pool_name();
+    let sts = env.example.statefulset_name();
+
+    let status = swarm_json(&env, &["status", &pool, "-n", &namespace]).await;
+    assert_status_matches(&status, &before);
+    let table = swarm_ok(&env, &["status", &pool, "-n", &namespace]).await;
+    assert_table_matches(&table, &before);
+
+    for job in before.spec_jobs().iter().step_by(9) {
+        let found = swarm_json(&env, &["where", job, "-n", &namespace]).await;
+        let holder = before
+            .config()
+            .job_sets()
+            .into_iter()
+            .find(|(_, jobs)| jobs.contains(job))
+            .map(|(pod, _)| pod)
+            .expect("every job is held");
+        assert_eq!(found.as_array().map(Vec::len), Some(1), "{found}");
+        assert_eq!(found[0]["state"], "Assigned", "{found}");
+        assert_eq!(found[0]["worker"], holder.as_str(), "{found}");
+        assert_eq!(found[0]["pool"], pool.as_str(), "{found}");
+        let since = before.config().workload(&holder).map(|w| w.version);
+        assert_eq!(found[0]["sinceVersion"].as_u64(), since, "{found}");
+    }
+
+    let plan = swarm_json(&env, &["plan", &pool, "-n", &namespace, "--replicas", "3"]).await;
+    assert_eq!(plan["fromReplicas"], 2, "{plan}");
+    assert_eq!(plan["toReplicas"], 3, "{plan}");
+    assert_eq!(
+        plan["workersRestarted"],
+        serde_json::json!([format!("{sts}-0"), format!("{sts}-1")]),
+        "both workers give jobs away: {plan}"
+    );
+
+    let metrics = env.operator_metrics().await;
+    promtool::check_metrics(&metrics).unwrap_or_else(|why| panic!("{why}\n{metrics}"));
+    assert_metrics_match(&metrics, &before).unwrap_or_else(|why| panic!("{why}\n{metrics}"));
+
+    // Through the rollout: every consistent sample of metrics and status agrees.
+    scale(&env, 3).await;
+    let mut agreed = 0;
+    let after = loop {
+        let observed = observe(&env).await.expect("the pool and its ConfigMap");
+        let metrics = env.operator_metrics().await;
+        let again = observe(&env).await.expect("the pool and its ConfigMap");
+        if again.pool_resource_version() == observed.pool_resource_version()
+            && assert_metrics_match(&metrics, &observed).is_ok()
+        {
+            agreed += 1;
+        }
+        if balanced(&again, 3, &sts).is_ok() && again.config().version > before.config().version {
+            break again;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        agreed > 0,
+        "no sample of the metrics agreed with the status"
+    );
+    assert_invariants(&env, &after).await;
+    eventually_within("the metrics to show the settled pool", WAIT, || {
+        let env = &env;
+        let after = &after;
+        async move { assert_metrics_match(&env.operator_metrics().await, after) }
+    })
+    .await;
+
+    // The plan said what the scale did.
+    let moved = moved_jobs(before.config(), after.config());
+    assert_eq!(
+        plan["jobsMoved"].as_u64(),
+        Some(moved.len() as u64),
+        "{plan}"
+    );
+    let predicted: BTreeMap<String, u64> = plan["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .map(|w| {
+            (
+                w["pod"].as_str().expect("pod").to_owned(),
+                w["jobsAfter"].as_u64().expect("jobsAfter"),
+            )
+        })
+        .collect();
+    let actual: BTreeMap<String, u64> = after
+        .config()
+        .job_sets()
+        .into_iter()
+        .map(|(pod, jobs)| (pod, jobs.len() as u64))
+        .collect();
+    assert_eq!(predicted, actual, "plan: {plan}");
+    let status = swarm_json(&env, &["status", &pool, "-n", &namespace]).await;
+    assert_status_matches(&status, &after);
+
+    // One-line errors and exit codes a script can use.
+    let missing = env
+        .kubectl
+        .run(&["swarm", "status", "no-such-pool", "-n", &namespace])
+        .await;
+    assert_eq!(missing.code, Some(1), "{missing:?}");
+    assert_eq!(
+        missing.stderr,
+        format!("error: no SwarmPool no-such-pool in namespace {namespace}\n")
+    );
+    let unknown = env
+        .kubectl
+        .run(&["swarm", "where", "no-such-job", "-A"])
+        .await;
+    assert_eq!(unknown.code, Some(1), "{unknown:?}");
+    assert_eq!(
+        unknown.stderr,
+        "error: job no-such-job is in no SwarmPool in any namespace\n"
+    );
+    let usage = env.kubectl.run(&["swarm", "plan", &pool]).await;
+    assert_eq!(usage.code, Some(2), "--replicas is required: {usage:?}");
+
+    // A deleted pool is a series gone.
+    env.kubectl
+        .ok(&["-n", &namespace, "delete", "swarmpool", &pool])
+        .await;
+    let label = format!("pool=\"{pool}\"");
+    eventually_within("the deleted pool's series to disappear", WAIT, || {
+        let env = &env;
+        let label = &label;
+        async move {
+            let metrics = env.operator_metrics().await;
+            match metrics.lines().find(|line| line.contains(label.as_str())) {
+                Some(line) => Err(format!("still exported: {line}")),
+                None => Ok(()),
+            }
+        }
+    })
+    .await;
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// `kubectl swarm <args>`, which must succeed; its standard output.
+async fn swarm_ok(env: &Env, args: &[&str]) -> String {
+    let mut full = vec!["swarm"];
+    full.extend_from_slice(args);
+    env.kubectl.ok(&full).await
+}
+
+/// `kubectl swarm <args> -o json`, parsed.
+async fn swarm_json(env: &Env, args: &[&str]) -> Value {
+    let mut full = args.to_vec();
+    full.extend(["-o", "json"]);
+    let text = swarm_ok(env, &full).await;
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+/// `status -o json` says what the ConfigMap and the pool's status say.
+fn assert_status_matches(report: &Value, o: &Observed) {
+    let config = o.config();
+    assert_eq!(report["phase"], o.phase(), "{report}");
+    assert_eq!(report["version"].as_u64(), Some(config.version), "{report}");
+    assert_eq!(report["workload"], o.status_str("workload").unwrap_or(""));
+    assert_eq!(report["jobsInTransit"], 0, "{report}");
+    assert_eq!(report["unassignedJobs"], serde_json::json!([]), "{report}");
+    let workers = report["workers"].as_array().expect("workers");
+    let pods: Vec<&str> = workers.iter().filter_map(|w| w["pod"].as_str()).collect();
+    assert_eq!(pods, config.pods(), "{report}");
+    for worker in workers {
+        let pod = worker["pod"].as_str().expect("pod");
+        let workload = config.workload(pod).expect("in the config");
+        let jobs: Vec<&str> = worker["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(jobs, workload.jobs, "{pod}: {report}");
+        assert_eq!(worker["sinceVersion"].as_u64(), Some(workload.version));
+        assert_eq!(worker["ready"], o.pods[pod].ready, "{pod}: {report}");
+        assert_eq!(worker["restartPending"], false, "{pod}: {report}");
+        assert_eq!(
+            worker["inTransit"],
+            serde_json::json!([]),
+            "{pod}: {report}"
+        );
+    }
+}
+
+/// The table a person reads: the phase, the version, and one row per worker with its ready
+/// state, job count and version.
+fn assert_table_matches(table: &str, o: &Observed) {
+    let config = o.config();
+    assert!(
+        table.contains(&format!("Phase:      {}\n", o.phase())),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!(
+            "Config:     version {} in ConfigMap",
+            config.version
+        )),
+        "{table}"
+    );
+    let header: Vec<&str> = table
+        .lines()
+        .find(|line| line.starts_with("WORKER"))
+        .expect("a header row")
+        .split("   ")
+        .map(str::trim)
+        .filter(|cell| !cell.is_empty())
+        .collect();
+    assert_eq!(
+        header,
+        ["WORKER", "READY", "JOBS", "SINCE", "RESTART", "IN TRANSIT"]
+    );
+    for pod in config.pods() {
+        let workload = config.workload(pod).expect("in the config");
+        let row: Vec<&str> = table
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(pod))
+            .unwrap_or_else(|| panic!("no row for {pod}:\n{table}"))
+            .split_whitespace()
+            .collect();
+        let expected = [
+            pod.to_owned(),
+            "yes".to_owned(),
+            workload.jobs.len().to_string(),
+            format!("v{}", workload.version),
+            "no".to_owned(),
+            "0".to_owned(),
+        ];
+        assert_eq!(row, expected, "{table}");
+    }
+}
+
+/// The pool's gauges in `metrics` equal its status in `o`.
+fn assert_metrics_match(metrics: &str, o: &Observed) -> Result<(), String> {
+    let namespace = o.pool["metadata"]["namespace"].as_str().unwrap_or_default();
+    let pool = o.pool["metadata"]["name"].as_str().unwrap_or_default();
+    let labels = format!("{{namespace=\"{namespace}\",pool=\"{pool}\"}}");
+    let sample = |name: &str, labels: &str| -> Result<f64, String> {
+        let series = format!("swarm_operator_{name}{labels}");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str())?.trim().parse().ok())
+            .ok_or_else(|| format!("no {series}"))
+    };
+    let status_count = |field: &str| o.status_u64(field).unwrap_or(0) as f64;
+    let expected = [
+        ("pool_jobs", status_count("jobs")),
+        ("pool_workers", status_count("workers")),
+        ("pool_ready_workers", status_count("readyWorkers")),
+        ("pool_unassigned_jobs", status_count("unassignedJobs")),
+        ("pool_jobs_in_transit", status_count("jobsInTransit")),
+        ("pool_stale_workers", o.stale_workers().len() as f64),
+        ("pool_config_version", status_count("version")),
+    ];
+    for (name, value) in expected {
+        let got = sample(name, &labels)?;
+        if got != value {
+            return Err(format!("{name} is {got}, the status says {value}"));
+        }
+    }
+    for phase in ["Pending", "RollingOut", "Balanced", "Degraded", "Failed"] {
+        let labels = format!("{{namespace=\"{namespace}\",pool=\"{pool}\",phase=\"{phase}\"}}");
+        let got = sample("pool_phase", &labels)?;
+        let value = if o.phase() == phase { 1.0 } else { 0.0 };
+        if got != value {
+            return Err(format!(
+                "pool_phase{labels} is {got}, the phase is {}",
+                o.phase()
+            ));
+        }
+    }
+    Ok(())
+}
