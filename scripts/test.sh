@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test of the workspace: unit, property, simulation conformance, kubectl and
-# end-to-end tests on kube-sim; then the end-to-end scenarios again on a real control plane
-# built from Go modules (scripts/real-cluster.sh). Works on a fresh machine with Rust, Go and
-# python3: the pinned kubectl is installed into .tools/ when KUBECTL does not name one, and
+# Runs every test of the workspace: unit, property, simulation conformance, kubectl, alert rule
+# (promtool) and end-to-end tests on kube-sim; then the end-to-end scenarios again on a real
+# control plane built from Go modules (scripts/real-cluster.sh). Works on a fresh machine with Rust, Go and
+# python3: the pinned kubectl and promtool are installed into .tools/ when KUBECTL and PROMTOOL
+# do not name one (promtool from Debian's prometheus package, with apt-get download), and
 # the control plane is built once into ~/.cache/swarm-operator.
 #
 #   scripts/test.sh                          # both tiers
@@ -32,6 +33,19 @@ else
 fi
 export KUBECTL
 echo "test.sh: $("${KUBECTL}" version --client 2>/dev/null | head -n 1 || true)"
+
+# promtool checks the alert rules and the operator's /metrics (tests/monitoring.rs, e2e).
+if [[ -n "${PROMTOOL:-}" ]]; then
+    echo "test.sh: using promtool from PROMTOOL=${PROMTOOL}"
+elif PROMTOOL="$(scripts/install-promtool.sh)"; then
+    echo "test.sh: using ${PROMTOOL}"
+elif PROMTOOL="$(command -v promtool)"; then
+    echo "test.sh: could not install the pinned promtool; falling back to ${PROMTOOL}" >&2
+else
+    echo "test.sh: no promtool: scripts/install-promtool.sh failed and none is on PATH" >&2
+    exit 1
+fi
+export PROMTOOL
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 echo "test.sh: cargo test --workspace --no-fail-fast $*"

@@ -222,3 +222,70 @@ fn the_operator_runs_under_the_restricted_pod_security_profile_with_probes() {
     assert_eq!(container.ports.as_ref().unwrap()[0].container_port, 8080);
     assert!(container.resources.as_ref().unwrap().limits.is_some());
 }
+
+/// `.krew.yaml` as krew-release-bot renders it for `tag`: each `addURIAndSha` becomes the
+/// archive's uri and a sha256.
+fn render_krew_template(template: &str, tag: &str) -> String {
+    let mut out = String::new();
+    for line in template.lines() {
+        let trimmed = line.trim_start();
+        let indent = &line[..line.len() - trimmed.len()];
+        if let Some(rest) = trimmed.strip_prefix("{{addURIAndSha \"") {
+            let uri = rest.split('"').next().expect("a quoted uri");
+            out.push_str(&format!(
+                "{indent}uri: {}\n",
+                uri.replace("{{ .TagName }}", tag)
+            ));
+            out.push_str(&format!("{indent}sha256: {}\n", "0".repeat(64)));
+        } else {
+            out.push_str(&line.replace("{{ .TagName }}", tag));
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[test]
+fn the_krew_manifest_installs_the_kubectl_swarm_binary_on_linux_and_macos() {
+    let rendered = render_krew_template(&read(".krew.yaml"), "v0.1.0");
+    let manifest: serde_yaml::Value = serde_yaml::from_str(&rendered).unwrap();
+    assert_eq!(
+        manifest["apiVersion"],
+        "krew.googlecontainertools.github.com/v1alpha2"
+    );
+    assert_eq!(manifest["kind"], "Plugin");
+    assert_eq!(
+        manifest["metadata"]["name"], "swarm",
+        "kubectl swarm runs kubectl-swarm"
+    );
+    assert_eq!(manifest["spec"]["version"], "v0.1.0");
+    let platforms = manifest["spec"]["platforms"].as_sequence().unwrap();
+    let mut seen = Vec::new();
+    for platform in platforms {
+        let labels = &platform["selector"]["matchLabels"];
+        let (os, arch) = (
+            labels["os"].as_str().unwrap(),
+            labels["arch"].as_str().unwrap(),
+        );
+        seen.push(format!("{os}/{arch}"));
+        let uri = platform["uri"].as_str().unwrap();
+        assert!(
+            uri.ends_with(&format!("/v0.1.0/kubectl-swarm_{os}_{arch}.tar.gz")),
+            "the archive scripts/package-plugin.sh names: {uri}"
+        );
+        assert_eq!(platform["sha256"].as_str().map(str::len), Some(64));
+        assert_eq!(platform["bin"], "kubectl-swarm");
+        assert_eq!(platform["files"][0]["from"], "kubectl-swarm");
+    }
+    assert_eq!(
+        seen,
+        ["linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"]
+    );
+    assert!(
+        read("scripts/package-plugin.sh")
+            .contains("archive=\"dist/kubectl-swarm_${os}_${arch}.tar.gz\""),
+        "the script packages what the manifest downloads"
+    );
+    // The binary the manifest names is the one this crate builds.
+    assert!(Path::new(env!("CARGO_BIN_EXE_kubectl-swarm")).ends_with("kubectl-swarm"));
+}

@@ -202,20 +202,20 @@ fn balanced_view(replicas: usize) -> PoolView {
 }
 
 #[test]
-fn plan_of_a_scale_up_moves_the_lower_bound_and_restarts_only_the_givers() {
+fn plan_of_a_scale_up_moves_the_lower_bound_and_restarts_the_givers_then_the_new_worker() {
     let plan = scale_plan::plan(&balanced_view(2), 3).expect("a plan");
     assert_eq!(
         scale_plan::render(&plan),
         "\
 Scaling StatefulSet w of SwarmPool ns/p from 2 to 3 workers:
   jobs moved:        9 of 27
-  workers restarted: 2 (w-0, w-1)
+  workers restarted: 3 (w-0, w-1, w-2)
   config writes:     2
 
 WORKER   JOBS NOW   JOBS AFTER   RESTART
 w-0      14         9            yes
 w-1      13         9            yes
-w-2      new        9            no
+w-2      new        9            yes
 "
     );
 }

@@ -36,8 +36,9 @@ pub struct ScalePlan {
     pub jobs: usize,
     /// Jobs that would run on another worker than now.
     pub jobs_moved: usize,
-    /// Pods deleted so they restart on their new job set (existing pods whose job set changes;
-    /// a pod the scale creates restarts too if it starts before its jobs are granted).
+    /// Pods deleted so they restart on their new job set: existing pods whose job set changes,
+    /// and, under the `Exclusive` handoff, a new StatefulSet pod that starts before its jobs are
+    /// granted (a Deployment's new pod waits for its jobs instead).
     pub workers_restarted: Vec<String>,
     /// ConfigMap writes to get there: 0 when nothing changes, 2 when jobs move under the
     /// `Exclusive` handoff (revoke, then grant once their old workers are gone).
@@ -150,6 +151,9 @@ pub fn plan(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> 
         })
         .count();
 
+    let new_pods_restart = spec.workload_kind == WorkloadKind::StatefulSet
+        && spec.rollout.handoff == Handoff::Exclusive
+        && jobs_moved > 0;
     let mut workers = Vec::new();
     let mut restarted = Vec::new();
     let mut changed = false;
@@ -165,10 +169,15 @@ pub fn plan(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> 
         let exists = pod.as_deref().is_some_and(|p| view.ready(p).is_some());
         let restart = spec.rollout.policy == RolloutPolicy::DeletePods
             && touched
-            && exists
-            && after.is_some()
-            && (spec.workload_kind == WorkloadKind::StatefulSet
-                || before.is_some_and(|jobs| !jobs.is_empty()));
+            && match (before, after) {
+                (_, None) => false,
+                // A Deployment's pod waits for its first jobs; a StatefulSet's restarts.
+                (Some(jobs), Some(_)) => {
+                    exists && (spec.workload_kind == WorkloadKind::StatefulSet || !jobs.is_empty())
+                }
+                // A new StatefulSet pod starts at once, on no jobs, and restarts at the grant.
+                (None, Some(jobs)) => new_pods_restart && !jobs.is_empty(),
+            };
         if restart {
             restarted.extend(pod.clone());
         }

@@ -1,18 +1,17 @@
-//! Running Prometheus' `promtool` on what the operator serves.
+//! Running Prometheus' `promtool` on what the operator serves (also included by
+//! tests/monitoring.rs).
 
 use std::env;
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-use super::kubectl::repo_root;
 
 /// Finds promtool: `PROMTOOL`, then `<repo>/.tools/bin/promtool`, then `PATH`.
 pub fn locate() -> PathBuf {
     if let Some(path) = env::var_os("PROMTOOL").filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
     }
-    let tools = repo_root().join(".tools/bin/promtool");
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/promtool");
     if tools.is_file() {
         return tools;
     }
@@ -52,6 +51,27 @@ pub fn check_metrics(exposition: &str) -> Result<(), String> {
             "promtool check metrics exited {}: {}{}",
             output.status,
             String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// `promtool <args>` in `dir`: its standard output, or what it printed when it failed.
+#[allow(dead_code)] // Used by tests/monitoring.rs, which includes this file.
+pub fn run(args: &[&str], dir: &Path) -> Result<String, String> {
+    let output = Command::new(locate())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run promtool");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if output.status.success() {
+        Ok(stdout)
+    } else {
+        Err(format!(
+            "promtool {} exited {}: {stdout}{}",
+            args.join(" "),
+            output.status,
             String::from_utf8_lossy(&output.stderr)
         ))
     }

@@ -50,8 +50,8 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
     assert_eq!(plan["toReplicas"], 3, "{plan}");
     assert_eq!(
         plan["workersRestarted"],
-        serde_json::json!([format!("{sts}-0"), format!("{sts}-1")]),
-        "both workers give jobs away: {plan}"
+        serde_json::json!([format!("{sts}-0"), format!("{sts}-1"), format!("{sts}-2")]),
+        "both workers give jobs away, the new one restarts at the grant: {plan}"
     );
 
     let metrics = env.operator_metrics().await;
