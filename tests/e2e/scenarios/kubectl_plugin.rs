@@ -58,7 +58,8 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
     promtool::check_metrics(&metrics).unwrap_or_else(|why| panic!("{why}\n{metrics}"));
     assert_metrics_match(&metrics, &before).unwrap_or_else(|why| panic!("{why}\n{metrics}"));
 
-    // Through the rollout: every consistent sample of metrics and status agrees.
+    // Through the rollout: samples of the metrics agree with the status read around them (the
+    // operator's pool cache may lag the API for a moment, so not every sample can).
     scale(&env, 3).await;
     let mut agreed = 0;
     let after = loop {
@@ -66,6 +67,7 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
         let metrics = env.operator_metrics().await;
         let again = observe(&env).await.expect("the pool and its ConfigMap");
         if again.pool_resource_version() == observed.pool_resource_version()
+            && observed.phase() != "Balanced"
             && assert_metrics_match(&metrics, &observed).is_ok()
         {
             agreed += 1;
