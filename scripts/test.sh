@@ -18,34 +18,31 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo_root}"
 
-if [[ -n "${KUBECTL:-}" ]]; then
-    echo "test.sh: using kubectl from KUBECTL=${KUBECTL}"
-else
-    echo "test.sh: installing or reusing the pinned kubectl (scripts/install-kubectl.sh)"
-    if KUBECTL="$(scripts/install-kubectl.sh)"; then
-        echo "test.sh: using ${KUBECTL}"
-    elif KUBECTL="$(command -v kubectl)"; then
-        echo "test.sh: could not install the pinned kubectl; falling back to ${KUBECTL}" >&2
+# Exports the variable $1 as the path of tool $2: as given, else the pinned version installed by
+# scripts/install-$2.sh, else one on PATH.
+use_tool() {
+    local var="$1" tool="$2" path
+    if [[ -n "${!var:-}" ]]; then
+        echo "test.sh: using ${tool} from ${var}=${!var}"
+        export "${var}"
+        return
+    fi
+    echo "test.sh: installing or reusing the pinned ${tool} (scripts/install-${tool}.sh)"
+    if path="$("scripts/install-${tool}.sh")"; then
+        echo "test.sh: using ${path}"
+    elif path="$(command -v "${tool}")"; then
+        echo "test.sh: could not install the pinned ${tool}; falling back to ${path}" >&2
     else
-        echo "test.sh: no kubectl: scripts/install-kubectl.sh failed and none is on PATH" >&2
+        echo "test.sh: no ${tool}: scripts/install-${tool}.sh failed and none is on PATH" >&2
         exit 1
     fi
-fi
-export KUBECTL
-echo "test.sh: $("${KUBECTL}" version --client 2>/dev/null | head -n 1 || true)"
+    export "${var}=${path}"
+}
 
+use_tool KUBECTL kubectl
+echo "test.sh: $("${KUBECTL}" version --client 2>/dev/null | head -n 1 || true)"
 # promtool checks the alert rules and the operator's /metrics (tests/monitoring.rs, e2e).
-if [[ -n "${PROMTOOL:-}" ]]; then
-    echo "test.sh: using promtool from PROMTOOL=${PROMTOOL}"
-elif PROMTOOL="$(scripts/install-promtool.sh)"; then
-    echo "test.sh: using ${PROMTOOL}"
-elif PROMTOOL="$(command -v promtool)"; then
-    echo "test.sh: could not install the pinned promtool; falling back to ${PROMTOOL}" >&2
-else
-    echo "test.sh: no promtool: scripts/install-promtool.sh failed and none is on PATH" >&2
-    exit 1
-fi
-export PROMTOOL
+use_tool PROMTOOL promtool
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 echo "test.sh: cargo test --workspace --no-fail-fast $*"

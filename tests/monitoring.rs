@@ -18,6 +18,8 @@ mod kubectl;
 #[allow(dead_code)]
 #[path = "e2e/harness/promtool.rs"]
 mod promtool;
+#[path = "e2e/harness/tools.rs"]
+mod tools;
 
 fn repo(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)

@@ -12,30 +12,7 @@ pub fn repo_root() -> &'static Path {
 
 /// Finds kubectl: `KUBECTL`, then `<repo>/.tools/bin/kubectl`, then `PATH`.
 pub fn locate() -> PathBuf {
-    if let Some(path) = env::var_os("KUBECTL").filter(|p| !p.is_empty()) {
-        let path = PathBuf::from(path);
-        assert!(
-            path.is_file(),
-            "KUBECTL={} does not name a file; unset it or run scripts/install-kubectl.sh",
-            path.display()
-        );
-        return path;
-    }
-    let tools = repo_root().join(".tools/bin/kubectl");
-    if tools.is_file() {
-        return tools;
-    }
-    env::var_os("PATH")
-        .iter()
-        .flat_map(env::split_paths)
-        .map(|dir| dir.join("kubectl"))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "kubectl not found (KUBECTL unset, no .tools/bin/kubectl, none on PATH); \
-                 run scripts/install-kubectl.sh or scripts/test.sh"
-            )
-        })
+    super::tools::locate("KUBECTL", "kubectl")
 }
 
 /// PATH with the directory of the `kubectl-swarm` binary first.

@@ -12,6 +12,7 @@ pub mod poll;
 pub mod promtool;
 pub mod real_cluster;
 pub mod sim_inspect;
+pub mod tools;
 pub mod worker_config;
 
 use std::collections::BTreeMap;

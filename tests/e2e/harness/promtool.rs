@@ -1,31 +1,13 @@
 //! Running Prometheus' `promtool` on what the operator serves (also included by
 //! tests/monitoring.rs).
 
-use std::env;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Finds promtool: `PROMTOOL`, then `<repo>/.tools/bin/promtool`, then `PATH`.
 pub fn locate() -> PathBuf {
-    if let Some(path) = env::var_os("PROMTOOL").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
-    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/promtool");
-    if tools.is_file() {
-        return tools;
-    }
-    env::var_os("PATH")
-        .iter()
-        .flat_map(env::split_paths)
-        .map(|dir| dir.join("promtool"))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "promtool not found (PROMTOOL unset, no .tools/bin/promtool, none on PATH); \
-                 run scripts/install-promtool.sh or scripts/test.sh"
-            )
-        })
+    super::tools::locate("PROMTOOL", "promtool")
 }
 
 /// `promtool check metrics` on `exposition`: its complaints, if any.
