@@ -1,7 +1,9 @@
 //! The first commands a new user types besides `kubectl apply`: generators (which send
-//! protobuf), `kubectl explain` of the CRD (which reads `/openapi/v3`) and `kubectl auth can-i`.
+//! protobuf), `kubectl explain` of the CRD (which reads `/openapi/v3`) and `kubectl auth can-i`
+//! (as the operator, and as users bound to the built-in `view` and `edit` roles).
 
 use crate::harness::Env;
+use crate::harness::poll::eventually;
 use crate::harness::real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,7 +36,17 @@ async fn create_explain_and_auth_can_i_work_as_on_any_cluster() {
         Some("streaming-team")
     );
 
-    let explained = env.kubectl.ok(&["explain", "swarmpool.spec.rollout"]).await;
+    // A real API server publishes a new CRD's schema a moment after the CRD is Established.
+    let kubectl = &env.kubectl;
+    let explained = eventually("kubectl explain to know SwarmPools", || async move {
+        let out = kubectl.run(&["explain", "swarmpool.spec.rollout"]).await;
+        if out.success {
+            Ok(out.stdout)
+        } else {
+            Err(out.stderr)
+        }
+    })
+    .await;
     for expected in [
         "KIND:",
         "SwarmPool",
@@ -88,6 +100,35 @@ async fn create_explain_and_auth_can_i_work_as_on_any_cluster() {
                 expected,
                 "can the operator {verb} {resource} ({subresource})? {answer:?}"
             );
+        }
+        // The people using pools: deploy/'s aggregated ClusterRoles extend the built-in
+        // `view` and `edit` roles to SwarmPools.
+        for (user, role) in [("swarm-viewer", "view"), ("swarm-editor", "edit")] {
+            let role = format!("--clusterrole={role}");
+            let user_flag = format!("--user={user}");
+            env.kubectl
+                .ok(&["-n", &namespace, "create", "rolebinding", user, &role, &user_flag])
+                .await;
+        }
+        for (user, verb, expected) in [
+            ("swarm-viewer", "list", "yes"),
+            ("swarm-viewer", "create", "no"),
+            ("swarm-editor", "create", "yes"),
+            ("swarm-editor", "delete", "yes"),
+        ] {
+            let as_user = format!("--as={user}");
+            let args = ["auth", "can-i", verb, "swarmpools", "-n", &namespace, &as_user];
+            let kubectl = &env.kubectl;
+            eventually(&format!("{user} {verb} swarmpools: {expected}"), || {
+                async move {
+                    let answer = kubectl.run(&args).await;
+                    match answer.stdout.trim() {
+                        got if got == expected => Ok(()),
+                        got => Err(format!("can-i answers {got:?}")),
+                    }
+                }
+            })
+            .await;
         }
     } else {
         env.note_skipped("RBAC as the operator (kube-sim allows everything)");
