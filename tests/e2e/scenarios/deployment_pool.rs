@@ -1,13 +1,14 @@
 //! A pool over a Deployment (`examples/deployment/`): pods with random names hold slots, and
 //! the pool stays exclusive and balanced while the Deployment is scaled 2 -> 5 -> 3,
-//! rollout-restarted, and its jobs are edited.
+//! rollout-restarted, and its jobs are edited; `kubectl swarm` shows its pods and predicts the
+//! scale-up.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
-use super::kubectl_ns;
+use super::{kubectl_ns, swarm_json};
 use crate::harness::manifests::parse_documents;
 use crate::harness::poll::eventually;
 use crate::harness::worker_config::WorkerConfig;
@@ -48,11 +49,49 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
         "kubectl get swarmpools shows the Deployment:\n{columns}"
     );
 
+    assert_plugin_status(&env, &first).await;
+    let namespace = env.example.namespace();
+    let plan = swarm_json(&env, &["plan", POOL, "-n", &namespace, "--replicas", "5"]).await;
+
     // Scale up: the two slots keep a balanced share of their own jobs, the three new slots get
     // the rest. (Pods whose job set changed are replaced: in a Deployment that is a new name,
     // so slots are compared by what they hold.)
     scale(&env, 5).await;
     let up = settle(&env, 5, first.config.version).await;
+    // `kubectl swarm plan` said so: as many jobs moved, and the same shares.
+    let kept: usize = first
+        .config
+        .job_sets()
+        .values()
+        .map(|before| {
+            up.config
+                .job_sets()
+                .values()
+                .map(|now| now.intersection(before).count())
+                .max()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(
+        plan["jobsMoved"].as_u64(),
+        Some((27 - kept) as u64),
+        "{plan}"
+    );
+    let mut predicted: Vec<u64> = plan["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w["jobsAfter"].as_u64())
+        .collect();
+    let mut actual: Vec<u64> = up
+        .config
+        .job_sets()
+        .values()
+        .map(|j| j.len() as u64)
+        .collect();
+    predicted.sort_unstable();
+    actual.sort_unstable();
+    assert_eq!(predicted, actual, "{plan}");
     for (pod, jobs) in first.config.job_sets() {
         assert!(
             up.config
@@ -95,6 +134,7 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
     )
     .await;
     let restarted = settle_replaced(&env, 3, &down).await;
+    assert_plugin_status(&env, &restarted).await;
     let before: BTreeSet<BTreeSet<String>> = down.config.job_sets().into_values().collect();
     let after: BTreeSet<BTreeSet<String>> = restarted.config.job_sets().into_values().collect();
     assert_eq!(
@@ -126,6 +166,30 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
     );
     env.assert_exclusive();
     env.assert_operator_running();
+}
+
+/// `kubectl swarm status` lists the settled pool's pods, each with the jobs of its entry, and
+/// `kubectl swarm where` finds a job on the pod whose entry lists it.
+async fn assert_plugin_status(env: &Env, settled: &Settled) {
+    let namespace = env.example.namespace();
+    let report = swarm_json(env, &["status", POOL, "-n", &namespace]).await;
+    assert_eq!(report["workloadKind"], "Deployment", "{report}");
+    assert_eq!(report["version"].as_u64(), Some(settled.config.version));
+    let rows: BTreeMap<String, BTreeSet<String>> = report["workers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            let jobs = w["jobs"].as_array().unwrap();
+            let jobs = jobs.iter().map(|j| j.as_str().unwrap().to_owned());
+            (w["pod"].as_str().unwrap().to_owned(), jobs.collect())
+        })
+        .collect();
+    assert_eq!(rows, settled.config.job_sets(), "{report}");
+    let (pod, jobs) = rows.iter().next().unwrap();
+    let job = jobs.iter().next().unwrap();
+    let found = swarm_json(env, &["where", job, "-n", &namespace]).await;
+    assert_eq!(found[0]["worker"], pod.as_str(), "{found}");
 }
 
 /// The pool, its config and the Deployment's live pods as one read saw them.

@@ -107,7 +107,15 @@ async fn create_explain_and_auth_can_i_work_as_on_any_cluster() {
             let role = format!("--clusterrole={role}");
             let user_flag = format!("--user={user}");
             env.kubectl
-                .ok(&["-n", &namespace, "create", "rolebinding", user, &role, &user_flag])
+                .ok(&[
+                    "-n",
+                    &namespace,
+                    "create",
+                    "rolebinding",
+                    user,
+                    &role,
+                    &user_flag,
+                ])
                 .await;
         }
         for (user, verb, expected) in [
@@ -117,17 +125,26 @@ async fn create_explain_and_auth_can_i_work_as_on_any_cluster() {
             ("swarm-editor", "delete", "yes"),
         ] {
             let as_user = format!("--as={user}");
-            let args = ["auth", "can-i", verb, "swarmpools", "-n", &namespace, &as_user];
+            let args = [
+                "auth",
+                "can-i",
+                verb,
+                "swarmpools",
+                "-n",
+                &namespace,
+                &as_user,
+            ];
             let kubectl = &env.kubectl;
-            eventually(&format!("{user} {verb} swarmpools: {expected}"), || {
-                async move {
+            eventually(
+                &format!("{user} {verb} swarmpools: {expected}"),
+                || async move {
                     let answer = kubectl.run(&args).await;
                     match answer.stdout.trim() {
                         got if got == expected => Ok(()),
                         got => Err(format!("can-i answers {got:?}")),
                     }
-                }
-            })
+                },
+            )
             .await;
         }
     } else {

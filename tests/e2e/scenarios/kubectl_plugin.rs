@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::scale;
+use super::{scale, swarm_json};
 use crate::harness::Env;
 use crate::harness::observe::{Observed, assert_invariants, balanced, observe};
 use crate::harness::poll::eventually_within;
@@ -165,14 +165,6 @@ async fn swarm_ok(env: &Env, args: &[&str]) -> String {
     let mut full = vec!["swarm"];
     full.extend_from_slice(args);
     env.kubectl.ok(&full).await
-}
-
-/// `kubectl swarm <args> -o json`, parsed.
-async fn swarm_json(env: &Env, args: &[&str]) -> Value {
-    let mut full = args.to_vec();
-    full.extend(["-o", "json"]);
-    let text = swarm_ok(env, &full).await;
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
 }
 
 /// `status -o json` says what the ConfigMap and the pool's status say.

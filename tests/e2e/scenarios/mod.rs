@@ -32,3 +32,12 @@ async fn scale(env: &Env, replicas: usize) {
     let replicas = format!("--replicas={replicas}");
     kubectl_ns(env, &["scale", "statefulset", &sts, &replicas]).await;
 }
+
+/// `kubectl swarm <args> -o json`, which must succeed, parsed.
+async fn swarm_json(env: &Env, args: &[&str]) -> serde_json::Value {
+    let mut full = vec!["swarm"];
+    full.extend_from_slice(args);
+    full.extend(["-o", "json"]);
+    let text = env.kubectl.ok(&full).await;
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
