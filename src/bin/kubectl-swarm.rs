@@ -95,12 +95,17 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<String, PluginError> {
-    let (client, default_namespace) = connect(&cli.cluster).await?;
-    let namespace = cli.cluster.namespace.clone().unwrap_or(default_namespace);
+    let cluster = connect(&cli.cluster).await?;
+    let client = cluster.client.clone();
+    let namespace = cli
+        .cluster
+        .namespace
+        .clone()
+        .unwrap_or_else(|| cluster.namespace.clone());
     let format = cli.cluster.output;
     match cli.command {
         Command::Status { pool } => {
-            let view = fetch(&client, &namespace, &pool).await?;
+            let view = fetch(&cluster, &namespace, &pool).await?;
             let report = status::report(&view)?;
             Ok(output::print(format, &report, status::render))
         }
@@ -116,14 +121,14 @@ async fn run(cli: Cli) -> Result<String, PluginError> {
             let listed = pools
                 .list(&ListParams::default())
                 .await
-                .map_err(|e| cluster_error(&e, "list SwarmPools"))?;
+                .map_err(|e| cluster.error(&e, "list SwarmPools"))?;
             let mut views = Vec::new();
             for pool in listed {
                 let ns = pool.metadata.namespace.clone().unwrap_or_default();
                 let config_map = Api::<ConfigMap>::namespaced(client.clone(), &ns)
                     .get_opt(&pool.config_map_name())
                     .await
-                    .map_err(|e| cluster_error(&e, "read a pool's ConfigMap"))?;
+                    .map_err(|e| cluster.error(&e, "read a pool's ConfigMap"))?;
                 views.push(PoolView {
                     pool,
                     config_map,
@@ -139,7 +144,7 @@ async fn run(cli: Cli) -> Result<String, PluginError> {
             Ok(output::print(format, &found, |found| locate::render(found)))
         }
         Command::Plan { pool, replicas } => {
-            let view = fetch(&client, &namespace, &pool).await?;
+            let view = fetch(&cluster, &namespace, &pool).await?;
             let replicas = usize::try_from(replicas).expect("at most 100000");
             let plan = scale_plan::plan(&view, replicas)?;
             Ok(output::print(format, &plan, scale_plan::render))
@@ -147,8 +152,47 @@ async fn run(cli: Cli) -> Result<String, PluginError> {
     }
 }
 
-/// A client for the kubeconfig and context the flags name, and that context's namespace.
-async fn connect(args: &ClusterArgs) -> Result<(Client, String), PluginError> {
+/// The cluster the kubeconfig names.
+struct Cluster {
+    client: Client,
+    /// The context's namespace.
+    namespace: String,
+    /// The API server's URL, for error messages.
+    server: String,
+}
+
+impl Cluster {
+    /// One line saying what could not be done and why, from a client error.
+    fn error(&self, error: &kube::Error, what: &str) -> PluginError {
+        let why = match error {
+            kube::Error::Api(status) if status.code == 404 => format!(
+                "{} (is the SwarmPool CRD installed? kubectl get crd swarmpools.swarm.io)",
+                status.message
+            ),
+            kube::Error::Api(status) => status.message.clone(),
+            other => {
+                let mut chain = vec![other.to_string()];
+                let mut source = std::error::Error::source(other);
+                while let Some(cause) = source {
+                    let text = cause.to_string();
+                    if !chain.iter().any(|seen| seen.contains(&text)) {
+                        chain.push(text);
+                    }
+                    source = cause.source();
+                }
+                format!(
+                    "no answer from the API server {}: {}",
+                    self.server,
+                    chain.join(": ")
+                )
+            }
+        };
+        PluginError::Cluster(format!("cannot {what}: {why}"))
+    }
+}
+
+/// A client for the kubeconfig and context the flags name.
+async fn connect(args: &ClusterArgs) -> Result<Cluster, PluginError> {
     let options = KubeConfigOptions {
         context: args.context.clone(),
         ..KubeConfigOptions::default()
@@ -168,17 +212,23 @@ async fn connect(args: &ClusterArgs) -> Result<(Client, String), PluginError> {
         ))
     })?;
     let namespace = config.default_namespace.clone();
+    let server = config.cluster_url.to_string();
     let client = Client::try_from(config)
         .map_err(|e| PluginError::Cluster(format!("cannot build a client: {e}")))?;
-    Ok((client, namespace))
+    Ok(Cluster {
+        client,
+        namespace,
+        server,
+    })
 }
 
 /// The pool, its ConfigMap and the pods of its namespace.
-async fn fetch(client: &Client, namespace: &str, name: &str) -> Result<PoolView, PluginError> {
+async fn fetch(cluster: &Cluster, namespace: &str, name: &str) -> Result<PoolView, PluginError> {
+    let client = &cluster.client;
     let pool = Api::<SwarmPool>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await
-        .map_err(|e| cluster_error(&e, "read the SwarmPool"))?
+        .map_err(|e| cluster.error(&e, "read the SwarmPool"))?
         .ok_or_else(|| PluginError::NoPool {
             namespace: namespace.to_owned(),
             pool: name.to_owned(),
@@ -186,29 +236,15 @@ async fn fetch(client: &Client, namespace: &str, name: &str) -> Result<PoolView,
     let config_map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
         .get_opt(&pool.config_map_name())
         .await
-        .map_err(|e| cluster_error(&e, "read the pool's ConfigMap"))?;
+        .map_err(|e| cluster.error(&e, "read the pool's ConfigMap"))?;
     let pods = Api::<PodSummary>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
-        .map_err(|e| cluster_error(&e, "list pods"))?
+        .map_err(|e| cluster.error(&e, "list pods"))?
         .items;
     Ok(PoolView {
         pool,
         config_map,
         pods,
     })
-}
-
-/// One line saying what could not be done and why, from a client error.
-fn cluster_error(error: &kube::Error, what: &str) -> PluginError {
-    let why = match error {
-        kube::Error::Api(status)
-            if status.is_not_found() && status.message.contains("swarmpools") =>
-        {
-            "the SwarmPool CRD is not installed (kubectl apply -f crds/swarmpool.yaml)".to_owned()
-        }
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    };
-    PluginError::Cluster(format!("cannot {what}: {why}"))
 }

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::{scale, swarm_json};
 use crate::harness::Env;
+use crate::harness::kubectl::Kubectl;
 use crate::harness::observe::{Observed, assert_invariants, balanced, observe};
 use crate::harness::poll::eventually_within;
 use crate::harness::promtool;
@@ -138,6 +139,17 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
     );
     let usage = env.kubectl.run(&["swarm", "plan", &pool]).await;
     assert_eq!(usage.code, Some(2), "--replicas is required: {usage:?}");
+    let unreachable = unreachable_cluster(&env)
+        .run(&["swarm", "status", &pool, "-n", &namespace])
+        .await;
+    assert_eq!(unreachable.code, Some(3), "{unreachable:?}");
+    assert!(
+        unreachable
+            .stderr
+            .starts_with("error: cannot read the SwarmPool: ")
+            && unreachable.stderr.lines().count() == 1,
+        "{unreachable:?}"
+    );
 
     // A deleted pool is a series gone.
     env.kubectl
@@ -159,6 +171,22 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
 }
 
 const WAIT: Duration = Duration::from_secs(30);
+
+/// kubectl with a kubeconfig whose API server does not answer (a port nothing listens on).
+fn unreachable_cluster(env: &Env) -> Kubectl {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("its address").port();
+    drop(listener);
+    let path = env.scratch("unreachable.kubeconfig");
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: gone\n\
+         clusters: [{{name: gone, cluster: {{server: \"http://127.0.0.1:{port}\"}}}}]\n\
+         users: [{{name: nobody, user: {{}}}}]\n\
+         contexts: [{{name: gone, context: {{cluster: gone, user: nobody, namespace: swarm}}}}]\n"
+    );
+    std::fs::write(&path, kubeconfig).expect("write the kubeconfig");
+    Kubectl::new(&path, &env.scratch("unreachable-cache"))
+}
 
 /// `kubectl swarm <args>`, which must succeed; its standard output.
 async fn swarm_ok(env: &Env, args: &[&str]) -> String {
