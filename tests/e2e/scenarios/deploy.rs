@@ -131,9 +131,29 @@ async fn cluster_role_grants_every_request_the_operator_makes() {
     let objects = parse_yaml_stream(&rendered, "kubectl kustomize deploy/");
     assert_rules_allow(
         &requests,
-        only(&objects, "ClusterRole")["rules"].as_array(),
+        operator_cluster_role(&objects)["rules"].as_array(),
         "ClusterRole",
     );
+}
+
+/// The ClusterRole that deploy/'s ClusterRoleBinding grants the operator's ServiceAccount
+/// (deploy/ also ships the users' aggregated roles, which the operator does not hold).
+fn operator_cluster_role(objects: &[Value]) -> &Value {
+    let binding = only(objects, "ClusterRoleBinding");
+    let bound_to_operator = binding["subjects"].as_array().is_some_and(|subjects| {
+        subjects
+            .iter()
+            .any(|s| s["kind"] == "ServiceAccount" && s["name"] == "swarm-operator")
+    });
+    assert!(
+        bound_to_operator,
+        "the ClusterRoleBinding names the operator: {binding}"
+    );
+    let name = str_at(binding, "/roleRef/name");
+    objects
+        .iter()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == name.as_str())
+        .unwrap_or_else(|| panic!("deploy/ renders no ClusterRole {name}"))
 }
 
 /// Asserts that RBAC `rules` (of a `role_kind`) allow every request in `requests`.
