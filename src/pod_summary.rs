@@ -1,10 +1,11 @@
-//! A worker pod as the operator keeps it: its metadata and its Ready condition, nothing else.
+//! A worker pod as the operator keeps it: its metadata, its Ready condition and whether it has
+//! finished, nothing else.
 //!
 //! With 10,000 worker pods the pod cache is most of the operator's memory. A `Pod` from
 //! k8s-openapi is 2.4 KB before any of its fields is set (its spec and status are inline), so
 //! the cache and the live lists deserialize pods straight into this summary instead: the
-//! fields of a pod's spec and status other than the Ready condition are skipped as they are
-//! read, never allocated.
+//! fields of a pod's spec and status other than the phase and the conditions are skipped as
+//! they are read, never allocated.
 
 use std::borrow::Cow;
 
@@ -12,17 +13,21 @@ use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Resource;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 
-/// A pod: identity, owners, creation and deletion in `metadata`, and its Ready condition.
+/// A pod: identity, owners, creation and deletion in `metadata`, its Ready condition, and
+/// whether it has finished.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "PodFields")]
 pub struct PodSummary {
     /// The pod's metadata.
-    #[serde(default)]
     pub metadata: ObjectMeta,
     /// The pod's `Ready` condition, from `status.conditions`; `None` when it has none yet.
-    #[serde(rename = "status", default, deserialize_with = "ready_condition")]
     pub ready: Option<ReadyCondition>,
+    /// The pod's phase is `Failed` or `Succeeded` (evicted, say): every container has stopped
+    /// and the kubelet never starts one again, so the pod runs nothing though it stays in the
+    /// API until it is deleted.
+    pub finished: bool,
 }
 
 /// The part of a pod's `Ready` condition the planner reads.
@@ -45,9 +50,11 @@ impl From<&Pod> for PodSummary {
                 is_true: c.status == "True",
                 last_transition_time: c.last_transition_time.clone(),
             });
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         PodSummary {
             metadata: pod.metadata.clone(),
             ready,
+            finished: is_finished(phase),
         }
     }
 }
@@ -77,32 +84,56 @@ impl Resource for PodSummary {
     }
 }
 
-/// `status`, read for its Ready condition alone; every other field is skipped unread.
-fn ready_condition<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<ReadyCondition>, D::Error> {
-    #[derive(Deserialize)]
-    struct Status {
-        #[serde(default)]
-        conditions: Option<Vec<Condition>>,
+/// Whether a pod phase is terminal.
+fn is_finished(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Failed" | "Succeeded"))
+}
+
+/// What a pod is read as: `metadata`, and of `status` the phase and the conditions; every
+/// other field is skipped unread.
+#[derive(Deserialize)]
+struct PodFields {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    status: Option<StatusFields>,
+}
+
+#[derive(Deserialize)]
+struct StatusFields {
+    #[serde(default)]
+    phase: Option<String>,
+    #[serde(default)]
+    conditions: Option<Vec<ConditionFields>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ConditionFields {
+    #[serde(rename = "type")]
+    type_: String,
+    status: String,
+    #[serde(default)]
+    last_transition_time: Option<Time>,
+}
+
+impl From<PodFields> for PodSummary {
+    fn from(pod: PodFields) -> Self {
+        let (phase, conditions) = pod
+            .status
+            .map(|s| (s.phase, s.conditions))
+            .unwrap_or_default();
+        PodSummary {
+            metadata: pod.metadata,
+            ready: conditions
+                .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+                .map(|c| ReadyCondition {
+                    is_true: c.status == "True",
+                    last_transition_time: c.last_transition_time,
+                }),
+            finished: is_finished(phase.as_deref()),
+        }
     }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Condition {
-        #[serde(rename = "type")]
-        type_: String,
-        status: String,
-        #[serde(default)]
-        last_transition_time: Option<Time>,
-    }
-    let status = Option::<Status>::deserialize(deserializer)?;
-    Ok(status
-        .and_then(|s| s.conditions)
-        .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
-        .map(|c| ReadyCondition {
-            is_true: c.status == "True",
-            last_transition_time: c.last_transition_time,
-        }))
 }
 
 #[cfg(test)]
@@ -180,6 +211,28 @@ mod tests {
                 last_transition_time: None
             })
         );
+    }
+
+    #[test]
+    fn a_failed_or_succeeded_pod_is_finished() {
+        for (phase, finished) in [
+            ("Pending", false),
+            ("Running", false),
+            ("Unknown", false),
+            ("Failed", true),
+            ("Succeeded", true),
+        ] {
+            let mut json = pod_json(json!([]));
+            json["status"]["phase"] = json!(phase);
+            let summary: PodSummary = serde_json::from_value(json.clone()).expect("summary");
+            let pod: Pod = serde_json::from_value(json).expect("pod");
+            assert_eq!(summary.finished, finished, "{phase}");
+            assert_eq!(summary, PodSummary::from(&pod), "{phase}");
+        }
+        let mut json = pod_json(json!([]));
+        json.as_object_mut().expect("object").remove("status");
+        let summary: PodSummary = serde_json::from_value(json).expect("summary");
+        assert!(!summary.finished, "a pod without status has not finished");
     }
 
     #[test]

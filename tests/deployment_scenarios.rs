@@ -155,12 +155,15 @@ impl World {
         name
     }
 
-    /// The ReplicaSet stand-in: terminating pods do not count, so a deleted pod is replaced at
-    /// once; pods beyond `replicas + surge` are deleted newest first.
+    /// The ReplicaSet stand-in: terminating and finished pods do not count (upstream's
+    /// `FilterActivePods`), so a deleted or evicted pod is replaced at once; pods beyond
+    /// `replicas + surge` are deleted newest first.
     fn replica_set_controller(&mut self) {
         loop {
             let active: Vec<usize> = (0..self.pods.len())
-                .filter(|&i| self.pods[i].metadata.deletion_timestamp.is_none())
+                .filter(|&i| {
+                    self.pods[i].metadata.deletion_timestamp.is_none() && !finished(&self.pods[i])
+                })
                 .collect();
             if active.len() < self.replicas() {
                 self.create_pod();
@@ -171,6 +174,23 @@ impl World {
                 break;
             }
         }
+    }
+
+    /// The kubelet evicts the pod: its containers stop, its phase becomes Failed, and it stays
+    /// in the API (until someone deletes it). The ReplicaSet replaces it.
+    fn evict(&mut self, name: &str) {
+        let pod = self
+            .pods
+            .iter_mut()
+            .find(|p| p.name_any() == name)
+            .expect("the evicted pod exists");
+        let status = pod.status.as_mut().expect("a status");
+        status.phase = Some("Failed".into());
+        status.reason = Some("Evicted".into());
+        for condition in status.conditions.iter_mut().flatten() {
+            condition.status = "False".into();
+        }
+        self.replica_set_controller();
     }
 
     /// Terminating pods finish their grace and are gone.
@@ -272,7 +292,7 @@ impl World {
     fn live_pods(&self) -> Vec<String> {
         self.pods
             .iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.metadata.deletion_timestamp.is_none() && !finished(p))
             .map(ResourceExt::name_any)
             .collect()
     }
@@ -427,6 +447,46 @@ fn scaling_up_replaces_the_pods_that_gave_jobs_away_and_their_replacements_inher
 }
 
 #[test]
+fn an_evicted_pod_frees_its_slot_and_its_replacement_inherits_its_jobs() {
+    let mut world = World::new(jobs(27), 3);
+    world.settle();
+    let evicted = format!("{RS}-p002");
+    let held = world.jobs_of(&evicted);
+    let others: Vec<(String, BTreeSet<String>)> = world
+        .live_pods()
+        .into_iter()
+        .filter(|p| *p != evicted)
+        .map(|p| {
+            let jobs = world.jobs_of(&p);
+            (p, jobs)
+        })
+        .collect();
+
+    world.evict(&evicted);
+    world.settle();
+    world.assert_settled();
+    let replacement = format!("{RS}-p004");
+    assert_eq!(
+        world.jobs_of(&replacement),
+        held,
+        "the replacement takes the evicted pod's slot"
+    );
+    for (pod, jobs) in &others {
+        assert_eq!(&world.jobs_of(pod), jobs, "{pod} kept its jobs");
+    }
+    assert!(
+        world.pods.iter().any(|p| p.name_any() == evicted),
+        "granted while the evicted pod is still in the API"
+    );
+    assert!(world.config().workload(&evicted).is_none());
+    assert!(
+        world.deleted.is_empty(),
+        "nobody restarts: {:?}",
+        world.deleted
+    );
+}
+
+#[test]
 fn a_pool_without_its_deployment_fails_with_deployment_not_found() {
     let mut world = World::new(jobs(3), 2);
     world.deployment.metadata.labels = Some(BTreeMap::from([("app".into(), "other".into())]));
@@ -449,4 +509,12 @@ fn a_pool_without_its_deployment_fails_with_deployment_not_found() {
         "{}",
         warning.note
     );
+}
+
+/// The pod's phase is terminal (`Failed` or `Succeeded`).
+fn finished(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|phase| matches!(phase, "Failed" | "Succeeded"))
 }

@@ -182,12 +182,13 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
 }
 
 /// The uids of the pods of the pool's namespace named in `names`: the namespace may hold many
-/// other pools' pods, which this plan never looks at.
+/// other pools' pods, which this plan never looks at. A finished pod runs nothing, so it is
+/// left out: to the handoff it is gone.
 fn index_pods(o: &Observed, names: &BTreeSet<String>) -> PodIndex {
     PodIndex::new(
         o.pods
             .iter()
-            .filter(|p| p.metadata.namespace == o.pool.metadata.namespace)
+            .filter(|p| p.metadata.namespace == o.pool.metadata.namespace && !p.finished)
             .filter_map(|p| {
                 let name = p.metadata.name.as_deref()?;
                 names

@@ -184,8 +184,10 @@ fn match_deployment_pool(o: &Observed, selector: &Selector) -> Result<Matched, F
         .iter()
         .map(|pod| (pod.name_any(), worker_pod(pod, o.deleting)))
         .collect();
+    // A terminating or finished pod takes no slot and frees the one it held.
     let candidates: Vec<&str> = pods
         .iter()
+        .filter(|pod| !pod.finished)
         .filter(|pod| !worker_pods[pod.metadata.name.as_deref().unwrap_or_default()].terminating)
         .filter_map(|pod| pod.metadata.name.as_deref())
         .collect();
@@ -326,7 +328,7 @@ fn worker_pod(pod: &PodSummary, deleting: &BTreeSet<String>) -> WorkerPod {
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let terminating = pod.metadata.deletion_timestamp.is_some() || deleting.contains(&uid);
     let ready_condition = pod.ready.as_ref();
-    let ready = !terminating && ready_condition.is_some_and(|c| c.is_true);
+    let ready = !terminating && !pod.finished && ready_condition.is_some_and(|c| c.is_true);
     let not_ready_since = if ready {
         None
     } else {

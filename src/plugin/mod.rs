@@ -87,6 +87,7 @@ impl PoolView {
     pub fn ready(&self, name: &str) -> Option<bool> {
         self.pod(name).map(|pod| {
             pod.metadata.deletion_timestamp.is_none()
+                && !pod.finished
                 && pod.ready.as_ref().is_some_and(|ready| ready.is_true)
         })
     }

@@ -102,7 +102,7 @@ pub fn plan(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> 
                 .filter_map(|slot| slot.pod())
                 .filter(|pod| {
                     view.pod(pod)
-                        .is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+                        .is_some_and(|p| p.metadata.deletion_timestamp.is_none() && !p.finished)
                 })
                 .collect();
             let rebound = table.rebind(table.len(), &live);
