@@ -1248,6 +1248,59 @@ async fn a_replicaset_replaces_a_terminating_pod_at_once_and_scales_down_unready
     h.sim.shutdown().await;
 }
 
+/// An eviction as the kubelet's eviction manager writes it (`status.phase: Failed`, reason
+/// `Evicted`): the pod stays in the API, its containers are stopped for good (no mounts, never
+/// started again), and its ReplicaSet no longer counts it (`FilterActivePods` skips Failed and
+/// Succeeded pods), so it creates a replacement at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicted_pod_stays_failed_without_mounts_and_its_replicaset_replaces_it() {
+    let h = Harness::fast().await;
+    h.create(
+        DEPLOYMENTS_PATH,
+        deployment("web", 2, json!({"type": "RollingUpdate"})),
+    )
+    .await;
+    h.wait_rolled_out("web", 2).await;
+    h.eventually("both pods mounted", || async {
+        (h.mounts().await.len() == 2).then_some(())
+    })
+    .await;
+
+    let victim = h.pods().await.remove(0);
+    h.merge_patch(
+        &format!("{PODS_PATH}/{}/status", name_of(&victim)),
+        json!({"status": {"phase": "Failed", "reason": "Evicted",
+                          "message": "The node was low on resource: memory."}}),
+    )
+    .await;
+    let pods = h
+        .eventually("a replacement beside the evicted pod", || async {
+            let pods = h.pods().await;
+            (pods.len() == 3 && pods.iter().filter(|p| is_ready(p)).count() == 2).then_some(pods)
+        })
+        .await;
+    let evicted = pods
+        .iter()
+        .find(|p| uid_of(p) == uid_of(&victim))
+        .expect("the evicted pod stays in the API");
+    assert_eq!(evicted["status"]["phase"], "Failed");
+    assert!(!is_terminating(evicted), "nobody deleted it");
+    h.wait_rolled_out("web", 2).await;
+    let mounts = h
+        .eventually("the replacement mounted", || async {
+            let mounts = h.mounts().await;
+            (mounts.len() == 2).then_some(mounts)
+        })
+        .await;
+    assert!(
+        mounts.iter().all(|m| m["uid"] != json!(uid_of(&victim))),
+        "an evicted pod runs nothing: {mounts:#?}"
+    );
+    let again = h.pod(name_of(&victim)).await.expect("still there");
+    assert_eq!(again["status"]["phase"], "Failed", "never started again");
+    h.sim.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollout_restart_rolls_within_max_surge_and_max_unavailable_to_a_new_replicaset() {
     let h = Harness::start(0.01, Duration::from_secs(20)).await;

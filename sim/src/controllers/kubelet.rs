@@ -5,7 +5,9 @@
 //! it waits (in `ContainerCreating`) until every non-optional ConfigMap the pod mounts exists,
 //! snapshots those ConfigMaps into [`Mounts`], and reports the pod Running and Ready. Ending a
 //! pod is the kubelet's final `DELETE` with grace 0 and a uid precondition, as the real one
-//! issues after the containers stopped.
+//! issues after the containers stopped. A pod whose phase is set to `Failed` or `Succeeded`
+//! (what a real kubelet writes when it evicts a pod) has stopped: its mounts are dropped and it
+//! is never started again, but it stays in the API until someone deletes it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -83,6 +85,20 @@ impl Kubelet {
     fn observe_pod(&mut self, pod: &Value, now: Instant) {
         let uid = meta::uid(pod).to_string();
         if uid.is_empty() {
+            return;
+        }
+        if meta::is_finished(pod) {
+            // Failed or Succeeded (an eviction writes Failed): its containers have stopped for
+            // good, so it mounts and runs nothing, though it stays until someone deletes it.
+            self.waiting_for_config_maps.remove(&uid);
+            self.mounts.forget(&uid);
+            let tracked = self.pods.entry(uid).or_insert_with(|| Tracked {
+                namespace: meta::namespace(pod).unwrap_or_default().to_string(),
+                name: meta::name(pod).to_string(),
+                started: true,
+                remove_at: None,
+            });
+            tracked.started = true;
             return;
         }
         let tracked = self.pods.entry(uid.clone()).or_insert_with(|| {

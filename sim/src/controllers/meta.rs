@@ -44,6 +44,19 @@ pub fn is_deleting(obj: &Value) -> bool {
         .is_some_and(|ts| !ts.is_null())
 }
 
+/// A pod's `status.phase` (`""` when unset).
+pub fn phase(pod: &Value) -> &str {
+    pod.pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// The pod's phase is terminal (`Succeeded` or `Failed`): its containers have stopped and the
+/// kubelet never starts them again.
+pub fn is_finished(pod: &Value) -> bool {
+    matches!(phase(pod), "Succeeded" | "Failed")
+}
+
 /// `metadata.finalizers`.
 pub fn finalizers(obj: &Value) -> Vec<&str> {
     obj.pointer("/metadata/finalizers")

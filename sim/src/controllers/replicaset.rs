@@ -274,13 +274,7 @@ fn new_pod(rs: &Value) -> Value {
 
 /// Neither terminating nor finished (`IsPodActive`).
 pub(crate) fn is_active(pod: &&Value) -> bool {
-    !meta::is_deleting(pod) && !matches!(phase(pod), "Succeeded" | "Failed")
-}
-
-fn phase(pod: &Value) -> &str {
-    pod.pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("")
+    !meta::is_deleting(pod) && !meta::is_finished(pod)
 }
 
 /// The order of `ActivePodsWithRanks`: the pods to delete first sort first.
@@ -289,7 +283,7 @@ fn deletion_rank(pod: &Value, now: chrono::DateTime<Utc>) -> impl Ord {
         .pointer("/spec/nodeName")
         .and_then(Value::as_str)
         .is_some_and(|n| !n.is_empty());
-    let phase_rank = match phase(pod) {
+    let phase_rank = match meta::phase(pod) {
         "Pending" | "" => 0,
         "Running" => 2,
         _ => 1,

@@ -180,7 +180,7 @@ impl StatefulSetController {
                     }
                 }
                 Some(pod) => {
-                    let finished = matches!(phase(pod), "Failed" | "Succeeded");
+                    let finished = meta::is_finished(pod);
                     if finished && !meta::is_deleting(pod) {
                         // A pod that ran to completion is replaced, as a workload must keep running.
                         wrote |= self.delete_pod(sts, pod);
@@ -469,14 +469,8 @@ fn revision_of(pod: &Value) -> &str {
     meta::labels(pod).get(REVISION_LABEL).copied().unwrap_or("")
 }
 
-fn phase(pod: &Value) -> &str {
-    pod.pointer("/status/phase")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-}
-
 fn is_running_and_ready(pod: &Value) -> bool {
-    phase(pod) == "Running" && meta::condition_true(pod, "Ready")
+    meta::phase(pod) == "Running" && meta::condition_true(pod, "Ready")
 }
 
 fn is_healthy(pod: &Value) -> bool {

@@ -217,6 +217,14 @@ impl Ledger {
         let Some(uid) = pod.metadata.uid.clone() else {
             return;
         };
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Failed" | "Succeeded")) {
+            // Evicted or completed: its containers have stopped for good.
+            if let Some(instance) = self.pods.get_mut(&uid) {
+                instance.live = false;
+            }
+            return;
+        }
         self.pods.entry(uid).or_insert_with(|| Instance {
             name: pod.metadata.name.clone().unwrap_or_default(),
             created: rv(&pod.metadata),
@@ -472,5 +480,25 @@ mod tests {
             .map(|m| m.uid)
             .collect();
         assert_eq!(live, ["b"]);
+    }
+
+    #[test]
+    fn an_evicted_pod_is_no_longer_live() {
+        let mut ledger = ledger_with(&[(10, "v1"), (30, "v2")]);
+        add_pod(&mut ledger, "a", 25);
+        ledger.resolve("a", &BTreeMap::new());
+        assert_eq!(ledger.live_mounts("ns").len(), 1);
+        let mut evicted = Pod::default();
+        evicted.metadata.uid = Some("a".into());
+        evicted.metadata.resource_version = Some("40".into());
+        evicted.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+        ledger.pod_event(Event::Apply(evicted));
+        assert!(
+            ledger.live_mounts("ns").is_empty(),
+            "its containers stopped"
+        );
     }
 }

@@ -1,7 +1,7 @@
 //! A pool over a Deployment (`examples/deployment/`): pods with random names hold slots, and
 //! the pool stays exclusive and balanced while the Deployment is scaled 2 -> 5 -> 3,
-//! rollout-restarted, and its jobs are edited; `kubectl swarm` shows its pods and predicts the
-//! scale-up.
+//! rollout-restarted, a pod is evicted, and its jobs are edited; `kubectl swarm` shows its pods
+//! and predicts the scale-up.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -142,6 +142,53 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
         "each job set moved whole to a replacement pod"
     );
 
+    // Eviction: the kubelet marks a pod Failed and leaves it in the API. The ReplicaSet
+    // replaces it, and the replacement inherits exactly the evicted pod's jobs, with nobody
+    // deleting the evicted pod; no other job moves.
+    let (victim, victim_jobs) = restarted
+        .config
+        .job_sets()
+        .into_iter()
+        .next()
+        .expect("a worker");
+    kubectl_ns(
+        &env,
+        &[
+            "patch",
+            "pod",
+            &victim,
+            "--subresource=status",
+            "--type=strategic",
+            "-p",
+            r#"{"status":{"phase":"Failed","reason":"Evicted","message":"The node was low on resource: memory.","conditions":[{"type":"Ready","status":"False"}]}}"#,
+        ],
+    )
+    .await;
+    let recovered = settle(&env, 3, restarted.config.version).await;
+    let after_eviction = recovered.config.job_sets();
+    assert!(
+        !after_eviction.contains_key(&victim),
+        "the evicted pod is no worker: {after_eviction:?}"
+    );
+    assert!(
+        after_eviction.values().any(|jobs| *jobs == victim_jobs),
+        "its replacement inherited its jobs whole: {victim_jobs:?} -> {after_eviction:?}"
+    );
+    for (pod, jobs) in restarted.config.job_sets() {
+        if pod != victim {
+            assert_eq!(after_eviction.get(&pod), Some(&jobs), "{pod} kept its jobs");
+        }
+    }
+    let evicted = kubectl_ns(
+        &env,
+        &["get", "pod", &victim, "-o", "jsonpath={.status.phase}"],
+    )
+    .await;
+    assert_eq!(
+        evicted, "Failed",
+        "granted while the evicted pod is still in the API"
+    );
+
     // Job edits: two jobs go, one comes.
     let mut manifest = parse_documents(&repo_path("examples/deployment/swarmpool.yaml")).remove(0);
     let mut jobs: Vec<Value> = manifest["spec"]["jobs"].as_array().unwrap().clone();
@@ -149,7 +196,7 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
     jobs.push(json!("stream:news:live"));
     manifest["spec"]["jobs"] = Value::Array(jobs);
     env.apply("stream-pool.yaml", &[manifest]).await;
-    let edited = settle(&env, 3, restarted.config.version).await;
+    let edited = settle(&env, 3, recovered.config.version).await;
     assert!(
         edited
             .config
@@ -242,10 +289,15 @@ async fn read(env: &Env) -> Result<Settled, String> {
     Ok(Settled { pool, config, pods })
 }
 
-/// The pods of the Deployment's ReplicaSets (named `<deployment>-<hash>-<suffix>`), Ready and
-/// not terminating; `Err` while any is not.
+/// The live pods of the Deployment's ReplicaSets (named `<deployment>-<hash>-<suffix>`; an
+/// evicted pod is not live), by name to uid, the uid `""` while a pod is not Ready or is
+/// terminating.
 fn deployment_pods(pods: &[Pod]) -> BTreeMap<String, String> {
     pods.iter()
+        .filter(|pod| {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Failed" | "Succeeded"))
+        })
         .filter(|pod| {
             pod.metadata.owner_references.iter().flatten().any(|o| {
                 o.controller == Some(true)
