@@ -22,12 +22,14 @@
 //! Kubernetes' safe alphabet, like upstream's `ComputeHash` but not byte-equal to it.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 use super::Controller;
+use super::claim::Claimant;
 use super::events;
 use super::meta;
 use super::queue::WorkQueue;
@@ -100,32 +102,21 @@ impl DeploymentController {
         None
     }
 
-    /// The ReplicaSets this Deployment controls (adopting matching orphans), oldest first.
+    /// The ReplicaSets this Deployment controls (adopting matching orphans and releasing sets
+    /// that stopped matching its selector), oldest first.
     fn claim_replica_sets(&self, deployment: &Value, spec: &Spec) -> Vec<Value> {
-        let uid = meta::uid(deployment);
-        let mut owned = Vec::new();
-        for rs in self
-            .store
-            .list("apps/v1", "ReplicaSet", meta::namespace(deployment))
-        {
-            match meta::controller_ref(&rs) {
-                Some(owner) if owner.uid == uid => owned.push(rs),
-                None if !meta::is_deleting(deployment) && spec.selector.matches(&rs) => {
-                    let mut adopted = rs;
-                    if let Some(refs) = adopted["metadata"]
-                        .as_object_mut()
-                        .map(|m| m.entry("ownerReferences").or_insert_with(|| json!([])))
-                        .and_then(Value::as_array_mut)
-                    {
-                        refs.push(meta::controller_ref_to(deployment, "Deployment"));
-                    }
-                    if let Ok(adopted) = self.store.update(adopted) {
-                        owned.push(adopted);
-                    }
-                }
-                _ => {}
-            }
+        let candidates =
+            self.store
+                .list_shared("apps/v1", "ReplicaSet", meta::namespace(deployment));
+        let mut owned: Vec<Value> = Claimant {
+            owner: deployment,
+            kind: "Deployment",
+            selector: &spec.selector,
         }
+        .claim(&self.store, candidates)
+        .into_iter()
+        .map(Arc::unwrap_or_clone)
+        .collect();
         owned.sort_by_key(|rs| (revision(rs), meta::name(rs).to_string()));
         owned
     }

@@ -14,6 +14,7 @@ pub mod replicaset;
 pub mod revisions;
 pub mod statefulset;
 
+mod claim;
 mod events;
 mod queue;
 mod timers;

@@ -24,6 +24,7 @@ use chrono::Utc;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
+use super::claim::Claimant;
 use super::events;
 use super::meta;
 use super::queue::WorkQueue;
@@ -80,40 +81,13 @@ impl ReplicaSetController {
     /// The pods this set controls, after adopting matching orphans and releasing pods that
     /// stopped matching its selector.
     fn claim_pods(&self, rs: &Value, selector: &LabelSelector) -> Vec<Arc<Value>> {
-        let namespace = meta::namespace(rs);
-        let uid = meta::uid(rs);
-        let mut owned = Vec::new();
-        for pod in self.store.list_shared("v1", "Pod", namespace) {
-            let matches = selector.matches(&pod);
-            match meta::controller_ref(&pod) {
-                Some(owner) if owner.uid == uid => {
-                    if matches {
-                        owned.push(pod);
-                    } else if !meta::is_deleting(rs) {
-                        let mut released = Value::clone(&pod);
-                        meta::retain_owner_refs(&mut released, |owner| owner != uid);
-                        // A conflict means the pod changed; its event brings this set back.
-                        let _ = self.store.update(released);
-                    }
-                }
-                Some(_) => {}
-                None if matches && !meta::is_deleting(rs) && !meta::is_deleting(&pod) => {
-                    let mut adopted = Value::clone(&pod);
-                    if let Some(refs) = adopted["metadata"]
-                        .as_object_mut()
-                        .map(|m| m.entry("ownerReferences").or_insert_with(|| json!([])))
-                        .and_then(Value::as_array_mut)
-                    {
-                        refs.push(meta::controller_ref_to(rs, "ReplicaSet"));
-                    }
-                    if let Ok(adopted) = self.store.update(adopted) {
-                        owned.push(Arc::new(adopted));
-                    }
-                }
-                None => {}
-            }
+        let candidates = self.store.list_shared("v1", "Pod", meta::namespace(rs));
+        Claimant {
+            owner: rs,
+            kind: "ReplicaSet",
+            selector,
         }
-        owned
+        .claim(&self.store, candidates)
     }
 
     /// Creates or deletes pods until `replicas` are active; returns whether it wrote anything.

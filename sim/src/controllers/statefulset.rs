@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use tracing::debug;
 
+use super::claim::Claimant;
 use super::events;
 use super::meta;
 use super::queue::WorkQueue;
@@ -100,53 +101,25 @@ impl StatefulSetController {
     }
 
     /// The pods this set controls, after adopting matching orphans and releasing pods that
-    /// stopped matching its selector.
+    /// stopped matching its selector, by ordinal.
     fn claim_pods(&self, sts: &Value, set: &SetSpec) -> Vec<Arc<Value>> {
         let namespace = meta::namespace(sts).unwrap_or_default();
-        let sts_uid = meta::uid(sts);
-        let mut owned = Vec::new();
         // Only pods named `<set>-<ordinal>` can belong to the set: read just that name range.
         let prefix = format!("{}-", set.name);
-        for pod in self.store.list_prefixed("v1", "Pod", namespace, &prefix) {
-            if ordinal_of(&pod, &set.name).is_none() {
-                continue;
-            }
-            let matches = set.selector.matches(&pod);
-            match meta::controller_ref(&pod) {
-                Some(owner) if owner.uid == sts_uid => {
-                    if matches {
-                        owned.push(pod);
-                    } else if !meta::is_deleting(sts) {
-                        self.release(Value::clone(&pod), sts_uid);
-                    }
-                }
-                Some(_) => {}
-                None if matches && !meta::is_deleting(sts) && !meta::is_deleting(&pod) => {
-                    if let Some(adopted) = self.adopt(Value::clone(&pod), sts) {
-                        owned.push(Arc::new(adopted));
-                    }
-                }
-                None => {}
-            }
+        let candidates = self
+            .store
+            .list_prefixed("v1", "Pod", namespace, &prefix)
+            .into_iter()
+            .filter(|pod| ordinal_of(pod, &set.name).is_some())
+            .collect();
+        let mut owned = Claimant {
+            owner: sts,
+            kind: "StatefulSet",
+            selector: &set.selector,
         }
+        .claim(&self.store, candidates);
         owned.sort_by_key(|pod| ordinal_of(pod, &set.name));
         owned
-    }
-
-    fn adopt(&self, mut pod: Value, sts: &Value) -> Option<Value> {
-        let refs = pod["metadata"]
-            .as_object_mut()?
-            .entry("ownerReferences")
-            .or_insert_with(|| json!([]));
-        refs.as_array_mut()?
-            .push(meta::controller_ref_to(sts, "StatefulSet"));
-        self.store.update(pod).ok()
-    }
-
-    fn release(&self, mut pod: Value, sts_uid: &str) {
-        meta::retain_owner_refs(&mut pod, |owner| owner != sts_uid);
-        // A conflict means the pod changed; its event brings this set back.
-        let _ = self.store.update(pod);
     }
 
     /// Creates, deletes and rolls pods; returns whether it wrote anything.
