@@ -550,23 +550,48 @@ where
     }
 }
 
-/// Pools that select `sts` by label, or reported it as theirs (so a relabelled or deleted
-/// StatefulSet still reaches the pool that used it).
+/// Pools of `kind` in `namespace` that select `workload` by label, or that reported the
+/// workload named `name` as theirs (so a relabelled, deleted or not yet cached workload still
+/// reaches the pool that used it).
+fn pools_of_workload<K: ResourceExt>(
+    pools: &[Arc<SwarmPool>],
+    kind: WorkloadKind,
+    namespace: Option<&str>,
+    name: &str,
+    workload: Option<&K>,
+) -> Vec<ObjectRef<SwarmPool>> {
+    fn reported(pool: &SwarmPool, kind: WorkloadKind) -> Option<&str> {
+        let status = pool.status.as_ref()?;
+        match kind {
+            WorkloadKind::StatefulSet => status.stateful_set.as_deref(),
+            WorkloadKind::Deployment => status.workload.as_deref(),
+        }
+    }
+    pools
+        .iter()
+        .filter(|pool| pool.metadata.namespace.as_deref() == namespace)
+        .filter(|pool| pool.spec.workload_kind == kind)
+        .filter(|pool| {
+            workload.is_some_and(|w| planner::selects(&pool.spec.selector, w))
+                || reported(pool, kind) == Some(name)
+        })
+        .map(|pool| ObjectRef::from_obj(pool.as_ref()))
+        .collect()
+}
+
+/// StatefulSet pools that select `sts` by label, or reported it as theirs.
 pub fn pools_for_statefulset(
     pools: &[Arc<SwarmPool>],
     sts: &StatefulSet,
 ) -> Vec<ObjectRef<SwarmPool>> {
-    let name = sts.name_any();
-    pools
-        .iter()
-        .filter(|pool| pool.metadata.namespace == sts.metadata.namespace)
-        .filter(|pool| {
-            planner::selects(&pool.spec.selector, sts)
-                || pool.status.as_ref().and_then(|s| s.stateful_set.as_deref())
-                    == Some(name.as_str())
-        })
-        .map(|pool| ObjectRef::from_obj(pool.as_ref()))
-        .collect()
+    let namespace = sts.metadata.namespace.as_deref();
+    pools_of_workload(
+        pools,
+        WorkloadKind::StatefulSet,
+        namespace,
+        &sts.name_any(),
+        Some(sts),
+    )
 }
 
 /// Name of the StatefulSet that controls `pod`, if one does.
@@ -588,37 +613,30 @@ pub fn pools_for_pod(
     let Some(sts_name) = controlling_statefulset(pod) else {
         return Vec::new();
     };
-    let key = ObjectRef::new(sts_name).within(&pod.namespace().unwrap_or_default());
-    match statefulsets.get(&key) {
-        Some(sts) => pools_for_statefulset(pools, &sts),
-        None => pools
-            .iter()
-            .filter(|pool| {
-                pool.metadata.namespace == pod.metadata.namespace
-                    && pool.status.as_ref().and_then(|s| s.stateful_set.as_deref())
-                        == Some(sts_name)
-            })
-            .map(|pool| ObjectRef::from_obj(pool.as_ref()))
-            .collect(),
-    }
+    let namespace = pod.metadata.namespace.as_deref();
+    let sts = statefulsets.get(&ObjectRef::new(sts_name).within(namespace.unwrap_or_default()));
+    pools_of_workload(
+        pools,
+        WorkloadKind::StatefulSet,
+        namespace,
+        sts_name,
+        sts.as_deref(),
+    )
 }
 
-/// Pools that select `deployment` as a Deployment pool, or reported it as theirs.
+/// Deployment pools that select `deployment` by label, or reported it as theirs.
 pub fn pools_for_deployment(
     pools: &[Arc<SwarmPool>],
     deployment: &Deployment,
 ) -> Vec<ObjectRef<SwarmPool>> {
-    let name = deployment.name_any();
-    pools
-        .iter()
-        .filter(|pool| pool.metadata.namespace == deployment.metadata.namespace)
-        .filter(|pool| pool.spec.workload_kind == WorkloadKind::Deployment)
-        .filter(|pool| {
-            planner::selects(&pool.spec.selector, deployment)
-                || pool.status.as_ref().and_then(|s| s.workload.as_deref()) == Some(name.as_str())
-        })
-        .map(|pool| ObjectRef::from_obj(pool.as_ref()))
-        .collect()
+    let namespace = deployment.metadata.namespace.as_deref();
+    pools_of_workload(
+        pools,
+        WorkloadKind::Deployment,
+        namespace,
+        &deployment.name_any(),
+        Some(deployment),
+    )
 }
 
 /// Pools of the Deployment named as controller in `owners` (of an object in `object`'s
@@ -635,20 +653,16 @@ fn pools_for_owner(
     else {
         return Vec::new();
     };
-    let namespace = object.namespace().unwrap_or_default();
-    match deployments.get(&ObjectRef::new(&owner.name).within(&namespace)) {
-        Some(deployment) => pools_for_deployment(pools, &deployment),
-        None => pools
-            .iter()
-            .filter(|pool| pool.metadata.namespace.as_deref() == Some(namespace.as_str()))
-            .filter(|pool| pool.spec.workload_kind == WorkloadKind::Deployment)
-            .filter(|pool| {
-                pool.status.as_ref().and_then(|s| s.workload.as_deref())
-                    == Some(owner.name.as_str())
-            })
-            .map(|pool| ObjectRef::from_obj(pool.as_ref()))
-            .collect(),
-    }
+    let namespace = object.namespace();
+    let deployment = deployments
+        .get(&ObjectRef::new(&owner.name).within(namespace.as_deref().unwrap_or_default()));
+    pools_of_workload(
+        pools,
+        WorkloadKind::Deployment,
+        namespace.as_deref(),
+        &owner.name,
+        deployment.as_deref(),
+    )
 }
 
 /// Pools whose workers include `pod`: through its ReplicaSet's Deployment.
@@ -1106,6 +1120,59 @@ mod tests {
         assert_eq!(names(pools_for_pod(&pools, &store, &pod)), ["a"]);
         pod.metadata.owner_references = None;
         assert!(pools_for_pod(&pools, &store, &pod).is_empty());
+    }
+
+    #[test]
+    fn workloads_trigger_only_pools_of_their_kind_and_an_uncached_one_reaches_its_reporters() {
+        let deployment_pool = |name: &str, app: &str, reported: Option<&str>| {
+            let mut pool = Arc::unwrap_or_clone(pool(name, app, None));
+            pool.spec.workload_kind = WorkloadKind::Deployment;
+            pool.status = reported.map(|d| SwarmPoolStatus {
+                workload: Some(d.into()),
+                ..SwarmPoolStatus::default()
+            });
+            Arc::new(pool)
+        };
+        let pools = [
+            pool("sts-pool", "web", None),
+            deployment_pool("d-pool", "web", None),
+            deployment_pool("d-reporter", "db", Some("web")),
+        ];
+        assert_eq!(
+            names(pools_for_statefulset(&pools, &sts("web", "web"))),
+            ["sts-pool"]
+        );
+        let deployment = Deployment {
+            metadata: sts("web", "web").metadata,
+            ..Deployment::default()
+        };
+        assert_eq!(
+            names(pools_for_deployment(&pools, &deployment)),
+            ["d-pool", "d-reporter"]
+        );
+        // A ReplicaSet whose Deployment is not cached: only the pool that reported it hears.
+        let (empty, _) = reflector::store::<Deployment>();
+        let owner = OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: "d".into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        };
+        let rs = ReplicaSet {
+            metadata: ObjectMeta {
+                name: Some("web-abc".into()),
+                namespace: Some("ns".into()),
+                owner_references: Some(vec![owner]),
+                ..ObjectMeta::default()
+            },
+            ..ReplicaSet::default()
+        };
+        assert_eq!(
+            names(pools_for_owner(&pools, &empty, &rs, rs.owner_references())),
+            ["d-reporter"]
+        );
     }
 
     #[test]
