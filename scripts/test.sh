@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: unit, property, simulation conformance, kubectl, alert rule
 # (promtool) and end-to-end tests on kube-sim; then the end-to-end scenarios again on a real
-# control plane built from Go modules (scripts/real-cluster.sh). Works on a fresh machine with Rust, Go and
-# python3: the pinned kubectl and promtool are installed into .tools/ when KUBECTL and PROMTOOL
-# do not name one (promtool from Debian's prometheus package, with apt-get download), and
-# the control plane is built once into ~/.cache/swarm-operator.
+# control plane built from Go modules (scripts/real-cluster.sh). Works on a fresh machine with
+# Rust, Go and python3: the pinned kubectl and promtool are installed into .tools/ when KUBECTL
+# and PROMTOOL do not name one (promtool from Debian's prometheus package, with apt-get
+# download), so are the Prometheus Operator's CRDs unless PROMETHEUS_OPERATOR_CRDS names their
+# directory (from the Go module proxy), and the control plane is built once into
+# ~/.cache/swarm-operator.
 #
 #   scripts/test.sh                          # both tiers
 #   scripts/test.sh --test e2e               # extra arguments go to the kube-sim tier's
@@ -43,6 +45,13 @@ use_tool KUBECTL kubectl
 echo "test.sh: $("${KUBECTL}" version --client 2>/dev/null | head -n 1 || true)"
 # promtool checks the alert rules and the operator's /metrics (tests/monitoring.rs, e2e).
 use_tool PROMTOOL promtool
+# The Prometheus Operator's CRDs: the e2e tests validate deploy/monitoring against them.
+if [[ -z "${PROMETHEUS_OPERATOR_CRDS:-}" ]]; then
+    echo "test.sh: fetching or reusing the pinned Prometheus Operator CRDs"
+    PROMETHEUS_OPERATOR_CRDS="$(scripts/install-prometheus-operator-crds.sh)"
+fi
+echo "test.sh: Prometheus Operator CRDs in ${PROMETHEUS_OPERATOR_CRDS}"
+export PROMETHEUS_OPERATOR_CRDS
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 echo "test.sh: cargo test --workspace --no-fail-fast $*"

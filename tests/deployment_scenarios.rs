@@ -5,6 +5,9 @@
 //! A small in-memory world (pool, Deployment, ReplicaSet, pods, ConfigMap) is reconciled the way
 //! the controller does it, with a ReplicaSet stand-in that replaces deleted pods at once.
 
+#[path = "support/config_map_apply.rs"]
+mod config_map_apply;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{
@@ -21,6 +24,8 @@ use swarm_operator::conditions::reason;
 use swarm_operator::crd::{Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
 use swarm_operator::planner::{self, CONFIG_KEY, Observed, Plan, SLOTS_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
+
+use config_map_apply::apply_config_map;
 
 const NS: &str = "swarm";
 const DEPLOYMENT: &str = "stream-worker";
@@ -229,7 +234,7 @@ impl World {
             let mut plan = self.plan(&pods, live);
             if let Some(desired) = plan.apply.take() {
                 let unresolved = planner::records_unresolved(&desired);
-                self.config_map = Some(desired);
+                apply_config_map(&mut self.config_map, desired);
                 if unresolved {
                     live = false;
                 }

@@ -2,6 +2,9 @@
 //! ConfigMap) is reconciled the way the controller does it (plan, apply the ConfigMap, list
 //! pods live when asked, plan again, delete), and a StatefulSet stand-in replaces deleted pods.
 
+#[path = "support/config_map_apply.rs"]
+mod config_map_apply;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
@@ -21,6 +24,8 @@ use swarm_operator::planner::handoff::{HANDOFF_ANNOTATION, Holder};
 use swarm_operator::planner::{self, CONFIG_KEY, Observed, Plan, PlannedEvent, VERSION_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
+
+use config_map_apply::apply_config_map;
 
 const NS: &str = "swarm";
 const STS: &str = "swarm-worker";
@@ -274,31 +279,7 @@ impl World {
     /// Server-side apply of our fields onto the ConfigMap.
     fn apply(&mut self, desired: ConfigMap) {
         self.writes += 1;
-        let cm = self.config_map.get_or_insert_with(|| ConfigMap {
-            metadata: ObjectMeta {
-                name: desired.metadata.name.clone(),
-                namespace: desired.metadata.namespace.clone(),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        });
-        cm.data
-            .get_or_insert_default()
-            .extend(desired.data.unwrap());
-        cm.metadata
-            .labels
-            .get_or_insert_default()
-            .extend(desired.metadata.labels.unwrap());
-        cm.metadata
-            .annotations
-            .get_or_insert_default()
-            .extend(desired.metadata.annotations.unwrap());
-        let refs = cm.metadata.owner_references.get_or_insert_default();
-        for r in desired.metadata.owner_references.unwrap() {
-            if !refs.iter().any(|have| have.uid == r.uid) {
-                refs.push(r);
-            }
-        }
+        apply_config_map(&mut self.config_map, desired);
     }
 
     /// The StatefulSet controller and kubelet: terminating pods go, missing ordinals are

@@ -15,6 +15,8 @@ use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::controller::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_operator::planner::CONFIG_KEY;
 
+use crate::config_map_apply::apply_config_map;
+
 pub const NS: &str = "sim";
 pub const STS: &str = "w";
 pub const STS_UID: &str = "sts-uid";
@@ -277,31 +279,7 @@ impl Cluster {
 
     /// Server-side apply of the operator's fields onto the ConfigMap.
     pub fn apply(&mut self, desired: ConfigMap) {
-        let cm = self.config_map.get_or_insert_with(|| ConfigMap {
-            metadata: ObjectMeta {
-                name: desired.metadata.name.clone(),
-                namespace: desired.metadata.namespace.clone(),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        });
-        cm.data
-            .get_or_insert_default()
-            .extend(desired.data.unwrap_or_default());
-        cm.metadata
-            .labels
-            .get_or_insert_default()
-            .extend(desired.metadata.labels.unwrap_or_default());
-        cm.metadata
-            .annotations
-            .get_or_insert_default()
-            .extend(desired.metadata.annotations.unwrap_or_default());
-        let refs = cm.metadata.owner_references.get_or_insert_default();
-        for r in desired.metadata.owner_references.unwrap_or_default() {
-            if !refs.iter().any(|have| have.uid == r.uid) {
-                refs.push(r);
-            }
-        }
+        apply_config_map(&mut self.config_map, desired);
     }
 
     /// What every pod of the API runs, for pods that started: job -> pod instances.

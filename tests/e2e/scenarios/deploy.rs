@@ -3,7 +3,7 @@
 //! cluster's audit log), and on a real cluster enforced, with the operator running as the
 //! install's ServiceAccount.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -199,6 +199,102 @@ fn assert_rules_allow(requests: &[RequestRecord], rules: Option<&Vec<Value>>, ro
         denied.is_empty(),
         "the {role_kind} of deploy/ does not allow: {denied:#?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_k_monitoring_overlay_passes_the_prometheus_operator_schemas() {
+    let env = Env::start("deploy-monitoring").await;
+    // The Prometheus Operator's own CRDs, so the API server validates the ServiceMonitor and
+    // the PrometheusRule against their schemas (kubectl asks for strict field validation:
+    // an unknown or misspelt field is an error, not silently dropped).
+    let crds = prometheus_operator_crds();
+    let crd = |kind: &str| {
+        crds.join(format!("monitoring.coreos.com_{kind}.yaml"))
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (service_monitors, prometheus_rules) = (crd("servicemonitors"), crd("prometheusrules"));
+    env.kubectl
+        .ok(&[
+            "apply",
+            "--server-side",
+            "-f",
+            &service_monitors,
+            "-f",
+            &prometheus_rules,
+        ])
+        .await;
+    env.kubectl
+        .ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/servicemonitors.monitoring.coreos.com",
+            "crd/prometheusrules.monitoring.coreos.com",
+        ])
+        .await;
+    let objects = apply_kustomization(&env, "deploy/overlays/monitoring").await;
+    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    for kind in ["ServiceMonitor", "PrometheusRule", "Service", "ConfigMap"] {
+        assert!(
+            kinds.contains(&kind),
+            "the overlay installs a {kind}: {kinds:?}"
+        );
+    }
+    // What the API server stored is what the manifests say: no field was pruned as unknown.
+    for kind in ["ServiceMonitor", "PrometheusRule"] {
+        let manifest = only(&objects, kind);
+        let name = str_at(manifest, "/metadata/name");
+        let namespace = str_at(manifest, "/metadata/namespace");
+        let stored = env
+            .kubectl
+            .ok(&[
+                "-n",
+                &namespace,
+                "get",
+                &kind.to_lowercase(),
+                &name,
+                "-o",
+                "json",
+            ])
+            .await;
+        let stored: Value = serde_json::from_str(&stored).expect("kubectl get -o json");
+        assert_eq!(stored["spec"], manifest["spec"], "{kind} {name} as stored");
+    }
+    // A field the schema does not know is refused, so the check above has teeth.
+    let mut bad = only(&objects, "ServiceMonitor").clone();
+    bad["metadata"]["name"] = "swarm-operator-misspelt".into();
+    bad["spec"]["endpoints"][0]["intervall"] = "30s".into();
+    let refused = env
+        .apply_output("misspelt-service-monitor.yaml", &[bad])
+        .await;
+    assert!(
+        !refused.success && refused.stderr.contains("intervall"),
+        "an unknown ServiceMonitor field is refused: {refused:?}"
+    );
+    let deployment = only(&objects, "Deployment");
+    let namespace = str_at(deployment, "/metadata/namespace");
+    env.kubectl
+        .ok(&["-n", &namespace, "delete", "deployment", "swarm-operator"])
+        .await;
+}
+
+/// The directory holding the Prometheus Operator's ServiceMonitor and PrometheusRule CRDs:
+/// `PROMETHEUS_OPERATOR_CRDS`, else `<repo>/.tools/prometheus-operator-crds` (where
+/// `scripts/install-prometheus-operator-crds.sh` puts them).
+fn prometheus_operator_crds() -> PathBuf {
+    let dir = std::env::var_os("PROMETHEUS_OPERATOR_CRDS")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(&repo_path(".tools/prometheus-operator-crds")).to_path_buf());
+    assert!(
+        dir.join("monitoring.coreos.com_servicemonitors.yaml")
+            .is_file(),
+        "no Prometheus Operator CRDs in {}; run scripts/install-prometheus-operator-crds.sh \
+         or scripts/test.sh",
+        dir.display()
+    );
+    dir
 }
 
 /// `kubectl apply -k <dir>`, then checks every object `kubectl kustomize <dir>` renders now
