@@ -21,7 +21,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::conditions::reason;
-use swarm_operator::crd::{Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
+use swarm_operator::crd::{Handoff, Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
 use swarm_operator::planner::{self, CONFIG_KEY, Observed, Plan, SLOTS_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
 
@@ -78,6 +78,9 @@ struct World {
     last: Option<Plan>,
     /// Extra pods the ReplicaSet stand-in leaves alone (a rollout's `maxSurge`).
     surge: usize,
+    /// Other Deployments of the namespace, and the other pools.
+    other_deployments: Vec<Deployment>,
+    other_pools: Vec<SwarmPool>,
 }
 
 impl World {
@@ -127,6 +130,8 @@ impl World {
             deleted: Vec::new(),
             last: None,
             surge: 0,
+            other_deployments: Vec::new(),
+            other_pools: Vec::new(),
         };
         world.replica_set_controller();
         world
@@ -215,10 +220,12 @@ impl World {
         planner::plan(&Observed {
             pool: &self.pool,
             statefulsets: self.statefulsets.iter().collect(),
-            deployments: vec![&self.deployment],
+            deployments: std::iter::once(&self.deployment)
+                .chain(&self.other_deployments)
+                .collect(),
             replica_sets: vec![&self.replica_set],
             pods: pods.iter().collect(),
-            other_pools: Vec::new(),
+            other_pools: self.other_pools.iter().collect(),
             pods_are_live,
             config_map: self.config_map.as_ref(),
             deleting: &self.deleting,
@@ -492,6 +499,61 @@ fn an_evicted_pod_frees_its_slot_and_its_replacement_inherits_its_jobs() {
 }
 
 #[test]
+fn under_overlap_a_slot_left_free_keeps_its_jobs_for_the_pod_that_takes_it() {
+    // 28 jobs over 3 slots: one slot holds the extra job, which a slot counted empty would lose.
+    let mut world = World::new(jobs(28), 3);
+    world.pool.spec.rollout.handoff = Handoff::Overlap;
+    world.settle();
+    let (gone, held) = world
+        .live_pods()
+        .into_iter()
+        .map(|p| {
+            let jobs = world.jobs_of(&p);
+            (p, jobs)
+        })
+        .max_by_key(|(_, jobs)| jobs.len())
+        .unwrap();
+    assert_eq!(held.len(), 10);
+    let others: Vec<(String, BTreeSet<String>)> = world
+        .live_pods()
+        .into_iter()
+        .filter(|p| *p != gone)
+        .map(|p| {
+            let jobs = world.jobs_of(&p);
+            (p, jobs)
+        })
+        .collect();
+
+    // The pod is gone before its ReplicaSet has created the replacement: a plan sees the free
+    // slot, and must not hand its jobs to the other pods.
+    world.pods.retain(|p| p.name_any() != gone);
+    world.now += SignedDuration::from_secs(1);
+    let plan = world.reconcile().clone();
+    assert_eq!(plan.status.jobs_in_transit, 10, "{:?}", plan.status);
+    for (pod, jobs) in &others {
+        assert_eq!(&world.jobs_of(pod), jobs, "{pod} kept its jobs");
+    }
+
+    world.replica_set_controller();
+    world.settle();
+    world.assert_settled();
+    let replacement = format!("{RS}-p004");
+    assert_eq!(
+        world.jobs_of(&replacement),
+        held,
+        "the replacement inherits"
+    );
+    for (pod, jobs) in &others {
+        assert_eq!(&world.jobs_of(pod), jobs, "{pod} kept its jobs");
+    }
+    assert!(
+        world.deleted.is_empty(),
+        "nobody restarts: {:?}",
+        world.deleted
+    );
+}
+
+#[test]
 fn a_pool_without_its_deployment_fails_with_deployment_not_found() {
     let mut world = World::new(jobs(3), 2);
     world.deployment.metadata.labels = Some(BTreeMap::from([("app".into(), "other".into())]));
@@ -514,6 +576,54 @@ fn a_pool_without_its_deployment_fails_with_deployment_not_found() {
         "{}",
         warning.note
     );
+}
+
+/// Reconciles a pool that cannot be served: it fails with `reason`, writes nothing, and warns
+/// with a note that says what to fix.
+fn assert_fails_with(world: &mut World, reason: &str, note: &str) {
+    let plan = world.reconcile().clone();
+    assert_eq!(plan.status.phase, Some(Phase::Failed));
+    assert!(plan.apply.is_none() && world.config_map.is_none());
+    assert!(plan.deletes.is_empty());
+    let warning = plan.events.iter().find(|e| e.warning).expect("a Warning");
+    assert_eq!(warning.reason, reason);
+    assert!(warning.note.contains(note), "{}", warning.note);
+}
+
+#[test]
+fn a_selector_matching_two_deployments_fails_with_ambiguous_selector() {
+    let mut world = World::new(jobs(3), 2);
+    world.other_deployments.push(Deployment {
+        metadata: meta("stream-worker-canary", "canary-uid"),
+        ..Deployment::default()
+    });
+    assert_fails_with(
+        &mut world,
+        reason::AMBIGUOUS_SELECTOR,
+        "2 Deployments match app=stream-worker: stream-worker, stream-worker-canary; the selector must match exactly one",
+    );
+}
+
+#[test]
+fn a_deployment_an_older_pool_manages_fails_with_deployment_in_use() {
+    let mut world = World::new(jobs(3), 2);
+    let mut older = world.pool.clone();
+    older.metadata.name = Some("older-pool".into());
+    older.metadata.uid = Some("older-pool-uid".into());
+    older.metadata.creation_timestamp = Some(Time(world.now - SignedDuration::from_secs(60)));
+    world.pool.metadata.creation_timestamp = Some(Time(world.now));
+    world.other_pools.push(older.clone());
+    assert_fails_with(
+        &mut world,
+        reason::DEPLOYMENT_IN_USE,
+        "Deployment stream-worker is already managed by the older SwarmPool older-pool",
+    );
+
+    // An older pool over a StatefulSet with the same labels does not claim the Deployment.
+    older.spec.workload_kind = WorkloadKind::StatefulSet;
+    world.other_pools = vec![older];
+    world.settle();
+    world.assert_settled();
 }
 
 /// The pod's phase is terminal (`Failed` or `Succeeded`).

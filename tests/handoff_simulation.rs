@@ -583,16 +583,25 @@ fn simulate_qos() -> Result<String, String> {
 }
 
 /// Runs schedules of a Deployment pool (rollout restarts, pods replaced under new names,
-/// waiting workers) under the `Exclusive` handoff, checking exclusivity.
-fn simulate_deployment() -> Result<String, String> {
-    simulate_with("Exclusive over a Deployment", deployment_schedule(), |s| {
-        run_with_qos(s, Kind::Deployment, None, &[], Handoff::Exclusive, true)
+/// waiting workers) under the handoff `mode`, checking exclusivity if `exclusive`.
+fn simulate_deployment(mode: Handoff, exclusive: bool) -> Result<String, String> {
+    let name = format!("{mode:?} over a Deployment");
+    simulate_with(&name, deployment_schedule(), |s| {
+        run_with_qos(s, Kind::Deployment, None, &[], mode, exclusive)
     })
 }
 
 #[test]
 fn exclusive_handoff_holds_over_a_deployments_slots_under_random_schedules() {
-    match simulate_deployment() {
+    match simulate_deployment(Handoff::Exclusive, true) {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+#[test]
+fn overlap_handoff_settles_over_a_deployments_slots_under_random_schedules() {
+    match simulate_deployment(Handoff::Overlap, false) {
         Ok(summary) => eprintln!("{summary}"),
         Err(failure) => panic!("{failure}"),
     }

@@ -22,7 +22,9 @@
 //! annotation), written atomically with the revoke, so an operator that crashes and restarts
 //! with empty memory picks it up where it was and never grants early.
 //!
-//! Under `Overlap` the new assignment is published at once (make before break).
+//! Under `Overlap` the new assignment is published at once (make before break). Only a free slot
+//! of a Deployment pool has nobody to publish under: its jobs wait in transit for the pod that
+//! takes it, as they do under `Exclusive`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -233,15 +235,43 @@ fn overlap(input: &HandoffInput) -> HandoffOutcome {
                 })
         })
         .collect();
-    // A free slot (no pod yet) publishes nothing: its jobs are unassigned until a pod takes it.
-    let held = (0..input.target.replicas())
-        .map(|i| match input.roster.pod(i) {
-            Some(_) => input.target.workers()[i].clone(),
-            None => Vec::new(),
-        })
-        .collect();
+    // A free slot (no pod yet) publishes nothing. Its jobs stay in transit by the pods that held
+    // them, so the slot keeps them (see `swarm_assign::Rebound::current`) and the pod that takes
+    // it inherits them; a job nobody held yet is placed anew once a pod is there.
+    let published = published_by_job(input.previous);
+    let mut transit: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut jobs_in_transit = 0;
+    let mut held = Vec::with_capacity(input.target.replicas());
+    for (ordinal, jobs) in input.target.workers().iter().enumerate() {
+        if input.roster.pod(ordinal).is_some() {
+            held.push(jobs.clone());
+            continue;
+        }
+        held.push(Vec::new());
+        for job in jobs {
+            let from: BTreeSet<&str> = published
+                .get(job.as_str())
+                .into_iter()
+                .flatten()
+                .map(String::as_str)
+                .chain(
+                    previous_transit
+                        .get(job.as_str())
+                        .into_iter()
+                        .flatten()
+                        .copied(),
+                )
+                .collect();
+            for pod in &from {
+                push_unique(transit.entry((*pod).to_owned()).or_default(), job);
+            }
+            jobs_in_transit += usize::from(!from.is_empty());
+        }
+    }
     HandoffOutcome {
         held,
+        transit,
+        jobs_in_transit,
         granted,
         ..HandoffOutcome::default()
     }
@@ -884,6 +914,38 @@ mod tests {
             now: at(0),
         });
         assert_eq!(out.held, vec![vec![], jobs(&["y"])]);
+        assert!(out.transit.is_empty(), "x was never held: nothing to keep");
+    }
+
+    #[test]
+    fn overlap_keeps_a_free_slots_jobs_in_transit_by_the_pod_that_held_them() {
+        // "a" held x and z and is gone; z was already waiting from an earlier plan.
+        let previous = WorkerConfig::new(
+            1,
+            [("a", &["x"][..]), ("b", &["y"][..])].map(|(pod, held)| {
+                let workload = swarm_assign::Workload {
+                    version: 1,
+                    jobs: jobs(held),
+                };
+                (pod.to_owned(), workload)
+            }),
+        )
+        .with_transit([("a".to_owned(), jobs(&["z"]))]);
+        let out = hand_off(&HandoffInput {
+            mode: Handoff::Overlap,
+            roster: &Roster::new(vec![None, Some("b".into())], Vec::new()),
+            jobs: &jobs(&["x", "y", "z"]),
+            target: &Assignment::new(vec![jobs(&["x", "z"]), jobs(&["y"])]),
+            previous: Some(&previous),
+            holders: None,
+            pods: &PodIndex::default(),
+            pods_are_live: false,
+            now: at(0),
+        });
+        assert_eq!(out.held, vec![vec![], jobs(&["y"])]);
+        assert_eq!(out.transit["a"], jobs(&["x", "z"]), "the slot keeps them");
+        assert_eq!(out.jobs_in_transit, 2);
+        assert!(out.holders.entries().is_empty() && !out.needs_live_pods);
     }
 
     #[test]
