@@ -101,7 +101,8 @@ impl SlotTable {
         let live: BTreeSet<&str> = candidates.iter().copied().collect();
         let occupied = |slot: &Slot| slot.pod().is_some_and(|pod| live.contains(pod));
 
-        let mut slots = self.slots.clone();
+        let original = self.with_unique_heads();
+        let mut slots = original.slots.clone();
         let mut removed_at = Vec::new();
         let mut index = slots.len();
         while slots.len() > replicas && index > 0 {
@@ -112,7 +113,10 @@ impl SlotTable {
             }
         }
         removed_at.reverse();
-        let removed = removed_at.iter().map(|&i| self.slots[i].clone()).collect();
+        let removed = removed_at
+            .iter()
+            .map(|&i| original.slots[i].clone())
+            .collect();
         slots.resize_with(replicas.max(slots.len()), Slot::default);
 
         let slotted: BTreeSet<String> = slots
@@ -135,6 +139,29 @@ impl SlotTable {
             removed,
             idle,
         }
+    }
+
+    /// The table with every pod heading at most one slot. A table that says otherwise (edited by
+    /// hand) would publish one pod for two slots and lose the jobs of one of them: the first slot
+    /// keeps the pod, and a later slot drops it from its end, so the pod before it (or nobody)
+    /// heads it and the slot is free unless that pod is live.
+    fn with_unique_heads(&self) -> SlotTable {
+        let mut heads = BTreeSet::new();
+        let slots = self
+            .slots
+            .iter()
+            .map(|slot| {
+                let mut pods = slot.pods.clone();
+                while let Some(head) = pods.last() {
+                    if heads.insert(head.clone()) {
+                        break;
+                    }
+                    pods.pop();
+                }
+                Slot { pods }
+            })
+            .collect();
+        SlotTable { slots }
     }
 
     /// Forgets the pods that held a slot before and no longer matter: a predecessor is kept while

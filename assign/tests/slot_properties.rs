@@ -93,6 +93,33 @@ proptest! {
         }
     }
 
+    /// A table edited by hand so that one pod heads several slots still gives each pod one slot
+    /// at most: the pod keeps its first, and the others are free for the pods that wait.
+    #[test]
+    fn a_pod_heading_two_slots_in_an_edited_table_keeps_only_the_first(
+        s in situation(),
+        from in any::<prop::sample::Index>(),
+        to in any::<prop::sample::Index>(),
+    ) {
+        prop_assume!(!s.table.is_empty());
+        let mut slots = s.table.slots().to_vec();
+        let (from, to) = (from.index(slots.len()), to.index(slots.len()));
+        prop_assume!(from != to);
+        let Some(head) = slots[from].pod().map(str::to_owned) else {
+            return Ok(());
+        };
+        slots[to].pods.push(head.clone());
+        let first = slots[from.min(to)].clone();
+        let rebound = SlotTable::new(slots).rebind(s.replicas, &refs(&s.candidates));
+        let heads: Vec<&str> = heads(&rebound.table).into_iter().flatten().collect();
+        let unique: BTreeSet<&str> = heads.iter().copied().collect();
+        prop_assert_eq!(unique.len(), heads.len(), "a pod heads two slots: {:?}", heads);
+        if s.candidates.contains(&head) {
+            let kept = rebound.table.slot_of(&head).expect("a live pod keeps a slot");
+            prop_assert_eq!(&rebound.table.slots()[kept], &first, "it keeps its first slot");
+        }
+    }
+
     /// The table has `replicas` slots; more only while every slot is held by a live pod (a
     /// scale-down waits for the ReplicaSet to delete pods rather than evicting one).
     #[test]
