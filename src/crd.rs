@@ -240,7 +240,8 @@ pub struct SwarmPoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stateful_set: Option<String>,
 
-    /// Number of workers: the workload's desired replicas.
+    /// Number of workers: the workload's desired replicas. A Deployment pool counts its slots,
+    /// which stay above the replicas while pods of a scale-down still run and hold jobs.
     #[serde(default)]
     pub workers: i32,
 
