@@ -275,17 +275,30 @@ fn the_krew_manifest_installs_the_kubectl_swarm_binary_on_linux_and_macos() {
         );
         assert_eq!(platform["sha256"].as_str().map(str::len), Some(64));
         assert_eq!(platform["bin"], "kubectl-swarm");
-        assert_eq!(platform["files"][0]["from"], "kubectl-swarm");
+        let files: Vec<&str> = platform["files"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|file| file["from"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            files,
+            ["kubectl-swarm", "LICENSE"],
+            "krew-index wants the licence"
+        );
     }
     assert_eq!(
         seen,
         ["linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"]
     );
+    let script = read("scripts/package-plugin.sh");
     assert!(
-        read("scripts/package-plugin.sh")
-            .contains("archive=\"dist/kubectl-swarm_${os}_${arch}.tar.gz\""),
+        script.contains("archive=\"dist/kubectl-swarm_${os}_${arch}.tar.gz\"")
+            && script.contains("-czf \"${archive}\" kubectl-swarm LICENSE"),
         "the script packages what the manifest downloads"
     );
-    // The binary the manifest names is the one this crate builds.
-    assert!(Path::new(env!("CARGO_BIN_EXE_kubectl-swarm")).ends_with("kubectl-swarm"));
+    assert!(
+        read("LICENSE").contains("Apache License"),
+        "Cargo.toml's licence"
+    );
 }

@@ -13,7 +13,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config};
 use swarm_operator::crd::SwarmPool;
 use swarm_operator::plugin::output::{self, Format};
-use swarm_operator::plugin::{PluginError, PoolView, locate, scale_plan, status};
+use swarm_operator::plugin::{self, PluginError, PoolView, locate, scale_plan, status};
 use swarm_operator::pod_summary::PodSummary;
 
 /// Inspect SwarmPools: where each job runs, what each worker holds, what a scale would move.
@@ -225,14 +225,21 @@ async fn connect(args: &ClusterArgs) -> Result<Cluster, PluginError> {
 /// The pool, its ConfigMap and the pods of its namespace.
 async fn fetch(cluster: &Cluster, namespace: &str, name: &str) -> Result<PoolView, PluginError> {
     let client = &cluster.client;
-    let pool = Api::<SwarmPool>::namespaced(client.clone(), namespace)
-        .get_opt(name)
+    // Not `get_opt`: a resource the API server does not serve (no CRD) is a 404 too, and must
+    // not read as a missing pool.
+    let pool = match Api::<SwarmPool>::namespaced(client.clone(), namespace)
+        .get(name)
         .await
-        .map_err(|e| cluster.error(&e, "read the SwarmPool"))?
-        .ok_or_else(|| PluginError::NoPool {
-            namespace: namespace.to_owned(),
-            pool: name.to_owned(),
-        })?;
+    {
+        Ok(pool) => pool,
+        Err(kube::Error::Api(status)) if plugin::names_missing_object(&status, name) => {
+            return Err(PluginError::NoPool {
+                namespace: namespace.to_owned(),
+                pool: name.to_owned(),
+            });
+        }
+        Err(e) => return Err(cluster.error(&e, "read the SwarmPool")),
+    };
     let config_map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
         .get_opt(&pool.config_map_name())
         .await

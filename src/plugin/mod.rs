@@ -151,6 +151,13 @@ pub enum PluginError {
     Cluster(String),
 }
 
+/// Whether an error status says that the object `name` does not exist. The API server answers a
+/// resource it does not serve (a CRD not installed) with a 404 `NotFound` too, but one that names
+/// no object.
+pub fn names_missing_object(status: &kube::core::Status, name: &str) -> bool {
+    status.reason == "NotFound" && status.details.as_ref().is_some_and(|d| d.name == name)
+}
+
 impl PluginError {
     /// The process exit code: 1 when what was asked about does not exist (yet), 3 when the
     /// cluster could not be used. Usage errors exit with 2.

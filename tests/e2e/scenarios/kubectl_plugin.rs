@@ -3,7 +3,7 @@
 //! the per-pool metrics follow the status through a rollout, pass `promtool check metrics`,
 //! and go with the pool.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -11,7 +11,9 @@ use serde_json::Value;
 use super::{scale, swarm_json};
 use crate::harness::Env;
 use crate::harness::kubectl::Kubectl;
-use crate::harness::observe::{Observed, assert_invariants, balanced, observe};
+use crate::harness::observe::{
+    Observed, assert_invariants, balanced, observe, rollout_events, wait_rollout_events,
+};
 use crate::harness::poll::eventually_within;
 use crate::harness::promtool;
 use crate::harness::worker_config::moved_jobs;
@@ -61,6 +63,8 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
 
     // Through the rollout: samples of the metrics agree with the status read around them (the
     // operator's pool cache may lag the API for a moment, so not every sample can).
+    let workers: Vec<String> = (0..3).map(|i| format!("{sts}-{i}")).collect();
+    let events_before = rollout_events(&env, &workers).await;
     scale(&env, 3).await;
     let mut agreed = 0;
     let after = loop {
@@ -115,6 +119,21 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
         .map(|(pod, jobs)| (pod, jobs.len() as u64))
         .collect();
     assert_eq!(predicted, actual, "plan: {plan}");
+    // Its restarts and config writes are the operator's: one RefreshingWorker event per worker
+    // it named, one Rebalanced event per config version.
+    let restarted: BTreeSet<String> = plan["workersRestarted"]
+        .as_array()
+        .expect("workersRestarted")
+        .iter()
+        .map(|pod| pod.as_str().expect("a pod name").to_owned())
+        .collect();
+    let writes = plan["configWrites"].as_i64().expect("configWrites");
+    assert_eq!(
+        i64::try_from(after.config().version - before.config().version).unwrap(),
+        writes,
+        "{plan}"
+    );
+    wait_rollout_events(&env, &events_before, writes as i32, &restarted).await;
     let status = swarm_json(&env, &["status", &pool, "-n", &namespace]).await;
     assert_status_matches(&status, &after);
 
