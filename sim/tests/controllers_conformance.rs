@@ -1366,40 +1366,7 @@ async fn a_rollout_restart_rolls_within_max_surge_and_max_unavailable_to_a_new_r
     h.wait_rolled_out("web", 4).await;
     let old = h.replica_sets().await.remove(0);
 
-    // What `kubectl rollout restart` patches.
-    let restart = json!({"spec": {"template": {"metadata": {"annotations": {
-        "kubectl.kubernetes.io/restartedAt": "2026-11-24T00:00:00Z"
-    }}}}});
-    h.merge_patch(&format!("{DEPLOYMENTS_PATH}/web"), restart)
-        .await;
-    // maxSurge bounds the replicas the Deployment asks of its ReplicaSets (upstream's
-    // `NewRSNewReplicas` counts `spec.replicas`): pods an old set was just told to drop may
-    // still be running for a moment, there as upstream.
-    let (most_asked, fewest_ready) = (Cell::new(0), Cell::new(usize::MAX));
-    h.eventually("the rollout to finish", || async {
-        let asked: u64 = h
-            .replica_sets()
-            .await
-            .iter()
-            .filter_map(|rs| rs["spec"]["replicas"].as_u64())
-            .sum();
-        most_asked.set(most_asked.get().max(asked as usize));
-        let pods = h.pods().await;
-        let live: Vec<&Value> = pods.iter().filter(|p| !is_terminating(p)).collect();
-        fewest_ready.set(
-            fewest_ready
-                .get()
-                .min(live.iter().filter(|p| is_ready(p)).count()),
-        );
-        let d = h.deployment("web").await;
-        let done = d["status"]["updatedReplicas"] == 4
-            && d["status"]["replicas"] == 4
-            && d["status"]["availableReplicas"] == 4
-            && d["status"]["observedGeneration"] == d["metadata"]["generation"];
-        done.then_some(())
-    })
-    .await;
-    let (most_asked, fewest_ready) = (most_asked.get(), fewest_ready.get());
+    let (most_asked, fewest_ready) = rollout_restart_bounds(&h, "web", 4).await;
     assert!(
         most_asked <= 5,
         "at most replicas + maxSurge pods asked for: {most_asked}"
@@ -1425,6 +1392,85 @@ async fn a_rollout_restart_rolls_within_max_surge_and_max_unavailable_to_a_new_r
         })
         .await;
     assert!(pods.iter().all(|p| owner_of(p).2 == uid_of(new)));
+    h.sim.shutdown().await;
+}
+
+/// Restarts the rollout of Deployment `name` as `kubectl rollout restart` does and waits until
+/// it is done. Returns the most replicas its ReplicaSets were asked for at once and the fewest
+/// Ready pods seen meanwhile.
+///
+/// maxSurge bounds the replicas the Deployment asks of its ReplicaSets (upstream's
+/// `NewRSNewReplicas` counts `spec.replicas`): pods an old set was just told to drop may still be
+/// running for a moment, there as upstream.
+async fn rollout_restart_bounds(h: &Harness, name: &str, replicas: u64) -> (usize, usize) {
+    let restart = json!({"spec": {"template": {"metadata": {"annotations": {
+        "kubectl.kubernetes.io/restartedAt": "2026-11-24T00:00:00Z"
+    }}}}});
+    h.merge_patch(&format!("{DEPLOYMENTS_PATH}/{name}"), restart)
+        .await;
+    let (most_asked, fewest_ready) = (Cell::new(0), Cell::new(usize::MAX));
+    h.eventually("the rollout to finish", || async {
+        let asked: u64 = h
+            .replica_sets()
+            .await
+            .iter()
+            .filter_map(|rs| rs["spec"]["replicas"].as_u64())
+            .sum();
+        most_asked.set(most_asked.get().max(asked as usize));
+        let pods = h.pods().await;
+        let live: Vec<&Value> = pods.iter().filter(|p| !is_terminating(p)).collect();
+        fewest_ready.set(
+            fewest_ready
+                .get()
+                .min(live.iter().filter(|p| is_ready(p)).count()),
+        );
+        let d = h.deployment(name).await;
+        let done = d["status"]["updatedReplicas"] == replicas
+            && d["status"]["replicas"] == replicas
+            && d["status"]["availableReplicas"] == replicas
+            && d["status"]["observedGeneration"] == d["metadata"]["generation"];
+        done.then_some(())
+    })
+    .await;
+    (most_asked.get(), fewest_ready.get())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn percentages_of_a_rolling_update_round_surge_up_and_unavailability_down() {
+    // Upstream's `ResolveFenceposts`: maxSurge rounds up, maxUnavailable down. Of 3 replicas,
+    // 25% and 25% are a surge of 1 and no pod unavailable; rounded the other way the rollout
+    // could not move (0 and 0) or would drop a Ready pod.
+    let h = Harness::start(0.01, Duration::from_secs(100)).await;
+    let strategy = json!({"type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}});
+    h.create(DEPLOYMENTS_PATH, deployment("web", 3, strategy))
+        .await;
+    h.wait_rolled_out("web", 3).await;
+    let (most_asked, fewest_ready) = rollout_restart_bounds(&h, "web", 3).await;
+    assert_eq!(most_asked, 4, "replicas + a surge of ceil(0.75)");
+    assert!(
+        fewest_ready >= 3,
+        "floor(0.75) = 0 unavailable: {fewest_ready}"
+    );
+    h.sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_without_surge_replaces_up_to_max_unavailable_pods_at_once() {
+    // maxSurge 0: old pods must go first (`reconcileOldReplicaSets` scales the old set down to
+    // `replicas - maxUnavailable` at once), new ones come up in their place.
+    let h = Harness::start(0.01, Duration::from_secs(100)).await;
+    let strategy = json!({"type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "50%"}});
+    h.create(DEPLOYMENTS_PATH, deployment("web", 4, strategy))
+        .await;
+    h.wait_rolled_out("web", 4).await;
+    let (most_asked, fewest_ready) = rollout_restart_bounds(&h, "web", 4).await;
+    assert_eq!(most_asked, 4, "no surge");
+    assert_eq!(
+        fewest_ready, 2,
+        "down to replicas - maxUnavailable while the new pods start, no further"
+    );
     h.sim.shutdown().await;
 }
 
