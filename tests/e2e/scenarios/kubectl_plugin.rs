@@ -9,7 +9,6 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{scale, swarm_json};
-use crate::harness::Env;
 use crate::harness::kubectl::Kubectl;
 use crate::harness::observe::{
     Observed, assert_invariants, balanced, observe, rollout_events, wait_rollout_events,
@@ -17,10 +16,12 @@ use crate::harness::observe::{
 use crate::harness::poll::eventually_within;
 use crate::harness::promtool;
 use crate::harness::worker_config::moved_jobs;
+use crate::harness::{Env, SimSpeed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_status_say() {
-    let mut env = Env::start("kubectl-plugin").await;
+    // Slow enough that the handoff of the scale below lasts seconds, for samples taken in it.
+    let mut env = Env::start_with("kubectl-plugin", SimSpeed::SLOW).await;
     let before = env.install_example().await;
     let namespace = env.example.namespace();
     let pool = env.example.pool_name();
@@ -66,16 +67,28 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
     let workers: Vec<String> = (0..3).map(|i| format!("{sts}-{i}")).collect();
     let events_before = rollout_events(&env, &workers).await;
     scale(&env, 3).await;
-    let mut agreed = 0;
+    let (mut agreed, mut reported_handoff) = (0, 0);
     let after = loop {
         let observed = observe(&env).await.expect("the pool and its ConfigMap");
         let metrics = env.operator_metrics().await;
+        let report = swarm_json(&env, &["status", &pool, "-n", &namespace]).await;
         let again = observe(&env).await.expect("the pool and its ConfigMap");
-        if again.pool_resource_version() == observed.pool_resource_version()
+        let pool_unchanged = again.pool_resource_version() == observed.pool_resource_version();
+        let unchanged = pool_unchanged
+            && again.config_map_resource_version() == observed.config_map_resource_version();
+        if pool_unchanged
             && observed.phase() != "Balanced"
             && assert_metrics_match(&metrics, &observed).is_ok()
         {
             agreed += 1;
+        }
+        // Mid-handoff, the plugin's IN TRANSIT and RESTART columns say what the ConfigMap and
+        // the status say (the pods may change between the reads, so not every sample can).
+        if unchanged
+            && !observed.config().in_transit().is_empty()
+            && status_agrees(&report, &observed).is_ok()
+        {
+            reported_handoff += 1;
         }
         if balanced(&again, 3, &sts).is_ok() && again.config().version > before.config().version {
             break again;
@@ -85,6 +98,10 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
     assert!(
         agreed > 0,
         "no sample of the metrics agreed with the status"
+    );
+    assert!(
+        reported_handoff > 0,
+        "no sample of kubectl swarm status agreed with the ConfigMap mid-handoff"
     );
     assert_invariants(&env, &after).await;
     eventually_within("the metrics to show the settled pool", WAIT, || {
@@ -216,34 +233,87 @@ async fn swarm_ok(env: &Env, args: &[&str]) -> String {
 
 /// `status -o json` says what the ConfigMap and the pool's status say.
 fn assert_status_matches(report: &Value, o: &Observed) {
+    status_agrees(report, o).unwrap_or_else(|why| panic!("{why}: {report}"));
+}
+
+/// Whether `status -o json` says what the ConfigMap and the pool's status in `o` say: the phase
+/// and version, then per worker its jobs, version, readiness, pending restart (the status's
+/// stale workers) and the jobs in transit from it.
+fn status_agrees(report: &Value, o: &Observed) -> Result<(), String> {
     let config = o.config();
-    assert_eq!(report["phase"], o.phase(), "{report}");
-    assert_eq!(report["version"].as_u64(), Some(config.version), "{report}");
-    assert_eq!(report["workload"], o.status_str("workload").unwrap_or(""));
-    assert_eq!(report["jobsInTransit"], 0, "{report}");
-    assert_eq!(report["unassignedJobs"], serde_json::json!([]), "{report}");
-    let workers = report["workers"].as_array().expect("workers");
-    let pods: Vec<&str> = workers.iter().filter_map(|w| w["pod"].as_str()).collect();
-    assert_eq!(pods, config.pods(), "{report}");
-    for worker in workers {
-        let pod = worker["pod"].as_str().expect("pod");
-        let workload = config.workload(pod).expect("in the config");
-        let jobs: Vec<&str> = worker["jobs"]
+    let same = |what: &str, got: &Value, want: Value| {
+        if *got == want {
+            Ok(())
+        } else {
+            Err(format!("{what}: {got}, expected {want}"))
+        }
+    };
+    same("phase", &report["phase"], o.phase().into())?;
+    same("version", &report["version"], config.version.into())?;
+    same(
+        "workload",
+        &report["workload"],
+        o.status_str("workload").unwrap_or("").into(),
+    )?;
+    same(
+        "jobsInTransit",
+        &report["jobsInTransit"],
+        config.in_transit().len().into(),
+    )?;
+    same(
+        "unassignedJobs",
+        &report["unassignedJobs"]
             .as_array()
-            .expect("jobs")
-            .iter()
-            .filter_map(Value::as_str)
-            .collect();
-        assert_eq!(jobs, workload.jobs, "{pod}: {report}");
-        assert_eq!(worker["sinceVersion"].as_u64(), Some(workload.version));
-        assert_eq!(worker["ready"], o.pods[pod].ready, "{pod}: {report}");
-        assert_eq!(worker["restartPending"], false, "{pod}: {report}");
-        assert_eq!(
-            worker["inTransit"],
-            serde_json::json!([]),
-            "{pod}: {report}"
-        );
+            .map_or(0, Vec::len)
+            .into(),
+        o.status_u64("unassignedJobs").unwrap_or(0).into(),
+    )?;
+    let workers = report["workers"].as_array().ok_or("no workers")?;
+    let pods: Vec<&str> = workers.iter().filter_map(|w| w["pod"].as_str()).collect();
+    let mut expected: Vec<&str> = config.pods();
+    for (pod, _) in &config.transit {
+        if !expected.contains(&pod.as_str()) {
+            expected.push(pod);
+        }
     }
+    if pods != expected {
+        return Err(format!("workers {pods:?}, expected {expected:?}"));
+    }
+    let stale = o.stale_workers();
+    for worker in workers {
+        let pod = worker["pod"].as_str().ok_or("a worker without a pod")?;
+        let (jobs, version) = config
+            .workload(pod)
+            .map_or((Vec::new(), config.version), |w| {
+                (w.jobs.clone(), w.version)
+            });
+        let in_transit: Vec<&String> = config
+            .transit
+            .iter()
+            .filter(|(from, _)| from == pod)
+            .flat_map(|(_, jobs)| jobs)
+            .collect();
+        same(&format!("{pod} jobs"), &worker["jobs"], jobs.into())?;
+        same(
+            &format!("{pod} sinceVersion"),
+            &worker["sinceVersion"],
+            version.into(),
+        )?;
+        let ready = o.pods.get(pod).is_some_and(|p| p.ready && !p.terminating);
+        same(&format!("{pod} ready"), &worker["ready"], ready.into())?;
+        let pending = stale.iter().any(|p| p == pod);
+        same(
+            &format!("{pod} restartPending"),
+            &worker["restartPending"],
+            pending.into(),
+        )?;
+        same(
+            &format!("{pod} inTransit"),
+            &worker["inTransit"],
+            serde_json::json!(in_transit),
+        )?;
+    }
+    Ok(())
 }
 
 /// The table a person reads: the phase, the version, and one row per worker with its ready
