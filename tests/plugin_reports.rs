@@ -226,7 +226,19 @@ fn plan_of_a_scale_down_moves_only_the_removed_workers_jobs_and_of_zero_leaves_a
     assert_eq!(plan.jobs_moved, 9);
     assert_eq!(plan.workers_restarted, ["w-0", "w-1"]);
     assert_eq!(plan.workers[2].jobs_after, None, "w-2 is removed");
-    assert!(scale_plan::render(&plan).contains("w-2      9          removed      no\n"));
+    let text = scale_plan::render(&plan);
+    assert!(
+        text.contains("w-2      9          removed      no\n"),
+        "{text}"
+    );
+    assert_eq!(
+        plan.config_writes, 3,
+        "a revoke, then a grant to each of w-0 and w-1"
+    );
+    assert!(
+        text.contains("  config writes:     up to 3\n"),
+        "the two grants may coincide: {text}"
+    );
 
     let none = scale_plan::plan(&balanced_view(3), 0).expect("a plan");
     assert_eq!(none.unassigned_jobs, 27);
@@ -260,6 +272,10 @@ fn plan_of_a_deployment_pool_keeps_each_slots_jobs_on_its_pod_and_adds_new_pods(
     let plan = scale_plan::plan(&view, 4).expect("a plan");
     assert_eq!(plan.jobs_moved, 2);
     assert_eq!(plan.workers_restarted, ["d-5f7-abcde", "d-5f7-xyz12"]);
+    assert_eq!(
+        plan.config_writes, 3,
+        "a revoke, then a grant to each new pod"
+    );
     let text = scale_plan::render(&plan);
     assert!(
         text.ends_with(

@@ -40,8 +40,9 @@ pub struct ScalePlan {
     /// and, under the `Exclusive` handoff, a new StatefulSet pod that starts before its jobs are
     /// granted (a Deployment's new pod waits for its jobs instead).
     pub workers_restarted: Vec<String>,
-    /// ConfigMap writes to get there: 0 when nothing changes, 2 when jobs move under the
-    /// `Exclusive` handoff (revoke, then grant once their old workers are gone).
+    /// ConfigMap writes to get there, at most: 0 when nothing changes, 1 without moves or under
+    /// `Overlap`. Under `Exclusive` moved jobs take a revoke, then a grant per receiving worker
+    /// once the jobs coming to it are free; receivers whose jobs free at once share a grant.
     pub config_writes: usize,
     /// Jobs no worker would hold (scaling to 0).
     pub unassigned_jobs: usize,
@@ -188,9 +189,18 @@ pub fn plan(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> 
             restart,
         });
     }
+    let receivers = target
+        .workers()
+        .iter()
+        .enumerate()
+        .filter(|(i, jobs)| {
+            jobs.iter()
+                .any(|job| position_now.get(job.as_str()).is_some_and(|now| now != i))
+        })
+        .count();
     let config_writes = match (changed, spec.rollout.handoff) {
         (false, _) => 0,
-        (true, Handoff::Exclusive) if jobs_moved > 0 => 2,
+        (true, Handoff::Exclusive) if jobs_moved > 0 => 1 + receivers,
         (true, _) => 1,
     };
     Ok(ScalePlan {
@@ -239,7 +249,12 @@ pub fn render(plan: &ScalePlan) -> String {
             format!(" ({})", plan.workers_restarted.join(", "))
         }
     ));
-    out.push_str(&format!("  config writes:     {}\n", plan.config_writes));
+    // Beyond a revoke and one grant, grants may coincide: the count is a bound.
+    let bound = if plan.config_writes > 2 { "up to " } else { "" };
+    out.push_str(&format!(
+        "  config writes:     {bound}{}\n",
+        plan.config_writes
+    ));
     if plan.unassigned_jobs > 0 {
         out.push_str(&format!(
             "  unassigned jobs:   {} (no workers)\n",
