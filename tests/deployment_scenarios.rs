@@ -309,6 +309,18 @@ impl World {
             .collect()
     }
 
+    /// Each live pod but `except` with its jobs.
+    fn holdings_but(&self, except: &str) -> Vec<(String, BTreeSet<String>)> {
+        self.live_pods()
+            .into_iter()
+            .filter(|p| p != except)
+            .map(|p| {
+                let jobs = self.jobs_of(&p);
+                (p, jobs)
+            })
+            .collect()
+    }
+
     fn jobs_of(&self, pod: &str) -> BTreeSet<String> {
         self.config()
             .workload(pod)
@@ -464,15 +476,7 @@ fn an_evicted_pod_frees_its_slot_and_its_replacement_inherits_its_jobs() {
     world.settle();
     let evicted = format!("{RS}-p002");
     let held = world.jobs_of(&evicted);
-    let others: Vec<(String, BTreeSet<String>)> = world
-        .live_pods()
-        .into_iter()
-        .filter(|p| *p != evicted)
-        .map(|p| {
-            let jobs = world.jobs_of(&p);
-            (p, jobs)
-        })
-        .collect();
+    let others = world.holdings_but(&evicted);
 
     world.evict(&evicted);
     world.settle();
@@ -505,24 +509,12 @@ fn under_overlap_a_slot_left_free_keeps_its_jobs_for_the_pod_that_takes_it() {
     world.pool.spec.rollout.handoff = Handoff::Overlap;
     world.settle();
     let (gone, held) = world
-        .live_pods()
+        .holdings_but("")
         .into_iter()
-        .map(|p| {
-            let jobs = world.jobs_of(&p);
-            (p, jobs)
-        })
         .max_by_key(|(_, jobs)| jobs.len())
         .unwrap();
     assert_eq!(held.len(), 10);
-    let others: Vec<(String, BTreeSet<String>)> = world
-        .live_pods()
-        .into_iter()
-        .filter(|p| *p != gone)
-        .map(|p| {
-            let jobs = world.jobs_of(&p);
-            (p, jobs)
-        })
-        .collect();
+    let others = world.holdings_but(&gone);
 
     // The pod is gone before its ReplicaSet has created the replacement: a plan sees the free
     // slot, and must not hand its jobs to the other pods.

@@ -862,13 +862,9 @@ mod tests {
         assert!(out.awaiting_grants.contains("w-1"), "w-1 is held back");
     }
 
-    #[test]
-    fn jobs_for_a_free_slot_wait_in_transit_until_a_pod_takes_it() {
-        // Slot 0's pod "a" terminated; no pod has taken the slot yet.
-        let roster = Roster::new(vec![None, Some("b".into())], vec![]);
-        let spec = jobs(&["x", "y", "z"]);
-        let target = Assignment::new(vec![jobs(&["x", "z"]), jobs(&["y"])]);
-        let previous = WorkerConfig::new(
+    /// The config after "a" (slot 0) held x and had z revoked, and "b" holds y.
+    fn a_held_x_and_z_b_holds_y() -> WorkerConfig {
+        WorkerConfig::new(
             1,
             [("a", &["x"][..]), ("b", &["y"][..])].map(|(pod, held)| {
                 let workload = swarm_assign::Workload {
@@ -878,7 +874,16 @@ mod tests {
                 (pod.to_owned(), workload)
             }),
         )
-        .with_transit([("a".to_owned(), jobs(&["z"]))]);
+        .with_transit([("a".to_owned(), jobs(&["z"]))])
+    }
+
+    #[test]
+    fn jobs_for_a_free_slot_wait_in_transit_until_a_pod_takes_it() {
+        // Slot 0's pod "a" terminated; no pod has taken the slot yet.
+        let roster = Roster::new(vec![None, Some("b".into())], vec![]);
+        let spec = jobs(&["x", "y", "z"]);
+        let target = Assignment::new(vec![jobs(&["x", "z"]), jobs(&["y"])]);
+        let previous = a_held_x_and_z_b_holds_y();
         let input = |holders: &Holders, pods: &PodIndex| {
             hand_off(&HandoffInput {
                 mode: Handoff::Exclusive,
@@ -920,17 +925,7 @@ mod tests {
     #[test]
     fn overlap_keeps_a_free_slots_jobs_in_transit_by_the_pod_that_held_them() {
         // "a" held x and z and is gone; z was already waiting from an earlier plan.
-        let previous = WorkerConfig::new(
-            1,
-            [("a", &["x"][..]), ("b", &["y"][..])].map(|(pod, held)| {
-                let workload = swarm_assign::Workload {
-                    version: 1,
-                    jobs: jobs(held),
-                };
-                (pod.to_owned(), workload)
-            }),
-        )
-        .with_transit([("a".to_owned(), jobs(&["z"]))]);
+        let previous = a_held_x_and_z_b_holds_y();
         let out = hand_off(&HandoffInput {
             mode: Handoff::Overlap,
             roster: &Roster::new(vec![None, Some("b".into())], Vec::new()),
