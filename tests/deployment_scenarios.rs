@@ -309,16 +309,45 @@ impl World {
             .collect()
     }
 
-    /// Each live pod but `except` with its jobs.
-    fn holdings_but(&self, except: &str) -> Vec<(String, BTreeSet<String>)> {
+    /// Each live pod with its jobs.
+    fn holdings(&self) -> Vec<(String, BTreeSet<String>)> {
         self.live_pods()
             .into_iter()
-            .filter(|p| p != except)
             .map(|p| {
                 let jobs = self.jobs_of(&p);
                 (p, jobs)
             })
             .collect()
+    }
+
+    /// Each live pod but `except` with its jobs.
+    fn holdings_but(&self, except: &str) -> Vec<(String, BTreeSet<String>)> {
+        let mut holdings = self.holdings();
+        holdings.retain(|(p, _)| p != except);
+        holdings
+    }
+
+    /// The pod created after the first three took over a slot with `held` and nothing else moved:
+    /// the pods in `others` kept their jobs, and no pod was deleted for it.
+    fn assert_fourth_pod_inherited(
+        &self,
+        held: &BTreeSet<String>,
+        others: &[(String, BTreeSet<String>)],
+    ) {
+        let replacement = format!("{RS}-p004");
+        assert_eq!(
+            &self.jobs_of(&replacement),
+            held,
+            "the replacement takes its predecessor's slot"
+        );
+        for (pod, jobs) in others {
+            assert_eq!(&self.jobs_of(pod), jobs, "{pod} kept its jobs");
+        }
+        assert!(
+            self.deleted.is_empty(),
+            "nobody restarts: {:?}",
+            self.deleted
+        );
     }
 
     fn jobs_of(&self, pod: &str) -> BTreeSet<String> {
@@ -481,25 +510,12 @@ fn an_evicted_pod_frees_its_slot_and_its_replacement_inherits_its_jobs() {
     world.evict(&evicted);
     world.settle();
     world.assert_settled();
-    let replacement = format!("{RS}-p004");
-    assert_eq!(
-        world.jobs_of(&replacement),
-        held,
-        "the replacement takes the evicted pod's slot"
-    );
-    for (pod, jobs) in &others {
-        assert_eq!(&world.jobs_of(pod), jobs, "{pod} kept its jobs");
-    }
+    world.assert_fourth_pod_inherited(&held, &others);
     assert!(
         world.pods.iter().any(|p| p.name_any() == evicted),
         "granted while the evicted pod is still in the API"
     );
     assert!(world.config().workload(&evicted).is_none());
-    assert!(
-        world.deleted.is_empty(),
-        "nobody restarts: {:?}",
-        world.deleted
-    );
 }
 
 #[test]
@@ -509,7 +525,7 @@ fn under_overlap_a_slot_left_free_keeps_its_jobs_for_the_pod_that_takes_it() {
     world.pool.spec.rollout.handoff = Handoff::Overlap;
     world.settle();
     let (gone, held) = world
-        .holdings_but("")
+        .holdings()
         .into_iter()
         .max_by_key(|(_, jobs)| jobs.len())
         .unwrap();
@@ -529,20 +545,7 @@ fn under_overlap_a_slot_left_free_keeps_its_jobs_for_the_pod_that_takes_it() {
     world.replica_set_controller();
     world.settle();
     world.assert_settled();
-    let replacement = format!("{RS}-p004");
-    assert_eq!(
-        world.jobs_of(&replacement),
-        held,
-        "the replacement inherits"
-    );
-    for (pod, jobs) in &others {
-        assert_eq!(&world.jobs_of(pod), jobs, "{pod} kept its jobs");
-    }
-    assert!(
-        world.deleted.is_empty(),
-        "nobody restarts: {:?}",
-        world.deleted
-    );
+    world.assert_fourth_pod_inherited(&held, &others);
 }
 
 #[test]

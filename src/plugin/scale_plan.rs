@@ -6,7 +6,7 @@
 //! revoke and the grant. A Deployment's ReplicaSet picks the pods a scale-down removes; the plan
 //! removes the highest slots, which moves as many jobs as removing any others.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 use swarm_assign::{Assignment, Qos, pod_name};
@@ -142,15 +142,20 @@ pub fn plan(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> 
         .enumerate()
         .flat_map(|(i, jobs)| jobs.iter().map(move |j| (j.as_str(), i)))
         .collect();
-    let jobs_moved = spec
+    // Where each held job that moves goes (`None`: nowhere, at 0 replicas).
+    let moves: Vec<Option<usize>> = spec
         .jobs
         .iter()
-        .filter(|job| {
+        .filter_map(|job| {
+            let after = position_after.get(job.as_str()).copied();
             position_now
                 .get(job.as_str())
-                .is_some_and(|now| position_after.get(job.as_str()) != Some(now))
+                .is_some_and(|&now| after != Some(now))
+                .then_some(after)
         })
-        .count();
+        .collect();
+    let jobs_moved = moves.len();
+    let receivers = moves.iter().flatten().collect::<BTreeSet<_>>().len();
 
     let new_pods_restart = spec.workload_kind == WorkloadKind::StatefulSet
         && spec.rollout.handoff == Handoff::Exclusive
@@ -189,15 +194,6 @@ pub fn plan(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> 
             restart,
         });
     }
-    let receivers = target
-        .workers()
-        .iter()
-        .enumerate()
-        .filter(|(i, jobs)| {
-            jobs.iter()
-                .any(|job| position_now.get(job.as_str()).is_some_and(|now| now != i))
-        })
-        .count();
     let config_writes = match (changed, spec.rollout.handoff) {
         (false, _) => 0,
         (true, Handoff::Exclusive) if jobs_moved > 0 => 1 + receivers,
