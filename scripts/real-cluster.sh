@@ -5,6 +5,12 @@
 #   scripts/real-cluster.sh up <DIR>     build once (cached), start, wait until ready
 #   scripts/real-cluster.sh down <DIR>   stop exactly the processes `up` started in <DIR>
 #   scripts/real-cluster.sh build        only build (or find) the pinned binaries
+#   scripts/real-cluster.sh restart <DIR> <COMPONENT> [SECONDS]
+#                                        SIGKILL a component (etcd, kube-apiserver, ...), keep
+#                                        it down SECONDS (default 0), start it again with the
+#                                        same command line and wait until it serves
+#   scripts/real-cluster.sh signal <DIR> <COMPONENT> <SIGNAL>
+#                                        send SIGNAL (STOP, CONT, KILL, ...) to a component
 #
 # `up` writes an admin kubeconfig to <DIR>/kubeconfig, and logs, pid files, certificates and
 # etcd's data under <DIR>. Everything is built from Go modules at the versions pinned in
@@ -156,12 +162,58 @@ EOF
 }
 
 # Starts `binary args...` in the background as component `name`: its output goes to
-# <DIR>/logs/<name>.log and its pid to <DIR>/pids/<name>.pid.
+# <DIR>/logs/<name>.log and its pid to <DIR>/pids/<name>.pid; its command line is kept in
+# <DIR>/cmds/<name> so `restart` starts it again exactly as `up` did.
 start() {
     local dir="$1" name="$2"
     shift 2
-    "$@" >"${dir}/logs/${name}.log" 2>&1 </dev/null &
+    mkdir -p "${dir}/cmds"
+    printf '%s\0' "$@" >"${dir}/cmds/${name}"
+    "$@" >>"${dir}/logs/${name}.log" 2>&1 </dev/null &
     echo "$!" >"${dir}/pids/${name}.pid"
+}
+
+# The pid of component `name` of the cluster in `dir`, if it is the process `up` started.
+component_pid() {
+    local dir="$1" name="$2" pid
+    [[ -f "${dir}/pids/${name}.pid" ]] || return 1
+    pid="$(cat "${dir}/pids/${name}.pid")"
+    [[ -r "/proc/${pid}/cmdline" ]] && tr '\0' ' ' <"/proc/${pid}/cmdline" | grep -qF "${dir}" || return 1
+    echo "${pid}"
+}
+
+# What a component answers once it serves again after a restart.
+wait_serving() {
+    local dir="$1" name="$2"
+    case "${name}" in
+    etcd)
+        wait_for "${dir}" "etcd to be healthy" 60 etcd curl -fsS "$(cat "${dir}/etcd-url")/health"
+        ;;
+    kube-apiserver)
+        local kubectl
+        kubectl="$("${repo_root}/scripts/install-kubectl.sh")" || die "cannot install kubectl"
+        wait_for "${dir}" "kube-apiserver to be ready" 120 kube-apiserver \
+            "${kubectl}" --kubeconfig "${dir}/kubeconfig" get --raw /readyz
+        ;;
+    esac
+}
+
+# Kills component `name` (SIGKILL, as a crash or a lost node would), keeps it down `seconds`,
+# then starts it with the command line `up` gave it and waits until it serves.
+restart() {
+    local dir="$1" name="$2" seconds="${3:-0}" pid
+    [[ -f "${dir}/cmds/${name}" ]] || die "no component ${name} in ${dir} (see ${dir}/cmds)"
+    if pid="$(component_pid "${dir}" "${name}")"; then
+        kill -KILL "${pid}" 2>/dev/null || true
+        while kill -0 "${pid}" 2>/dev/null; do sleep 0.1; done
+    fi
+    sleep "${seconds}"
+    local cmd=()
+    mapfile -d '' -t cmd <"${dir}/cmds/${name}"
+    echo "--- restarted by real-cluster.sh at $(date -u +%FT%TZ)" >>"${dir}/logs/${name}.log"
+    start "${dir}" "${name}" "${cmd[@]}"
+    wait_serving "${dir}" "${name}"
+    say "restarted ${name} (down ${seconds} s)"
 }
 
 # Waits up to `seconds` for `command...` to succeed; on timeout, names `what` and shows the
@@ -195,7 +247,7 @@ up() {
     trap 'down "${dir}" >/dev/null 2>&1' EXIT
     local kubectl
     kubectl="$("${repo_root}/scripts/install-kubectl.sh")" || die "cannot install kubectl"
-    rm -rf "${dir}/logs" "${dir}/etcd" "${dir}/pki"
+    rm -rf "${dir}/logs" "${dir}/etcd" "${dir}/pki" "${dir}/cmds"
     mkdir -p "${dir}/logs" "${dir}/pids"
     local started=${SECONDS}
     make_pki "${dir}/pki"
@@ -218,6 +270,7 @@ up() {
         --initial-cluster="default=http://127.0.0.1:${etcd_peer}"
     wait_for "${dir}" "etcd to be healthy" 60 etcd \
         curl -fsS "http://127.0.0.1:${etcd_client}/health"
+    echo "http://127.0.0.1:${etcd_client}" >"${dir}/etcd-url"
 
     # The audit log records the requests of every ServiceAccount outside kube-system (the
     # operator's among them), so the suite can check what the operator did and that RBAC
@@ -312,6 +365,8 @@ down() {
         [[ -f "${pid_file}" ]] || continue
         pid="$(cat "${pid_file}")"
         if [[ -r "/proc/${pid}/cmdline" ]] && tr '\0' ' ' <"/proc/${pid}/cmdline" | grep -qF "${dir}"; then
+            # A frozen (SIGSTOP) component would never act on SIGTERM.
+            kill -CONT "${pid}" 2>/dev/null || true
             kill -TERM "${pid}" 2>/dev/null && pids+=("${pid}")
         fi
         rm -f "${pid_file}"
@@ -336,7 +391,17 @@ down)
 build)
     build_all
     ;;
+restart)
+    [[ $# -ge 3 && $# -le 4 ]] || die "usage: $0 restart <DIR> <COMPONENT> [SECONDS]"
+    restart "$(cd "$2" && pwd)" "$3" "${4:-0}"
+    ;;
+signal)
+    [[ $# -eq 4 ]] || die "usage: $0 signal <DIR> <COMPONENT> <SIGNAL>"
+    dir="$(cd "$2" && pwd)"
+    pid="$(component_pid "${dir}" "$3")" || die "component $3 of ${dir} is not running"
+    kill -s "$4" "${pid}"
+    ;;
 *)
-    die "usage: $0 up <DIR> | down <DIR> | build"
+    die "usage: $0 up <DIR> | down <DIR> | build | restart <DIR> <COMPONENT> [SECONDS] | signal <DIR> <COMPONENT> <SIGNAL>"
     ;;
 esac

@@ -73,6 +73,8 @@ pub mod reason {
     pub const REBALANCED: &str = "Rebalanced";
     /// Event reason: a stale worker's pod was deleted to load the new config.
     pub const REFRESHING_WORKER: &str = "RefreshingWorker";
+    /// A watch cache of the operator has been failing: the status may be out of date.
+    pub const STALE_CACHE: &str = "StaleCache";
     /// Event reason: the ConfigMap's `config.yml` could not be read and was rebuilt.
     pub const CONFIG_UNREADABLE: &str = "ConfigUnreadable";
 }
@@ -163,6 +165,36 @@ impl Verdict {
     }
 }
 
+/// The conditions of a pool whose state the operator cannot see: `Ready` and `Progressing`
+/// Unknown, `Degraded` True, all with reason `StaleCache` and `message`. A condition keeps the
+/// `lastTransitionTime` of its `previous` namesake when its status did not flip.
+pub fn unknown(
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: Timestamp,
+    message: &str,
+) -> Vec<Condition> {
+    [
+        (READY, "Unknown"),
+        (PROGRESSING, "Unknown"),
+        (DEGRADED, "True"),
+    ]
+    .into_iter()
+    .map(|(type_, status)| Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason::STALE_CACHE.to_owned(),
+        message: message.to_owned(),
+        observed_generation: generation,
+        last_transition_time: previous
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or(Time(now)),
+    })
+    .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,6 +260,23 @@ mod tests {
         let no_replicas = Verdict::new(Phase::Degraded, reason::NO_REPLICAS, "0")
             .degraded_by(reason::NOT_ENOUGH_WORKERS, "x");
         assert_eq!(no_replicas.reason, reason::NO_REPLICAS);
+    }
+
+    #[test]
+    fn a_stale_cache_makes_ready_unknown_and_degraded_true() {
+        let balanced =
+            Verdict::new(Phase::Balanced, reason::BALANCED, "ok").conditions(&[], Some(2), at(10));
+        let c = unknown(&balanced, Some(2), at(20), "the pods watch has failed");
+        assert_eq!(find(&c, READY).status, "Unknown");
+        assert_eq!(find(&c, PROGRESSING).status, "Unknown");
+        assert_eq!(find(&c, DEGRADED).status, "True");
+        assert!(
+            c.iter()
+                .all(|c| c.reason == "StaleCache" && c.message.contains("pods watch"))
+        );
+        assert!(c.iter().all(|c| c.last_transition_time == Time(at(20))));
+        let again = unknown(&c, Some(2), at(30), "still");
+        assert!(again.iter().all(|c| c.last_transition_time == Time(at(20))));
     }
 
     #[test]

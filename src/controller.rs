@@ -31,17 +31,19 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use tokio::sync::watch;
 use tracing::{debug, info, instrument, warn};
 
 use crate::Error;
-use crate::crd::{SwarmPool, SwarmPoolStatus, WorkloadKind};
+use crate::cache_health::{Cache, CacheHealth, STALE_AFTER, StaleCache};
+use crate::conditions;
+use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::fenced_write;
 use crate::http::HttpState;
 use crate::metrics::Metrics;
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, MANAGER, Observed, POOL_LABEL, Plan, PlannedEvent};
 use crate::pod_summary::PodSummary;
+use crate::relisting_watch::{self, relisting_watcher};
 use crate::rollout::PENDING_REFRESH_ANNOTATION;
 use crate::trim;
 
@@ -57,9 +59,13 @@ pub const DEPLOYMENT_POD_LABEL: &str = "pod-template-hash";
 const MAX_PLAN_ROUNDS: usize = 8;
 /// How long a requested pod deletion is remembered in case the cache has not seen it yet.
 const DELETING_MEMORY: Duration = Duration::from_secs(600);
-/// First and last retry delay of the per-pool backoff for transient errors.
+/// First and last retry delay of the per-pool backoff for transient errors. The cap is short:
+/// a pool whose reconciles failed while the API server was away must not wait minutes once it
+/// is back (the watches' relists also trigger it at once).
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
-const BACKOFF_MAX: Duration = Duration::from_secs(300);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// How often a pool is reconsidered while a cache is stale, to report it and to resume.
+const STALE_RECHECK: Duration = Duration::from_secs(5);
 
 /// State shared by all reconciles.
 pub struct Context {
@@ -71,9 +77,10 @@ pub struct Context {
     replica_sets: Store<ReplicaSet>,
     pods: PodCaches,
     config_maps: Store<ConfigMap>,
-    /// Whether the caches have completed their initial list: reconciles wait for it, so an
-    /// empty cache right after start is never taken for "no StatefulSet, no pods".
-    synced: watch::Receiver<Synced>,
+    /// Whether each cache has completed its initial list and follows the cluster: reconciles
+    /// wait for the first list, so an empty cache right after start is never taken for "no
+    /// StatefulSet, no pods", and decide nothing while a watch fails.
+    health: CacheHealth,
     metrics: Metrics,
     /// Consecutive failures per pool, for the backoff.
     failures: Mutex<HashMap<ObjectRef<SwarmPool>, u32>>,
@@ -287,10 +294,31 @@ impl Context {
     }
 }
 
-/// Retry delay after `failures` consecutive failures: 1s, 2s, 4s, ... capped at 5 minutes.
+/// Retry delay after `failures` consecutive failures: 1s, 2s, 4s, ... capped at 30 s.
 pub fn backoff_delay(failures: u32) -> Duration {
     let exp = failures.saturating_sub(1).min(16);
     BACKOFF_MIN.saturating_mul(1 << exp).min(BACKOFF_MAX)
+}
+
+/// The retry delay after a failed reconcile: the backoff, plus a jitter of up to a quarter so
+/// pools that failed together do not retry together, and at least what the server asked for
+/// with `Retry-After` (`429 Too Many Requests`).
+fn retry_delay(failures: u32, error: &Error) -> Duration {
+    let delay = backoff_delay(failures);
+    let jitter = delay.mul_f64(rand_fraction() / 4.0);
+    let asked = error
+        .api_error()
+        .and_then(relisting_watch::retry_after)
+        .unwrap_or_default();
+    (delay + jitter).max(asked)
+}
+
+/// A number in [0, 1) that differs between calls, for jitter (not for anything that needs
+/// randomness of quality).
+fn rand_fraction() -> f64 {
+    use std::hash::{BuildHasher, RandomState};
+    let bits = RandomState::new().hash_one(Instant::now());
+    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Runs the controller until `shutdown` resolves: watches in `namespace` (all when `None`),
@@ -305,14 +333,15 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = namespace.as_deref();
-    let (synced_tx, synced) = watch::channel(Synced::default());
+    let health = metrics.caches.clone();
+    http.follow_caches(health.clone());
 
     let (pool_store, pools) = cached_watch(
         scoped::<SwarmPool>(&client, ns),
         watcher::Config::default(),
         trim::pool,
         Cache::Pools,
-        synced_tx.clone(),
+        &health,
     );
     let pools = pools.applied_objects();
     metrics.pools.watch(pool_store.clone());
@@ -321,53 +350,57 @@ pub async fn run(
         watcher::Config::default().labels(POOL_LABEL),
         trim::config_map,
         Cache::ConfigMaps,
-        synced_tx.clone(),
+        &health,
     );
     let (sts_store, statefulsets) = cached_watch(
         scoped::<StatefulSet>(&client, ns),
         watcher::Config::default(),
         trim::statefulset,
         Cache::StatefulSets,
-        synced_tx.clone(),
+        &health,
     );
     let (pod_store, pods) = cached_watch(
         scoped::<PodSummary>(&client, ns),
         watcher::Config::default().labels(STATEFULSET_POD_LABEL),
         trim::pod,
         Cache::Pods,
-        synced_tx.clone(),
+        &health,
     );
     let (deployment_store, deployments) = cached_watch(
         scoped::<Deployment>(&client, ns),
         watcher::Config::default(),
         trim::deployment,
         Cache::Deployments,
-        synced_tx.clone(),
+        &health,
     );
     let (rs_store, replica_sets) = cached_watch(
         scoped::<ReplicaSet>(&client, ns),
         watcher::Config::default(),
         trim::replica_set,
         Cache::ReplicaSets,
-        synced_tx.clone(),
+        &health,
     );
     let (deployment_pod_store, deployment_pods) = cached_watch(
         scoped::<PodSummary>(&client, ns),
         watcher::Config::default().labels(DEPLOYMENT_POD_LABEL),
         trim::pod,
         Cache::DeploymentPods,
-        synced_tx,
+        &health,
     );
 
     {
-        let mut synced = synced.clone();
+        let health = health.clone();
         tokio::spawn(async move {
-            if synced.wait_for(Synced::all).await.is_ok() {
-                info!("caches synced; reconciling");
-                http.set_ready();
-            }
+            health.wait_synced().await;
+            info!("caches synced; reconciling");
         });
     }
+    // Every pool is reconsidered when a cache starts failing or lists again: to report that
+    // the status may be out of date, and to act on a cache that follows the cluster again.
+    let health_changes = futures::stream::unfold(health.subscribe(), |mut changes| async move {
+        changes.changed().await.ok()?;
+        Some(((), changes))
+    });
 
     let context = Arc::new(Context {
         client: client.clone(),
@@ -384,7 +417,7 @@ pub async fn run(
             deployment: deployment_pod_store,
         },
         config_maps: cm_store,
-        synced,
+        health,
         metrics,
         failures: Mutex::default(),
         deleting: Mutex::default(),
@@ -415,6 +448,7 @@ pub async fn run(
             let (pools, deployments, replica_sets) = &by_deployment_pod;
             pools_for_deployment_pod(&pools.state(), deployments, replica_sets, &pod)
         })
+        .reconcile_all_on(health_changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
         .for_each(|result| async move {
@@ -431,14 +465,15 @@ pub async fn run(
 }
 
 /// A watch of `api` kept in a store, each object trimmed by `trim`, its errors logged and its
-/// first complete list marking `cache` synced: the store the reconciler reads, and the events
-/// that trigger it.
+/// successes and failures recorded in `health`: the store the reconciler reads, and the events
+/// that trigger it. The watch starts over with a list after any failure
+/// ([`relisting_watcher`]).
 fn cached_watch<K>(
     api: Api<K>,
     config: watcher::Config,
     trim: fn(&mut K),
     cache: Cache,
-    synced: watch::Sender<Synced>,
+    health: &CacheHealth,
 ) -> (
     Store<K>,
     impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
@@ -448,52 +483,18 @@ where
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     let (store, writer) = reflector::store::<K>();
-    let events = watcher(api, config)
-        .default_backoff()
+    health.register(cache);
+    let events = relisting_watcher(api, config)
         .modify(trim)
         .reflect(writer)
         .inspect(warn_on_watch_error(cache))
-        .inspect(mark_synced(synced, cache));
+        .inspect(record_health(health.clone(), cache))
+        // Errors stop here, logged and recorded. kube-runtime's controller splits its trigger
+        // streams into items and errors, and after an error it polled them again only when
+        // something else woke it (a reconcile's requeue): its caches fell minutes behind
+        // after an API server restart, while nothing looked wrong.
+        .filter_map(|event| std::future::ready(event.ok().map(Ok)));
     (store, events)
-}
-
-/// The watch caches the reconciler reads.
-#[derive(Clone, Copy, Debug)]
-enum Cache {
-    Pools,
-    StatefulSets,
-    Pods,
-    ConfigMaps,
-    Deployments,
-    ReplicaSets,
-    DeploymentPods,
-}
-
-/// Which caches have completed their initial list. Tracked from the watch streams themselves
-/// (rather than `Store::wait_until_ready`, whose readiness signal wakes only one of several
-/// concurrent waiters).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Synced {
-    pools: bool,
-    statefulsets: bool,
-    pods: bool,
-    config_maps: bool,
-    deployments: bool,
-    replica_sets: bool,
-    deployment_pods: bool,
-}
-
-impl Synced {
-    /// Whether every cache has completed its initial list.
-    pub fn all(&self) -> bool {
-        self.pools
-            && self.statefulsets
-            && self.pods
-            && self.config_maps
-            && self.deployments
-            && self.replica_sets
-            && self.deployment_pods
-    }
 }
 
 /// Logs a failed list or watch (the watcher retries with backoff); a missing SwarmPool
@@ -511,30 +512,26 @@ fn warn_on_watch_error<K>(cache: Cache) -> impl FnMut(&watcher::Result<watcher::
                 "the SwarmPool resource is not served: install the CRD with `kubectl apply -f crds/` (or `swarm-operator crd | kubectl apply -f -`)"
             );
         } else {
-            warn!(cache = ?cache, %error, "watch failed; retrying with backoff");
+            warn!(%cache, error = %crate::error_chain(error), "watch failed; listing again after a backoff");
         }
     }
 }
 
-/// Marks `cache` synced when its watch stream completes an initial list.
-fn mark_synced<K>(
-    synced: watch::Sender<Synced>,
+/// Records in `health` each event of `cache`'s watch: a watch event or a completed list is a
+/// success (only a list ends a failure), an error a failure.
+fn record_health<K>(
+    health: CacheHealth,
     cache: Cache,
 ) -> impl FnMut(&watcher::Result<watcher::Event<K>>) {
     move |event| {
-        if matches!(event, Ok(watcher::Event::InitDone)) {
-            synced.send_if_modified(|s| {
-                let flag = match cache {
-                    Cache::Pools => &mut s.pools,
-                    Cache::StatefulSets => &mut s.statefulsets,
-                    Cache::Pods => &mut s.pods,
-                    Cache::ConfigMaps => &mut s.config_maps,
-                    Cache::Deployments => &mut s.deployments,
-                    Cache::ReplicaSets => &mut s.replica_sets,
-                    Cache::DeploymentPods => &mut s.deployment_pods,
-                };
-                !std::mem::replace(flag, true)
-            });
+        let now = Instant::now();
+        match event {
+            Ok(watcher::Event::InitDone) => health.succeeded(cache, true, now),
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => {
+                health.succeeded(cache, false, now)
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+            Err(error) => health.failed(cache, error.to_string(), now),
         }
     }
 }
@@ -721,9 +718,18 @@ async fn reconcile_pool(
     if pool.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    // Fails only when the watch streams are gone, i.e. while shutting down.
-    let _ = ctx.synced.clone().wait_for(Synced::all).await;
+    ctx.health.wait_synced().await;
     let client = &ctx.client;
+    // Decide nothing on a cache that may have missed changes: report that the status is not
+    // known, and wait for the watch to list again (which reconciles every pool).
+    let stale = ctx.health.stale(Instant::now());
+    if !stale.is_empty() {
+        report_stale(ctx, pool, &stale).await?;
+        return Ok(Action::requeue(STALE_RECHECK));
+    }
+    if ctx.health.any_failing() {
+        return Ok(Action::requeue(STALE_AFTER));
+    }
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
     let pods_api: Api<PodSummary> = Api::namespaced(client.clone(), &namespace);
     let pools: Api<SwarmPool> = Api::namespaced(client.clone(), &namespace);
@@ -891,30 +897,84 @@ async fn reconcile_pool(
     }
 
     if !ctx.status_is_reported(pool, &plan.status) {
-        let patch = json!({
-            "apiVersion": SwarmPool::api_version(&()),
-            "kind": SwarmPool::kind(&()),
-            "metadata": { "name": pool.name_any() },
-            "status": plan.status,
-        });
-        match pools
-            .patch_status(
-                &pool.name_any(),
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&patch),
-            )
-            .await
-        {
-            Ok(_) => ctx.remember_status(pool, &plan.status),
+        if !patch_status(ctx, pool, &plan.status).await? {
             // Deleted since the cache saw it: there is no status left to report.
-            Err(kube::Error::Api(status)) if status.is_not_found() => {
-                return Ok(Action::await_change());
-            }
-            Err(source) => return Err(Error::PatchStatus { source }),
+            return Ok(Action::await_change());
         }
         debug!(phase = ?plan.status.phase, "status updated");
     }
     Ok(Action::requeue(plan.requeue_after))
+}
+
+/// Writes `status` as the pool's whole status; `false` when the pool is gone.
+async fn patch_status(
+    ctx: &Context,
+    pool: &SwarmPool,
+    status: &SwarmPoolStatus,
+) -> Result<bool, Error> {
+    let pools: Api<SwarmPool> =
+        Api::namespaced(ctx.client.clone(), &pool.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": SwarmPool::api_version(&()),
+        "kind": SwarmPool::kind(&()),
+        "metadata": { "name": pool.name_any() },
+        "status": status,
+    });
+    match pools
+        .patch_status(
+            &pool.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            ctx.remember_status(pool, status);
+            Ok(true)
+        }
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
+        Err(source) => Err(Error::PatchStatus { source }),
+    }
+}
+
+/// Writes the pool's status as not known: phase `Unknown`, `Ready` and `Progressing` Unknown
+/// and `Degraded` True, each naming the stale caches; the other fields keep their last values.
+async fn report_stale(ctx: &Context, pool: &SwarmPool, stale: &[StaleCache]) -> Result<(), Error> {
+    let names: Vec<&str> = stale.iter().map(|s| s.cache.as_str()).collect();
+    let headline = format!("caches not following the cluster: {}", names.join(", "));
+    let already_reported = pool.status.as_ref().is_some_and(|s| {
+        s.phase == Some(Phase::Unknown)
+            && s.conditions.iter().any(|c| {
+                c.type_ == conditions::READY && c.message.starts_with(&format!("{headline} ("))
+            })
+    });
+    if already_reported {
+        return Ok(());
+    }
+    let now = Timestamp::now();
+    let details: Vec<String> = stale
+        .iter()
+        .map(|s| {
+            let since = now.checked_sub(s.failing_for).unwrap_or(now);
+            let since = since
+                .round(k8s_openapi::jiff::Unit::Second)
+                .unwrap_or(since);
+            format!(
+                "the {} watch has failed since {since}: {}",
+                s.cache, s.error
+            )
+        })
+        .collect();
+    let message = format!(
+        "{headline} ({}); the rest of this status is the last known state",
+        details.join("; ")
+    );
+    let mut status = pool.status.clone().unwrap_or_default();
+    status.phase = Some(Phase::Unknown);
+    status.conditions =
+        conditions::unknown(&status.conditions, pool.metadata.generation, now, &message);
+    warn!(pool = %pool.name_any(), %message, "reporting the pool's status as unknown");
+    patch_status(ctx, pool, &status).await.map(|_| ())
 }
 
 /// Names in one set-based selector at most; beyond, every StatefulSet pod of the namespace is
@@ -1011,14 +1071,14 @@ async fn publish(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEvent>) {
 fn error_policy(pool: Arc<SwarmPool>, error: &Error, ctx: Arc<Context>) -> Action {
     let key = ObjectRef::from_obj(pool.as_ref());
     let failures = ctx.record_failure(&key);
-    let delay = backoff_delay(failures);
+    let delay = retry_delay(failures, error);
     ctx.metrics.reconcile_failed(error);
     warn!(
         pool = %pool.name_any(),
         namespace = pool.namespace().unwrap_or_default(),
-        %error,
+        error = %crate::error_chain(error),
         failures,
-        retry_in_secs = delay.as_secs(),
+        retry_in_ms = delay.as_millis() as u64,
         "reconcile failed"
     );
     Action::requeue(delay)
@@ -1176,27 +1236,20 @@ mod tests {
     }
 
     #[test]
-    fn caches_count_as_synced_once_each_stream_completed_its_initial_list() {
-        let (tx, rx) = watch::channel(Synced::default());
-        let mut pools = mark_synced::<SwarmPool>(tx.clone(), Cache::Pools);
-        let mut sts = mark_synced::<StatefulSet>(tx.clone(), Cache::StatefulSets);
-        let mut pods = mark_synced::<PodSummary>(tx.clone(), Cache::Pods);
-        let mut config_maps = mark_synced::<ConfigMap>(tx.clone(), Cache::ConfigMaps);
-        let mut deployments = mark_synced::<Deployment>(tx.clone(), Cache::Deployments);
-        let mut replica_sets = mark_synced::<ReplicaSet>(tx.clone(), Cache::ReplicaSets);
-        let mut deployment_pods = mark_synced::<PodSummary>(tx, Cache::DeploymentPods);
-        pools(&Ok(watcher::Event::Init));
-        pools(&Ok(watcher::Event::InitDone));
-        sts(&Ok(watcher::Event::InitDone));
-        config_maps(&Ok(watcher::Event::InitDone));
-        deployments(&Ok(watcher::Event::InitDone));
-        replica_sets(&Ok(watcher::Event::InitDone));
-        assert!(!rx.borrow().all(), "Deployment pods are still listing");
-        deployment_pods(&Ok(watcher::Event::InitDone));
-        pods(&Ok(watcher::Event::Init));
-        assert!(!rx.borrow().all(), "pods are still listing");
-        pods(&Ok(watcher::Event::InitDone));
-        assert!(rx.borrow().all());
+    fn watch_events_record_lists_events_and_failures_in_the_cache_health() {
+        let health = CacheHealth::default();
+        health.register(Cache::Pods);
+        let mut record = record_health::<PodSummary>(health.clone(), Cache::Pods);
+        record(&Ok(watcher::Event::Init));
+        assert!(!health.all_synced(), "a list in progress is no sync");
+        record(&Ok(watcher::Event::InitDone));
+        assert!(health.all_synced());
+        record(&Err(watcher::Error::NoResourceVersion));
+        assert!(health.any_failing());
+        record(&Ok(watcher::Event::Apply(PodSummary::default())));
+        assert!(health.any_failing(), "only a complete list ends a failure");
+        record(&Ok(watcher::Event::InitDone));
+        assert!(!health.any_failing());
     }
 
     #[test]
@@ -1214,13 +1267,28 @@ mod tests {
     }
 
     #[test]
-    fn backoff_doubles_from_one_second_and_caps_at_five_minutes() {
+    fn backoff_doubles_from_one_second_and_caps_at_thirty_seconds() {
         assert_eq!(backoff_delay(1), Duration::from_secs(1));
         assert_eq!(backoff_delay(2), Duration::from_secs(2));
         assert_eq!(backoff_delay(5), Duration::from_secs(16));
-        assert_eq!(backoff_delay(9), Duration::from_secs(256));
-        assert_eq!(backoff_delay(10), Duration::from_secs(300));
-        assert_eq!(backoff_delay(u32::MAX), Duration::from_secs(300));
+        assert_eq!(backoff_delay(6), Duration::from_secs(30));
+        assert_eq!(backoff_delay(u32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn a_retry_is_jittered_within_a_quarter_and_waits_at_least_what_the_server_asked() {
+        let transient = Error::MissingNamespace;
+        for _ in 0..50 {
+            let delay = retry_delay(3, &transient);
+            assert!(
+                delay >= Duration::from_secs(4) && delay <= Duration::from_secs(5),
+                "{delay:?}"
+            );
+        }
+        let throttled = Error::PatchStatus {
+            source: crate::relisting_watch::throttled(20),
+        };
+        assert_eq!(retry_delay(1, &throttled), Duration::from_secs(20));
     }
 
     #[test]

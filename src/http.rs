@@ -1,7 +1,8 @@
 //! The HTTP endpoints: `/healthz`, `/readyz` and `/metrics` on one port.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::State;
@@ -10,9 +11,13 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
+use crate::cache_health::CacheHealth;
+
 /// State shared by the handlers.
 pub struct HttpState {
     ready: AtomicBool,
+    /// Once the controller runs, readiness is its caches' health.
+    caches: OnceLock<CacheHealth>,
     registry: Registry,
 }
 
@@ -21,18 +26,33 @@ impl HttpState {
     pub fn new(registry: Registry) -> Self {
         Self {
             ready: AtomicBool::new(false),
+            caches: OnceLock::new(),
             registry,
         }
     }
 
-    /// Marks the operator ready (its caches have synced).
+    /// Marks the operator ready without caches (a standby, ready to take over).
     pub fn set_ready(&self) {
         self.ready.store(true, Ordering::Release);
     }
 
+    /// From now on, ready exactly while every cache has synced and none is stale.
+    pub fn follow_caches(&self, caches: CacheHealth) {
+        let _ = self.caches.set(caches);
+    }
+
+    /// Why `/readyz` fails, or `None` when it answers 200.
+    pub fn not_ready(&self) -> Option<String> {
+        match self.caches.get() {
+            Some(caches) => caches.not_ready(Instant::now()),
+            None if self.ready.load(Ordering::Acquire) => None,
+            None => Some("not started".to_owned()),
+        }
+    }
+
     /// Whether `/readyz` answers 200.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.not_ready().is_none()
     }
 }
 
@@ -46,10 +66,9 @@ pub fn router(state: Arc<HttpState>) -> Router {
 }
 
 async fn readyz(State(state): State<Arc<HttpState>>) -> impl IntoResponse {
-    if state.is_ready() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    match state.not_ready() {
+        None => (StatusCode::OK, "ok".to_owned()),
+        Some(why) => (StatusCode::SERVICE_UNAVAILABLE, why),
     }
 }
 

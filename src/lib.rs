@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod api_requests;
+pub mod cache_health;
 pub mod cli;
 pub mod conditions;
 pub mod controller;
@@ -20,9 +21,26 @@ pub mod planner;
 pub mod plugin;
 pub mod pod_summary;
 pub mod pool_metrics;
+pub mod relisting_watch;
 pub mod rollout;
 pub mod telemetry;
 pub mod trim;
+
+/// `error` and its causes on one line, each cause once: kube's errors hide the cause that
+/// tells a refused connection from a TLS failure or a timeout in their sources.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        source = cause.source();
+    }
+    line
+}
 
 /// Errors of a reconcile. Invalid specs are not errors: they become a Failed status.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +109,19 @@ pub enum Error {
 }
 
 impl Error {
+    /// The API server's error, when the API server answered.
+    pub fn api_error(&self) -> Option<&kube::Error> {
+        match self {
+            Error::GetPool { source, .. }
+            | Error::GetConfigMap { source, .. }
+            | Error::ApplyConfigMap { source, .. }
+            | Error::ListPods { source, .. }
+            | Error::DeletePod { source, .. }
+            | Error::PatchStatus { source } => Some(source),
+            Error::MissingNamespace | Error::Unsettled { .. } => None,
+        }
+    }
+
     /// Short label for the `error` label of the failure metric.
     pub fn metric_label(&self) -> &'static str {
         match self {

@@ -165,6 +165,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             USER_AGENT,
             HeaderValue::from_static(concat!("swarm-operator/", env!("CARGO_PKG_VERSION"))),
         ));
+        // kube's own retry of 429/503/504 makes up to 15 attempts with delays growing to
+        // minutes, silently: a watch or reconcile could hang that long while an API server
+        // starts. Without it the error reaches the watch or reconcile backoff at once, which
+        // logs it, reports it, honours Retry-After and caps its delay at a few seconds.
+        config.default_retry = false;
+        // A request that gets no byte for this long is abandoned (the default is about five
+        // minutes); every watch is renewed well within it (relisting_watch).
+        config.read_timeout = Some(REQUEST_READ_TIMEOUT);
+        config.write_timeout = Some(REQUEST_READ_TIMEOUT);
+        config.connect_timeout = Some(CONNECT_TIMEOUT);
         let mut registry = Registry::default();
         let metrics = Metrics::default().register(&mut registry);
         let client = kube::client::ClientBuilder::try_from(config)
@@ -253,6 +263,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         Ok(())
     })
 }
+
+/// The longest an API request may wait for its next byte.
+const REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(90);
+/// The longest a connection to the API server may take to open.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a requested shutdown waits for running reconciles (and for watches stuck in retry
 /// backoff, which can hold kube-runtime's controller open) before the process exits anyway;

@@ -9,6 +9,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::api_requests::RequestCounter;
+use crate::cache_health::CacheHealth;
 use crate::pool_metrics::PoolGauges;
 
 /// Label set of the failure counter.
@@ -56,6 +57,8 @@ pub struct Metrics {
     /// Per-pool series: gauges read from the pools' status at each scrape, and the worker
     /// refreshes of each pool.
     pub pools: PoolGauges,
+    /// Whether each watch cache follows the cluster, read at each scrape.
+    pub caches: CacheHealth,
 }
 
 impl Default for Metrics {
@@ -74,6 +77,7 @@ impl Default for Metrics {
             ]),
             api_requests: RequestCounter::default(),
             pools: PoolGauges::default(),
+            caches: CacheHealth::default(),
         }
     }
 }
@@ -123,6 +127,8 @@ impl Metrics {
             self.api_requests.clone(),
         );
         r.register_collector(Box::new(self.pools.clone()));
+        // Names its series in full (`swarm_operator_cache_*`, `swarm_operator_watch_*`).
+        registry.register_collector(Box::new(self.caches.clone()));
         self
     }
 

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use swarm_operator::relisting_watch::relisting_watcher;
 
 use super::sim_inspect::{MountedConfigMap, PodMounts};
 use super::worker_config::WorkerConfig;
@@ -33,6 +33,9 @@ struct Ledger {
     relisted: Option<BTreeSet<String>>,
     /// ConfigMap name -> its `config.yml` by resourceVersion, parsed once.
     parsed: BTreeMap<String, BTreeMap<u64, Option<WorkerConfig>>>,
+    /// The watches that failed and have not listed again since: until they have, the ledger
+    /// may miss a pod's end or a ConfigMap version (the API server restarted, say).
+    failing: BTreeSet<&'static str>,
 }
 
 struct Instance {
@@ -72,8 +75,9 @@ impl DerivedMounts {
         let ledger = Arc::new(Mutex::new(Ledger::default()));
         let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
         let config_maps: Api<ConfigMap> = Api::namespaced(client, namespace);
-        let pod_task = spawn_watch(pods, ledger.clone(), Ledger::pod_event);
+        let pod_task = spawn_watch("pods", pods, ledger.clone(), Ledger::pod_event);
         let config_map_task = spawn_watch(
+            "configmaps",
             config_maps.clone(),
             ledger.clone(),
             Ledger::config_map_event,
@@ -90,7 +94,13 @@ impl DerivedMounts {
     /// created after the last ConfigMap version the watch has delivered is resolved with a
     /// read of the ConfigMap; one that cannot be resolved yet is left for the next call.
     pub async fn try_mounts(&self) -> Result<Vec<PodMounts>, String> {
-        let pending = self.ledger.lock().expect("ledger").unresolved();
+        let pending = {
+            let ledger = self.ledger.lock().expect("ledger");
+            if !ledger.failing.is_empty() {
+                return Err(format!("the {:?} watches are catching up", ledger.failing));
+            }
+            ledger.unresolved()
+        };
         let mut latest = BTreeMap::new();
         for (_, names) in &pending {
             for name in names {
@@ -328,7 +338,10 @@ impl Ledger {
 }
 
 /// Feeds every event of a watch on `api` to `record` on the ledger, until aborted.
+/// Feeds the events of a watch of `api` into the ledger. After a failure the watch lists
+/// again (as the operator's do); until it has, the ledger says it is catching up.
 fn spawn_watch<K>(
+    name: &'static str,
     api: Api<K>,
     ledger: Arc<Mutex<Ledger>>,
     record: fn(&mut Ledger, Event<K>),
@@ -338,12 +351,19 @@ where
     K::DynamicType: Default,
 {
     tokio::spawn(async move {
-        let mut events = watcher::watcher(api, watcher::Config::default())
-            .default_backoff()
-            .boxed();
+        let mut events = relisting_watcher(api, watcher::Config::default()).boxed();
         while let Some(event) = events.next().await {
-            if let Ok(event) = event {
-                record(&mut ledger.lock().expect("ledger"), event);
+            let mut ledger = ledger.lock().expect("ledger");
+            match event {
+                Ok(event) => {
+                    if matches!(event, Event::InitDone) {
+                        ledger.failing.remove(name);
+                    }
+                    record(&mut ledger, event);
+                }
+                Err(_) => {
+                    ledger.failing.insert(name);
+                }
             }
         }
     })

@@ -279,6 +279,24 @@ impl Env {
             .await
     }
 
+    /// The operator's `/readyz`: its status code and body.
+    pub async fn operator_readyz(&self) -> (u16, String) {
+        self.operator
+            .as_ref()
+            .expect("the operator runs")
+            .readyz(&self.http)
+            .await
+    }
+
+    /// The directory of the real cluster `scripts/real-cluster.sh up` started (beside its
+    /// kubeconfig), whose components `scripts/real-cluster.sh restart` can restart; `None` on
+    /// the simulation.
+    pub fn real_cluster_dir(&self) -> Option<PathBuf> {
+        let cluster = self.real.as_ref()?;
+        let dir = cluster.kubeconfig.parent()?;
+        dir.join("cmds").is_dir().then(|| dir.to_path_buf())
+    }
+
     /// Starts a replica of the operator named `identity` (its `POD_NAME`) with `extra_args`,
     /// as the install's ServiceAccount, and waits until it reports ready.
     pub async fn start_replica(&mut self, identity: &str, extra_args: &[&str]) {

@@ -93,6 +93,14 @@ impl Operator {
         response.text().await.expect("read /metrics")
     }
 
+    /// `/readyz`: its status code and body.
+    pub async fn readyz(&self, http: &reqwest::Client) -> (u16, String) {
+        let url = format!("http://{}/readyz", self.http_addr);
+        let response = http.get(&url).send().await.expect("GET /readyz");
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    }
+
     /// Kills the process with SIGKILL, as a crash or an evicted pod would end it, and reaps it.
     pub async fn kill(&mut self) {
         self.child.kill().await.expect("kill the operator");

@@ -1,6 +1,7 @@
 //! The end-to-end scenarios, one module each.
 
 mod bad_input;
+mod control_plane;
 mod deploy;
 mod deployment_pool;
 mod failover;
