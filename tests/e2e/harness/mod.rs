@@ -89,6 +89,9 @@ pub struct Env {
     duplicates: DuplicateWatch,
     /// Further duplicate watches, for pools of workers that wait for their entry.
     more_duplicates: Vec<DuplicateWatch>,
+    /// Requests RBAC may have refused on purpose (a scenario that revokes permissions, or an
+    /// API server whose authorizer is still starting): the first this many are not checked.
+    refusals_expected: usize,
     _serial: Option<MutexGuard<'static, ()>>,
 }
 
@@ -182,6 +185,7 @@ impl Env {
             operator_logs: Vec::new(),
             duplicates,
             more_duplicates: Vec::new(),
+            refusals_expected: 0,
             _serial: serial,
         }
     }
@@ -485,6 +489,12 @@ impl Env {
             .map_or(0, |requests| requests.len())
     }
 
+    /// Requests RBAC refused so far were caused by the scenario on purpose: the check at the
+    /// end looks only at the requests made from now on.
+    pub async fn expect_refusals_so_far(&mut self) {
+        self.refusals_expected = self.request_mark().await;
+    }
+
     /// The operator's requests after `mark`, oldest first; `None` where the cluster keeps no
     /// request log (a real cluster without an audit log).
     pub async fn operator_requests_since(&self, mark: usize) -> Option<Vec<RequestRecord>> {
@@ -559,6 +569,7 @@ impl Env {
         let requests = self.inspector.operator_requests_blocking()?;
         let forbidden: Vec<String> = requests
             .iter()
+            .skip(self.refusals_expected)
             .filter(|r| r.status == 403)
             .map(RequestRecord::describe)
             .collect();
