@@ -39,6 +39,7 @@ use crate::conditions;
 use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::fenced_write;
 use crate::http::HttpState;
+use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, MANAGER, Observed, POOL_LABEL, Plan, PlannedEvent};
@@ -89,6 +90,19 @@ pub struct Context {
     deleting: Mutex<HashMap<ObjectRef<SwarmPool>, BTreeMap<String, RequestedDelete>>>,
     /// This operator's last writes, per pool.
     written: Mutex<HashMap<ObjectRef<SwarmPool>, LastWrites>>,
+    /// Checked before every write: a leader that may have lost its lease writes nothing.
+    lease: LeaseGuard,
+}
+
+impl Context {
+    /// `Ok` while this replica may write.
+    fn may_write(&self) -> Result<(), Error> {
+        if self.lease.is_valid() {
+            Ok(())
+        } else {
+            Err(Error::NotLeader)
+        }
+    }
 }
 
 /// The two pod caches: a StatefulSet's pods and a Deployment's carry different labels, and a
@@ -330,6 +344,7 @@ pub async fn run(
     concurrency: u16,
     metrics: Metrics,
     http: Arc<HttpState>,
+    lease: LeaseGuard,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let ns = namespace.as_deref();
@@ -422,6 +437,7 @@ pub async fn run(
         failures: Mutex::default(),
         deleting: Mutex::default(),
         written: Mutex::default(),
+        lease,
     });
     let by_sts = pool_store.clone();
     let by_pod = pool_store.clone();
@@ -779,6 +795,7 @@ async fn reconcile_pool(
             confirmed_live = true;
         }
         if let Some(desired) = plan.apply.take() {
+            ctx.may_write()?;
             let unresolved = planner::records_unresolved(&desired);
             let applied = match fenced_write::write_config_map(
                 &config_maps,
@@ -867,6 +884,7 @@ async fn reconcile_pool(
         plan.events.drain(..).partition(|e| e.related_pod.is_some());
     events.extend(other_events);
     for delete in &plan.deletes {
+        ctx.may_write()?;
         let params = DeleteParams::default().preconditions(Preconditions {
             uid: Some(delete.uid.clone()),
             resource_version: None,
@@ -912,6 +930,7 @@ async fn patch_status(
     pool: &SwarmPool,
     status: &SwarmPoolStatus,
 ) -> Result<bool, Error> {
+    ctx.may_write()?;
     let pools: Api<SwarmPool> =
         Api::namespaced(ctx.client.clone(), &pool.namespace().unwrap_or_default());
     let patch = json!({
@@ -1024,7 +1043,7 @@ async fn pool_is_live(pools: &Api<SwarmPool>, pool: &SwarmPool) -> Result<bool, 
 
 /// Publishes events; a failure to publish is logged, never fails the reconcile.
 async fn publish(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEvent>) {
-    if events.is_empty() {
+    if events.is_empty() || ctx.may_write().is_err() {
         return;
     }
     // A recorder per reconcile: the recorder folds events with the same reason into one series

@@ -100,6 +100,9 @@ pub enum Error {
     /// The SwarmPool has no namespace (it is a namespaced resource, so this is a bug upstream).
     #[error("SwarmPool has no namespace")]
     MissingNamespace,
+    /// This replica's leader lease may have run out: it writes nothing more.
+    #[error("the leader lease may have expired; this replica writes nothing more")]
+    NotLeader,
     /// Planning did not settle after writing: the ConfigMap kept differing from the plan.
     #[error("the plan did not settle after {rounds} rounds; the ConfigMap keeps changing")]
     Unsettled {
@@ -118,7 +121,7 @@ impl Error {
             | Error::ListPods { source, .. }
             | Error::DeletePod { source, .. }
             | Error::PatchStatus { source } => Some(source),
-            Error::MissingNamespace | Error::Unsettled { .. } => None,
+            Error::MissingNamespace | Error::Unsettled { .. } | Error::NotLeader => None,
         }
     }
 
@@ -133,6 +136,7 @@ impl Error {
             Error::PatchStatus { .. } => "patch_status",
             Error::MissingNamespace => "missing_namespace",
             Error::Unsettled { .. } => "unsettled",
+            Error::NotLeader => "not_leader",
         }
     }
 }

@@ -219,12 +219,16 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             None
         };
 
+        let lease = leadership
+            .as_ref()
+            .map_or_else(leader::LeaseGuard::unelected, leader::Leadership::guard);
         let controller = controller::run(
             client,
             args.namespace,
             args.max_concurrent_reconciles,
             metrics,
             state,
+            lease,
             until(stopped.clone()),
         );
         let controller = async move {
@@ -236,7 +240,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 () = leadership.lost() => {
                     // Exit rather than stop gracefully: nothing of this replica may be
                     // written any more (what was already decided is fenced).
-                    error!("lost the lease to another replica; exiting at once");
+                    error!("lost the lease, or could not renew it in time; exiting at once");
                     std::process::exit(1);
                 }
             }
