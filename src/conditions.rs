@@ -73,7 +73,8 @@ pub mod reason {
     pub const REBALANCED: &str = "Rebalanced";
     /// Event reason: a stale worker's pod was deleted to load the new config.
     pub const REFRESHING_WORKER: &str = "RefreshingWorker";
-    /// A watch cache of the operator has been failing: the status may be out of date.
+    /// A watch cache of the operator has been failing: phase Degraded, `Ready` Unknown, and the
+    /// rest of the status may be out of date.
     pub const STALE_CACHE: &str = "StaleCache";
     /// Event reason: the ConfigMap's `config.yml` could not be read and was rebuilt.
     pub const CONFIG_UNREADABLE: &str = "ConfigUnreadable";

@@ -956,13 +956,14 @@ async fn patch_status(
     }
 }
 
-/// Writes the pool's status as not known: phase `Unknown`, `Ready` and `Progressing` Unknown
-/// and `Degraded` True, each naming the stale caches; the other fields keep their last values.
+/// Writes the pool's status as not known: phase `Degraded`, `Ready` and `Progressing` Unknown
+/// and `Degraded` True, all with reason `StaleCache` and a message naming the stale caches;
+/// the other fields keep their last values.
 async fn report_stale(ctx: &Context, pool: &SwarmPool, stale: &[StaleCache]) -> Result<(), Error> {
     let names: Vec<&str> = stale.iter().map(|s| s.cache.as_str()).collect();
     let headline = format!("caches not following the cluster: {}", names.join(", "));
     let already_reported = pool.status.as_ref().is_some_and(|s| {
-        s.phase == Some(Phase::Unknown)
+        s.phase == Some(Phase::Degraded)
             && s.conditions.iter().any(|c| {
                 c.type_ == conditions::READY && c.message.starts_with(&format!("{headline} ("))
             })
@@ -989,7 +990,7 @@ async fn report_stale(ctx: &Context, pool: &SwarmPool, stale: &[StaleCache]) -> 
         details.join("; ")
     );
     let mut status = pool.status.clone().unwrap_or_default();
-    status.phase = Some(Phase::Unknown);
+    status.phase = Some(Phase::Degraded);
     status.conditions =
         conditions::unknown(&status.conditions, pool.metadata.generation, now, &message);
     warn!(pool = %pool.name_any(), %message, "reporting the pool's status as unknown");

@@ -301,9 +301,6 @@ pub enum Phase {
     Degraded,
     /// The pool cannot be reconciled as specified; the `Ready` condition says why.
     Failed,
-    /// The operator cannot see the cluster (a watch has been failing): the rest of the status
-    /// is the last known state, and the conditions name the stale caches.
-    Unknown,
 }
 
 impl Phase {
@@ -315,7 +312,6 @@ impl Phase {
             Phase::Balanced => "Balanced",
             Phase::Degraded => "Degraded",
             Phase::Failed => "Failed",
-            Phase::Unknown => "Unknown",
         }
     }
 }

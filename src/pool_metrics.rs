@@ -21,13 +21,12 @@ use crate::crd::{Phase, SwarmPool, SwarmPoolStatus};
 use crate::metrics::PoolLabels;
 
 /// Every phase, in the order the state-set lists them.
-pub const PHASES: [Phase; 6] = [
+pub const PHASES: [Phase; 5] = [
     Phase::Pending,
     Phase::RollingOut,
     Phase::Balanced,
     Phase::Degraded,
     Phase::Failed,
-    Phase::Unknown,
 ];
 
 /// Label set of the phase state-set: one series per phase, 1 for the pool's phase.

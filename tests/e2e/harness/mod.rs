@@ -324,6 +324,29 @@ impl Env {
         operator.kill().await;
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, ...) to replica `identity`.
+    pub fn signal_replica(&self, identity: &str, signal: &str) {
+        self.replicas
+            .get(identity)
+            .unwrap_or_else(|| panic!("no replica {identity} is running"))
+            .signal(signal);
+    }
+
+    /// Everything replica `identity` has logged so far.
+    pub fn replica_log(&self, identity: &str) -> String {
+        self.replicas
+            .get(identity)
+            .unwrap_or_else(|| panic!("no replica {identity} was started"))
+            .log()
+    }
+
+    /// Whether replica `identity` still runs.
+    pub fn replica_running(&mut self, identity: &str) -> bool {
+        self.replicas
+            .get_mut(identity)
+            .is_some_and(Operator::is_running)
+    }
+
     /// Fails the test if replica `identity` has exited.
     pub fn assert_replica_running(&mut self, identity: &str) {
         let running = self

@@ -101,6 +101,21 @@ impl Operator {
         (status, response.text().await.unwrap_or_default())
     }
 
+    /// Sends `signal` (`STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("the operator process runs");
+        let status = std::process::Command::new("kill")
+            .args(["-s", signal, &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -s {signal} {pid} failed");
+    }
+
+    /// Everything the process has logged so far.
+    pub fn log(&self) -> String {
+        read_log(&self.log)
+    }
+
     /// Kills the process with SIGKILL, as a crash or an evicted pod would end it, and reaps it.
     pub async fn kill(&mut self) {
         self.child.kill().await.expect("kill the operator");

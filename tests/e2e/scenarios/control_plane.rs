@@ -44,8 +44,8 @@ async fn an_api_server_restart_is_followed_within_seconds_and_never_hidden_behin
     // the status, /readyz and /metrics name it, and nothing is decided on it.
     revoke_pod_reads(&env).await;
     restart(&cluster, "kube-apiserver", 3).await;
-    let unknown = wait_for(&env, "phase Unknown naming the pod caches", |o| {
-        if o.phase() != "Unknown" {
+    let unknown = wait_for(&env, "Ready Unknown naming the pod caches", |o| {
+        if o.phase() != "Degraded" {
             return Err(format!("phase {}", o.phase()));
         }
         let ready = o.condition("Ready").ok_or("no Ready condition")?;

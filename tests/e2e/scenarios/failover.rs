@@ -82,6 +82,81 @@ async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
     env.assert_replica_running("operator-b");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_frozen_past_its_lease_writes_nothing_when_it_thaws() {
+    let mut env = Env::start_with("frozen-leader", SimSpeed::SLOW).await;
+    env.install_crds().await;
+    env.kubectl
+        .ok(&["apply", "-f", "deploy/namespace.yaml"])
+        .await;
+    let args = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        LEASE_NAMESPACE,
+        "--leader-elect-lease-duration",
+        "4",
+    ];
+    env.start_replica("operator-a", &args).await;
+    wait_holder(&env, |holder| holder == "operator-a").await;
+    env.start_replica("operator-b", &args).await;
+    env.apply_examples().await;
+    let sts = env.example.statefulset_name();
+    wait_for(&env, "Balanced over 2 workers", |o| balanced(o, 2, &sts)).await;
+
+    // Frozen (a stopped VM, a long GC pause, SIGSTOP) well past its 4 s lease, while the pool
+    // changes: the standby takes over and carries the change out.
+    env.signal_replica("operator-a", "STOP");
+    wait_holder(&env, |holder| holder == "operator-b").await;
+    scale(&env, 3).await;
+    let after = wait_for(&env, "the scale-up done by the new leader", |o| {
+        balanced(o, 3, &sts)
+    })
+    .await;
+    let logged_before_thaw = env.replica_log("operator-a").len();
+    env.signal_replica("operator-a", "CONT");
+
+    // Thawed, the old leader sees that its last renewal is too old: it writes nothing and
+    // exits.
+    eventually_within("the thawed leader to exit", Duration::from_secs(10), || {
+        let running = env.replica_running("operator-a");
+        async move {
+            if running {
+                Err("still running".to_owned())
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await;
+    let thawed = env.replica_log("operator-a")[logged_before_thaw..].to_owned();
+    for write in [
+        "wrote ConfigMap",
+        "deleted stale worker pod",
+        "status updated",
+    ] {
+        assert!(
+            !thawed.contains(write),
+            "the thawed leader wrote ({write}):\n{thawed}"
+        );
+    }
+    assert!(
+        thawed.contains("exiting at once"),
+        "it says why it exits:\n{thawed}"
+    );
+    let now = wait_for(&env, "still Balanced over 3 workers", |o| {
+        balanced(o, 3, &sts)
+    })
+    .await;
+    assert_eq!(
+        now.config().version,
+        after.config().version,
+        "nothing written after the thaw"
+    );
+    assert_invariants(&env, &now).await;
+    env.assert_exclusive();
+    env.assert_replica_running("operator-b");
+}
+
 /// Waits until the Lease's holder satisfies `is_expected`, as `kubectl get lease` shows it.
 async fn wait_holder(env: &Env, is_expected: impl Fn(&str) -> bool) {
     eventually_within(
