@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use tokio::sync::watch;
@@ -270,70 +271,62 @@ impl Collector for CacheHealth {
         let caches: Vec<(Cache, Tracked)> =
             self.lock().iter().map(|(c, t)| (*c, t.clone())).collect();
         let stale: Vec<Cache> = self.stale(now).into_iter().map(|s| s.cache).collect();
-        let age = |t: &Tracked| {
-            t.last_success.map_or(f64::NAN, |at| {
-                now.saturating_duration_since(at).as_secs_f64()
-            })
-        };
-        {
-            let mut family = encoder.encode_descriptor(
-                "swarm_operator_cache_last_success_age_seconds",
-                "Seconds since the cache's last successful watch event or relist (grows on an idle cluster; see swarm_operator_cache_stale)",
-                None,
-                prometheus_client::metrics::MetricType::Gauge,
-            )?;
-            for (cache, tracked) in &caches {
-                let labels = CacheLabels {
-                    cache: cache.as_str(),
-                };
-                ConstGauge::new(age(tracked)).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let mut family = encoder.encode_descriptor(
-                "swarm_operator_cache_stale",
-                "1 while the cache's watch has been failing for 3 s or more: it may not hold the cluster's state",
-                None,
-                prometheus_client::metrics::MetricType::Gauge,
-            )?;
-            for (cache, _) in &caches {
-                let labels = CacheLabels {
-                    cache: cache.as_str(),
-                };
-                ConstGauge::new(i64::from(stale.contains(cache)))
-                    .encode(family.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let mut family = encoder.encode_descriptor(
-                "swarm_operator_watch_errors",
-                "Failed lists and watches of the cache",
-                None,
-                prometheus_client::metrics::MetricType::Counter,
-            )?;
-            for (cache, tracked) in &caches {
-                let labels = CacheLabels {
-                    cache: cache.as_str(),
-                };
-                ConstCounter::new(tracked.errors).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        {
-            let mut family = encoder.encode_descriptor(
-                "swarm_operator_cache_lists",
-                "Complete lists of the cache: the first, and one after every failed watch",
-                None,
-                prometheus_client::metrics::MetricType::Counter,
-            )?;
-            for (cache, tracked) in &caches {
-                let labels = CacheLabels {
-                    cache: cache.as_str(),
-                };
-                ConstCounter::new(tracked.lists).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        Ok(())
+        family(
+            &mut encoder,
+            "swarm_operator_cache_last_success_age_seconds",
+            "Seconds since the cache's last successful watch event or relist (grows on a quiet cluster; see swarm_operator_cache_stale)",
+            MetricType::Gauge,
+            &caches,
+            |_, t| {
+                ConstGauge::new(t.last_success.map_or(f64::NAN, |at| {
+                    now.saturating_duration_since(at).as_secs_f64()
+                }))
+            },
+        )?;
+        family(
+            &mut encoder,
+            "swarm_operator_cache_stale",
+            "1 while the cache's watch has been failing for 3 s or more: it may not hold the cluster's state",
+            MetricType::Gauge,
+            &caches,
+            |cache, _| ConstGauge::new(i64::from(stale.contains(&cache))),
+        )?;
+        family(
+            &mut encoder,
+            "swarm_operator_watch_errors",
+            "Failed lists and watches of the cache",
+            MetricType::Counter,
+            &caches,
+            |_, t| ConstCounter::new(t.errors),
+        )?;
+        family(
+            &mut encoder,
+            "swarm_operator_cache_lists",
+            "Complete lists of the cache: the first, and one after every failed watch",
+            MetricType::Counter,
+            &caches,
+            |_, t| ConstCounter::new(t.lists),
+        )
     }
+}
+
+/// One metric family with a series per cache, each valued by `value`.
+fn family<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    caches: &[(Cache, Tracked)],
+    value: impl Fn(Cache, &Tracked) -> M,
+) -> Result<(), std::fmt::Error> {
+    let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+    for (cache, tracked) in caches {
+        let labels = CacheLabels {
+            cache: cache.as_str(),
+        };
+        value(*cache, tracked).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -16,20 +16,7 @@ const LEASE: &str = "swarm-operator";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
     let mut env = Env::start_with("failover", SimSpeed::SLOW).await;
-    env.install_crds().await;
-    env.kubectl
-        .ok(&["apply", "-f", "deploy/namespace.yaml"])
-        .await;
-    let args = [
-        "--leader-elect",
-        "--leader-elect-namespace",
-        LEASE_NAMESPACE,
-        "--leader-elect-lease-duration",
-        "4",
-    ];
-    env.start_replica("operator-a", &args).await;
-    wait_holder(&env, |holder| holder == "operator-a").await;
-    env.start_replica("operator-b", &args).await;
+    start_leader_and_standby(&mut env).await;
 
     env.apply_examples().await;
     let sts = env.example.statefulset_name();
@@ -85,20 +72,7 @@ async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_frozen_past_its_lease_writes_nothing_when_it_thaws() {
     let mut env = Env::start_with("frozen-leader", SimSpeed::SLOW).await;
-    env.install_crds().await;
-    env.kubectl
-        .ok(&["apply", "-f", "deploy/namespace.yaml"])
-        .await;
-    let args = [
-        "--leader-elect",
-        "--leader-elect-namespace",
-        LEASE_NAMESPACE,
-        "--leader-elect-lease-duration",
-        "4",
-    ];
-    env.start_replica("operator-a", &args).await;
-    wait_holder(&env, |holder| holder == "operator-a").await;
-    env.start_replica("operator-b", &args).await;
+    start_leader_and_standby(&mut env).await;
     env.apply_examples().await;
     let sts = env.example.statefulset_name();
     wait_for(&env, "Balanced over 2 workers", |o| balanced(o, 2, &sts)).await;
@@ -155,6 +129,25 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_when_it_thaws() {
     assert_invariants(&env, &now).await;
     env.assert_exclusive();
     env.assert_replica_running("operator-b");
+}
+
+/// CRDs, then replica `operator-a` as the leader and `operator-b` standing by, with a 4 s
+/// lease.
+async fn start_leader_and_standby(env: &mut Env) {
+    env.install_crds().await;
+    env.kubectl
+        .ok(&["apply", "-f", "deploy/namespace.yaml"])
+        .await;
+    let args = [
+        "--leader-elect",
+        "--leader-elect-namespace",
+        LEASE_NAMESPACE,
+        "--leader-elect-lease-duration",
+        "4",
+    ];
+    env.start_replica("operator-a", &args).await;
+    wait_holder(env, |holder| holder == "operator-a").await;
+    env.start_replica("operator-b", &args).await;
 }
 
 /// Waits until the Lease's holder satisfies `is_expected`, as `kubectl get lease` shows it.
