@@ -117,20 +117,30 @@ fn judge(lease: &Lease, config: &LeaseConfig) -> Option<Result<Timestamp, ()>> {
     renewed.checked_add(valid).ok().map(Ok)
 }
 
-/// This replica's identity: `POD_NAME` in a cluster, else the host name and process id.
+/// This replica's identity: `POD_NAME` in a cluster (else the host name), an underscore, and
+/// a suffix drawn at each start, as client-go's leader election does. A replica restarted under
+/// the same name must not take the Lease its previous life held for its own: it stands by
+/// until that one expires like any other.
 pub fn default_identity() -> String {
-    if let Ok(pod) = std::env::var("POD_NAME")
-        && !pod.is_empty()
-    {
-        return pod;
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+    let name = std::env::var("POD_NAME")
         .ok()
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
+        .filter(|pod| !pod.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+        })
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "swarm-operator".to_owned());
-    format!("{host}-{}", std::process::id())
+    format!("{name}_{:08x}", start_suffix())
+}
+
+/// A number that differs between process starts.
+fn start_suffix() -> u32 {
+    use std::hash::{BuildHasher, RandomState};
+    let bits = RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now()));
+    (bits >> 32) as u32
 }
 
 /// The lease, held by this replica.
@@ -254,7 +264,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_holder_renews_a_third_of_the_duration_before_expiry() {
+    fn each_start_has_its_own_identity_under_the_pod_name() {
+        let (a, b) = (default_identity(), default_identity());
+        assert_ne!(a, b, "two starts, two identities");
+        let (name, suffix) = a.rsplit_once('_').expect("name_suffix");
+        assert!(!name.is_empty() && suffix.len() == 8, "{a}");
+    }
+
+    #[test]
+    fn the_holder_renews_half_the_duration_before_expiry() {
         let config = |secs| LeaseConfig {
             namespace: "ns".into(),
             name: "l".into(),

@@ -43,7 +43,7 @@ async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
         mid.config().in_transit().len()
     );
 
-    wait_holder(&env, |holder| holder == "operator-b").await;
+    wait_holder(&env, |holder| holder.starts_with("operator-b_")).await;
     let after = wait_for(&env, "the handoff completed by the new leader", |o| {
         balanced(o, 3, &sts)
     })
@@ -80,7 +80,7 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_when_it_thaws() {
     // Frozen (a stopped VM, a long GC pause, SIGSTOP) well past its 4 s lease, while the pool
     // changes: the standby takes over and carries the change out.
     env.signal_replica("operator-a", "STOP");
-    wait_holder(&env, |holder| holder == "operator-b").await;
+    wait_holder(&env, |holder| holder.starts_with("operator-b_")).await;
     scale(&env, 3).await;
     let after = wait_for(&env, "the scale-up done by the new leader", |o| {
         balanced(o, 3, &sts)
@@ -146,7 +146,7 @@ async fn start_leader_and_standby(env: &mut Env) {
         "4",
     ];
     env.start_replica("operator-a", &args).await;
-    wait_holder(env, |holder| holder == "operator-a").await;
+    wait_holder(env, |holder| holder.starts_with("operator-a_")).await;
     env.start_replica("operator-b", &args).await;
 }
 
