@@ -151,8 +151,28 @@ pub struct Leadership {
     watchdog: JoinHandle<()>,
 }
 
-/// Waits until this replica holds the lease of `config` (creating the Lease if needed).
+/// Waits until this replica holds the lease of `config` (creating the Lease if needed). An API
+/// server that cannot be reached, or refuses for a while, is waited out with the watches'
+/// capped backoff: a standby that exited instead would be restarted in a tight loop.
 pub async fn acquire(
+    client: Client,
+    config: &LeaseConfig,
+) -> Result<Leadership, LeaseManagerError> {
+    let mut delays = crate::relisting_watch::backoff();
+    loop {
+        match try_acquire(client.clone(), config).await {
+            Ok(leadership) => return Ok(leadership),
+            Err(error) => {
+                let delay = delays.next().unwrap_or(crate::relisting_watch::MAX_DELAY);
+                warn!(%error, retry_in_ms = delay.as_millis() as u64, "leader election failed; trying again");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// One attempt of [`acquire`].
+async fn try_acquire(
     client: Client,
     config: &LeaseConfig,
 ) -> Result<Leadership, LeaseManagerError> {
