@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: unit, property, simulation conformance, kubectl, alert rule
 # (promtool) and end-to-end tests on kube-sim; then the end-to-end scenarios again on a real
-# control plane built from Go modules (scripts/real-cluster.sh). Works on a fresh machine with
+# control plane built from Go modules (scripts/real-cluster.sh), and a three-minute fault soak
+# on another (scripts/soak.sh). Works on a fresh machine with
 # Rust, Go and python3: the pinned kubectl and promtool are installed into .tools/ when KUBECTL
 # and PROMTOOL do not name one (promtool from Debian's prometheus package, with apt-get
 # download), so are the Prometheus Operator's CRDs unless PROMETHEUS_OPERATOR_CRDS names their
@@ -12,6 +13,8 @@
 #   scripts/test.sh --test e2e               # extra arguments go to the kube-sim tier's
 #                                            # `cargo test --workspace`
 #   SWARM_REAL_CLUSTER=0 scripts/test.sh     # the kube-sim tier only
+#   SWARM_SOAK_MINUTES=30 SWARM_SOAK_SEED=7 scripts/test.sh
+#                                            # a longer fault soak (default: 3 minutes, seed 1)
 #
 # SWARM_E2E_KUBECONFIG=<kubeconfig> runs the kube-sim tier's end-to-end scenarios against that
 # cluster instead (see tests/e2e.rs).
@@ -76,6 +79,15 @@ if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; th
     fi
     echo "test.sh: real-cluster tier finished in $((SECONDS - real_start)) s with exit code ${real_status}"
     ((real_status == 0)) || status=${real_status}
+    scripts/real-cluster.sh down "${cluster_dir}" || true
+
+    # The fault soak on a control plane of its own: a fixed seed, so a failure replays.
+    soak_start=${SECONDS}
+    soak_status=0
+    echo "test.sh: scripts/soak.sh --minutes ${SWARM_SOAK_MINUTES:-3} --seed ${SWARM_SOAK_SEED:-1}"
+    scripts/soak.sh --minutes "${SWARM_SOAK_MINUTES:-3}" --seed "${SWARM_SOAK_SEED:-1}" || soak_status=$?
+    echo "test.sh: fault soak finished in $((SECONDS - soak_start)) s with exit code ${soak_status}"
+    ((soak_status == 0)) || status=${soak_status}
 fi
 echo "test.sh: finished in $((SECONDS - start)) s with exit code ${status}"
 exit "${status}"
