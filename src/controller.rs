@@ -327,12 +327,9 @@ fn retry_delay(failures: u32, error: &Error) -> Duration {
     (delay + jitter).max(asked)
 }
 
-/// A number in [0, 1) that differs between calls, for jitter (not for anything that needs
-/// randomness of quality).
+/// A number in [0, 1) that differs between calls, for jitter.
 fn rand_fraction() -> f64 {
-    use std::hash::{BuildHasher, RandomState};
-    let bits = RandomState::new().hash_one(Instant::now());
-    (bits >> 11) as f64 / (1u64 << 53) as f64
+    (crate::random_bits() >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Runs the controller until `shutdown` resolves: watches in `namespace` (all when `None`),

@@ -133,14 +133,7 @@ pub fn default_identity() -> String {
         })
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "swarm-operator".to_owned());
-    format!("{name}_{:08x}", start_suffix())
-}
-
-/// A number that differs between process starts.
-fn start_suffix() -> u32 {
-    use std::hash::{BuildHasher, RandomState};
-    let bits = RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now()));
-    (bits >> 32) as u32
+    format!("{name}_{:08x}", crate::random_bits() >> 32)
 }
 
 /// The lease, held by this replica.

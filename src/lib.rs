@@ -26,6 +26,13 @@ pub mod rollout;
 pub mod telemetry;
 pub mod trim;
 
+/// 64 bits that differ between calls and between processes, for jitter and for identities
+/// that must differ at each start (not for anything that needs randomness of quality).
+pub fn random_bits() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now()))
+}
+
 /// `error` and its causes on one line, each cause once: kube's errors hide the cause that
 /// tells a refused connection from a TLS failure or a timeout in their sources.
 pub fn error_chain(error: &dyn std::error::Error) -> String {
