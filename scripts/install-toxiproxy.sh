@@ -4,10 +4,9 @@
 #
 # scripts/soak.sh puts a toxiproxy between each operator replica and the API server, so it can
 # slow, reset or blackhole one replica's connection without touching the other's. It is built
-# exactly as scripts/real-cluster.sh builds the control plane: into
-# ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}/toxiproxy-<version>, with the module and build
-# caches there, go.sum as the only source of truth (-mod=readonly) and the local Go toolchain.
-# Running it again is cheap: a completed build (its `.built` marker) is reused.
+# as scripts/real-cluster.sh builds the control plane (scripts/lib/go-build.sh), into
+# ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}/toxiproxy-<version>; running it again is
+# cheap.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,28 +25,12 @@ version="$(awk -v m="${module}" '$1 == m && $2 ~ /^v/ { print $2; exit }
 out="${cache_root}/toxiproxy-${version}"
 binary="${out}/toxiproxy-server"
 
-if [[ ! -f "${out}/.built" ]]; then
-    command -v go >/dev/null 2>&1 || die "Go is needed to build toxiproxy (none on PATH)"
-    say "building toxiproxy ${version} (once per version)"
-    start=${SECONDS}
-    log="${cache_root}/build-toxiproxy.log"
-    mkdir -p "${cache_root}"
-    rm -rf "${out}.partial"
-    mkdir -p "${out}.partial"
-    if ! (
-        cd "${repo_root}/hack/toxiproxy" &&
-            GOMODCACHE="${cache_root}/gomod" GOCACHE="${cache_root}/gocache" \
-                GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0 \
-                go build -trimpath -pgo=off -ldflags "-s -w" \
-                -o "${out}.partial/toxiproxy-server" "${module}/cmd/server"
-    ) >"${log}" 2>&1; then
-        cat "${log}" >&2
-        die "building toxiproxy failed (the exact error is above; log: ${log})"
-    fi
-    touch "${out}.partial/.built"
-    rm -rf "${out}"
-    mv "${out}.partial" "${out}"
-    say "built toxiproxy ${version} in $((SECONDS - start)) s"
+# shellcheck source=scripts/lib/go-build.sh
+source "${repo_root}/scripts/lib/go-build.sh"
+go_build toxiproxy "${out}" "-s -w" -- "${module}/cmd/server"
+# go names the binary after its package directory.
+if [[ -f "${out}/server" && ! -e "${binary}" ]]; then
+    mv "${out}/server" "${binary}"
 fi
 [[ -x "${binary}" ]] || die "${binary} is missing; remove ${out} and run again"
 echo "${binary}"

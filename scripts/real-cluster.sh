@@ -46,38 +46,8 @@ kube_bin="${cache_root}/kube-${kube_version}"
 etcd_bin="${cache_root}/etcd-${etcd_version}"
 kwok_bin="${cache_root}/kwok-${kwok_version}"
 
-# Builds the `packages` of wrapper module hack/<module> into <out>, unless a completed build
-# is there. Pinned: go.sum must already list every module (-mod=readonly), and the local Go
-# toolchain is used as it is (GOTOOLCHAIN=local).
-build() {
-    local module="$1" out="$2" ldflags="$3"
-    shift 3
-    [[ -f "${out}/.built" ]] && return 0
-    command -v go >/dev/null 2>&1 || die "Go is needed to build ${module} (none on PATH)"
-    say "building $* (once per version; the first build takes several minutes)"
-    local start=${SECONDS} log="${cache_root}/build-${module}.log"
-    mkdir -p "${cache_root}"
-    rm -rf "${out}.partial"
-    mkdir -p "${out}.partial"
-    if ! (
-        cd "${repo_root}/hack/${module}" &&
-            GOMODCACHE="${cache_root}/gomod" GOCACHE="${cache_root}/gocache" \
-                GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0 \
-                go build -trimpath -pgo=off -tags selinux,notest -ldflags "${ldflags}" \
-                -o "${out}.partial/" "$@"
-    ) >"${log}" 2>&1; then
-        cat "${log}" >&2
-        die "building ${module} failed (the exact error is above; log: ${log})"
-    fi
-    # etcd's main package is its server module's root, so go names the binary `server`.
-    if [[ -f "${out}.partial/server" ]]; then
-        mv "${out}.partial/server" "${out}.partial/etcd"
-    fi
-    touch "${out}.partial/.built"
-    rm -rf "${out}"
-    mv "${out}.partial" "${out}"
-    say "built ${module} in $((SECONDS - start)) s"
-}
+# shellcheck source=scripts/lib/go-build.sh
+source "${repo_root}/scripts/lib/go-build.sh"
 
 build_all() {
     local version=k8s.io/component-base/version
@@ -85,14 +55,18 @@ build_all() {
     minor="${major#*.}"
     minor="${minor%%.*}"
     major="${major%%.*}"
-    build kube "${kube_bin}" \
+    go_build kube "${kube_bin}" \
         "-s -w -X ${version}.gitVersion=${kube_version} -X ${version}.gitMajor=${major} -X ${version}.gitMinor=${minor} -X ${version}.gitTreeState=clean" \
+        -tags selinux,notest -- \
         k8s.io/kubernetes/cmd/kube-apiserver \
         k8s.io/kubernetes/cmd/kube-controller-manager \
         k8s.io/kubernetes/cmd/kube-scheduler
-    build etcd "${etcd_bin}" "-s -w" go.etcd.io/etcd/server/v3
-    build kwok "${kwok_bin}" "-s -w" \
-        sigs.k8s.io/kwok/cmd/kwok
+    go_build etcd "${etcd_bin}" "-s -w" -tags selinux,notest -- go.etcd.io/etcd/server/v3
+    # etcd's main package is its server module's root, so go names the binary `server`.
+    if [[ -f "${etcd_bin}/server" && ! -e "${etcd_bin}/etcd" ]]; then
+        mv "${etcd_bin}/server" "${etcd_bin}/etcd"
+    fi
+    go_build kwok "${kwok_bin}" "-s -w" -tags selinux,notest -- sigs.k8s.io/kwok/cmd/kwok
     say "kube-apiserver, kube-controller-manager, kube-scheduler ${kube_version}; etcd ${etcd_version}; kwok ${kwok_version}"
 }
 

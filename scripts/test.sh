@@ -17,11 +17,42 @@
 #                                            # a longer fault soak (default: 3 minutes, seed 1)
 #
 # SWARM_E2E_KUBECONFIG=<kubeconfig> runs the kube-sim tier's end-to-end scenarios against that
-# cluster instead (see tests/e2e.rs).
+# cluster instead (see tests/e2e.rs). SWARM_E2E_PARALLEL (default 6) bounds how many end-to-end
+# scenarios share the real control plane at once.
+#
+# It ends with a table of where the time went (and .ci/run's steps before it, which it records
+# in the file SWARM_TIMINGS names), and the ten slowest scenarios on the real control plane.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo_root}"
+
+# Where the time went: one "<step>\t<seconds>" line per step.
+timings="${SWARM_TIMINGS:-$(mktemp "${TMPDIR:-/tmp}/swarm-timings.XXXXXX")}"
+scenario_timings="$(mktemp "${TMPDIR:-/tmp}/swarm-scenario-timings.XXXXXX")"
+run_start=${SECONDS}
+step_start=${SECONDS}
+# Records the seconds since the previous mark as step $1.
+mark() {
+    printf '%s\t%s\n' "$1" "$((SECONDS - step_start))" >>"${timings}"
+    step_start=${SECONDS}
+}
+
+# The table printed last, so a regression shows in every CI log.
+report() {
+    echo
+    echo "test.sh: where the time went"
+    awk -F '\t' '{ printf "  %-58s %6d s\n", $1, $2; total += $2 }
+        END { printf "  %-58s %6d s\n", "total", total }' "${timings}"
+    if [[ -n "${go_seconds:-}" ]]; then
+        echo "  (the control plane build took ${go_seconds} s, beside the compile and the kube-sim tier)"
+    fi
+    if [[ -s "${scenario_timings}" ]]; then
+        echo "test.sh: the ten slowest scenarios on the real control plane (seconds running; waiting for the cluster)"
+        sort -t $'\t' -k4,4 -g -r "${scenario_timings}" | head -n 10 |
+            awk -F '\t' '{ printf "  %-50s %-9s %6.0f s  %5.0f s  %s\n", $1, $2, $4, $3, $5 }'
+    fi
+}
 
 # Exports the variable $1 as the path of tool $2: as given, else the pinned version installed by
 # scripts/install-$2.sh, else one on PATH.
@@ -56,38 +87,82 @@ fi
 echo "test.sh: Prometheus Operator CRDs in ${PROMETHEUS_OPERATOR_CRDS}"
 export PROMETHEUS_OPERATOR_CRDS
 
+# The control plane (and the soak's toxiproxy) build beside the Rust compile: the compile's
+# last minutes link one crate at a time and leave a core idle. Nothing is rebuilt when only this
+# repository changed.
+real_tier=0
+if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; then
+    real_tier=1
+    go_log="$(mktemp "${TMPDIR:-/tmp}/swarm-go-build.XXXXXX")"
+    echo "test.sh: building or reusing the control plane and toxiproxy in the background (log: ${go_log})"
+    (
+        go_start=${SECONDS}
+        scripts/real-cluster.sh build && scripts/install-toxiproxy.sh >/dev/null
+        code=$?
+        echo "go build finished in $((SECONDS - go_start)) s"
+        exit "${code}"
+    ) >"${go_log}" 2>&1 &
+    go_build_pid=$!
+fi
+mark "tools (kubectl, promtool, CRDs)"
+
+echo "test.sh: compiling the test profile (cargo test --workspace --no-run)"
+status=0
+cargo test --workspace --no-run --quiet "$@" || status=$?
+mark "compile the test profile"
+
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 echo "test.sh: cargo test --workspace --no-fail-fast $*"
-start=${SECONDS}
-status=0
 cargo test --workspace --no-fail-fast "$@" || status=$?
-echo "test.sh: kube-sim tier finished in $((SECONDS - start)) s with exit code ${status}"
+echo "test.sh: kube-sim tier finished with exit code ${status}"
+mark "kube-sim tier: tests"
 
-if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; then
-    real_start=${SECONDS}
+if ((real_tier)); then
+    go_status=0
+    wait "${go_build_pid}" || go_status=$?
+    go_seconds="$(sed -n 's/^go build finished in \([0-9]*\) s$/\1/p' "${go_log}")"
+    mark "control plane build: what was left of it after the kube-sim tier"
+    if ((go_status != 0)); then
+        cat "${go_log}" >&2
+        echo "test.sh: building the control plane failed" >&2
+        status=${go_status}
+    fi
+
     cluster_dir="$(mktemp -d "${TMPDIR:-/tmp}/swarm-real-cluster.XXXXXX")"
     trap 'scripts/real-cluster.sh down "${cluster_dir}" || true' EXIT
     real_status=0
-    if scripts/real-cluster.sh up "${cluster_dir}"; then
-        # --workspace: the first tier's feature set, so nothing is compiled again.
-        echo "test.sh: cargo test --workspace --test e2e on the real control plane"
-        SWARM_E2E_KUBECONFIG="${cluster_dir}/kubeconfig" \
-            cargo test --workspace --locked --test e2e --no-fail-fast || real_status=$?
-    else
-        real_status=$?
+    if ((go_status == 0)) && scripts/real-cluster.sh up "${cluster_dir}"; then
+        mark "real control plane: start"
+        export SWARM_E2E_KUBECONFIG="${cluster_dir}/kubeconfig" SWARM_E2E_TIMINGS="${scenario_timings}"
+        # --workspace: the first tier's feature set, so nothing is compiled again. The scenarios
+        # that need the cluster to themselves run first, one at a time; then the others side by
+        # side, each in its own namespace with its own operator.
+        echo "test.sh: the whole-cluster scenarios on the real control plane, one at a time"
+        cargo test --workspace --locked --test e2e --no-fail-fast -- \
+            scenarios::whole_cluster:: --test-threads=1 || real_status=$?
+        mark "real-cluster tier: whole-cluster scenarios, one at a time"
+        echo "test.sh: the other scenarios on the real control plane, ${SWARM_E2E_PARALLEL:-6} at a time"
+        cargo test --workspace --locked --test e2e --no-fail-fast -- \
+            --skip scenarios::whole_cluster:: --test-threads="${SWARM_E2E_PARALLEL:-6}" || real_status=$?
+        mark "real-cluster tier: other scenarios, ${SWARM_E2E_PARALLEL:-6} at a time"
+        unset SWARM_E2E_KUBECONFIG SWARM_E2E_TIMINGS
+    elif ((go_status == 0)); then
+        real_status=1
         echo "test.sh: the real control plane did not start (logs in ${cluster_dir}/logs)" >&2
     fi
-    echo "test.sh: real-cluster tier finished in $((SECONDS - real_start)) s with exit code ${real_status}"
+    echo "test.sh: real-cluster tier finished with exit code ${real_status}"
     ((real_status == 0)) || status=${real_status}
     scripts/real-cluster.sh down "${cluster_dir}" || true
+    mark "real control plane: stop"
 
     # The fault soak on a control plane of its own: a fixed seed, so a failure replays.
-    soak_start=${SECONDS}
     soak_status=0
     echo "test.sh: scripts/soak.sh --minutes ${SWARM_SOAK_MINUTES:-3} --seed ${SWARM_SOAK_SEED:-1}"
     scripts/soak.sh --minutes "${SWARM_SOAK_MINUTES:-3}" --seed "${SWARM_SOAK_SEED:-1}" || soak_status=$?
-    echo "test.sh: fault soak finished in $((SECONDS - soak_start)) s with exit code ${soak_status}"
+    echo "test.sh: fault soak finished with exit code ${soak_status}"
     ((soak_status == 0)) || status=${soak_status}
+    mark "fault soak (${SWARM_SOAK_MINUTES:-3} minutes, seed ${SWARM_SOAK_SEED:-1})"
 fi
-echo "test.sh: finished in $((SECONDS - start)) s with exit code ${status}"
+report
+echo "test.sh: finished in $((SECONDS - run_start)) s with exit code ${status}"
 exit "${status}"

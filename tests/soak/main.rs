@@ -136,7 +136,7 @@ async fn run(dir: PathBuf, minutes: u64, seed: u64) -> Result<bool, String> {
         ));
     }
     let mounts = DerivedMounts::start(cluster.client.clone(), pools::NAMESPACE);
-    let inspector = Inspector::real(cluster.real.clone(), mounts.clone());
+    let inspector = Inspector::real(cluster.real.clone(), None, mounts.clone());
     let soak = Arc::new(Soak {
         clock,
         cluster,

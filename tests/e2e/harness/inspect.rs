@@ -21,6 +21,8 @@ pub enum Inspector {
 pub struct RealInspector {
     mounts: DerivedMounts,
     cluster: RealCluster,
+    /// The namespace of the operator's ServiceAccount (`None`: any namespace).
+    accounts_in: Option<String>,
     /// The audit log is the cluster's: the requests before this environment's start (earlier
     /// scenarios') are not its own.
     skip: usize,
@@ -30,7 +32,7 @@ impl RealInspector {
     fn operator_requests(&self) -> Option<Vec<RequestRecord>> {
         Some(
             self.cluster
-                .operator_requests()?
+                .operator_requests(self.accounts_in.as_deref())?
                 .into_iter()
                 .skip(self.skip)
                 .collect(),
@@ -39,12 +41,20 @@ impl RealInspector {
 }
 
 impl Inspector {
-    /// The inspector of a real cluster, counting only the requests made from now on.
-    pub fn real(cluster: RealCluster, mounts: DerivedMounts) -> Inspector {
-        let skip = cluster.operator_requests().map_or(0, |r| r.len());
+    /// The inspector of a real cluster, counting only the requests made from now on by the
+    /// operator's ServiceAccount of namespace `accounts_in` (`None`: of any namespace).
+    pub fn real(
+        cluster: RealCluster,
+        accounts_in: Option<String>,
+        mounts: DerivedMounts,
+    ) -> Inspector {
+        let skip = cluster
+            .operator_requests(accounts_in.as_deref())
+            .map_or(0, |r| r.len());
         Inspector::Real(Arc::new(RealInspector {
             mounts,
             cluster,
+            accounts_in,
             skip,
         }))
     }

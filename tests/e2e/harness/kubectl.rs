@@ -85,6 +85,27 @@ impl Kubectl {
         result
     }
 
+    /// Like [`Kubectl::run`], without async, for the clean-up done while a test's environment
+    /// is dropped.
+    pub fn run_blocking(&self, args: &[&str]) -> Output {
+        let output = std::process::Command::new(&self.binary)
+            .args(args)
+            .current_dir(repo_root())
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECACHEDIR", &self.cache_dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", self.binary.display()));
+        let result = Output {
+            success: output.status.success(),
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        };
+        self.record(args, &output.status.to_string(), &result);
+        result
+    }
+
     /// Runs kubectl and fails the test unless it succeeds; returns its standard output.
     pub async fn ok(&self, args: &[&str]) -> String {
         let out = self.run(args).await;

@@ -40,22 +40,58 @@ pub fn parse_yaml_stream(text: &str, origin: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The example install: namespace, worker StatefulSet and SwarmPool from `examples/`.
+/// The example install: namespace, worker StatefulSet and SwarmPool from `examples/`, moved to
+/// the scenario's own namespace when it shares a cluster with others.
 #[derive(Clone)]
 pub struct Example {
-    /// Every document of `examples/`, in apply order.
+    /// Every document of `examples/`, in apply order, in the scenario's namespace.
     pub documents: Vec<Value>,
+    /// The namespace the manifests in the repository use.
+    home: String,
 }
 
 impl Example {
-    /// Reads `examples/`.
-    pub fn load() -> Example {
+    /// Reads `examples/`, moved to `namespace` if given.
+    pub fn load(namespace: Option<&str>) -> Example {
         let documents = documents_in(&repo_root().join("examples"));
-        let example = Example { documents };
+        let mut example = Example {
+            documents,
+            home: String::new(),
+        };
         // Fail early with a clear message if the examples lack what the scenarios rely on.
-        example.pool();
+        example.home = str_at(example.pool(), "/metadata/namespace");
         example.statefulset();
+        if let Some(namespace) = namespace {
+            example.documents = example.relocate(example.documents.clone(), namespace);
+        }
         example
+    }
+
+    /// Whether the scenario's namespace is not the one the repository's manifests name, so
+    /// they are applied as edited copies.
+    pub fn is_relocated(&self) -> bool {
+        self.namespace() != self.home
+    }
+
+    /// `documents` (manifests of the repository) moved to this example's namespace.
+    pub fn localize(&self, documents: Vec<Value>) -> Vec<Value> {
+        self.relocate(documents, &self.namespace())
+    }
+
+    /// `documents` with the repository's namespace replaced by `namespace`: the Namespace
+    /// object itself and every object's `metadata.namespace`.
+    fn relocate(&self, mut documents: Vec<Value>, namespace: &str) -> Vec<Value> {
+        for doc in &mut documents {
+            let field = if doc["kind"] == "Namespace" {
+                "name"
+            } else {
+                "namespace"
+            };
+            if doc["metadata"][field] == self.home.as_str() {
+                doc["metadata"][field] = Value::String(namespace.to_owned());
+            }
+        }
+        documents
     }
 
     /// The SwarmPool manifest.
@@ -115,6 +151,22 @@ impl Example {
     }
 }
 
+/// The YAML documents of the repository's manifest files and directories `paths`, in the
+/// order `kubectl apply -f <path>...` applies them.
+pub fn documents_at(paths: &[&str]) -> Vec<Value> {
+    paths
+        .iter()
+        .flat_map(|path| {
+            let path = repo_root().join(path);
+            if path.is_dir() {
+                documents_in(&path)
+            } else {
+                parse_documents(&path)
+            }
+        })
+        .collect()
+}
+
 /// `spec.jobs` of a SwarmPool manifest.
 pub fn jobs_of(pool: &Value) -> Vec<String> {
     pool.pointer("/spec/jobs")
@@ -143,4 +195,28 @@ pub fn write_manifest(path: &Path, documents: &[Value]) -> PathBuf {
         .join("---\n");
     std::fs::write(path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
     path.to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_relocated_example_names_its_own_namespace_everywhere() {
+        let example = Example::load(Some("swarm-install"));
+        assert!(example.is_relocated());
+        assert_eq!(example.namespace(), "swarm-install");
+        let namespace = example
+            .documents
+            .iter()
+            .find(|d| d["kind"] == "Namespace")
+            .expect("examples/ creates its namespace");
+        assert_eq!(namespace["metadata"]["name"], "swarm-install");
+        for doc in example.documents.iter().filter(|d| d["kind"] != "Namespace") {
+            assert_eq!(doc["metadata"]["namespace"], "swarm-install", "{doc}");
+        }
+        let qos = example.localize(documents_at(&["examples/qos/swarmpool.yaml"]));
+        assert_eq!(qos[0]["metadata"]["namespace"], "swarm-install");
+        assert!(!Example::load(None).is_relocated());
+    }
 }

@@ -17,8 +17,9 @@ pub mod worker_config;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::io::Write;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::events::v1::Event;
@@ -35,8 +36,50 @@ use operator::Operator;
 use real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, RealCluster};
 use sim_inspect::{HARNESS_USER_AGENT, PodMounts, RequestRecord, SimInspector};
 
-/// Against a real cluster the scenarios share namespace `swarm` and run one at a time.
-static REAL_CLUSTER_SERIAL: Mutex<()> = Mutex::new(());
+/// Names a file each scenario appends its timing to (see [`Env::record_timing`]).
+pub const TIMINGS_ENV: &str = "SWARM_E2E_TIMINGS";
+
+/// A real cluster is shared: scenarios in their own namespaces hold it for reading, side by
+/// side; a scenario that needs the whole cluster holds it for writing, alone. (The lock
+/// prefers writers, so a waiting whole-cluster scenario is not starved.)
+static REAL_CLUSTER: RwLock<()> = RwLock::new(());
+
+/// How a scenario shares a real cluster with the scenarios running beside it. Each simulation
+/// is a cluster of its own, so on kube-sim both mean the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// A namespace of its own (`swarm-<scenario>`), with its own operator watching only that
+    /// namespace as a ServiceAccount of that namespace bound to deploy/'s ClusterRole: the
+    /// scenario runs beside others.
+    Namespace,
+    /// The whole cluster, alone: it restarts control-plane components, edits cluster-scoped
+    /// objects (RBAC, the install in `swarm-system`, the leader-election Lease) or runs the
+    /// operator over all namespaces. Its namespace is the examples' own.
+    Cluster,
+}
+
+/// What a scenario holds of the shared real cluster while it runs.
+enum ClusterHold {
+    Beside(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    Alone(#[allow(dead_code)] RwLockWriteGuard<'static, ()>),
+}
+
+impl ClusterHold {
+    fn take(share: Share) -> ClusterHold {
+        match share {
+            Share::Namespace => ClusterHold::Beside(
+                REAL_CLUSTER
+                    .read()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            ),
+            Share::Cluster => ClusterHold::Alone(
+                REAL_CLUSTER
+                    .write()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            ),
+        }
+    }
+}
 
 /// How fast a test's simulation runs.
 #[derive(Clone, Copy, Debug)]
@@ -69,10 +112,15 @@ pub struct Env {
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     /// What the operator runs as: the admin kubeconfig on the simulation, a ServiceAccount
-    /// token bound by `deploy/` on a real cluster.
-    operator_kubeconfig: PathBuf,
+    /// token bound by `deploy/` on a real cluster (`None` until the first operator starts in a
+    /// scenario of its own namespace, whose account lives in that namespace).
+    operator_kubeconfig: Option<PathBuf>,
+    /// `run` arguments every operator of this scenario gets (`--namespace` when it shares a
+    /// real cluster).
+    operator_scope: Vec<String>,
     sim: Option<kube_sim::Sim>,
     real: Option<RealCluster>,
+    share: Share,
     inspector: Inspector,
     /// kube client for the assertions' reads (its own user agent, never taken for the operator).
     pub client: kube::Client,
@@ -92,17 +140,30 @@ pub struct Env {
     /// Requests RBAC may have refused on purpose (a scenario that revokes permissions, or an
     /// API server whose authorizer is still starting): the first this many are not checked.
     refusals_expected: usize,
-    _serial: Option<MutexGuard<'static, ()>>,
+    _hold: Option<ClusterHold>,
+    /// When the scenario began, and how long of that it waited for its share of the cluster.
+    started: Instant,
+    waited: Duration,
 }
 
 impl Env {
-    /// A fresh environment with a fast simulation (or the real cluster, see the crate docs).
+    /// A fresh environment with a fast simulation, or a namespace of its own on the real
+    /// cluster (see the crate docs).
     pub async fn start(name: &str) -> Env {
         Env::start_with(name, SimSpeed::FAST).await
     }
 
     /// A fresh environment whose simulation runs at `speed`.
     pub async fn start_with(name: &str, speed: SimSpeed) -> Env {
+        Env::start_sharing(name, speed, Share::Namespace).await
+    }
+
+    /// A fresh environment that has a real cluster to itself (see [`Share::Cluster`]).
+    pub async fn start_alone(name: &str, speed: SimSpeed) -> Env {
+        Env::start_sharing(name, speed, Share::Cluster).await
+    }
+
+    async fn start_sharing(name: &str, speed: SimSpeed, share: Share) -> Env {
         let dir = tempfile::Builder::new()
             .prefix(&format!("swarm-e2e-{name}-"))
             .tempdir()
@@ -113,16 +174,20 @@ impl Env {
             .build()
             .expect("build an HTTP client");
         let real = RealCluster::from_env();
-        let (kubeconfig, sim, serial) = match &real {
+        let started = Instant::now();
+        let (kubeconfig, sim, hold) = match &real {
             Some(cluster) => {
-                let guard = REAL_CLUSTER_SERIAL
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let hold = ClusterHold::take(share);
                 eprintln!(
-                    "{name}: against the real cluster of {}",
-                    cluster.kubeconfig.display()
+                    "{name}: against the real cluster of {}{}",
+                    cluster.kubeconfig.display(),
+                    if share == Share::Cluster {
+                        ", alone"
+                    } else {
+                        ""
+                    }
                 );
-                (cluster.kubeconfig.clone(), None, Some(guard))
+                (cluster.kubeconfig.clone(), None, Some(hold))
             }
             None => {
                 let config = kube_sim::SimConfig {
@@ -138,34 +203,47 @@ impl Env {
                 (path, Some(sim), None)
             }
         };
+        let waited = started.elapsed();
         let client = harness_client(&kubeconfig).await;
         let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kube-cache"));
-        let example = Example::load();
-        let (inspector, operator_kubeconfig) = match (&sim, &real) {
+        let own_namespace = (real.is_some() && share == Share::Namespace)
+            .then(|| scenario_namespace(name));
+        let example = Example::load(own_namespace.as_deref());
+        let namespace = example.namespace();
+        let (inspector, operator_kubeconfig, operator_scope) = match (&sim, &real) {
             (Some(sim), _) => (
                 Inspector::Sim(SimInspector::new(sim.url(), http.clone())),
-                kubeconfig.clone(),
+                Some(kubeconfig.clone()),
+                Vec::new(),
             ),
             (None, Some(cluster)) => {
                 // A clean namespace before anything watches it.
-                cluster
-                    .reset_namespace(&kubectl, &example.namespace())
-                    .await;
-                let operator_kubeconfig =
-                    operator_identity(cluster, &kubectl, &dir.path().join("operator.kubeconfig"))
-                        .await;
+                cluster.reset_namespace(&kubectl, &namespace).await;
+                let (operator_kubeconfig, accounts_in, scope) = match share {
+                    Share::Namespace => (
+                        None,
+                        Some(namespace.clone()),
+                        vec![format!("--namespace={namespace}")],
+                    ),
+                    Share::Cluster => {
+                        let out = dir.path().join("operator.kubeconfig");
+                        let path = operator_identity(cluster, &kubectl, &out).await;
+                        (Some(path), None, Vec::new())
+                    }
+                };
                 let inspector = Inspector::real(
                     cluster.clone(),
-                    DerivedMounts::start(client.clone(), &example.namespace()),
+                    accounts_in,
+                    DerivedMounts::start(client.clone(), &namespace),
                 );
-                (inspector, operator_kubeconfig)
+                (inspector, operator_kubeconfig, scope)
             }
             (None, None) => unreachable!("either a simulation or a real cluster"),
         };
         let duplicates = DuplicateWatch::start(
             inspector.clone(),
             client.clone(),
-            example.namespace(),
+            namespace,
             example.pool_name(),
         );
         Env {
@@ -173,8 +251,10 @@ impl Env {
             dir,
             kubeconfig,
             operator_kubeconfig,
+            operator_scope,
             sim,
             real,
+            share,
             inspector,
             client,
             http,
@@ -186,7 +266,9 @@ impl Env {
             duplicates,
             more_duplicates: Vec::new(),
             refusals_expected: 0,
-            _serial: serial,
+            _hold: hold,
+            started,
+            waited,
         }
     }
 
@@ -259,8 +341,10 @@ impl Env {
 
     /// Starts the operator binary and waits until it reports ready.
     pub async fn start_operator(&mut self) {
-        let kubeconfig = self.operator_kubeconfig.clone();
-        self.start_operator_as(&kubeconfig, &[]).await;
+        let kubeconfig = self.operator_kubeconfig().await;
+        let scope = self.operator_scope.clone();
+        let scope: Vec<&str> = scope.iter().map(String::as_str).collect();
+        self.start_operator_as(&kubeconfig, &scope).await;
     }
 
     /// Starts the operator binary with `kubeconfig` and `extra_args` (after `run`), and
@@ -272,6 +356,20 @@ impl Env {
         self.operator_logs.push(log);
         operator.wait_ready(&self.http).await;
         self.operator = Some(operator);
+    }
+
+    /// The kubeconfig the operator runs with, its identity made on first use.
+    async fn operator_kubeconfig(&mut self) -> PathBuf {
+        if let Some(path) = &self.operator_kubeconfig {
+            return path.clone();
+        }
+        let cluster = self.real.as_ref().expect("only a real cluster makes identities");
+        let out = self.dir.path().join("operator.kubeconfig");
+        let path = cluster
+            .namespaced_operator_identity(&self.kubectl, &self.example, &out)
+            .await;
+        self.operator_kubeconfig = Some(path.clone());
+        path
     }
 
     /// The operator's `/metrics` in the classic text format.
@@ -309,7 +407,14 @@ impl Env {
             "replica {identity} is already running"
         );
         let log = self.scratch(&format!("operator-{identity}.log"));
-        let mut operator = Operator::spawn(&self.operator_kubeconfig, extra_args, identity, &log);
+        let kubeconfig = self.operator_kubeconfig().await;
+        let args: Vec<&str> = self
+            .operator_scope
+            .iter()
+            .map(String::as_str)
+            .chain(extra_args.iter().copied())
+            .collect();
+        let mut operator = Operator::spawn(&kubeconfig, &args, identity, &log);
         self.operator_logs.push(log);
         operator.wait_ready(&self.http).await;
         self.replicas.insert(identity.to_owned(), operator);
@@ -388,7 +493,10 @@ impl Env {
 
     /// `kubectl apply -f crds/`, then waits for the CRD to be established.
     pub async fn install_crds(&self) {
-        self.kubectl.ok(&["apply", "-f", "crds/"]).await;
+        {
+            let _one_at_a_time = real_cluster::CLUSTER_SCOPED_APPLY.lock().await;
+            self.kubectl.ok(&["apply", "-f", "crds/"]).await;
+        }
         self.kubectl
             .ok(&[
                 "wait",
@@ -399,9 +507,29 @@ impl Env {
             .await;
     }
 
-    /// `kubectl apply -f examples/`.
+    /// `kubectl apply -f examples/` (an edited copy in the scenario's own namespace when it
+    /// shares the cluster).
     pub async fn apply_examples(&self) {
-        self.kubectl.ok(&["apply", "-f", "examples/"]).await;
+        if self.example.is_relocated() {
+            self.apply("examples.yaml", &self.example.documents).await;
+        } else {
+            self.kubectl.ok(&["apply", "-f", "examples/"]).await;
+        }
+    }
+
+    /// `kubectl apply -f <path>...` for the repository's manifest files and directories
+    /// `paths` (edited copies in the scenario's own namespace when it shares the cluster).
+    pub async fn apply_repo_manifests(&self, paths: &[&str]) {
+        if self.example.is_relocated() {
+            let documents = self.example.localize(manifests::documents_at(paths));
+            self.apply("repo-manifests.yaml", &documents).await;
+        } else {
+            let mut args = vec!["apply"];
+            for path in paths {
+                args.extend(["-f", path]);
+            }
+            self.kubectl.ok(&args).await;
+        }
     }
 
     /// Writes `documents` to `file` in the scratch directory and `kubectl apply -f`s it, as a
@@ -542,12 +670,17 @@ impl Drop for Env {
                 })
                 .or_else(|| self.forbidden_requests())
         };
-        if !std::thread::panicking() && failure.is_none() {
+        let passed = !std::thread::panicking() && failure.is_none();
+        self.record_timing(passed);
+        if passed {
+            self.remove_own_namespace();
             return;
         }
         eprintln!(
-            "==== {}: scratch directory {}",
+            "==== {} failed: namespace {}, scratch directory {} (operator logs operator-*.log, \
+             kubeconfig)",
             self.name,
+            self.example.namespace(),
             self.dir.path().display()
         );
         for (i, log) in self.operator_logs.iter().enumerate() {
@@ -586,6 +719,52 @@ impl Drop for Env {
 }
 
 impl Env {
+    /// Appends `<scenario> <share> <seconds waiting for the cluster> <seconds running>
+    /// <passed|failed>` (tab-separated) to the file `SWARM_E2E_TIMINGS` names, for the table
+    /// `scripts/test.sh` prints.
+    fn record_timing(&self, passed: bool) {
+        let Some(path) = std::env::var_os(TIMINGS_ENV).filter(|p| !p.is_empty()) else {
+            return;
+        };
+        let share = match (&self.real, self.share) {
+            (None, _) => "sim",
+            (Some(_), Share::Namespace) => "namespace",
+            (Some(_), Share::Cluster) => "alone",
+        };
+        let line = format!(
+            "{}\t{share}\t{:.1}\t{:.1}\t{}\n",
+            self.name,
+            self.waited.as_secs_f64(),
+            (self.started.elapsed() - self.waited).as_secs_f64(),
+            if passed { "passed" } else { "failed" }
+        );
+        // One short append per scenario: O_APPEND keeps lines of concurrent scenarios whole.
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("note: cannot record timing in {}: {e}", path.display());
+        }
+    }
+
+    /// On a real cluster, a passed scenario's own namespace goes (without waiting), so the
+    /// cluster does not fill up with the pods of finished scenarios; a failed one's stays
+    /// for a look.
+    fn remove_own_namespace(&self) {
+        if self.real.is_none() || self.share != Share::Namespace {
+            return;
+        }
+        let namespace = self.example.namespace();
+        let out = self
+            .kubectl
+            .run_blocking(&["delete", "namespace", &namespace, "--wait=false"]);
+        if !out.success {
+            eprintln!("note: could not delete namespace {namespace}: {}", out.stderr);
+        }
+    }
+
     /// On a real cluster: the operator's requests that RBAC refused (403), described.
     fn forbidden_requests(&self) -> Option<String> {
         self.real.as_ref()?;
@@ -613,6 +792,23 @@ async fn operator_identity(cluster: &RealCluster, kubectl: &Kubectl, out: &Path)
     cluster
         .service_account_kubeconfig(kubectl, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT, out)
         .await
+}
+
+/// The namespace of scenario `name` when it shares a real cluster: `swarm-<name>`, as a DNS
+/// label.
+fn scenario_namespace(name: &str) -> String {
+    let label: String = format!("swarm-{name}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    label.trim_end_matches('-').to_owned()
 }
 
 /// A kube client for the kubeconfig at `path`, identifying itself as the suite.

@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 
 use kube::config::{AuthInfo, Kubeconfig};
 use serde::Deserialize;
+use serde_json::{Value, json};
 
 use super::kubectl::Kubectl;
+use super::manifests::{Example, write_manifest};
 use super::sim_inspect::RequestRecord;
 
 /// Names a kubeconfig of a real cluster to run the suite against instead of simulations.
@@ -17,6 +19,11 @@ pub const KUBECONFIG_ENV: &str = "SWARM_E2E_KUBECONFIG";
 pub const OPERATOR_NAMESPACE: &str = "swarm-system";
 /// The operator's ServiceAccount name, in every install.
 pub const OPERATOR_ACCOUNT: &str = "swarm-operator";
+
+/// Held while applying cluster-scoped manifests (CRDs, RBAC): scenarios running side by side
+/// would otherwise race to create the same object on a fresh cluster, and one would fail
+/// with AlreadyExists.
+pub static CLUSTER_SCOPED_APPLY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A real cluster named by `SWARM_E2E_KUBECONFIG`.
 #[derive(Clone, Debug)]
@@ -75,6 +82,58 @@ impl RealCluster {
             .await;
     }
 
+    /// deploy/'s namespace, ServiceAccount and ClusterRole (applied, idempotently).
+    pub async fn apply_operator_rbac(&self, kubectl: &Kubectl) {
+        let _one_at_a_time = CLUSTER_SCOPED_APPLY.lock().await;
+        kubectl.ok(&["apply", "-f", "deploy/namespace.yaml"]).await;
+        kubectl.ok(&["apply", "-k", "deploy/rbac"]).await;
+    }
+
+    /// The identity of an operator that watches only the example's namespace: a ServiceAccount
+    /// `swarm-operator` of that namespace, bound there to deploy/'s ClusterRole (applied,
+    /// idempotently) by a RoleBinding, and a kubeconfig at `out` with a token of it. Creates
+    /// the namespace.
+    pub async fn namespaced_operator_identity(
+        &self,
+        kubectl: &Kubectl,
+        example: &Example,
+        out: &Path,
+    ) -> PathBuf {
+        self.apply_operator_rbac(kubectl).await;
+        let namespace = example.namespace();
+        let mut documents: Vec<Value> = example
+            .documents
+            .iter()
+            .filter(|d| d["kind"] == "Namespace")
+            .cloned()
+            .collect();
+        documents.push(json!({
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": OPERATOR_ACCOUNT, "namespace": namespace},
+        }));
+        documents.push(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": OPERATOR_ACCOUNT, "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": OPERATOR_ACCOUNT,
+            },
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "name": OPERATOR_ACCOUNT,
+                "namespace": namespace,
+            }],
+        }));
+        let manifest = write_manifest(&out.with_extension("rbac.yaml"), &documents);
+        let manifest = manifest.to_str().expect("UTF-8 scratch path");
+        kubectl.ok(&["apply", "-f", manifest]).await;
+        self.service_account_kubeconfig(kubectl, &namespace, OPERATOR_ACCOUNT, out)
+            .await
+    }
+
     /// A kubeconfig at `out` for ServiceAccount `namespace/account`: this cluster's server
     /// and CA, and a fresh token of the account (`kubectl create token`), so the operator
     /// has exactly what the account's RBAC grants.
@@ -113,17 +172,23 @@ impl RealCluster {
         out.to_path_buf()
     }
 
-    /// The operator's requests (any `swarm-operator` ServiceAccount), oldest first, from the
-    /// API server's audit log; `None` without one.
-    pub fn operator_requests(&self) -> Option<Vec<RequestRecord>> {
+    /// The operator's requests (a `swarm-operator` ServiceAccount of namespace `accounts_in`,
+    /// or of any namespace), oldest first, from the API server's audit log; `None` without one.
+    pub fn operator_requests(&self, accounts_in: Option<&str>) -> Option<Vec<RequestRecord>> {
         let text = std::fs::read_to_string(self.audit_log.as_ref()?).ok()?;
         let suffix = format!(":{OPERATOR_ACCOUNT}");
+        let exact = accounts_in.map(|ns| format!("system:serviceaccount:{ns}{suffix}"));
         Some(
             text.lines()
+                // Most lines are other clients': skip them before parsing.
+                .filter(|line| line.contains(exact.as_deref().unwrap_or(&suffix)))
                 .filter_map(|line| serde_json::from_str::<AuditEvent>(line).ok())
-                .filter(|e| {
-                    e.user.username.starts_with("system:serviceaccount:")
-                        && e.user.username.ends_with(&suffix)
+                .filter(|e| match &exact {
+                    Some(exact) => e.user.username == *exact,
+                    None => {
+                        e.user.username.starts_with("system:serviceaccount:")
+                            && e.user.username.ends_with(&suffix)
+                    }
                 })
                 .map(AuditEvent::into_record)
                 .collect(),

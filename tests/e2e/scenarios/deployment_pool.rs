@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::{kubectl_ns, swarm_json};
-use crate::harness::manifests::parse_documents;
+use crate::harness::manifests::documents_at;
 use crate::harness::poll::eventually;
 use crate::harness::worker_config::WorkerConfig;
-use crate::harness::{Env, repo_path};
+use crate::harness::Env;
 
 const POOL: &str = "stream-pool";
 const DEPLOYMENT: &str = "stream-worker";
@@ -24,14 +24,7 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
     env.install_crds().await;
     env.start_operator().await;
     env.watch_waiting_workers(POOL);
-    env.kubectl
-        .ok(&[
-            "apply",
-            "-f",
-            "examples/namespace.yaml",
-            "-f",
-            "examples/deployment/",
-        ])
+    env.apply_repo_manifests(&["examples/namespace.yaml", "examples/deployment/"])
         .await;
 
     let first = settle(&env, 2, 0).await;
@@ -190,7 +183,10 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
     );
 
     // Job edits: two jobs go, one comes.
-    let mut manifest = parse_documents(&repo_path("examples/deployment/swarmpool.yaml")).remove(0);
+    let mut manifest = env
+        .example
+        .localize(documents_at(&["examples/deployment/swarmpool.yaml"]))
+        .remove(0);
     let mut jobs: Vec<Value> = manifest["spec"]["jobs"].as_array().unwrap().clone();
     jobs.retain(|j| !["stream:xxrtve1", "stream:foo:new"].contains(&j.as_str().unwrap()));
     jobs.push(json!("stream:news:live"));

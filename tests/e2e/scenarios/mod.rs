@@ -1,10 +1,7 @@
 //! The end-to-end scenarios, one module each.
 
 mod bad_input;
-mod control_plane;
-mod deploy;
 mod deployment_pool;
-mod failover;
 mod handoff;
 mod install;
 mod job_edits;
@@ -16,6 +13,7 @@ mod quiet;
 mod restart;
 mod scale_down;
 mod scale_up;
+mod whole_cluster;
 
 use crate::harness::Env;
 

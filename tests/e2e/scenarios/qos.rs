@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::scale;
-use crate::harness::manifests::parse_documents;
+use crate::harness::manifests::documents_at;
 use crate::harness::observe::{
     Observed, assert_mounted_current_jobs, pods_settled, status_current, wait_event, wait_for,
 };
-use crate::harness::{Env, repo_path};
+use crate::harness::Env;
 
 const DEDICATED: [&str; 2] = ["stream:xxrtve1", "stream:cars:new"];
 const WEIGHTS: [(&str, u64); 3] = [
@@ -28,7 +28,10 @@ async fn dedicated_jobs_run_alone_weights_balance_and_scaling_never_runs_a_job_t
 
     // The QoS example, applied over the example pool. Two workers: one dedicated worker, one
     // shared; the second dedicated job has to share.
-    let manifest = parse_documents(&repo_path("examples/qos/swarmpool.yaml")).remove(0);
+    let manifest = env
+        .example
+        .localize(documents_at(&["examples/qos/swarmpool.yaml"]))
+        .remove(0);
     let weights: BTreeMap<String, u64> = WEIGHTS.iter().map(|(j, w)| (j.to_string(), *w)).collect();
     assert_eq!(
         manifest["spec"]["qos"],

@@ -7,16 +7,16 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::scale;
+use crate::scenarios::scale;
 use crate::harness::manifests::{parse_yaml_stream, str_at};
 use crate::harness::observe::{balanced, wait_balanced, wait_for};
 use crate::harness::real_cluster::OPERATOR_ACCOUNT;
 use crate::harness::sim_inspect::RequestRecord;
-use crate::harness::{Env, repo_path};
+use crate::harness::{Env, SimSpeed, repo_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_deploy_installs_every_object_with_a_restricted_operator_pod() {
-    let env = Env::start("deploy-base").await;
+    let env = Env::start_alone("deploy-base", SimSpeed::FAST).await;
     let objects = apply_kustomization(&env, "deploy/").await;
     let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
     for kind in [
@@ -53,7 +53,7 @@ async fn kubectl_apply_k_deploy_installs_every_object_with_a_restricted_operator
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_namespaced_overlay_installs_a_role_and_a_namespaced_operator() {
-    let mut env = Env::start("deploy-namespaced").await;
+    let mut env = Env::start_alone("deploy-namespaced", SimSpeed::FAST).await;
     let overlay = "deploy/overlays/namespaced";
     let objects = apply_kustomization(&env, overlay).await;
     let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
@@ -117,7 +117,7 @@ async fn kubectl_apply_k_namespaced_overlay_installs_a_role_and_a_namespaced_ope
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_role_grants_every_request_the_operator_makes() {
-    let mut env = Env::start("deploy-rbac").await;
+    let mut env = Env::start_alone("deploy-rbac", SimSpeed::FAST).await;
     // Exercise the paths of a healthy pool: first write, refreshes, a scale-up.
     env.install_example().await;
     scale(&env, 3).await;
@@ -203,7 +203,7 @@ fn assert_rules_allow(requests: &[RequestRecord], rules: Option<&Vec<Value>>, ro
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_monitoring_overlay_passes_the_prometheus_operator_schemas() {
-    let env = Env::start("deploy-monitoring").await;
+    let env = Env::start_alone("deploy-monitoring", SimSpeed::FAST).await;
     // The Prometheus Operator's own CRDs, so the API server validates the ServiceMonitor and
     // the PrometheusRule against their schemas (kubectl asks for strict field validation:
     // an unknown or misspelt field is an error, not silently dropped).

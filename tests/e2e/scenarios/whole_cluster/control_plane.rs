@@ -15,14 +15,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
 
-use super::scale;
-use crate::harness::manifests::documents_in;
+use crate::scenarios::scale;
 use crate::harness::observe::{
     CONFIG_KEY, assert_condition, assert_invariants, balanced, observe, wait_balanced, wait_for,
 };
 use crate::harness::poll::eventually_within;
 use crate::harness::worker_config::WorkerConfig;
-use crate::harness::{Env, repo_path};
+use crate::harness::{Env, SimSpeed, repo_path};
 
 /// The bound: settled this long after the API server is ready again.
 const SETTLE_AFTER_READY: Duration = Duration::from_secs(30);
@@ -32,7 +31,7 @@ const GONE_HOLDER_GRACE: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_restart_is_followed_within_seconds_and_never_hidden_behind_balanced() {
-    let mut env = Env::start("api-server-restart").await;
+    let mut env = Env::start_alone("api-server-restart", SimSpeed::FAST).await;
     let Some(cluster) = env.real_cluster_dir() else {
         env.note_skipped("restarting kube-apiserver (needs scripts/real-cluster.sh)");
         return;
@@ -157,7 +156,7 @@ async fn wait_pods_start_again(env: &Env) -> Instant {
 async fn install_with_fast_pods(env: &mut Env, replicas: usize) {
     env.install_crds().await;
     env.start_operator().await;
-    let mut documents = documents_in(&repo_path("examples"));
+    let mut documents = env.example.documents.clone();
     for doc in &mut documents {
         if doc["kind"] == "StatefulSet" {
             doc["spec"]["replicas"] = json!(replicas);

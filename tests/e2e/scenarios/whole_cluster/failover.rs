@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::scale;
+use crate::scenarios::scale;
 use crate::harness::observe::{assert_invariants, balanced, operator_pod_deletes, wait_for};
 use crate::harness::poll::eventually_within;
 use crate::harness::{Env, SimSpeed};
@@ -15,7 +15,7 @@ const LEASE: &str = "swarm-operator";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
-    let mut env = Env::start_with("failover", SimSpeed::SLOW).await;
+    let mut env = Env::start_alone("failover", SimSpeed::SLOW).await;
     start_leader_and_standby(&mut env).await;
 
     env.apply_examples().await;
@@ -71,7 +71,7 @@ async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_frozen_past_its_lease_writes_nothing_when_it_thaws() {
-    let mut env = Env::start_with("frozen-leader", SimSpeed::SLOW).await;
+    let mut env = Env::start_alone("frozen-leader", SimSpeed::SLOW).await;
     start_leader_and_standby(&mut env).await;
     env.apply_examples().await;
     let sts = env.example.statefulset_name();

@@ -1,0 +1,43 @@
+# Sourced by scripts/real-cluster.sh and scripts/install-toxiproxy.sh: builds Go programs from
+# the wrapper modules in hack/, pinned and cached.
+#
+# Every build shares one module cache and one build cache under ${cache_root} (set by the
+# caller), so packages common to the control plane's programs and toxiproxy compile once, and a
+# completed build (its `.built` marker) is never repeated: a change to this repository rebuilds
+# nothing. go.sum must already list every module (-mod=readonly) and the local Go toolchain is
+# used as it is (GOTOOLCHAIN=local).
+
+# go_build <module> <out> <ldflags> [go build flags...] -- <packages...>: builds the packages of
+# wrapper module hack/<module> into directory <out> (each binary named after its package's
+# directory), unless a completed build is there. The caller defines `say` and `die`.
+go_build() {
+    local module="$1" out="$2" ldflags="$3"
+    shift 3
+    local flags=()
+    while [[ $# -gt 0 && "$1" != "--" ]]; do
+        flags+=("$1")
+        shift
+    done
+    shift
+    [[ -f "${out}/.built" ]] && return 0
+    command -v go >/dev/null 2>&1 || die "Go is needed to build ${module} (none on PATH)"
+    say "building $* (once per version; a cold machine pays several minutes)"
+    local start=${SECONDS} log="${cache_root}/build-${module}.log"
+    mkdir -p "${cache_root}"
+    rm -rf "${out}.partial"
+    mkdir -p "${out}.partial"
+    if ! (
+        cd "${repo_root}/hack/${module}" &&
+            GOMODCACHE="${cache_root}/gomod" GOCACHE="${cache_root}/gocache" \
+                GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local CGO_ENABLED=0 \
+                go build -trimpath -pgo=off "${flags[@]}" -ldflags "${ldflags}" \
+                -o "${out}.partial/" "$@"
+    ) >"${log}" 2>&1; then
+        cat "${log}" >&2
+        die "building ${module} failed (the exact error is above; log: ${log})"
+    fi
+    touch "${out}.partial/.built"
+    rm -rf "${out}"
+    mv "${out}.partial" "${out}"
+    say "built ${module} in $((SECONDS - start)) s"
+}
