@@ -17,7 +17,7 @@
 #                                            # a longer fault soak (default: 3 minutes, seed 1)
 #
 # SWARM_E2E_KUBECONFIG=<kubeconfig> runs the kube-sim tier's end-to-end scenarios against that
-# cluster instead (see tests/e2e.rs). SWARM_E2E_PARALLEL (default 6) bounds how many end-to-end
+# cluster instead (see tests/e2e/main.rs). SWARM_E2E_PARALLEL (default 6) bounds how many end-to-end
 # scenarios share the real control plane at once.
 #
 # It ends with a table of where the time went (and .ci/run's steps before it, which it records
@@ -77,7 +77,7 @@ use_tool() {
 
 use_tool KUBECTL kubectl
 echo "test.sh: $("${KUBECTL}" version --client 2>/dev/null | head -n 1 || true)"
-# promtool checks the alert rules and the operator's /metrics (tests/monitoring.rs, e2e).
+# promtool checks the alert rules and the operator's /metrics (tests/integration/monitoring.rs, e2e).
 use_tool PROMTOOL promtool
 # The Prometheus Operator's CRDs: the e2e tests validate deploy/monitoring against them.
 if [[ -z "${PROMETHEUS_OPERATOR_CRDS:-}" ]]; then

@@ -212,7 +212,11 @@ mod tests {
             .find(|d| d["kind"] == "Namespace")
             .expect("examples/ creates its namespace");
         assert_eq!(namespace["metadata"]["name"], "swarm-install");
-        for doc in example.documents.iter().filter(|d| d["kind"] != "Namespace") {
+        for doc in example
+            .documents
+            .iter()
+            .filter(|d| d["kind"] != "Namespace")
+        {
             assert_eq!(doc["metadata"]["namespace"], "swarm-install", "{doc}");
         }
         let qos = example.localize(documents_at(&["examples/qos/swarmpool.yaml"]));

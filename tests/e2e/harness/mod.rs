@@ -16,9 +16,9 @@ pub mod tools;
 pub mod worker_config;
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::io::Write;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -206,8 +206,8 @@ impl Env {
         let waited = started.elapsed();
         let client = harness_client(&kubeconfig).await;
         let kubectl = Kubectl::new(&kubeconfig, &dir.path().join("kube-cache"));
-        let own_namespace = (real.is_some() && share == Share::Namespace)
-            .then(|| scenario_namespace(name));
+        let own_namespace =
+            (real.is_some() && share == Share::Namespace).then(|| scenario_namespace(name));
         let example = Example::load(own_namespace.as_deref());
         let namespace = example.namespace();
         let (inspector, operator_kubeconfig, operator_scope) = match (&sim, &real) {
@@ -363,7 +363,10 @@ impl Env {
         if let Some(path) = &self.operator_kubeconfig {
             return path.clone();
         }
-        let cluster = self.real.as_ref().expect("only a real cluster makes identities");
+        let cluster = self
+            .real
+            .as_ref()
+            .expect("only a real cluster makes identities");
         let out = self.dir.path().join("operator.kubeconfig");
         let path = cluster
             .namespaced_operator_identity(&self.kubectl, &self.example, &out)
@@ -761,7 +764,10 @@ impl Env {
             .kubectl
             .run_blocking(&["delete", "namespace", &namespace, "--wait=false"]);
         if !out.success {
-            eprintln!("note: could not delete namespace {namespace}: {}", out.stderr);
+            eprintln!(
+                "note: could not delete namespace {namespace}: {}",
+                out.stderr
+            );
         }
     }
 

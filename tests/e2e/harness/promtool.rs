@@ -1,5 +1,5 @@
 //! Running Prometheus' `promtool` on what the operator serves (also included by
-//! tests/monitoring.rs).
+//! tests/integration/monitoring.rs).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -39,7 +39,7 @@ pub fn check_metrics(exposition: &str) -> Result<(), String> {
 }
 
 /// `promtool <args>` in `dir`: its standard output, or what it printed when it failed.
-#[allow(dead_code)] // Used by tests/monitoring.rs, which includes this file.
+#[allow(dead_code)] // Used by tests/integration/monitoring.rs, which includes this file.
 pub fn run(args: &[&str], dir: &Path) -> Result<String, String> {
     let output = Command::new(locate())
         .args(args)

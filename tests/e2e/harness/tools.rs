@@ -1,4 +1,4 @@
-//! Finding the command-line tools the tests run (also included by tests/monitoring.rs).
+//! Finding the command-line tools the tests run (also included by tests/integration/monitoring.rs).
 
 use std::env;
 use std::path::{Path, PathBuf};

@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::{kubectl_ns, swarm_json};
+use crate::harness::Env;
 use crate::harness::manifests::documents_at;
 use crate::harness::poll::eventually;
 use crate::harness::worker_config::WorkerConfig;
-use crate::harness::Env;
 
 const POOL: &str = "stream-pool";
 const DEPLOYMENT: &str = "stream-worker";

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::scale;
+use crate::harness::Env;
 use crate::harness::manifests::documents_at;
 use crate::harness::observe::{
     Observed, assert_mounted_current_jobs, pods_settled, status_current, wait_event, wait_for,
 };
-use crate::harness::Env;
 
 const DEDICATED: [&str; 2] = ["stream:xxrtve1", "stream:cars:new"];
 const WEIGHTS: [(&str, u64); 3] = [

@@ -15,13 +15,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use serde_json::{Value, json};
 
-use crate::scenarios::scale;
 use crate::harness::observe::{
     CONFIG_KEY, assert_condition, assert_invariants, balanced, observe, wait_balanced, wait_for,
 };
 use crate::harness::poll::eventually_within;
 use crate::harness::worker_config::WorkerConfig;
 use crate::harness::{Env, SimSpeed, repo_path};
+use crate::scenarios::scale;
 
 /// The bound: settled this long after the API server is ready again.
 const SETTLE_AFTER_READY: Duration = Duration::from_secs(30);

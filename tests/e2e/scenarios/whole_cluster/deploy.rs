@@ -7,12 +7,12 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::scenarios::scale;
 use crate::harness::manifests::{parse_yaml_stream, str_at};
 use crate::harness::observe::{balanced, wait_balanced, wait_for};
 use crate::harness::real_cluster::OPERATOR_ACCOUNT;
 use crate::harness::sim_inspect::RequestRecord;
 use crate::harness::{Env, SimSpeed, repo_path};
+use crate::scenarios::scale;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_deploy_installs_every_object_with_a_restricted_operator_pod() {

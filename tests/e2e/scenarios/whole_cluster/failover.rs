@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
-use crate::scenarios::scale;
 use crate::harness::observe::{assert_invariants, balanced, operator_pod_deletes, wait_for};
 use crate::harness::poll::eventually_within;
 use crate::harness::{Env, SimSpeed};
+use crate::scenarios::scale;
 
 /// The lease namespace: the cluster-wide install's own.
 const LEASE_NAMESPACE: &str = "swarm-system";

@@ -1,7 +1,7 @@
 //! Conformance: CRDs (establishment, structural validation, pruning, defaults), custom
 //! resource creation and Tables.
 
-mod api_support;
+use crate::api_support;
 
 use api_support::{Api, TABLE_ACCEPT};
 use serde_json::json;

@@ -5,8 +5,7 @@
 //! A small in-memory world (pool, Deployment, ReplicaSet, pods, ConfigMap) is reconciled the way
 //! the controller does it, with a ReplicaSet stand-in that replaces deleted pods at once.
 
-#[path = "support/config_map_apply.rs"]
-mod config_map_apply;
+use crate::support::config_map_apply;
 
 use std::collections::{BTreeMap, BTreeSet};
 

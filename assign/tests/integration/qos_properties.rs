@@ -1,7 +1,7 @@
 //! Property tests of `assign_with_qos`: dedicated jobs on workers of their own, weighted `Sticky`
 //! balance of the shared jobs, and the guarantees of the strategies kept under `spec.qos`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -1,6 +1,6 @@
 //! Property tests of the `Contiguous` strategy: exactly once, balance, spec order.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -1,7 +1,7 @@
 //! Conformance: list paging, watch semantics, bookmarks, 410 after compaction, initial
 //! events, timeouts and metadata-only responses.
 
-mod api_support;
+use crate::api_support;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! Property tests of the `Consistent` strategy: exactly once, purity, monotone movement.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

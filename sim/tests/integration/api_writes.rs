@@ -1,6 +1,6 @@
 //! Conformance: PUT, merge/json/strategic patches, subresources, dryRun.
 
-mod api_support;
+use crate::api_support;
 
 use api_support::{Api, JSON_PATCH, MERGE, STRATEGIC};
 use serde_json::{Value, json};

@@ -2,8 +2,7 @@
 //! ConfigMap) is reconciled the way the controller does it (plan, apply the ConfigMap, list
 //! pods live when asked, plan again, delete), and a StatefulSet stand-in replaces deleted pods.
 
-#[path = "support/config_map_apply.rs"]
-mod config_map_apply;
+use crate::support::config_map_apply;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -36,7 +35,7 @@ const CM: &str = "swarm-worker-config";
 /// The 27 jobs of the predecessor's example configuration, as `examples/swarmpool.yaml`
 /// ships them.
 fn example_jobs() -> Vec<String> {
-    let text = include_str!("../examples/swarmpool.yaml");
+    let text = include_str!("../../examples/swarmpool.yaml");
     let pool: SwarmPool =
         serde_yaml::from_str(text).expect("examples/swarmpool.yaml is a SwarmPool");
     assert_eq!(

@@ -24,7 +24,7 @@ fn jump_hash_matches_the_reference_vectors() {
     assert_eq!(jump_hash(42, 0), 0);
 }
 
-mod common;
+use crate::common;
 
 #[test]
 fn the_example_jobs_on_3_workers_are_laid_out_as_in_every_release() {

@@ -1,6 +1,6 @@
 //! Conformance: DELETE options, preconditions, finalizers, propagation and pod grace.
 
-mod api_support;
+use crate::api_support;
 
 use std::time::Duration;
 

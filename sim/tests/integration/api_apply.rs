@@ -1,6 +1,6 @@
 //! Conformance: server-side apply (managedFields, conflicts, force, removal) and Leases.
 
-mod api_support;
+use crate::api_support;
 
 use api_support::{APPLY, Api};
 use serde_json::{Value, json};

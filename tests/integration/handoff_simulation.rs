@@ -21,8 +21,6 @@
 
 #[path = "handoff_simulation/cluster.rs"]
 mod cluster;
-#[path = "support/config_map_apply.rs"]
-mod config_map_apply;
 #[path = "handoff_simulation/operator.rs"]
 mod operator;
 

@@ -1,6 +1,6 @@
 //! Planning: versions, change detection, movement statistics and strategy changes.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,6 +1,6 @@
 //! Conformance: discovery, /version, `/openapi/v3` and the authorization reviews.
 
-mod api_support;
+use crate::api_support;
 
 use api_support::Api;
 use serde_json::Value;

@@ -1,6 +1,6 @@
 //! The predecessor's failing case: its 27 example jobs on 2 workers.
 
-mod common;
+use crate::common;
 
 use common::*;
 use swarm_assign::{Strategy, assign, predecessor};

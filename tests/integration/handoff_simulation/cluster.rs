@@ -15,7 +15,7 @@ use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::controller::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_operator::planner::CONFIG_KEY;
 
-use crate::config_map_apply::apply_config_map;
+use crate::support::config_map_apply::apply_config_map;
 
 pub const NS: &str = "sim";
 pub const STS: &str = "w";

@@ -1,7 +1,7 @@
 //! Property tests of the slot table (`SlotTable::rebind`): the positions a Deployment pool's
 //! pods hold, and the guarantees of `Sticky` carried over from ordinals to slots.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -13,7 +13,5 @@
 //! kubectl is taken from `KUBECTL`, then `.tools/bin/kubectl`, then `PATH`;
 //! `scripts/install-kubectl.sh` installs the pinned one.
 
-#[path = "e2e/harness/mod.rs"]
 mod harness;
-#[path = "e2e/scenarios/mod.rs"]
 mod scenarios;

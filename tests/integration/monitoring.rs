@@ -13,12 +13,12 @@ use serde_yaml::Value;
 use swarm_operator::metrics::{self, Metrics};
 
 #[allow(dead_code)]
-#[path = "e2e/harness/kubectl.rs"]
+#[path = "../e2e/harness/kubectl.rs"]
 mod kubectl;
 #[allow(dead_code)]
-#[path = "e2e/harness/promtool.rs"]
+#[path = "../e2e/harness/promtool.rs"]
 mod promtool;
-#[path = "e2e/harness/tools.rs"]
+#[path = "../e2e/harness/tools.rs"]
 mod tools;
 
 fn repo(path: &str) -> std::path::PathBuf {

@@ -1,5 +1,4 @@
 //! Generators and checks shared by the property tests.
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::collections::{HashMap, HashSet};
 

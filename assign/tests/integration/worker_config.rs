@@ -1,6 +1,6 @@
 //! The `config.yml` format: rendering, reading back, and the assignment it encodes.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

@@ -1,7 +1,7 @@
 //! Conformance: Events are one store behind core/v1 and events.k8s.io/v1; namespaces and
 //! the request log.
 
-mod api_support;
+use crate::api_support;
 
 use api_support::Api;
 use serde_json::json;

@@ -1,8 +1,6 @@
 //! Raw-HTTP helpers for the API conformance tests: a fresh simulation per test and small
 //! request wrappers that return (status, JSON body).
 
-#![allow(dead_code)]
-
 use std::time::Duration;
 
 use kube_sim::{Sim, SimConfig};

@@ -1,6 +1,6 @@
 //! Property tests of the `Sticky` strategy: the five guarantees of the assignment spec.
 
-mod common;
+use crate::common;
 
 use common::*;
 use proptest::prelude::*;

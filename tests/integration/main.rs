@@ -1,0 +1,19 @@
+//! The operator's integration tests that need no cluster (planner and Deployment scenarios,
+//! the deterministic handoff simulation, the CLIs, the CRD and manifests, monitoring rules),
+//! one module each, linked into one binary. The end-to-end suite (`tests/e2e/main.rs`) and the
+//! fault soak (`tests/soak/`) are binaries of their own.
+
+mod support {
+    pub mod config_map_apply;
+}
+
+mod assignment_plan_cli;
+mod crd;
+mod deployment_scenarios;
+mod fenced_write;
+mod handoff_simulation;
+mod manifests;
+mod monitoring;
+mod planner_scenarios;
+mod plugin_cluster_errors;
+mod plugin_reports;
