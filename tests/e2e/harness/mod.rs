@@ -52,6 +52,10 @@ pub enum Share {
     /// namespace as a ServiceAccount of that namespace bound to deploy/'s ClusterRole: the
     /// scenario runs beside others.
     Namespace,
+    /// The examples' own namespace, beside other scenarios: for one that installs manifests
+    /// naming it (the namespaced overlay of `deploy/`). No other scenario that runs beside
+    /// others uses that namespace.
+    ExamplesNamespace,
     /// The whole cluster, alone: it restarts control-plane components, edits cluster-scoped
     /// objects (RBAC, the install in `swarm-system`, the leader-election Lease) or runs the
     /// operator over all namespaces. Its namespace is the examples' own.
@@ -67,7 +71,7 @@ enum ClusterHold {
 impl ClusterHold {
     fn take(share: Share) -> ClusterHold {
         match share {
-            Share::Namespace => ClusterHold::Beside(
+            Share::Namespace | Share::ExamplesNamespace => ClusterHold::Beside(
                 REAL_CLUSTER
                     .read()
                     .unwrap_or_else(|poisoned| poisoned.into_inner()),
@@ -163,6 +167,12 @@ impl Env {
         Env::start_sharing(name, speed, Share::Cluster).await
     }
 
+    /// A fresh environment in the examples' own namespace, beside other scenarios (see
+    /// [`Share::ExamplesNamespace`]).
+    pub async fn start_in_examples_namespace(name: &str) -> Env {
+        Env::start_sharing(name, SimSpeed::FAST, Share::ExamplesNamespace).await
+    }
+
     async fn start_sharing(name: &str, speed: SimSpeed, share: Share) -> Env {
         let dir = tempfile::Builder::new()
             .prefix(&format!("swarm-e2e-{name}-"))
@@ -220,7 +230,7 @@ impl Env {
                 // A clean namespace before anything watches it.
                 cluster.reset_namespace(&kubectl, &namespace).await;
                 let (operator_kubeconfig, accounts_in, scope) = match share {
-                    Share::Namespace => (
+                    Share::Namespace | Share::ExamplesNamespace => (
                         None,
                         Some(namespace.clone()),
                         vec![format!("--namespace={namespace}")],
@@ -681,10 +691,15 @@ impl Drop for Env {
         }
         eprintln!(
             "==== {} failed: namespace {}, scratch directory {} (operator logs operator-*.log, \
-             kubeconfig)",
+             kubeconfig){}",
             self.name,
             self.example.namespace(),
-            self.dir.path().display()
+            self.dir.path().display(),
+            self.real
+                .as_ref()
+                .and_then(|cluster| cluster.kubeconfig.parent())
+                .map(|dir| format!(", control-plane logs in {}", dir.join("logs").display()))
+                .unwrap_or_default()
         );
         for (i, log) in self.operator_logs.iter().enumerate() {
             eprintln!(
@@ -731,7 +746,7 @@ impl Env {
         };
         let share = match (&self.real, self.share) {
             (None, _) => "sim",
-            (Some(_), Share::Namespace) => "namespace",
+            (Some(_), Share::Namespace | Share::ExamplesNamespace) => "namespace",
             (Some(_), Share::Cluster) => "alone",
         };
         let line = format!(
@@ -752,11 +767,11 @@ impl Env {
         }
     }
 
-    /// On a real cluster, a passed scenario's own namespace goes (without waiting), so the
+    /// On a real cluster, a passed scenario's namespace goes (without waiting), so the
     /// cluster does not fill up with the pods of finished scenarios; a failed one's stays
     /// for a look.
     fn remove_own_namespace(&self) {
-        if self.real.is_none() || self.share != Share::Namespace {
+        if self.real.is_none() || self.share == Share::Cluster {
             return;
         }
         let namespace = self.example.namespace();

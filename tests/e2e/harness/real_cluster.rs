@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::kubectl::Kubectl;
-use super::manifests::{Example, write_manifest};
+use super::manifests::{Example, documents_at, write_manifest};
 use super::sim_inspect::RequestRecord;
 
 /// Names a kubeconfig of a real cluster to run the suite against instead of simulations.
@@ -91,8 +91,8 @@ impl RealCluster {
 
     /// The identity of an operator that watches only the example's namespace: a ServiceAccount
     /// `swarm-operator` of that namespace, bound there to deploy/'s ClusterRole (applied,
-    /// idempotently) by a RoleBinding, and a kubeconfig at `out` with a token of it. Creates
-    /// the namespace.
+    /// idempotently) by a RoleBinding and to a copy of deploy/'s leader-election Role, and a
+    /// kubeconfig at `out` with a token of it. Creates the namespace.
     pub async fn namespaced_operator_identity(
         &self,
         kubectl: &Kubectl,
@@ -127,6 +127,19 @@ impl RealCluster {
                 "namespace": namespace,
             }],
         }));
+        // deploy/'s leader-election Role and its binding, moved to this namespace.
+        for mut doc in documents_at(&[
+            "deploy/rbac/leader_election_role.yaml",
+            "deploy/rbac/leader_election_role_binding.yaml",
+        ]) {
+            doc["metadata"]["namespace"] = json!(namespace);
+            if let Some(subjects) = doc["subjects"].as_array_mut() {
+                for subject in subjects {
+                    subject["namespace"] = json!(namespace);
+                }
+            }
+            documents.push(doc);
+        }
         let manifest = write_manifest(&out.with_extension("rbac.yaml"), &documents);
         let manifest = manifest.to_str().expect("UTF-8 scratch path");
         kubectl.ok(&["apply", "-f", manifest]).await;

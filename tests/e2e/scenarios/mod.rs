@@ -2,18 +2,20 @@
 
 mod bad_input;
 mod deployment_pool;
+mod failover;
 mod handoff;
 mod install;
 mod job_edits;
 mod kubectl_commands;
 mod kubectl_plugin;
+mod namespaced_install;
 mod pool_deletion;
 mod qos;
 mod quiet;
 mod restart;
 mod scale_down;
 mod scale_up;
-mod whole_cluster;
+pub(crate) mod whole_cluster;
 
 use crate::harness::Env;
 

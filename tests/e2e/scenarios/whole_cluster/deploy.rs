@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::harness::manifests::{parse_yaml_stream, str_at};
-use crate::harness::observe::{balanced, wait_balanced, wait_for};
-use crate::harness::real_cluster::OPERATOR_ACCOUNT;
+use crate::harness::observe::{balanced, wait_for};
 use crate::harness::sim_inspect::RequestRecord;
 use crate::harness::{Env, SimSpeed, repo_path};
 use crate::scenarios::scale;
@@ -49,70 +48,6 @@ async fn kubectl_apply_k_deploy_installs_every_object_with_a_restricted_operator
     env.kubectl
         .ok(&["-n", &namespace, "delete", "deployment", "swarm-operator"])
         .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_apply_k_namespaced_overlay_installs_a_role_and_a_namespaced_operator() {
-    let mut env = Env::start_alone("deploy-namespaced", SimSpeed::FAST).await;
-    let overlay = "deploy/overlays/namespaced";
-    let objects = apply_kustomization(&env, overlay).await;
-    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
-    assert!(
-        kinds.contains(&"Role") && kinds.contains(&"RoleBinding"),
-        "{kinds:?}"
-    );
-    assert!(
-        !kinds.contains(&"ClusterRole") && !kinds.contains(&"ClusterRoleBinding"),
-        "a single-namespace install grants nothing cluster-wide: {kinds:?}"
-    );
-    let role = only(&objects, "Role");
-    let watched = str_at(role, "/metadata/namespace");
-    let deployment = only(&objects, "Deployment");
-    let args: Vec<String> = container(deployment)
-        .get("args")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    let namespace_arg = args
-        .iter()
-        .position(|a| a == "--namespace")
-        .and_then(|i| args.get(i + 1).cloned())
-        .or_else(|| {
-            args.iter()
-                .find_map(|a| a.strip_prefix("--namespace=").map(str::to_string))
-        });
-    assert_eq!(
-        namespace_arg.as_deref(),
-        Some(watched.as_str()),
-        "the operator watches the namespace its Role covers: args {args:?}"
-    );
-    assert_restricted(deployment);
-
-    // Run the operator as that install does, as the overlay's ServiceAccount and on its
-    // namespace only (out of cluster: the Deployment's pod would run no process here), and
-    // check that the Role covers a pool's life.
-    env.kubectl
-        .ok(&["-n", &watched, "delete", "deployment", "swarm-operator"])
-        .await;
-    let kubeconfig = env
-        .service_account_kubeconfig(&watched, OPERATOR_ACCOUNT)
-        .await;
-    let mark = env.request_mark().await;
-    env.start_operator_as(&kubeconfig, &[&format!("--namespace={watched}")])
-        .await;
-    env.apply_examples().await;
-    wait_balanced(&env, env.example.replicas()).await;
-    scale(&env, 3).await;
-    let sts = env.example.statefulset_name();
-    wait_for(&env, "Balanced over 3 workers", |o| balanced(o, 3, &sts)).await;
-    match env.operator_requests_since(mark).await {
-        Some(requests) => assert_rules_allow(&requests, role["rules"].as_array(), "Role"),
-        None => env.note_skipped("the operator's requests against the Role"),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,7 +92,11 @@ fn operator_cluster_role(objects: &[Value]) -> &Value {
 }
 
 /// Asserts that RBAC `rules` (of a `role_kind`) allow every request in `requests`.
-fn assert_rules_allow(requests: &[RequestRecord], rules: Option<&Vec<Value>>, role_kind: &str) {
+pub(crate) fn assert_rules_allow(
+    requests: &[RequestRecord],
+    rules: Option<&Vec<Value>>,
+    role_kind: &str,
+) {
     assert!(!requests.is_empty(), "the operator made requests");
     let rules = rules.unwrap_or_else(|| panic!("{role_kind} rules"));
     let mut denied = Vec::new();
@@ -299,7 +238,7 @@ fn prometheus_operator_crds() -> PathBuf {
 
 /// `kubectl apply -k <dir>`, then checks every object `kubectl kustomize <dir>` renders now
 /// exists; returns the rendered objects.
-async fn apply_kustomization(env: &Env, dir: &str) -> Vec<Value> {
+pub(crate) async fn apply_kustomization(env: &Env, dir: &str) -> Vec<Value> {
     assert!(Path::new(&repo_path(dir)).is_dir(), "{dir} exists");
     env.kubectl.ok(&["apply", "-k", dir]).await;
     let rendered = env.kubectl.ok(&["kustomize", dir]).await;
@@ -316,13 +255,13 @@ async fn apply_kustomization(env: &Env, dir: &str) -> Vec<Value> {
     objects
 }
 
-fn only<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
+pub(crate) fn only<'a>(objects: &'a [Value], kind: &str) -> &'a Value {
     let found: Vec<&Value> = objects.iter().filter(|o| o["kind"] == kind).collect();
     assert_eq!(found.len(), 1, "exactly one {kind}");
     found[0]
 }
 
-fn container(deployment: &Value) -> &Value {
+pub(crate) fn container(deployment: &Value) -> &Value {
     let containers = deployment
         .pointer("/spec/template/spec/containers")
         .and_then(Value::as_array)
@@ -332,7 +271,7 @@ fn container(deployment: &Value) -> &Value {
 }
 
 /// The restricted Pod Security profile plus a read-only root file system, and probes.
-fn assert_restricted(deployment: &Value) {
+pub(crate) fn assert_restricted(deployment: &Value) {
     let pod = deployment.pointer("/spec/template/spec").expect("pod spec");
     let c = container(deployment);
     let either = |pointer: &str| c.pointer(pointer).or_else(|| pod.pointer(pointer)).cloned();

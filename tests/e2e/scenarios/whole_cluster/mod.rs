@@ -1,11 +1,10 @@
 //! Scenarios that need a real cluster to themselves ([`Share::Cluster`]): they restart
-//! control-plane components, install `deploy/` (cluster-scoped RBAC, the operator's namespace,
-//! the leader-election Lease) or run the operator over all namespaces. The harness runs them
+//! control-plane components, install `deploy/` (cluster-scoped RBAC, the operator's namespace)
+//! or run the operator over all namespaces. The harness runs them
 //! one at a time and alone; `scripts/test.sh` runs them first (`scenarios::whole_cluster::`),
 //! then the others side by side.
 //!
 //! [`Share::Cluster`]: crate::harness::Share::Cluster
 
 mod control_plane;
-mod deploy;
-mod failover;
+pub(crate) mod deploy;

@@ -4,18 +4,20 @@
 
 use std::time::Duration;
 
+use serde_json::Value;
+
 use crate::harness::observe::{assert_invariants, balanced, operator_pod_deletes, wait_for};
 use crate::harness::poll::eventually_within;
 use crate::harness::{Env, SimSpeed};
 use crate::scenarios::scale;
 
-/// The lease namespace: the cluster-wide install's own.
-const LEASE_NAMESPACE: &str = "swarm-system";
+/// The Lease's name; it lives in the scenario's namespace, where the operator's identity holds
+/// deploy/'s leader-election Role.
 const LEASE: &str = "swarm-operator";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
-    let mut env = Env::start_alone("failover", SimSpeed::SLOW).await;
+    let mut env = Env::start_with("failover", SimSpeed::SLOW).await;
     start_leader_and_standby(&mut env).await;
 
     env.apply_examples().await;
@@ -71,7 +73,7 @@ async fn killing_the_leader_mid_handoff_hands_the_pool_to_the_standby() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_frozen_past_its_lease_writes_nothing_when_it_thaws() {
-    let mut env = Env::start_alone("frozen-leader", SimSpeed::SLOW).await;
+    let mut env = Env::start_with("frozen-leader", SimSpeed::SLOW).await;
     start_leader_and_standby(&mut env).await;
     env.apply_examples().await;
     let sts = env.example.statefulset_name();
@@ -135,13 +137,19 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_when_it_thaws() {
 /// lease.
 async fn start_leader_and_standby(env: &mut Env) {
     env.install_crds().await;
-    env.kubectl
-        .ok(&["apply", "-f", "deploy/namespace.yaml"])
-        .await;
+    let namespace: Vec<Value> = env
+        .example
+        .documents
+        .iter()
+        .filter(|d| d["kind"] == "Namespace")
+        .cloned()
+        .collect();
+    env.apply("namespace.yaml", &namespace).await;
+    let lease_namespace = env.example.namespace();
     let args = [
         "--leader-elect",
         "--leader-elect-namespace",
-        LEASE_NAMESPACE,
+        &lease_namespace,
         "--leader-elect-lease-duration",
         "4",
     ];
@@ -160,7 +168,7 @@ async fn wait_holder(env: &Env, is_expected: impl Fn(&str) -> bool) {
                 .kubectl
                 .run(&[
                     "-n",
-                    LEASE_NAMESPACE,
+                    &env.example.namespace(),
                     "get",
                     "lease",
                     LEASE,
