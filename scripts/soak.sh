@@ -36,9 +36,10 @@ export KUBECTL
 toxiproxy="$(scripts/install-toxiproxy.sh)"
 say "building the operator and the soak driver"
 started=${SECONDS}
-cargo build --quiet --bin swarm-operator
-# The test profile's executable, as cargo names it.
-driver="$(cargo test --quiet --test soak --no-run --message-format=json |
+# The test profile's executable, as cargo names it; building it builds the operator binary it
+# runs. --workspace: the feature set of `cargo test --workspace`, so after scripts/test.sh's
+# first tier nothing is compiled again.
+driver="$(cargo test --workspace --quiet --test soak --no-run --message-format=json |
     python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)

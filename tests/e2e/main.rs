@@ -7,8 +7,12 @@
 //! the log of the HTTP requests the operator made.
 //!
 //! With `SWARM_E2E_KUBECONFIG` set to a kubeconfig, no simulation is started: the same tests
-//! run one at a time against that cluster (namespace `swarm` is deleted before each), the
-//! operator runs out of cluster, and the simulation-only assertions are skipped with a note.
+//! run against that cluster side by side, each in a namespace of its own (`swarm-<scenario>`,
+//! deleted before it starts and after it passes) with its own operator process watching only
+//! that namespace as a ServiceAccount of it; the scenarios under `scenarios::whole_cluster`
+//! take the cluster to themselves (namespace `swarm`). The operator runs out of cluster, and
+//! the simulation-only assertions are skipped with a note. `--test-threads` bounds how many
+//! run at once.
 //!
 //! kubectl is taken from `KUBECTL`, then `.tools/bin/kubectl`, then `PATH`;
 //! `scripts/install-kubectl.sh` installs the pinned one.
