@@ -9,12 +9,11 @@ use swarm_assign::SlotTable;
 use swarm_assign::worker_config::WorkerConfig;
 
 use super::handoff::{HANDOFF_ANNOTATION, Holders};
-use super::validate::Failure;
+use super::validate::{Failure, FailureReason};
 use super::{
     ANNOTATIONS_MAX_BYTES, CONFIG_KEY, CONFIG_MAP_MAX_BYTES, MANAGED_BY_LABEL, MANAGER, POOL_LABEL,
     SLOTS_ANNOTATION, VERSION_ANNOTATION,
 };
-use crate::conditions::reason;
 use crate::crd::SwarmPool;
 use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh};
 
@@ -108,7 +107,7 @@ pub(super) fn desired(
     let size = CONFIG_KEY.len() + text.len();
     if size > CONFIG_MAP_MAX_BYTES {
         return Err(Failure::new(
-            reason::CONFIG_MAP_TOO_LARGE,
+            FailureReason::ConfigMapTooLarge,
             format!(
                 "config.yml would be {size} bytes for {} jobs; a ConfigMap holds at most {CONFIG_MAP_MAX_BYTES}",
                 pool.spec.jobs.len()
@@ -125,7 +124,7 @@ pub(super) fn desired(
             .map_or(0, |text| SLOTS_ANNOTATION.len() + text.len());
     if bookkeeping > ANNOTATIONS_MAX_BYTES {
         return Err(Failure::new(
-            reason::CONFIG_MAP_TOO_LARGE,
+            FailureReason::ConfigMapTooLarge,
             format!(
                 "the rollout records of {} workers would be {bookkeeping} bytes of annotations; an object holds at most {ANNOTATIONS_MAX_BYTES}",
                 pending.entries().len() + holders.entries().len()

@@ -191,7 +191,7 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
         s.phase == Some(Phase::Failed)
             && s.conditions.iter().any(|c| {
                 c.type_ == conditions::READY
-                    && c.reason == failure.reason
+                    && c.reason == failure.reason.as_str()
                     && c.message == failure.message
             })
     });
@@ -200,25 +200,19 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
     } else {
         vec![PlannedEvent {
             warning: true,
-            reason: failure.reason,
+            reason: failure.reason.as_str(),
             action: "Reconcile",
             note: failure.message.clone(),
             related_pod: None,
         }]
     };
     // Conflicts end when another object goes away, which is not watched.
-    let requeue_after = if [
-        reason::CONFIG_MAP_CONFLICT,
-        reason::STATEFUL_SET_IN_USE,
-        reason::DEPLOYMENT_IN_USE,
-    ]
-    .contains(&failure.reason)
-    {
+    let requeue_after = if failure.reason.waits_on_another_object() {
         REQUEUE_CONFLICT
     } else {
         REQUEUE_IDLE
     };
-    let verdict = Verdict::new(Phase::Failed, failure.reason, failure.message);
+    let verdict = Verdict::new(Phase::Failed, failure.reason.as_str(), failure.message);
     let workers = facts.workers.as_ref();
     let written = Previous::read(o.config_map);
     let stale = match workers {

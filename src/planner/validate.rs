@@ -17,16 +17,66 @@ use crate::rollout::{self, WorkerPod, Workers};
 /// Why the pool cannot be reconciled as specified.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Failure {
-    pub reason: &'static str,
+    pub reason: FailureReason,
     pub message: String,
 }
 
 impl Failure {
-    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(reason: FailureReason, message: impl Into<String>) -> Self {
         Self {
             reason,
             message: message.into(),
         }
+    }
+}
+
+/// Why a pool cannot be planned (phase Failed); its condition reason is [`FailureReason::as_str`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureReason {
+    InvalidJobs,
+    InvalidQos,
+    InvalidMaxUnavailable,
+    InvalidRollout,
+    EmptySelector,
+    InvalidSelector,
+    StatefulSetNotFound,
+    DeploymentNotFound,
+    AmbiguousSelector,
+    StatefulSetInUse,
+    DeploymentInUse,
+    ConfigMapConflict,
+    ConfigMapTooLarge,
+}
+
+impl FailureReason {
+    /// The condition and event reason (see [`reason`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::InvalidJobs => reason::INVALID_JOBS,
+            FailureReason::InvalidQos => reason::INVALID_QOS,
+            FailureReason::InvalidMaxUnavailable => reason::INVALID_MAX_UNAVAILABLE,
+            FailureReason::InvalidRollout => reason::INVALID_ROLLOUT,
+            FailureReason::EmptySelector => reason::EMPTY_SELECTOR,
+            FailureReason::InvalidSelector => reason::INVALID_SELECTOR,
+            FailureReason::StatefulSetNotFound => reason::STATEFUL_SET_NOT_FOUND,
+            FailureReason::DeploymentNotFound => reason::DEPLOYMENT_NOT_FOUND,
+            FailureReason::AmbiguousSelector => reason::AMBIGUOUS_SELECTOR,
+            FailureReason::StatefulSetInUse => reason::STATEFUL_SET_IN_USE,
+            FailureReason::DeploymentInUse => reason::DEPLOYMENT_IN_USE,
+            FailureReason::ConfigMapConflict => reason::CONFIG_MAP_CONFLICT,
+            FailureReason::ConfigMapTooLarge => reason::CONFIG_MAP_TOO_LARGE,
+        }
+    }
+
+    /// Whether the failure ends only when another object goes away (the other ConfigMap, the
+    /// older pool), which the operator does not watch: worth checking again sooner.
+    pub fn waits_on_another_object(self) -> bool {
+        matches!(
+            self,
+            FailureReason::ConfigMapConflict
+                | FailureReason::StatefulSetInUse
+                | FailureReason::DeploymentInUse
+        )
     }
 }
 
@@ -82,16 +132,17 @@ pub(super) fn validate(o: &Observed, facts: &mut Facts) -> Result<Valid, Failure
     facts.workers = Some(matched.workers.clone());
     let replicas = matched.replicas;
 
-    validate_jobs(&spec.jobs).map_err(|e| Failure::new(reason::INVALID_JOBS, e.to_string()))?;
+    validate_jobs(&spec.jobs)
+        .map_err(|e| Failure::new(FailureReason::InvalidJobs, e.to_string()))?;
     if let Some(qos) = &spec.qos {
         validate_qos(&spec.jobs, qos)
-            .map_err(|e| Failure::new(reason::INVALID_QOS, e.to_string()))?;
+            .map_err(|e| Failure::new(FailureReason::InvalidQos, e.to_string()))?;
     }
     let max_unavailable = rollout::max_unavailable(&spec.rollout.max_unavailable, replicas)
-        .map_err(|e| Failure::new(reason::INVALID_MAX_UNAVAILABLE, e.to_string()))?;
+        .map_err(|e| Failure::new(FailureReason::InvalidMaxUnavailable, e.to_string()))?;
     if spec.rollout.policy == RolloutPolicy::None && spec.rollout.handoff == Handoff::Exclusive {
         return Err(Failure::new(
-            reason::INVALID_ROLLOUT,
+            FailureReason::InvalidRollout,
             "rollout.handoff Exclusive needs rollout.policy DeletePods: with policy None the workers reload by themselves and the operator cannot tell when one has stopped a job; set rollout.handoff: Overlap or rollout.policy: DeletePods",
         ));
     }
@@ -114,11 +165,16 @@ pub(super) fn validate(o: &Observed, facts: &mut Facts) -> Result<Valid, Failure
 fn match_statefulset_pool(o: &Observed, selector: &Selector) -> Result<Matched, Failure> {
     let pool = o.pool;
     let namespace = pool.namespace().unwrap_or_default();
-    let sts = match_one(selector, &namespace, &o.statefulsets, "StatefulSet")?;
+    let sts = match_one(
+        selector,
+        &namespace,
+        &o.statefulsets,
+        WorkloadKind::StatefulSet,
+    )?;
     let name = sts.name_any();
     if let Some(owner) = older_pool_selecting(pool, sts, &o.other_pools) {
         return Err(Failure::new(
-            reason::STATEFUL_SET_IN_USE,
+            FailureReason::StatefulSetInUse,
             format!(
                 "StatefulSet {name} is already managed by the older SwarmPool {owner}; a StatefulSet's workers can belong to one pool only"
             ),
@@ -147,11 +203,16 @@ fn match_statefulset_pool(o: &Observed, selector: &Selector) -> Result<Matched, 
 fn match_deployment_pool(o: &Observed, selector: &Selector) -> Result<Matched, Failure> {
     let pool = o.pool;
     let namespace = pool.namespace().unwrap_or_default();
-    let deployment = match_one(selector, &namespace, &o.deployments, "Deployment")?;
+    let deployment = match_one(
+        selector,
+        &namespace,
+        &o.deployments,
+        WorkloadKind::Deployment,
+    )?;
     let name = deployment.name_any();
     if let Some(owner) = older_pool_selecting(pool, deployment, &o.other_pools) {
         return Err(Failure::new(
-            reason::DEPLOYMENT_IN_USE,
+            FailureReason::DeploymentInUse,
             format!(
                 "Deployment {name} is already managed by the older SwarmPool {owner}; a Deployment's workers can belong to one pool only"
             ),
@@ -245,15 +306,19 @@ fn pool_selector(selector: &LabelSelector, kind: WorkloadKind) -> Result<Selecto
             .is_none_or(Vec::is_empty);
     if empty {
         return Err(Failure::new(
-            reason::EMPTY_SELECTOR,
+            FailureReason::EmptySelector,
             format!(
                 "spec.selector is empty and would match every {}; set matchLabels or matchExpressions",
                 kind.as_str()
             ),
         ));
     }
-    Selector::try_from(selector.clone())
-        .map_err(|e| Failure::new(reason::INVALID_SELECTOR, format!("spec.selector: {}", e.0)))
+    Selector::try_from(selector.clone()).map_err(|e| {
+        Failure::new(
+            FailureReason::InvalidSelector,
+            format!("spec.selector: {}", e.0),
+        )
+    })
 }
 
 /// Whether `selector` matches the labels of `workload`.
@@ -266,8 +331,9 @@ fn match_one<'a, K: ResourceExt>(
     selector: &Selector,
     namespace: &str,
     candidates: &[&'a K],
-    kind: &str,
+    workload: WorkloadKind,
 ) -> Result<&'a K, Failure> {
+    let kind = workload.as_str();
     let mut matched: Vec<&K> = candidates
         .iter()
         .copied()
@@ -277,14 +343,14 @@ fn match_one<'a, K: ResourceExt>(
     match matched.as_slice() {
         [one] => Ok(one),
         [] => Err(Failure::new(
-            match kind {
-                "Deployment" => reason::DEPLOYMENT_NOT_FOUND,
-                _ => reason::STATEFUL_SET_NOT_FOUND,
+            match workload {
+                WorkloadKind::Deployment => FailureReason::DeploymentNotFound,
+                WorkloadKind::StatefulSet => FailureReason::StatefulSetNotFound,
             },
             format!("no {kind} in namespace {namespace} has labels matching {selector}"),
         )),
         many => Err(Failure::new(
-            reason::AMBIGUOUS_SELECTOR,
+            FailureReason::AmbiguousSelector,
             format!(
                 "{} {kind}s match {selector}: {}; the selector must match exactly one",
                 many.len(),
@@ -353,7 +419,7 @@ fn check_ownership(pool: &SwarmPool, cm: &ConfigMap, name: &str) -> Result<(), F
         .find(|r| r.controller == Some(true))
     {
         Some(owner) if Some(owner.uid.as_str()) != pool_uid => Err(Failure::new(
-            reason::CONFIG_MAP_CONFLICT,
+            FailureReason::ConfigMapConflict,
             format!(
                 "ConfigMap {name} is controlled by {} {} (uid {}); delete it or set spec.configMap to another name",
                 owner.kind, owner.name, owner.uid
