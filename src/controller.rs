@@ -42,19 +42,13 @@ use crate::http::HttpState;
 use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::planner::handoff::HANDOFF_ANNOTATION;
-use crate::planner::{self, MANAGER, Observed, POOL_LABEL, Plan, PlannedEvent};
+use crate::planner::{self, Observed, POOL_LABEL, Plan, PlannedEvent};
 use crate::pod_summary::PodSummary;
 use crate::relisting_watch::{self, relisting_watcher};
 use crate::rollout::PENDING_REFRESH_ANNOTATION;
 use crate::trim;
 
-/// Server-side apply field manager for every write, and the events' reporting controller.
-pub const FIELD_MANAGER: &str = MANAGER;
-/// Label the StatefulSet controller puts on every pod it creates; one pod watch is limited to it.
-pub const STATEFULSET_POD_LABEL: &str = "statefulset.kubernetes.io/pod-name";
-/// Label the Deployment controller puts on every pod of its ReplicaSets; the other pod watch is
-/// limited to it.
-pub const DEPLOYMENT_POD_LABEL: &str = "pod-template-hash";
+pub use crate::names::{DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL};
 /// Planning rounds in one reconcile: confirm holders gone live, write the grant, list live,
 /// resolve, write, plan deletes (and a spare).
 const MAX_PLAN_ROUNDS: usize = 8;

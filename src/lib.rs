@@ -17,6 +17,7 @@ pub mod fenced_write;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod names;
 pub mod planner;
 pub mod plugin;
 pub mod pod_summary;

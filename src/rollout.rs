@@ -17,9 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
-/// ConfigMap annotation holding the stale workers: JSON object of pod name to pod uid
-/// (`""` while unresolved), keys sorted.
-pub const PENDING_REFRESH_ANNOTATION: &str = "swarm.io/pending-refresh";
+pub use crate::names::PENDING_REFRESH_ANNOTATION;
 
 /// The observed state of one worker's pod, as far as pacing cares.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -35,9 +35,7 @@ use swarm_assign::{Assignment, Qos, Roster};
 
 use crate::crd::Handoff;
 
-/// ConfigMap annotation with the holders: JSON object of pod name to `{"uid", "revokedAt"}`, the
-/// pod instances that may still run jobs in transit (`uid` empty until resolved), keys sorted.
-pub const HANDOFF_ANNOTATION: &str = "swarm.io/handoff";
+pub use crate::names::HANDOFF_ANNOTATION;
 
 /// One pod instance that may still run jobs revoked from its pod.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

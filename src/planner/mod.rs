@@ -37,17 +37,9 @@ pub use validate::selects;
 
 /// The ConfigMap key the workers read.
 pub const CONFIG_KEY: &str = "config.yml";
-/// ConfigMap annotation with the config version, as a decimal string.
-pub const VERSION_ANNOTATION: &str = "swarm.io/version";
-/// ConfigMap annotation with a Deployment pool's slot table: JSON list of slots, each the list of
-/// pods that held it, the pod holding it last (see [`swarm_assign::slots`]).
-pub const SLOTS_ANNOTATION: &str = "swarm.io/slots";
-/// ConfigMap label naming the pool that writes it.
-pub const POOL_LABEL: &str = "swarm.io/pool";
-/// Standard label naming the tool that manages an object.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-/// Value of [`MANAGED_BY_LABEL`] and the server-side apply field manager.
-pub const MANAGER: &str = "swarm-operator";
+pub use crate::names::{
+    MANAGED_BY_LABEL, MANAGER, POOL_LABEL, SLOTS_ANNOTATION, VERSION_ANNOTATION,
+};
 /// The most data a ConfigMap can hold (keys plus values), as the API server enforces it.
 pub const CONFIG_MAP_MAX_BYTES: usize = 1024 * 1024;
 /// The most annotation data an object can hold (keys plus values), as the API server enforces it.
