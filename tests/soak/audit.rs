@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use crate::clock::Clock;
 use crate::history::History;
+use crate::replicas::LEASE_NAME;
 use crate::violations::Violations;
 
 /// Prefix of the replicas' user names; the rest is the replica's identity.
@@ -98,6 +99,7 @@ pub fn analyse(
         return audit;
     };
     let mut writes = Vec::new();
+    let mut lease_writes = Vec::new();
     let mut failed_at: BTreeMap<(String, String), f64> = BTreeMap::new();
     for event in text
         .lines()
@@ -135,6 +137,17 @@ pub fn analyse(
             event.verb.as_str(),
             "create" | "update" | "patch" | "delete" | "deletecollection"
         );
+        // A replica's accepted write of the Lease (its acquisition or a renewal, fenced by the
+        // Lease's resourceVersion) shows that it held the Lease then, even where the soak's own
+        // watch of the Lease missed a whole tenure while reconnecting.
+        if write
+            && (200..300).contains(&code)
+            && object.resource == "leases"
+            && object.name == LEASE_NAME
+            && event.verb != "delete"
+        {
+            lease_writes.push((at, replica.to_owned()));
+        }
         if write && (200..300).contains(&code) && object.resource != "leases" {
             let sub = if object.subresource.is_empty() {
                 String::new()
@@ -149,6 +162,7 @@ pub fn analyse(
             });
         }
     }
+    history.record_lease_writes(&lease_writes);
     check_leader_only(&writes, history, violations);
     check_deletes(&writes, history, pools, violations);
     audit

@@ -160,6 +160,18 @@ impl History {
             .map(|s| s.version)
     }
 
+    /// Adds the Lease's holders that the audit log shows: each `(at, replica)` is a write of the
+    /// Lease the API server accepted from that replica, so it held the Lease at `at`.
+    pub fn record_lease_writes(&self, writes: &[(f64, String)]) {
+        let mut inner = self.lock();
+        inner.holders.extend(
+            writes
+                .iter()
+                .map(|(at, replica)| (*at, Some(replica.clone()))),
+        );
+        inner.holders.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+
     /// Whether `identity` held the lease at some moment of `from..=to`.
     pub fn held_between(&self, identity: &str, from: f64, to: f64) -> bool {
         let inner = self.lock();
@@ -197,7 +209,11 @@ impl History {
 
     /// How many times the holder changed (to another replica or to none).
     pub fn handovers(&self) -> usize {
-        self.lock().holders.len().saturating_sub(1)
+        self.lock()
+            .holders
+            .windows(2)
+            .filter(|pair| pair[0].1 != pair[1].1)
+            .count()
     }
 }
 
