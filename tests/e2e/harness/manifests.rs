@@ -73,6 +73,11 @@ impl Example {
         self.namespace() != self.home
     }
 
+    /// The example's Namespace object.
+    pub fn namespace_manifest(&self) -> &Value {
+        self.only_kind("Namespace")
+    }
+
     /// `documents` (manifests of the repository) moved to this example's namespace.
     pub fn localize(&self, documents: Vec<Value>) -> Vec<Value> {
         self.relocate(documents, &self.namespace())
@@ -206,12 +211,10 @@ mod tests {
         let example = Example::load(Some("swarm-install"));
         assert!(example.is_relocated());
         assert_eq!(example.namespace(), "swarm-install");
-        let namespace = example
-            .documents
-            .iter()
-            .find(|d| d["kind"] == "Namespace")
-            .expect("examples/ creates its namespace");
-        assert_eq!(namespace["metadata"]["name"], "swarm-install");
+        assert_eq!(
+            example.namespace_manifest()["metadata"]["name"],
+            "swarm-install"
+        );
         for doc in example
             .documents
             .iter()

@@ -119,9 +119,6 @@ pub struct Env {
     /// token bound by `deploy/` on a real cluster (`None` until the first operator starts in a
     /// scenario of its own namespace, whose account lives in that namespace).
     operator_kubeconfig: Option<PathBuf>,
-    /// `run` arguments every operator of this scenario gets (`--namespace` when it shares a
-    /// real cluster).
-    operator_scope: Vec<String>,
     sim: Option<kube_sim::Sim>,
     real: Option<RealCluster>,
     share: Share,
@@ -220,25 +217,22 @@ impl Env {
             (real.is_some() && share == Share::Namespace).then(|| scenario_namespace(name));
         let example = Example::load(own_namespace.as_deref());
         let namespace = example.namespace();
-        let (inspector, operator_kubeconfig, operator_scope) = match (&sim, &real) {
+        let (inspector, operator_kubeconfig) = match (&sim, &real) {
             (Some(sim), _) => (
                 Inspector::Sim(SimInspector::new(sim.url(), http.clone())),
                 Some(kubeconfig.clone()),
-                Vec::new(),
             ),
             (None, Some(cluster)) => {
                 // A clean namespace before anything watches it.
                 cluster.reset_namespace(&kubectl, &namespace).await;
-                let (operator_kubeconfig, accounts_in, scope) = match share {
-                    Share::Namespace | Share::ExamplesNamespace => (
-                        None,
-                        Some(namespace.clone()),
-                        vec![format!("--namespace={namespace}")],
-                    ),
+                let (operator_kubeconfig, accounts_in) = match share {
+                    Share::Namespace | Share::ExamplesNamespace => (None, Some(namespace.clone())),
+                    // Only deploy/'s own account: an operator of a scenario that ran before may
+                    // still have requests in flight, refused once its namespace went.
                     Share::Cluster => {
                         let out = dir.path().join("operator.kubeconfig");
                         let path = operator_identity(cluster, &kubectl, &out).await;
-                        (Some(path), None, Vec::new())
+                        (Some(path), Some(OPERATOR_NAMESPACE.to_owned()))
                     }
                 };
                 let inspector = Inspector::real(
@@ -246,7 +240,7 @@ impl Env {
                     accounts_in,
                     DerivedMounts::start(client.clone(), &namespace),
                 );
-                (inspector, operator_kubeconfig, scope)
+                (inspector, operator_kubeconfig)
             }
             (None, None) => unreachable!("either a simulation or a real cluster"),
         };
@@ -261,7 +255,6 @@ impl Env {
             dir,
             kubeconfig,
             operator_kubeconfig,
-            operator_scope,
             sim,
             real,
             share,
@@ -352,9 +345,20 @@ impl Env {
     /// Starts the operator binary and waits until it reports ready.
     pub async fn start_operator(&mut self) {
         let kubeconfig = self.operator_kubeconfig().await;
-        let scope = self.operator_scope.clone();
-        let scope: Vec<&str> = scope.iter().map(String::as_str).collect();
-        self.start_operator_as(&kubeconfig, &scope).await;
+        let args = self.scoped_args(&[]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.start_operator_as(&kubeconfig, &args).await;
+    }
+
+    /// `extra_args` after the `run` arguments every operator of this scenario gets:
+    /// `--namespace` when it shares a real cluster from a namespace.
+    fn scoped_args(&self, extra_args: &[&str]) -> Vec<String> {
+        let scope = (self.real.is_some() && self.share != Share::Cluster)
+            .then(|| format!("--namespace={}", self.example.namespace()));
+        scope
+            .into_iter()
+            .chain(extra_args.iter().map(|arg| (*arg).to_owned()))
+            .collect()
     }
 
     /// Starts the operator binary with `kubeconfig` and `extra_args` (after `run`), and
@@ -421,12 +425,8 @@ impl Env {
         );
         let log = self.scratch(&format!("operator-{identity}.log"));
         let kubeconfig = self.operator_kubeconfig().await;
-        let args: Vec<&str> = self
-            .operator_scope
-            .iter()
-            .map(String::as_str)
-            .chain(extra_args.iter().copied())
-            .collect();
+        let args = self.scoped_args(extra_args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut operator = Operator::spawn(&kubeconfig, &args, identity, &log);
         self.operator_logs.push(log);
         operator.wait_ready(&self.http).await;
@@ -686,6 +686,10 @@ impl Drop for Env {
         let passed = !std::thread::panicking() && failure.is_none();
         self.record_timing(passed);
         if passed {
+            // Operators first (dropping one sends SIGKILL), so none of them outlives its
+            // RoleBinding and is refused.
+            self.operator = None;
+            self.replicas.clear();
             self.remove_own_namespace();
             return;
         }

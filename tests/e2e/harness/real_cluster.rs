@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use kube::config::{AuthInfo, Kubeconfig};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::kubectl::Kubectl;
 use super::manifests::{Example, documents_at, write_manifest};
@@ -101,12 +101,7 @@ impl RealCluster {
     ) -> PathBuf {
         self.apply_operator_rbac(kubectl).await;
         let namespace = example.namespace();
-        let mut documents: Vec<Value> = example
-            .documents
-            .iter()
-            .filter(|d| d["kind"] == "Namespace")
-            .cloned()
-            .collect();
+        let mut documents = vec![example.namespace_manifest().clone()];
         documents.push(json!({
             "apiVersion": "v1",
             "kind": "ServiceAccount",

@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::harness::observe::{assert_invariants, balanced, operator_pod_deletes, wait_for};
 use crate::harness::poll::eventually_within;
 use crate::harness::{Env, SimSpeed};
@@ -137,14 +135,8 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_when_it_thaws() {
 /// lease.
 async fn start_leader_and_standby(env: &mut Env) {
     env.install_crds().await;
-    let namespace: Vec<Value> = env
-        .example
-        .documents
-        .iter()
-        .filter(|d| d["kind"] == "Namespace")
-        .cloned()
-        .collect();
-    env.apply("namespace.yaml", &namespace).await;
+    let namespace = env.example.namespace_manifest().clone();
+    env.apply("namespace.yaml", &[namespace]).await;
     let lease_namespace = env.example.namespace();
     let args = [
         "--leader-elect",
