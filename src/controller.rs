@@ -37,21 +37,20 @@ use crate::Error;
 use crate::cache_health::{Cache, CacheHealth, STALE_AFTER, StaleCache};
 use crate::conditions;
 use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
+use crate::drive::{Cluster, Deleted, Driven, Journal, Written, drive};
 use crate::fenced_write;
 use crate::http::HttpState;
 use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::planner::handoff::HANDOFF_ANNOTATION;
-use crate::planner::{self, Observed, POOL_LABEL, Plan, PlannedEvent};
+use crate::planner::{self, Observed, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
 use crate::relisting_watch::{self, relisting_watcher};
 use crate::rollout::PENDING_REFRESH_ANNOTATION;
+use crate::rollout::PodDelete;
 use crate::trim;
 
 pub use crate::names::{DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL};
-/// Planning rounds in one reconcile: confirm holders gone live, write the grant, list live,
-/// resolve, write, plan deletes (and a spare).
-const MAX_PLAN_ROUNDS: usize = 8;
 /// How long a requested pod deletion is remembered in case the cache has not seen it yet.
 const DELETING_MEMORY: Duration = Duration::from_secs(600);
 /// First and last retry delay of the per-pool backoff for transient errors. The cap is short:
@@ -239,7 +238,13 @@ impl Context {
             {
                 Ok(Some(cm.as_ref().clone()))
             }
-            _ => read_config_map(api, name).await,
+            _ => api
+                .get_opt(name)
+                .await
+                .map_err(|source| Error::GetConfigMap {
+                    name: name.to_owned(),
+                    source,
+                }),
         }
     }
 
@@ -698,15 +703,16 @@ pub fn pools_for_deployment_pod(
     }
 }
 
-/// One reconcile: observe, plan, write the ConfigMap, resolve stale workers against live pods,
-/// plan again, delete stale pods, report status and events.
+/// One reconcile: snapshot the caches, run the round protocol ([`drive`]) against the API
+/// server, report the status. Events and metrics of what was done are published even when a
+/// later step fails.
 #[instrument(skip(pool, ctx), fields(pool = %pool.name_any(), namespace = pool.namespace().unwrap_or_default()))]
 async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.metrics.reconcile_started();
-    // Events of what was done are published even when a later step fails.
-    let mut events = Vec::new();
-    let result = reconcile_pool(&pool, &ctx, &mut events).await;
-    publish(&ctx, &pool, events).await;
+    let mut journal = Journal::default();
+    let result = reconcile_pool(&pool, &ctx, &mut journal).await;
+    ctx.metrics.granted(&journal.granted_after_seconds);
+    publish(&ctx, &pool, journal.events).await;
     if result.is_ok() {
         ctx.record_success(&ObjectRef::from_obj(pool.as_ref()));
     }
@@ -716,184 +722,249 @@ async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Er
 async fn reconcile_pool(
     pool: &SwarmPool,
     ctx: &Context,
-    events: &mut Vec<PlannedEvent>,
+    journal: &mut Journal,
 ) -> Result<Action, Error> {
-    let key = ObjectRef::from_obj(pool);
     let namespace = pool.namespace().ok_or(Error::MissingNamespace)?;
-    // A pool on its way out keeps nothing: the garbage collector removes its ConfigMap, and
-    // re-creating it (or refreshing workers for it) would undo the user's delete.
+    if let Some(wait) = not_ready_to_decide(ctx, pool).await? {
+        return Ok(wait);
+    }
+    let mut cluster = KubeCluster::new(ctx, pool, &namespace);
+    let config_map = ctx
+        .config_map(&cluster.key, &cluster.config_maps, &cluster.config_map_name)
+        .await?;
+    let snapshot = Snapshot::of(ctx, pool, &namespace, config_map);
+    let outcome = match drive(&mut cluster, &snapshot.observed(), journal).await? {
+        Driven::Done(outcome) => outcome,
+        Driven::PoolGone => return Ok(Action::await_change()),
+    };
+    if !ctx.status_is_reported(pool, &outcome.status) {
+        if !patch_status(ctx, pool, &outcome.status).await? {
+            // Deleted since the cache saw it: there is no status left to report.
+            return Ok(Action::await_change());
+        }
+        debug!(phase = ?outcome.status.phase, "status updated");
+    }
+    Ok(Action::requeue(outcome.requeue_after))
+}
+
+/// When the pool must not be decided on now, what to do instead: a pool on its way out keeps
+/// nothing (the garbage collector removes its ConfigMap, and re-creating it would undo the
+/// user's delete); a stale cache may have missed changes, so the status says it is not known
+/// and the watch's relist (which reconciles every pool) is awaited.
+async fn not_ready_to_decide(ctx: &Context, pool: &SwarmPool) -> Result<Option<Action>, Error> {
     if pool.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
+        return Ok(Some(Action::await_change()));
     }
     ctx.health.wait_synced().await;
-    let client = &ctx.client;
-    // Decide nothing on a cache that may have missed changes: report that the status is not
-    // known, and wait for the watch to list again (which reconciles every pool).
     let stale = ctx.health.stale(Instant::now());
     if !stale.is_empty() {
         report_stale(ctx, pool, &stale).await?;
-        return Ok(Action::requeue(STALE_RECHECK));
+        return Ok(Some(Action::requeue(STALE_RECHECK)));
     }
     if ctx.health.any_failing() {
-        return Ok(Action::requeue(STALE_AFTER));
+        return Ok(Some(Action::requeue(STALE_AFTER)));
     }
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &namespace);
-    let pods_api: Api<PodSummary> = Api::namespaced(client.clone(), &namespace);
-    let pools: Api<SwarmPool> = Api::namespaced(client.clone(), &namespace);
-    let cm_name = pool.config_map_name();
+    Ok(None)
+}
 
-    let mut config_map = ctx.config_map(&key, &config_maps, &cm_name).await?;
-    let statefulsets = ctx
-        .statefulsets
-        .state_filter(|sts| sts.metadata.namespace.as_deref() == Some(namespace.as_str()));
-    let deployments = ctx
-        .deployments
-        .state_filter(|d| d.metadata.namespace.as_deref() == Some(namespace.as_str()));
-    let replica_sets = ctx
-        .replica_sets
-        .state_filter(|rs| rs.metadata.namespace.as_deref() == Some(namespace.as_str()));
-    let mut pods = ctx.pods.in_namespace(&namespace);
-    let other_pools = ctx.pools.state_filter(|p| {
-        p.metadata.namespace.as_deref() == Some(namespace.as_str())
-            && p.metadata.uid != pool.metadata.uid
-    });
-    let mut pods_are_live = false;
-    let deleting = ctx.deleting(&key);
+/// What the caches hold for one pool's namespace, for the planner.
+struct Snapshot<'a> {
+    pool: &'a SwarmPool,
+    statefulsets: Vec<Arc<StatefulSet>>,
+    deployments: Vec<Arc<Deployment>>,
+    replica_sets: Vec<Arc<ReplicaSet>>,
+    pods: Vec<Arc<PodSummary>>,
+    other_pools: Vec<Arc<SwarmPool>>,
+    config_map: Option<ConfigMap>,
+    deleting: BTreeSet<String>,
+}
 
-    let mut confirmed_live = false;
-    let mut rounds = 0;
-    let mut plan: Plan = loop {
-        rounds += 1;
-        let mut plan = planner::plan(&Observed {
+impl<'a> Snapshot<'a> {
+    fn of(
+        ctx: &Context,
+        pool: &'a SwarmPool,
+        namespace: &str,
+        config_map: Option<ConfigMap>,
+    ) -> Self {
+        let here = |meta: &kube::api::ObjectMeta| meta.namespace.as_deref() == Some(namespace);
+        Snapshot {
             pool,
-            statefulsets: statefulsets.iter().map(AsRef::as_ref).collect(),
-            deployments: deployments.iter().map(AsRef::as_ref).collect(),
-            replica_sets: replica_sets.iter().map(AsRef::as_ref).collect(),
-            pods: pods.iter().map(AsRef::as_ref).collect(),
-            other_pools: other_pools.iter().map(AsRef::as_ref).collect(),
-            pods_are_live,
-            config_map: config_map.as_ref(),
-            deleting: &deleting,
-            now: Timestamp::now(),
-        });
-        if rounds >= MAX_PLAN_ROUNDS && (plan.apply.is_some() || plan.needs_live_pods) {
-            return Err(Error::Unsettled { rounds });
+            statefulsets: ctx.statefulsets.state_filter(|o| here(&o.metadata)),
+            deployments: ctx.deployments.state_filter(|o| here(&o.metadata)),
+            replica_sets: ctx.replica_sets.state_filter(|o| here(&o.metadata)),
+            pods: ctx.pods.in_namespace(namespace),
+            other_pools: ctx
+                .pools
+                .state_filter(|p| here(&p.metadata) && p.metadata.uid != pool.metadata.uid),
+            config_map,
+            deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
         }
-        if (plan.apply.is_some() || !plan.deletes.is_empty()) && !confirmed_live {
-            if !pool_is_live(&pools, pool).await? {
-                return Ok(Action::await_change());
-            }
-            confirmed_live = true;
-        }
-        if let Some(desired) = plan.apply.take() {
-            ctx.may_write()?;
-            let unresolved = planner::records_unresolved(&desired);
-            let applied = match fenced_write::write_config_map(
-                &config_maps,
-                config_map.as_ref(),
-                desired,
-            )
-            .await
-            {
-                Ok(applied) => applied,
-                // Decided on a copy that is no longer current (or on "none" while one the
-                // cache does not hold exists): read it and decide again.
-                Err(kube::Error::Api(status))
-                    if status.is_conflict() || status.is_already_exists() =>
-                {
-                    debug!(configmap = %cm_name, "ConfigMap changed since read; planning again");
-                    config_map = read_config_map(&config_maps, &cm_name).await?;
-                    continue;
-                }
-                Err(source) => {
-                    return Err(Error::ApplyConfigMap {
-                        name: cm_name.clone(),
-                        source,
-                    });
-                }
-            };
-            ctx.remember_written(&key, &applied);
-            ctx.metrics.config_writes.inc();
-            ctx.metrics.granted(&plan.granted_after_seconds);
-            info!(
-                configmap = %cm_name,
-                version = applied.annotations().get(planner::VERSION_ANNOTATION).map(String::as_str),
-                stale = applied.annotations().get(PENDING_REFRESH_ANNOTATION).map(String::as_str),
-                holders = applied.annotations().get(HANDOFF_ANNOTATION).map(String::as_str),
-                "wrote ConfigMap"
-            );
-            events.append(&mut plan.events);
-            config_map = Some(applied);
-            // Pods listed before this write cannot tell which instances mounted the old content.
-            if unresolved {
-                pods_are_live = false;
-            }
-            continue;
-        }
-        if plan.needs_live_pods && !pods_are_live {
-            // The pods the plan looks up, by the label the StatefulSet controller gives each
-            // pod its name in: a holder of jobs in transit may be a pod the pool's
-            // StatefulSet no longer controls.
-            let selector = match pool.spec.workload_kind {
-                WorkloadKind::StatefulSet => live_pods_selector(&plan.live_pods),
-                // A Deployment's pods have no name label: list them all, keep the named ones.
-                WorkloadKind::Deployment => Some(DEPLOYMENT_POD_LABEL.to_owned()),
-            };
-            pods = match selector {
-                Some(selector) => {
-                    let params = ListParams::default().labels(&selector);
-                    let list = pods_api
-                        .list(&params)
-                        .await
-                        .map_err(|source| Error::ListPods {
-                            namespace: namespace.clone(),
-                            source,
-                        })?;
-                    list.items
-                        .into_iter()
-                        .filter(|pod| {
-                            pod.metadata
-                                .name
-                                .as_ref()
-                                .is_some_and(|name| plan.live_pods.contains(name))
-                        })
-                        .map(|mut pod| {
-                            trim::pod(&mut pod);
-                            Arc::new(pod)
-                        })
-                        .collect()
-                }
-                None => Vec::new(),
-            };
-            pods_are_live = true;
-            continue;
-        }
-        break plan;
-    };
+    }
 
-    let (refresh_events, other_events): (Vec<_>, Vec<_>) =
-        plan.events.drain(..).partition(|e| e.related_pod.is_some());
-    events.extend(other_events);
-    for delete in &plan.deletes {
-        ctx.may_write()?;
+    fn observed(&self) -> Observed<'_> {
+        Observed {
+            pool: self.pool,
+            statefulsets: self.statefulsets.iter().map(AsRef::as_ref).collect(),
+            deployments: self.deployments.iter().map(AsRef::as_ref).collect(),
+            replica_sets: self.replica_sets.iter().map(AsRef::as_ref).collect(),
+            pods: self.pods.iter().map(AsRef::as_ref).collect(),
+            other_pools: self.other_pools.iter().map(AsRef::as_ref).collect(),
+            pods_are_live: false,
+            config_map: self.config_map.as_ref(),
+            deleting: &self.deleting,
+            now: Timestamp::now(),
+        }
+    }
+}
+
+/// The round protocol's actions for one pool, as requests to the API server. Every write and
+/// delete first checks that this replica still leads.
+struct KubeCluster<'a> {
+    ctx: &'a Context,
+    pool: &'a SwarmPool,
+    key: ObjectRef<SwarmPool>,
+    namespace: &'a str,
+    config_map_name: String,
+    config_maps: Api<ConfigMap>,
+    pods: Api<PodSummary>,
+}
+
+impl<'a> KubeCluster<'a> {
+    fn new(ctx: &'a Context, pool: &'a SwarmPool, namespace: &'a str) -> Self {
+        KubeCluster {
+            ctx,
+            pool,
+            key: ObjectRef::from_obj(pool),
+            namespace,
+            config_map_name: pool.config_map_name(),
+            config_maps: Api::namespaced(ctx.client.clone(), namespace),
+            pods: Api::namespaced(ctx.client.clone(), namespace),
+        }
+    }
+}
+
+impl Cluster for KubeCluster<'_> {
+    type Error = Error;
+
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+
+    /// The caches can lag: the deletion of a pool's ConfigMap (by the garbage collector, after
+    /// the pool is gone) may be seen before the deletion of the pool itself.
+    async fn pool_is_live(&mut self) -> Result<bool, Error> {
+        let pools: Api<SwarmPool> = Api::namespaced(self.ctx.client.clone(), self.namespace);
+        let name = self.pool.name_any();
+        let live = pools
+            .get_opt(&name)
+            .await
+            .map_err(|source| Error::GetPool { name, source })?;
+        Ok(live.is_some_and(|live| {
+            live.metadata.uid == self.pool.metadata.uid
+                && live.metadata.deletion_timestamp.is_none()
+        }))
+    }
+
+    async fn write(
+        &mut self,
+        current: Option<&ConfigMap>,
+        desired: ConfigMap,
+    ) -> Result<Written, Error> {
+        self.ctx.may_write()?;
+        let applied = match fenced_write::write_config_map(&self.config_maps, current, desired)
+            .await
+        {
+            Ok(applied) => applied,
+            // Planned on a copy that is no longer current (or on "none" while one the cache
+            // does not hold exists).
+            Err(kube::Error::Api(status)) if status.is_conflict() || status.is_already_exists() => {
+                debug!(configmap = %self.config_map_name, "ConfigMap changed since read; planning again");
+                return Ok(Written::Conflict);
+            }
+            Err(source) => {
+                return Err(Error::ApplyConfigMap {
+                    name: self.config_map_name.clone(),
+                    source,
+                });
+            }
+        };
+        self.ctx.remember_written(&self.key, &applied);
+        self.ctx.metrics.config_writes.inc();
+        let annotation = |key: &str| applied.annotations().get(key).cloned();
+        info!(
+            configmap = %self.config_map_name,
+            version = annotation(planner::VERSION_ANNOTATION),
+            stale = annotation(PENDING_REFRESH_ANNOTATION),
+            holders = annotation(HANDOFF_ANNOTATION),
+            "wrote ConfigMap"
+        );
+        Ok(Written::Applied(applied))
+    }
+
+    async fn read(&mut self) -> Result<Option<ConfigMap>, Error> {
+        let name = &self.config_map_name;
+        self.config_maps
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::GetConfigMap {
+                name: name.clone(),
+                source,
+            })
+    }
+
+    /// The pods by the label the StatefulSet controller gives each pod its name in: a holder
+    /// of jobs in transit may be a pod the pool's StatefulSet no longer controls. A
+    /// Deployment's pods have no name label: they are all listed, and the named ones kept.
+    async fn list_live(&mut self, names: &BTreeSet<String>) -> Result<Vec<PodSummary>, Error> {
+        let selector = match self.pool.spec.workload_kind {
+            WorkloadKind::StatefulSet => live_pods_selector(names),
+            WorkloadKind::Deployment => Some(DEPLOYMENT_POD_LABEL.to_owned()),
+        };
+        let Some(selector) = selector else {
+            return Ok(Vec::new());
+        };
+        let list = self
+            .pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|source| Error::ListPods {
+                namespace: self.namespace.to_owned(),
+                source,
+            })?;
+        Ok(list
+            .items
+            .into_iter()
+            .filter(|pod| {
+                pod.metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| names.contains(n))
+            })
+            .map(|mut pod| {
+                trim::pod(&mut pod);
+                pod
+            })
+            .collect())
+    }
+
+    async fn delete(&mut self, delete: &PodDelete) -> Result<Deleted, Error> {
+        self.ctx.may_write()?;
         let params = DeleteParams::default().preconditions(Preconditions {
             uid: Some(delete.uid.clone()),
             resource_version: None,
         });
-        match pods_api.delete(&delete.name, &params).await {
+        let deleted = match self.pods.delete(&delete.name, &params).await {
             Ok(_) => {
-                ctx.metrics.refreshed(&namespace, &pool.name_any());
+                self.ctx
+                    .metrics
+                    .refreshed(self.namespace, &self.pool.name_any());
                 info!(pod = %delete.name, uid = %delete.uid, "deleted stale worker pod");
-                let about_this_pod = |e: &PlannedEvent| {
-                    e.related_pod
-                        .as_ref()
-                        .is_some_and(|(_, uid)| *uid == delete.uid)
-                };
-                events.extend(refresh_events.iter().filter(|e| about_this_pod(e)).cloned());
+                Deleted::Deleted
             }
             // Gone or already replaced by a new instance: that is what the delete was for.
             Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => {
                 debug!(pod = %delete.name, uid = %delete.uid, "stale worker pod already replaced");
+                Deleted::AlreadyGone
             }
             Err(source) => {
                 return Err(Error::DeletePod {
@@ -901,18 +972,11 @@ async fn reconcile_pool(
                     source,
                 });
             }
-        }
-        ctx.remember_deleting(&key, &delete.name, &delete.uid);
+        };
+        self.ctx
+            .remember_deleting(&self.key, &delete.name, &delete.uid);
+        Ok(deleted)
     }
-
-    if !ctx.status_is_reported(pool, &plan.status) {
-        if !patch_status(ctx, pool, &plan.status).await? {
-            // Deleted since the cache saw it: there is no status left to report.
-            return Ok(Action::await_change());
-        }
-        debug!(phase = ?plan.status.phase, "status updated");
-    }
-    Ok(Action::requeue(plan.requeue_after))
 }
 
 /// Writes `status` as the pool's whole status; `false` when the pool is gone.
@@ -1002,35 +1066,6 @@ pub fn live_pods_selector(names: &BTreeSet<String>) -> Option<String> {
     }
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     Some(format!("{STATEFULSET_POD_LABEL} in ({})", names.join(",")))
-}
-
-/// The ConfigMap `name` as the API server has it now.
-async fn read_config_map(api: &Api<ConfigMap>, name: &str) -> Result<Option<ConfigMap>, Error> {
-    api.get_opt(name)
-        .await
-        .map_err(|source| Error::GetConfigMap {
-            name: name.to_owned(),
-            source,
-        })
-}
-
-/// Whether `pool` still exists as the same, undeleted object, read from the API server.
-///
-/// The caches can lag: the deletion of a pool's ConfigMap (by the garbage collector, after the
-/// pool is gone) may be seen before the deletion of the pool itself, and writing from the stale
-/// copy would re-create the ConfigMap and restart workers for a pool that no longer exists. One
-/// GET before the first write of a reconcile rules that out; reconciles that write nothing skip it.
-async fn pool_is_live(pools: &Api<SwarmPool>, pool: &SwarmPool) -> Result<bool, Error> {
-    let live = pools
-        .get_opt(&pool.name_any())
-        .await
-        .map_err(|source| Error::GetPool {
-            name: pool.name_any(),
-            source,
-        })?;
-    Ok(live.is_some_and(|live| {
-        live.metadata.uid == pool.metadata.uid && live.metadata.deletion_timestamp.is_none()
-    }))
 }
 
 /// Publishes events; a failure to publish is logged, never fails the reconcile.

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod conditions;
 pub mod controller;
 pub mod crd;
+pub mod drive;
 pub mod fenced_write;
 pub mod http;
 pub mod leader;
@@ -112,11 +113,8 @@ pub enum Error {
     #[error("the leader lease may have expired; this replica writes nothing more")]
     NotLeader,
     /// Planning did not settle after writing: the ConfigMap kept differing from the plan.
-    #[error("the plan did not settle after {rounds} rounds; the ConfigMap keeps changing")]
-    Unsettled {
-        /// Planning rounds run.
-        rounds: usize,
-    },
+    #[error(transparent)]
+    Unsettled(#[from] drive::Unsettled),
 }
 
 impl Error {
@@ -129,7 +127,7 @@ impl Error {
             | Error::ListPods { source, .. }
             | Error::DeletePod { source, .. }
             | Error::PatchStatus { source } => Some(source),
-            Error::MissingNamespace | Error::Unsettled { .. } | Error::NotLeader => None,
+            Error::MissingNamespace | Error::Unsettled(_) | Error::NotLeader => None,
         }
     }
 
@@ -143,7 +141,7 @@ impl Error {
             Error::DeletePod { .. } => "delete_pod",
             Error::PatchStatus { .. } => "patch_status",
             Error::MissingNamespace => "missing_namespace",
-            Error::Unsettled { .. } => "unsettled",
+            Error::Unsettled(_) => "unsettled",
             Error::NotLeader => "not_leader",
         }
     }

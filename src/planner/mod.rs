@@ -109,6 +109,73 @@ pub struct Plan {
     pub requeue_after: Duration,
 }
 
+/// The next step of one reconcile round. The order of a round's actions is in the type: a
+/// ConfigMap write comes before any live list, and deletes, status and events come last, once
+/// nothing is left to write or list (see [`crate::drive`]).
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "one value per round, moved on at once")]
+pub enum Step {
+    /// Write this ConfigMap, fenced by the copy it was planned on, then plan again.
+    Write(Write),
+    /// List these pods (by name) from the API server, not the cache, then plan again.
+    ListLive(BTreeSet<String>),
+    /// Nothing left to write or list: delete, then report.
+    Done(Outcome),
+}
+
+/// A ConfigMap write and what it does.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Write {
+    /// The ConfigMap to server-side apply.
+    pub config_map: ConfigMap,
+    /// Events to publish once it is written.
+    pub events: Vec<PlannedEvent>,
+    /// Seconds each job this write grants spent in transit, for the handoff histogram.
+    pub granted_after_seconds: Vec<f64>,
+}
+
+/// The end of a reconcile: the pods to delete, then the status and events to report.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Stale pods to delete, each with a uid precondition.
+    pub deletes: Vec<PodDelete>,
+    /// The status to report (patched only when it differs from the pool's).
+    pub status: SwarmPoolStatus,
+    /// Events to publish; one about a pod (`related_pod`) only once that pod's delete went
+    /// through.
+    pub events: Vec<PlannedEvent>,
+    /// When to reconcile again if nothing else triggers it.
+    pub requeue_after: Duration,
+}
+
+impl Plan {
+    /// The step this plan asks for: its write, else its live list (unless `pods_are_live`
+    /// already), else its outcome.
+    pub fn into_step(self, pods_are_live: bool) -> Step {
+        if let Some(config_map) = self.apply {
+            return Step::Write(Write {
+                config_map,
+                events: self.events,
+                granted_after_seconds: self.granted_after_seconds,
+            });
+        }
+        if self.needs_live_pods && !pods_are_live {
+            return Step::ListLive(self.live_pods);
+        }
+        Step::Done(Outcome {
+            deletes: self.deletes,
+            status: self.status,
+            events: self.events,
+            requeue_after: self.requeue_after,
+        })
+    }
+}
+
+/// The next step of one reconcile round of `observed.pool`.
+pub fn next_step(observed: &Observed) -> Step {
+    plan(observed).into_step(observed.pods_are_live)
+}
+
 /// An event about the pool.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedEvent {

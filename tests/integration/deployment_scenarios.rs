@@ -5,8 +5,6 @@
 //! A small in-memory world (pool, Deployment, ReplicaSet, pods, ConfigMap) is reconciled the way
 //! the controller does it, with a ReplicaSet stand-in that replaces deleted pods at once.
 
-use crate::support::config_map_apply;
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{
@@ -21,10 +19,10 @@ use kube::ResourceExt;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::conditions::reason;
 use swarm_operator::crd::{Handoff, Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
-use swarm_operator::planner::{self, CONFIG_KEY, Observed, Plan, SLOTS_ANNOTATION};
+use swarm_operator::drive::memory::{MemoryCluster, block_on};
+use swarm_operator::drive::{Driven, Journal, drive};
+use swarm_operator::planner::{CONFIG_KEY, Observed, Outcome, SLOTS_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
-
-use config_map_apply::apply_config_map;
 
 const NS: &str = "swarm";
 const DEPLOYMENT: &str = "stream-worker";
@@ -74,7 +72,7 @@ struct World {
     next_pod: usize,
     /// Pods deleted by the operator, by name.
     deleted: Vec<String>,
-    last: Option<Plan>,
+    last: Option<Outcome>,
     /// Extra pods the ReplicaSet stand-in leaves alone (a rollout's `maxSurge`).
     surge: usize,
     /// Other Deployments of the namespace, and the other pools.
@@ -214,51 +212,38 @@ impl World {
         self.replica_set_controller();
     }
 
-    fn plan(&self, pods: &[Pod], pods_are_live: bool) -> Plan {
-        let pods: Vec<PodSummary> = pods.iter().map(PodSummary::from).collect();
-        planner::plan(&Observed {
-            pool: &self.pool,
-            statefulsets: self.statefulsets.iter().collect(),
-            deployments: std::iter::once(&self.deployment)
-                .chain(&self.other_deployments)
-                .collect(),
-            replica_sets: vec![&self.replica_set],
-            pods: pods.iter().collect(),
-            other_pools: self.other_pools.iter().collect(),
-            pods_are_live,
-            config_map: self.config_map.as_ref(),
-            deleting: &self.deleting,
-            now: self.now,
-        })
-    }
-
-    /// One reconcile, as `controller::reconcile` runs it; the ReplicaSet replaces deleted pods.
-    fn reconcile(&mut self) -> &Plan {
-        let mut pods = self.pods.clone();
-        let mut live = false;
-        let plan = loop {
-            let mut plan = self.plan(&pods, live);
-            if let Some(desired) = plan.apply.take() {
-                let unresolved = planner::records_unresolved(&desired);
-                apply_config_map(&mut self.config_map, desired);
-                if unresolved {
-                    live = false;
-                }
-                continue;
-            }
-            if plan.needs_live_pods && !live {
-                pods = self
-                    .pods
-                    .iter()
-                    .filter(|pod| plan.live_pods.contains(&pod.name_any()))
-                    .cloned()
-                    .collect();
-                live = true;
-                continue;
-            }
-            break plan;
+    /// One reconcile through the operator's own round protocol ([`drive`]); the ReplicaSet
+    /// replaces deleted pods.
+    fn reconcile(&mut self) -> &Outcome {
+        let pods: Vec<PodSummary> = self.pods.iter().map(PodSummary::from).collect();
+        let mut cluster = MemoryCluster {
+            config_map: self.config_map.clone(),
+            pods: pods.clone(),
+            ..MemoryCluster::new(self.now)
         };
-        for delete in &plan.deletes {
+        let driven = block_on(drive(
+            &mut cluster,
+            &Observed {
+                pool: &self.pool,
+                statefulsets: self.statefulsets.iter().collect(),
+                deployments: std::iter::once(&self.deployment)
+                    .chain(&self.other_deployments)
+                    .collect(),
+                replica_sets: vec![&self.replica_set],
+                pods: pods.iter().collect(),
+                other_pools: self.other_pools.iter().collect(),
+                pods_are_live: false,
+                config_map: self.config_map.as_ref(),
+                deleting: &self.deleting,
+                now: self.now,
+            },
+            &mut Journal::default(),
+        ));
+        let Ok(Driven::Done(outcome)) = driven else {
+            panic!("the reconcile did not finish: {driven:?}");
+        };
+        self.config_map = cluster.config_map;
+        for delete in cluster.delete_requests {
             let pod = self
                 .pods
                 .iter_mut()
@@ -270,12 +255,11 @@ impl World {
             );
             pod.metadata.deletion_timestamp = Some(Time(self.now));
             self.deleting.insert(delete.uid.clone());
-            self.deleted.push(delete.name.clone());
+            self.deleted.push(delete.name);
         }
         self.replica_set_controller();
-        self.pool.status = Some(plan.status.clone());
-        self.last = Some(plan);
-        self.last.as_ref().unwrap()
+        self.pool.status = Some(outcome.status.clone());
+        self.last.insert(outcome)
     }
 
     /// Reconciles, letting grace periods end between rounds, until the pool is Balanced.
@@ -562,7 +546,7 @@ fn a_pool_without_its_deployment_fails_with_deployment_not_found() {
     });
     let plan = world.reconcile().clone();
     assert_eq!(plan.status.phase, Some(Phase::Failed));
-    assert!(plan.apply.is_none() && world.config_map.is_none());
+    assert!(world.config_map.is_none());
     let warning = plan.events.iter().find(|e| e.warning).expect("a Warning");
     assert_eq!(warning.reason, reason::DEPLOYMENT_NOT_FOUND);
     assert!(
@@ -577,7 +561,7 @@ fn a_pool_without_its_deployment_fails_with_deployment_not_found() {
 fn assert_fails_with(world: &mut World, reason: &str, note: &str) {
     let plan = world.reconcile().clone();
     assert_eq!(plan.status.phase, Some(Phase::Failed));
-    assert!(plan.apply.is_none() && world.config_map.is_none());
+    assert!(world.config_map.is_none());
     assert!(plan.deletes.is_empty());
     let warning = plan.events.iter().find(|e| e.warning).expect("a Warning");
     assert_eq!(warning.reason, reason);

@@ -3,10 +3,6 @@
 //! one module each, linked into one binary. The end-to-end suite (`tests/e2e/main.rs`) and the
 //! fault soak (`tests/soak/`) are binaries of their own.
 
-mod support {
-    pub mod config_map_apply;
-}
-
 mod assignment_plan_cli;
 mod crd;
 mod deployment_scenarios;

@@ -2,8 +2,6 @@
 //! ConfigMap) is reconciled the way the controller does it (plan, apply the ConfigMap, list
 //! pods live when asked, plan again, delete), and a StatefulSet stand-in replaces deleted pods.
 
-use crate::support::config_map_apply;
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
@@ -19,12 +17,14 @@ use swarm_operator::conditions::{self, reason};
 use swarm_operator::crd::{
     Handoff, Phase, Qos, RolloutPolicy, RolloutSpec, Strategy, SwarmPool, SwarmPoolSpec,
 };
+use swarm_operator::drive::memory::{MemoryCluster, block_on};
+use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::planner::handoff::{HANDOFF_ANNOTATION, Holder};
-use swarm_operator::planner::{self, CONFIG_KEY, Observed, Plan, PlannedEvent, VERSION_ANNOTATION};
+use swarm_operator::planner::{
+    self, CONFIG_KEY, Observed, Outcome, PlannedEvent, VERSION_ANNOTATION,
+};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
-
-use config_map_apply::apply_config_map;
 
 const NS: &str = "swarm";
 const STS: &str = "swarm-worker";
@@ -206,79 +206,60 @@ impl World {
         self.statefulsets[0].spec.as_mut().unwrap().replicas = Some(replicas);
     }
 
-    fn observe(&self, pods: &[Pod], pods_are_live: bool) -> Plan {
-        let pods: Vec<PodSummary> = pods.iter().map(PodSummary::from).collect();
-        planner::plan(&Observed {
-            pool: &self.pool,
-            statefulsets: self.statefulsets.iter().collect(),
-            deployments: Vec::new(),
-            replica_sets: Vec::new(),
-            pods: pods.iter().collect(),
-            other_pools: self.other_pools.iter().collect(),
-            pods_are_live,
-            config_map: self.config_map.as_ref(),
-            deleting: &self.deleting,
-            now: self.now,
-        })
-    }
-
     fn cached_pods(&self) -> Vec<Pod> {
         self.stale_cache
             .clone()
             .unwrap_or_else(|| self.pods.clone())
     }
 
-    /// One reconcile, as `controller::reconcile` runs it.
-    fn reconcile(&mut self) -> Plan {
-        let mut pods = self.cached_pods();
-        let mut live = false;
-        self.events.clear();
-        for _ in 0..6 {
-            let mut plan = self.observe(&pods, live);
-            self.all_reasons
-                .extend(plan.events.iter().map(|e| e.reason));
-            self.events.append(&mut plan.events);
-            if let Some(desired) = plan.apply.take() {
-                let unresolved = planner::records_unresolved(&desired);
-                self.apply(desired);
-                if unresolved {
-                    live = false;
-                }
-                continue;
+    /// One reconcile through the operator's own round protocol ([`drive`]), on a cluster
+    /// whose API holds `self.pods` while the operator's cache holds [`World::cached_pods`].
+    fn reconcile(&mut self) -> Outcome {
+        let cached: Vec<PodSummary> = self.cached_pods().iter().map(PodSummary::from).collect();
+        let mut cluster = MemoryCluster {
+            config_map: self.config_map.clone(),
+            pods: self.pods.iter().map(PodSummary::from).collect(),
+            ..MemoryCluster::new(self.now)
+        };
+        let mut journal = Journal::default();
+        let driven = block_on(drive(
+            &mut cluster,
+            &Observed {
+                pool: &self.pool,
+                statefulsets: self.statefulsets.iter().collect(),
+                deployments: Vec::new(),
+                replica_sets: Vec::new(),
+                pods: cached.iter().collect(),
+                other_pools: self.other_pools.iter().collect(),
+                pods_are_live: false,
+                config_map: self.config_map.as_ref(),
+                deleting: &self.deleting,
+                now: self.now,
+            },
+            &mut journal,
+        ));
+        let Ok(Driven::Done(outcome)) = driven else {
+            panic!("the reconcile did not finish: {driven:?}");
+        };
+        self.writes += cluster.written.len();
+        self.live_lists += cluster.live_lists;
+        self.config_map = cluster.config_map;
+        for delete in cluster.delete_requests {
+            let pod = self.pods.iter_mut().find(|p| {
+                p.name_any() == delete.name && p.metadata.uid.as_deref() == Some(&delete.uid)
+            });
+            if let Some(pod) = pod {
+                pod.metadata.deletion_timestamp = Some(Time(self.now));
             }
-            if plan.needs_live_pods && !live {
-                self.live_lists += 1;
-                // Only the pods the plan names, as the controller lists them.
-                pods = self
-                    .pods
-                    .iter()
-                    .filter(|pod| plan.live_pods.contains(&pod.name_any()))
-                    .cloned()
-                    .collect();
-                live = true;
-                continue;
-            }
-            for delete in &plan.deletes {
-                let pod = self.pods.iter_mut().find(|p| {
-                    p.name_any() == delete.name && p.metadata.uid.as_deref() == Some(&delete.uid)
-                });
-                if let Some(pod) = pod {
-                    pod.metadata.deletion_timestamp = Some(Time(self.now));
-                }
-                self.deleted.push((delete.name.clone(), delete.uid.clone()));
-                self.deleting.insert(delete.uid.clone());
-            }
-            self.status_written = self.pool.status.as_ref() != Some(&plan.status);
-            self.pool.status = Some(plan.status.clone());
-            return plan;
+            self.deleting.insert(delete.uid.clone());
+            self.deleted.push((delete.name, delete.uid));
         }
-        panic!("planning did not settle");
-    }
-
-    /// Server-side apply of our fields onto the ConfigMap.
-    fn apply(&mut self, desired: ConfigMap) {
-        self.writes += 1;
-        apply_config_map(&mut self.config_map, desired);
+        self.all_reasons
+            .extend(journal.events.iter().map(|e| e.reason));
+        self.events = journal.events;
+        self.status_written = self.pool.status.as_ref() != Some(&outcome.status);
+        self.pool.status = Some(outcome.status.clone());
+        outcome
     }
 
     /// The StatefulSet controller and kubelet: terminating pods go, missing ordinals are
@@ -484,7 +465,6 @@ fn a_reconcile_that_changes_nothing_writes_nothing() {
     let mut world = balanced(example_jobs(), 3);
     let lists = world.live_lists;
     let plan = world.reconcile();
-    assert!(plan.apply.is_none());
     assert_eq!(world.writes, 0, "no ConfigMap write");
     assert!(world.deleted.is_empty(), "no delete");
     assert!(!world.status_written, "no status write");
@@ -1097,13 +1077,10 @@ fn max_unavailable_paces_the_refresh() {
     );
 }
 
-fn assert_failed(world: &mut World, reason: &str) -> Plan {
+fn assert_failed(world: &mut World, reason: &str) -> Outcome {
     let plan = world.reconcile();
     assert_eq!(plan.status.phase, Some(Phase::Failed));
-    assert!(
-        plan.apply.is_none() && world.writes == 0,
-        "no ConfigMap write"
-    );
+    assert_eq!(world.writes, 0, "no ConfigMap write");
     assert!(world.deleted.is_empty(), "no delete");
     assert_eq!(world.ready_condition().reason, reason);
     assert_eq!(world.ready_condition().status, "False");

@@ -15,8 +15,6 @@ use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::controller::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_operator::planner::CONFIG_KEY;
 
-use crate::support::config_map_apply::apply_config_map;
-
 pub const NS: &str = "sim";
 pub const STS: &str = "w";
 pub const STS_UID: &str = "sts-uid";
@@ -275,11 +273,6 @@ impl Cluster {
     pub fn config(&self) -> Option<WorkerConfig> {
         let text = self.config_map.as_ref()?.data.as_ref()?.get(CONFIG_KEY)?;
         WorkerConfig::parse(text).ok()
-    }
-
-    /// Server-side apply of the operator's fields onto the ConfigMap.
-    pub fn apply(&mut self, desired: ConfigMap) {
-        apply_config_map(&mut self.config_map, desired);
     }
 
     /// What every pod of the API runs, for pods that started: job -> pod instances.

@@ -1,19 +1,17 @@
 //! The operator: a pod cache that lags, loses and repeats watch events, a memory of the pods it
-//! asked to delete, and the reconcile loop of `controller::reconcile_pool` around the real pure
+//! asked to delete, and the operator's own round protocol (`drive`) around the real pure
 //! planner. It can crash after any number of its writes and restart with empty memory.
 
-use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::Pod;
 use swarm_operator::crd::SwarmPool;
-use swarm_operator::planner::{self, Observed, VERSION_ANNOTATION};
+use swarm_operator::drive::memory::{MemoryCluster, MemoryError, block_on};
+use swarm_operator::drive::{Driven, Journal, drive};
+use swarm_operator::planner::{Observed, VERSION_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
 
 use super::cluster::{Cluster, NS};
-
-/// The controller's planning rounds per reconcile (`MAX_PLAN_ROUNDS`).
-const MAX_PLAN_ROUNDS: usize = 8;
 
 /// What the operator did, for the invariants.
 #[derive(Clone, Debug, Default)]
@@ -85,88 +83,71 @@ impl Operator {
         self.relist(cluster);
     }
 
-    /// One reconcile as `controller::reconcile_pool` runs it. With `crash_after = Some(k)` the
-    /// process dies right after its k-th write (ConfigMap apply, pod delete or status patch).
-    /// Returns the phase it reported, if it got that far.
+    /// One reconcile through the operator's own round protocol ([`drive`]). With
+    /// `crash_after = Some(k)` the process dies right after its k-th write (ConfigMap apply, pod
+    /// delete or status patch). Returns the phase it reported, if it got that far.
     pub fn reconcile(
         &mut self,
         cluster: &mut Cluster,
         record: &mut Record,
         crash_after: Option<usize>,
     ) -> Option<String> {
-        let mut writes = 0;
-        let crash = |writes: usize| crash_after == Some(writes);
-        if crash(writes) {
+        if crash_after == Some(0) {
             self.crash(cluster);
             return None;
         }
         let statefulset = cluster.statefulset();
         let deployment = cluster.deployment();
         let replica_sets = cluster.replica_sets();
-        let mut pods: Vec<Pod> = self.cache.values().cloned().collect();
-        let mut pods_are_live = false;
-        let mut rounds = 0;
-        let plan = loop {
-            rounds += 1;
-            assert!(rounds <= MAX_PLAN_ROUNDS, "planning did not settle");
-            let config_map = cluster.config_map.clone();
-            let summaries: Vec<PodSummary> = pods.iter().map(PodSummary::from).collect();
-            let mut plan = planner::plan(&Observed {
+        let cached: Vec<PodSummary> = self.cache.values().map(PodSummary::from).collect();
+        // The API server's side, in memory for the length of this reconcile (no time passes).
+        let mut api = MemoryCluster {
+            config_map: cluster.config_map.clone(),
+            pods: cluster.api_pods().iter().map(PodSummary::from).collect(),
+            crash_after,
+            ..MemoryCluster::new(cluster.now())
+        };
+        let driven = block_on(drive(
+            &mut api,
+            &Observed {
                 pool: &self.pool,
                 statefulsets: statefulset.iter().collect(),
                 deployments: deployment.iter().collect(),
                 replica_sets: replica_sets.iter().collect(),
-                pods: summaries.iter().collect(),
+                pods: cached.iter().collect(),
                 other_pools: Vec::new(),
-                pods_are_live,
-                config_map: config_map.as_ref(),
+                pods_are_live: false,
+                config_map: cluster.config_map.as_ref(),
                 deleting: &self.deleting,
                 now: cluster.now(),
-            });
-            if let Some(desired) = plan.apply.take() {
-                let unresolved = planner::records_unresolved(&desired);
-                let version = desired.metadata.annotations.as_ref().unwrap()[VERSION_ANNOTATION]
-                    .parse()
-                    .unwrap();
-                cluster.apply(desired);
-                record.versions.push(version);
-                writes += 1;
-                if crash(writes) {
-                    self.crash(cluster);
-                    return None;
-                }
-                if unresolved {
-                    pods_are_live = false;
-                }
-                continue;
-            }
-            if plan.needs_live_pods && !pods_are_live {
-                // Only the pods the plan names, as the controller lists them.
-                pods = cluster
-                    .api_pods()
-                    .into_iter()
-                    .filter(|pod| plan.live_pods.contains(&pod.name_any()))
-                    .collect();
-                pods_are_live = true;
-                continue;
-            }
-            break plan;
-        };
-        for delete in &plan.deletes {
+            },
+            &mut Journal::default(),
+        ));
+        for written in &api.written {
+            let version = written.metadata.annotations.as_ref().unwrap()[VERSION_ANNOTATION]
+                .parse()
+                .unwrap();
+            record.versions.push(version);
+        }
+        cluster.config_map = api.config_map;
+        for delete in &api.delete_requests {
             if cluster.delete(&delete.uid) {
                 *record.deletes.entry(delete.uid.clone()).or_default() += 1;
             }
             self.deleting.insert(delete.uid.clone());
-            writes += 1;
-            if crash(writes) {
+        }
+        let outcome = match driven {
+            Ok(Driven::Done(outcome)) => outcome,
+            Err(MemoryError::Crashed) => {
                 self.crash(cluster);
                 return None;
             }
-        }
-        let phase = plan.status.phase.map(|p| p.to_string());
-        self.pool.status = Some(plan.status);
-        writes += 1;
-        if crash(writes) {
+            other => panic!("the reconcile did not finish: {other:?}"),
+        };
+        let writes = api.written.len() + api.delete_requests.len();
+        let phase = outcome.status.phase.map(|p| p.to_string());
+        self.pool.status = Some(outcome.status);
+        if crash_after == Some(writes + 1) {
             self.crash(cluster);
         }
         debug_assert_eq!(self.pool.metadata.namespace.as_deref(), Some(NS));

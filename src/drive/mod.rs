@@ -1,0 +1,258 @@
+//! The round protocol of one reconcile, written once: plan, carry out the step the planner
+//! asks for, plan again on what that step changed, until the planner is done; then delete the
+//! pods it names and hand back its outcome (status and events) for the caller to report.
+//!
+//! ```text
+//!  cached snapshot ──▶ planner::next_step ──▶ Write(cm)      ──▶ fenced write ──┐ conflict: read
+//!        ▲                                  ├▶ ListLive(names) ──▶ list pods ────┤ the ConfigMap
+//!        └───────── plan again on the fresher state ─────────────────────────────┘
+//!                                           └▶ Done(outcome) ──▶ delete pods (uid precondition)
+//!                                                                 ──▶ caller reports status
+//! ```
+//!
+//! The controller runs it against the API server ([`crate::controller`]); the what-if
+//! commands and the tests run it against [`memory::MemoryCluster`]. Either way the same
+//! planner decides and the same loop orders the actions.
+
+pub mod memory;
+
+use std::collections::BTreeSet;
+use std::future::Future;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use crate::planner::{self, Observed, Outcome, PlannedEvent, Step};
+use crate::pod_summary::PodSummary;
+use crate::rollout::PodDelete;
+
+/// Planning rounds in one reconcile: confirm holders gone live, write the grant, list live,
+/// resolve, write, plan deletes (and a spare).
+pub const MAX_ROUNDS: usize = 8;
+
+/// What a reconcile can do to the cluster, and nothing more.
+pub trait Cluster {
+    /// Why an action failed; an unsettled plan is one of them.
+    type Error: From<Unsettled>;
+
+    /// The time the planner decides at.
+    fn now(&self) -> k8s_openapi::jiff::Timestamp;
+
+    /// Whether the pool still exists as the same, undeleted object, as the API server has it:
+    /// asked once, before the first write or delete of a reconcile.
+    fn pool_is_live(&mut self) -> impl Future<Output = Result<bool, Self::Error>> + Send;
+
+    /// Writes `desired` over `current`, the copy it was planned on: a write planned on a copy
+    /// that is no longer current is refused with [`Written::Conflict`].
+    fn write(
+        &mut self,
+        current: Option<&ConfigMap>,
+        desired: ConfigMap,
+    ) -> impl Future<Output = Result<Written, Self::Error>> + Send;
+
+    /// The ConfigMap as the API server has it now.
+    fn read(&mut self) -> impl Future<Output = Result<Option<ConfigMap>, Self::Error>> + Send;
+
+    /// The pods named in `names` that exist, listed from the API server.
+    fn list_live(
+        &mut self,
+        names: &BTreeSet<String>,
+    ) -> impl Future<Output = Result<Vec<PodSummary>, Self::Error>> + Send;
+
+    /// Deletes the pod if it still has the given uid.
+    fn delete(
+        &mut self,
+        pod: &PodDelete,
+    ) -> impl Future<Output = Result<Deleted, Self::Error>> + Send;
+}
+
+/// The result of a fenced write.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "one value per round, moved on at once")]
+pub enum Written {
+    /// Written; the ConfigMap as it now is.
+    Applied(ConfigMap),
+    /// The ConfigMap changed since the copy the write was planned on (or one now exists where
+    /// none was seen): nothing was written.
+    Conflict,
+}
+
+/// The result of a uid-preconditioned delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deleted {
+    /// The pod instance is being deleted.
+    Deleted,
+    /// Gone already, or replaced by another instance of the same name: nothing to do.
+    AlreadyGone,
+}
+
+/// How a reconcile ended.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant, reason = "one value per round, moved on at once")]
+pub enum Driven {
+    /// The rounds settled and the deletes were sent; the status and events to report.
+    Done(Outcome),
+    /// The pool was deleted (or replaced) since the snapshot: nothing was written.
+    PoolGone,
+}
+
+/// The planner kept asking for writes or lists: the ConfigMap keeps changing under it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the plan did not settle after {rounds} rounds; the ConfigMap keeps changing")]
+pub struct Unsettled {
+    /// Planning rounds run.
+    pub rounds: usize,
+}
+
+/// What was done so far, kept when a later action fails: the events of what was done are
+/// published either way.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Journal {
+    /// Events of the writes and deletes that went through, and the outcome's own.
+    pub events: Vec<PlannedEvent>,
+    /// Seconds each granted job spent in transit, over the writes that went through.
+    pub granted_after_seconds: Vec<f64>,
+    /// ConfigMap writes that went through.
+    pub writes: usize,
+    /// Pods deleted.
+    pub deleted: Vec<PodDelete>,
+}
+
+/// Runs one reconcile of `cached.pool` against `cluster`. `cached` is the snapshot from the
+/// caches: its pods and ConfigMap are where the rounds start (its `pods_are_live` and `now`
+/// are replaced in every round).
+pub async fn drive<C: Cluster + Send>(
+    cluster: &mut C,
+    cached: &Observed<'_>,
+    journal: &mut Journal,
+) -> Result<Driven, C::Error> {
+    let mut round = Round {
+        config_map: cached.config_map.cloned(),
+        listed_pods: None,
+        pods_are_live: false,
+        pool_confirmed: false,
+    };
+    for rounds in 1..=MAX_ROUNDS {
+        let step = planner::next_step(&round.observe(cached, cluster.now()));
+        if rounds == MAX_ROUNDS && !matches!(step, Step::Done(_)) {
+            return Err(Unsettled { rounds }.into());
+        }
+        match step {
+            Step::Write(write) => {
+                if !round.confirm_pool(cluster).await? {
+                    return Ok(Driven::PoolGone);
+                }
+                round.write(cluster, write, journal).await?;
+            }
+            Step::ListLive(names) => {
+                round.listed_pods = Some(cluster.list_live(&names).await?);
+                round.pods_are_live = true;
+            }
+            Step::Done(outcome) => {
+                if !outcome.deletes.is_empty() && !round.confirm_pool(cluster).await? {
+                    return Ok(Driven::PoolGone);
+                }
+                return finish(cluster, outcome, journal).await.map(Driven::Done);
+            }
+        }
+    }
+    unreachable!("the last round returns")
+}
+
+/// The state one round plans on, as the earlier rounds left it.
+struct Round {
+    /// The ConfigMap as last written or read.
+    config_map: Option<ConfigMap>,
+    /// The pods of the last live list, if there was one: fresher than the cache even once a
+    /// write made them unreliable for resolving stale workers.
+    listed_pods: Option<Vec<PodSummary>>,
+    /// Whether `listed_pods` was listed after the last write that recorded unresolved stale
+    /// workers or holders.
+    pods_are_live: bool,
+    /// Whether the pool was confirmed to exist in this reconcile.
+    pool_confirmed: bool,
+}
+
+impl Round {
+    fn observe<'a>(
+        &'a self,
+        cached: &Observed<'a>,
+        now: k8s_openapi::jiff::Timestamp,
+    ) -> Observed<'a> {
+        Observed {
+            pods: match &self.listed_pods {
+                Some(listed) => listed.iter().collect(),
+                None => cached.pods.clone(),
+            },
+            pods_are_live: self.pods_are_live,
+            config_map: self.config_map.as_ref(),
+            now,
+            ..cached.clone()
+        }
+    }
+
+    /// One GET before the first write or delete: the caches may show a pool the API server
+    /// no longer has, and writing for it would re-create what the garbage collector removes.
+    async fn confirm_pool<C: Cluster>(&mut self, cluster: &mut C) -> Result<bool, C::Error> {
+        if !self.pool_confirmed {
+            self.pool_confirmed = cluster.pool_is_live().await?;
+        }
+        Ok(self.pool_confirmed)
+    }
+
+    async fn write<C: Cluster>(
+        &mut self,
+        cluster: &mut C,
+        write: planner::Write,
+        journal: &mut Journal,
+    ) -> Result<(), C::Error> {
+        let unresolved = planner::records_unresolved(&write.config_map);
+        match cluster
+            .write(self.config_map.as_ref(), write.config_map)
+            .await?
+        {
+            Written::Applied(applied) => {
+                journal.writes += 1;
+                journal.events.extend(write.events);
+                journal
+                    .granted_after_seconds
+                    .extend(write.granted_after_seconds);
+                self.config_map = Some(applied);
+                // Pods listed before this write cannot tell which instances saw the old content.
+                if unresolved {
+                    self.pods_are_live = false;
+                }
+            }
+            // Planned on a copy that is no longer current: read it and plan again.
+            Written::Conflict => self.config_map = cluster.read().await?,
+        }
+        Ok(())
+    }
+}
+
+/// Sends the outcome's deletes; an event about a pod goes with its delete.
+async fn finish<C: Cluster>(
+    cluster: &mut C,
+    mut outcome: Outcome,
+    journal: &mut Journal,
+) -> Result<Outcome, C::Error> {
+    let (about_pods, others): (Vec<_>, Vec<_>) = std::mem::take(&mut outcome.events)
+        .into_iter()
+        .partition(|e| e.related_pod.is_some());
+    journal.events.extend(others.iter().cloned());
+    outcome.events = others;
+    for delete in &outcome.deletes {
+        if cluster.delete(delete).await? == Deleted::Deleted {
+            let about_this_pod = |e: &&PlannedEvent| {
+                e.related_pod
+                    .as_ref()
+                    .is_some_and(|(_, uid)| *uid == delete.uid)
+            };
+            let events: Vec<PlannedEvent> =
+                about_pods.iter().filter(about_this_pod).cloned().collect();
+            journal.events.extend(events.iter().cloned());
+            outcome.events.extend(events);
+            journal.deleted.push(delete.clone());
+        }
+    }
+    Ok(outcome)
+}
