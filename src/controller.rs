@@ -347,57 +347,7 @@ pub async fn run(
     let health = metrics.caches.clone();
     http.follow_caches(health.clone());
 
-    let (pool_store, pools) = cached_watch(
-        scoped::<SwarmPool>(&client, ns),
-        watcher::Config::default(),
-        trim::pool,
-        Cache::Pools,
-        &health,
-    );
-    let pools = pools.applied_objects();
-    metrics.pools.watch(pool_store.clone());
-    let (cm_store, config_maps) = cached_watch(
-        scoped::<ConfigMap>(&client, ns),
-        watcher::Config::default().labels(POOL_LABEL),
-        trim::config_map,
-        Cache::ConfigMaps,
-        &health,
-    );
-    let (sts_store, statefulsets) = cached_watch(
-        scoped::<StatefulSet>(&client, ns),
-        watcher::Config::default(),
-        trim::statefulset,
-        Cache::StatefulSets,
-        &health,
-    );
-    let (pod_store, pods) = cached_watch(
-        scoped::<PodSummary>(&client, ns),
-        watcher::Config::default().labels(STATEFULSET_POD_LABEL),
-        trim::pod,
-        Cache::Pods,
-        &health,
-    );
-    let (deployment_store, deployments) = cached_watch(
-        scoped::<Deployment>(&client, ns),
-        watcher::Config::default(),
-        trim::deployment,
-        Cache::Deployments,
-        &health,
-    );
-    let (rs_store, replica_sets) = cached_watch(
-        scoped::<ReplicaSet>(&client, ns),
-        watcher::Config::default(),
-        trim::replica_set,
-        Cache::ReplicaSets,
-        &health,
-    );
-    let (deployment_pod_store, deployment_pods) = cached_watch(
-        scoped::<PodSummary>(&client, ns),
-        watcher::Config::default().labels(DEPLOYMENT_POD_LABEL),
-        trim::pod,
-        Cache::DeploymentPods,
-        &health,
-    );
+    let (controller, caches) = watch(&client, ns, &metrics, &health, concurrency);
 
     {
         let health = health.clone();
@@ -419,15 +369,12 @@ pub async fn run(
             controller: FIELD_MANAGER.to_owned(),
             instance: std::env::var("POD_NAME").ok(),
         },
-        pools: pool_store.clone(),
-        statefulsets: sts_store.clone(),
-        deployments: deployment_store.clone(),
-        replica_sets: rs_store.clone(),
-        pods: PodCaches {
-            statefulset: pod_store,
-            deployment: deployment_pod_store,
-        },
-        config_maps: cm_store,
+        pools: caches.pools,
+        statefulsets: caches.statefulsets,
+        deployments: caches.deployments,
+        replica_sets: caches.replica_sets,
+        pods: caches.pods,
+        config_maps: caches.config_maps,
         health,
         metrics,
         failures: Mutex::default(),
@@ -435,31 +382,7 @@ pub async fn run(
         written: Mutex::default(),
         lease,
     });
-    let by_sts = pool_store.clone();
-    let by_pod = pool_store.clone();
-    let by_deployment = pool_store.clone();
-    let by_rs = (pool_store.clone(), deployment_store.clone());
-    let by_deployment_pod = (pool_store.clone(), deployment_store, rs_store);
-    Controller::for_stream(pools, pool_store)
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .owns_stream(config_maps.touched_objects())
-        .watches_stream(statefulsets.touched_objects(), move |sts| {
-            pools_for_statefulset(&by_sts.state(), &sts)
-        })
-        .watches_stream(pods.touched_objects(), move |pod| {
-            pools_for_pod(&by_pod.state(), &sts_store, &pod)
-        })
-        .watches_stream(deployments.touched_objects(), move |deployment| {
-            pools_for_deployment(&by_deployment.state(), &deployment)
-        })
-        .watches_stream(replica_sets.touched_objects(), move |rs| {
-            let (pools, deployments) = &by_rs;
-            pools_for_owner(&pools.state(), deployments, &rs, rs.owner_references())
-        })
-        .watches_stream(deployment_pods.touched_objects(), move |pod| {
-            let (pools, deployments, replica_sets) = &by_deployment_pod;
-            pools_for_deployment_pod(&pools.state(), deployments, replica_sets, &pod)
-        })
+    controller
         .reconcile_all_on(health_changes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context)
@@ -474,6 +397,153 @@ pub async fn run(
         })
         .await;
     info!("controller stopped");
+}
+
+/// The caches the reconciles read, filled by the watches that trigger them.
+struct Caches {
+    pools: Store<SwarmPool>,
+    config_maps: Store<ConfigMap>,
+    statefulsets: Store<StatefulSet>,
+    deployments: Store<Deployment>,
+    replica_sets: Store<ReplicaSet>,
+    pods: PodCaches,
+}
+
+/// Starts the watches of the pools, of the ConfigMaps they own and of every workload and pod
+/// mapped to them: the controller they trigger (reconciling at most `concurrency` pools at
+/// once), and the caches they fill.
+fn watch(
+    client: &Client,
+    ns: Option<&str>,
+    metrics: &Metrics,
+    health: &CacheHealth,
+    concurrency: u16,
+) -> (Controller<SwarmPool>, Caches) {
+    let (pool_store, pools) = cached_watch(
+        scoped::<SwarmPool>(client, ns),
+        watcher::Config::default(),
+        trim::pool,
+        Cache::Pools,
+        health,
+    );
+    let pools = pools.applied_objects();
+    metrics.pools.watch(pool_store.clone());
+    let (cm_store, config_maps) = cached_watch(
+        scoped::<ConfigMap>(client, ns),
+        watcher::Config::default().labels(POOL_LABEL),
+        trim::config_map,
+        Cache::ConfigMaps,
+        health,
+    );
+    let controller = Controller::for_stream(pools, pool_store.clone())
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .owns_stream(config_maps.touched_objects());
+    let (controller, sts_store, pod_store) =
+        watch_statefulsets(controller, client, ns, health, &pool_store);
+    let (controller, deployment_store, rs_store, deployment_pod_store) =
+        watch_deployments(controller, client, ns, health, &pool_store);
+    let caches = Caches {
+        pools: pool_store,
+        config_maps: cm_store,
+        statefulsets: sts_store,
+        deployments: deployment_store,
+        replica_sets: rs_store,
+        pods: PodCaches {
+            statefulset: pod_store,
+            deployment: deployment_pod_store,
+        },
+    };
+    (controller, caches)
+}
+
+/// Starts the watches of StatefulSets and of their pods, each change triggering the pools
+/// (in `pools`) it maps to: `controller` with those triggers, and the two caches.
+fn watch_statefulsets(
+    controller: Controller<SwarmPool>,
+    client: &Client,
+    ns: Option<&str>,
+    health: &CacheHealth,
+    pools: &Store<SwarmPool>,
+) -> (Controller<SwarmPool>, Store<StatefulSet>, Store<PodSummary>) {
+    let (sts_store, statefulsets) = cached_watch(
+        scoped::<StatefulSet>(client, ns),
+        watcher::Config::default(),
+        trim::statefulset,
+        Cache::StatefulSets,
+        health,
+    );
+    let (pod_store, pods) = cached_watch(
+        scoped::<PodSummary>(client, ns),
+        watcher::Config::default().labels(STATEFULSET_POD_LABEL),
+        trim::pod,
+        Cache::Pods,
+        health,
+    );
+    let by_sts = pools.clone();
+    let by_pod = (pools.clone(), sts_store.clone());
+    let controller = controller
+        .watches_stream(statefulsets.touched_objects(), move |sts| {
+            pools_for_statefulset(&by_sts.state(), &sts)
+        })
+        .watches_stream(pods.touched_objects(), move |pod| {
+            let (pools, statefulsets) = &by_pod;
+            pools_for_pod(&pools.state(), statefulsets, &pod)
+        });
+    (controller, sts_store, pod_store)
+}
+
+/// Starts the watches of Deployments, of their ReplicaSets and of their pods, each change
+/// triggering the pools (in `pools`) it maps to: `controller` with those triggers, and the
+/// three caches.
+fn watch_deployments(
+    controller: Controller<SwarmPool>,
+    client: &Client,
+    ns: Option<&str>,
+    health: &CacheHealth,
+    pools: &Store<SwarmPool>,
+) -> (
+    Controller<SwarmPool>,
+    Store<Deployment>,
+    Store<ReplicaSet>,
+    Store<PodSummary>,
+) {
+    let (deployment_store, deployments) = cached_watch(
+        scoped::<Deployment>(client, ns),
+        watcher::Config::default(),
+        trim::deployment,
+        Cache::Deployments,
+        health,
+    );
+    let (rs_store, replica_sets) = cached_watch(
+        scoped::<ReplicaSet>(client, ns),
+        watcher::Config::default(),
+        trim::replica_set,
+        Cache::ReplicaSets,
+        health,
+    );
+    let (deployment_pod_store, deployment_pods) = cached_watch(
+        scoped::<PodSummary>(client, ns),
+        watcher::Config::default().labels(DEPLOYMENT_POD_LABEL),
+        trim::pod,
+        Cache::DeploymentPods,
+        health,
+    );
+    let by_deployment = pools.clone();
+    let by_rs = (pools.clone(), deployment_store.clone());
+    let by_deployment_pod = (pools.clone(), deployment_store.clone(), rs_store.clone());
+    let controller = controller
+        .watches_stream(deployments.touched_objects(), move |deployment| {
+            pools_for_deployment(&by_deployment.state(), &deployment)
+        })
+        .watches_stream(replica_sets.touched_objects(), move |rs| {
+            let (pools, deployments) = &by_rs;
+            pools_for_owner(&pools.state(), deployments, &rs, rs.owner_references())
+        })
+        .watches_stream(deployment_pods.touched_objects(), move |pod| {
+            let (pools, deployments, replica_sets) = &by_deployment_pod;
+            pools_for_deployment_pod(&pools.state(), deployments, replica_sets, &pod)
+        });
+    (controller, deployment_store, rs_store, deployment_pod_store)
 }
 
 /// A watch of `api` kept in a store, each object trimmed by `trim`, its errors logged and its

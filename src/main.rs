@@ -157,24 +157,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             namespace = args.namespace.as_deref().unwrap_or("(all)"),
             "starting swarm-operator"
         );
-        let mut config = kube::Config::infer().await.context(
-            "no Kubernetes client configuration (KUBECONFIG, ~/.kube/config or in-cluster)",
-        )?;
-        // Names the operator in API server audit and request logs.
-        config.headers.push((
-            USER_AGENT,
-            HeaderValue::from_static(concat!("swarm-operator/", env!("CARGO_PKG_VERSION"))),
-        ));
-        // kube's own retry of 429/503/504 makes up to 15 attempts with delays growing to
-        // minutes, silently: a watch or reconcile could hang that long while an API server
-        // starts. Without it the error reaches the watch or reconcile backoff at once, which
-        // logs it, reports it, honours Retry-After and caps its delay at a few seconds.
-        config.default_retry = false;
-        // A request that gets no byte for this long is abandoned (the default is about five
-        // minutes); every watch is renewed well within it (relisting_watch).
-        config.read_timeout = Some(REQUEST_READ_TIMEOUT);
-        config.write_timeout = Some(REQUEST_READ_TIMEOUT);
-        config.connect_timeout = Some(CONNECT_TIMEOUT);
+        let config = client_config().await?;
         let mut registry = Registry::default();
         let metrics = Metrics::default().register(&mut registry);
         let client = kube::client::ClientBuilder::try_from(config)
@@ -187,12 +170,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
 
         let state = Arc::new(HttpState::new(registry));
 
-        let (stop, stopped) = watch::channel(false);
-        tokio::spawn(async move {
-            shutdown_signal().await;
-            info!("shutdown requested; finishing running reconciles");
-            let _ = stop.send(true);
-        });
+        let stopped = stop_on_signal();
         let server = tokio::spawn(http::serve(listener, state.clone(), until(stopped.clone())));
 
         let leadership = if args.leader_elect {
@@ -204,16 +182,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
                 identity: leader::default_identity(),
                 duration: Duration::from_secs(args.leader_elect_lease_duration),
             };
-            // A standby is ready: it can take over (and a PodDisruptionBudget counts it).
-            state.set_ready();
-            tokio::select! {
-                acquired = leader::acquire(client.clone(), &lease) => {
-                    Some(acquired.context("leader election")?)
-                }
-                () = until(stopped.clone()) => {
-                    info!("stopped while standing by");
-                    return Ok(());
-                }
+            match stand_by(&client, &lease, &state, stopped.clone()).await? {
+                Some(leadership) => Some(leadership),
+                None => return Ok(()),
             }
         } else {
             None
@@ -231,41 +202,114 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             lease,
             until(stopped.clone()),
         );
-        let controller = async move {
-            let Some(mut leadership) = leadership else {
-                return controller.await;
-            };
-            tokio::select! {
-                () = controller => leadership.release().await,
-                () = leadership.lost() => {
-                    // Exit rather than stop gracefully: nothing of this replica may be
-                    // written any more (what was already decided is fenced).
-                    error!("lost the lease, or could not renew it in time; exiting at once");
-                    std::process::exit(1);
-                }
-            }
-        };
-        let server = async move {
-            server
-                .await
-                .context("the HTTP server task")?
-                .context("serving HTTP")
-        };
-        let deadline = async {
-            until(stopped).await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        };
-        tokio::select! {
-            (served, ()) = async { tokio::join!(server, controller) } => {
-                served?;
-                info!("stopped");
-            }
-            () = deadline => {
-                warn!(grace = ?SHUTDOWN_GRACE, "shutdown grace elapsed; exiting without waiting further");
-            }
-        }
-        Ok(())
+        let controller = run_while_leading(controller, leadership);
+        wait_for_shutdown(server, controller, stopped).await
     })
+}
+
+/// The client configuration: inferred from the environment, with the operator's own user agent,
+/// retries and timeouts.
+async fn client_config() -> anyhow::Result<kube::Config> {
+    let mut config = kube::Config::infer()
+        .await
+        .context("no Kubernetes client configuration (KUBECONFIG, ~/.kube/config or in-cluster)")?;
+    // Names the operator in API server audit and request logs.
+    config.headers.push((
+        USER_AGENT,
+        HeaderValue::from_static(concat!("swarm-operator/", env!("CARGO_PKG_VERSION"))),
+    ));
+    // kube's own retry of 429/503/504 makes up to 15 attempts with delays growing to
+    // minutes, silently: a watch or reconcile could hang that long while an API server
+    // starts. Without it the error reaches the watch or reconcile backoff at once, which
+    // logs it, reports it, honours Retry-After and caps its delay at a few seconds.
+    config.default_retry = false;
+    // A request that gets no byte for this long is abandoned (the default is about five
+    // minutes); every watch is renewed well within it (relisting_watch).
+    config.read_timeout = Some(REQUEST_READ_TIMEOUT);
+    config.write_timeout = Some(REQUEST_READ_TIMEOUT);
+    config.connect_timeout = Some(CONNECT_TIMEOUT);
+    Ok(config)
+}
+
+/// Listens for SIGTERM or SIGINT: the receiver turns true on either, and the HTTP server, the
+/// controller and the shutdown deadline all follow it.
+fn stop_on_signal() -> watch::Receiver<bool> {
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        info!("shutdown requested; finishing running reconciles");
+        let _ = stop.send(true);
+    });
+    stopped
+}
+
+/// Stands by until this replica holds `lease`: the leadership, or `None` if a stop comes first.
+async fn stand_by(
+    client: &kube::Client,
+    lease: &LeaseConfig,
+    state: &HttpState,
+    stopped: watch::Receiver<bool>,
+) -> anyhow::Result<Option<leader::Leadership>> {
+    // A standby is ready: it can take over (and a PodDisruptionBudget counts it).
+    state.set_ready();
+    tokio::select! {
+        acquired = leader::acquire(client.clone(), lease) => {
+            Ok(Some(acquired.context("leader election")?))
+        }
+        () = until(stopped) => {
+            info!("stopped while standing by");
+            Ok(None)
+        }
+    }
+}
+
+/// Runs `controller`; under a `leadership`, releases the lease once it stops, and exits the
+/// process at once if the lease is lost.
+async fn run_while_leading(
+    controller: impl Future<Output = ()>,
+    leadership: Option<leader::Leadership>,
+) {
+    let Some(mut leadership) = leadership else {
+        return controller.await;
+    };
+    tokio::select! {
+        () = controller => leadership.release().await,
+        () = leadership.lost() => {
+            // Exit rather than stop gracefully: nothing of this replica may be
+            // written any more (what was already decided is fenced).
+            error!("lost the lease, or could not renew it in time; exiting at once");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// Waits for the HTTP server and the controller to finish, or, once `stopped`, for no longer
+/// than [`SHUTDOWN_GRACE`].
+async fn wait_for_shutdown(
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    controller: impl Future<Output = ()>,
+    stopped: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let server = async move {
+        server
+            .await
+            .context("the HTTP server task")?
+            .context("serving HTTP")
+    };
+    let deadline = async {
+        until(stopped).await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        (served, ()) = async { tokio::join!(server, controller) } => {
+            served?;
+            info!("stopped");
+        }
+        () = deadline => {
+            warn!(grace = ?SHUTDOWN_GRACE, "shutdown grace elapsed; exiting without waiting further");
+        }
+    }
+    Ok(())
 }
 
 /// The longest an API request may wait for its next byte.

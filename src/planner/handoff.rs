@@ -277,7 +277,45 @@ fn overlap(input: &HandoffInput) -> HandoffOutcome {
 
 fn exclusive(input: &HandoffInput) -> HandoffOutcome {
     let previous_transit = transit_by_job(input.previous);
-    let (mut holders, mut needs_live_pods) = current_holders(input, &previous_transit);
+    let (holders, needs_live_pods) = observed_holders(input, &previous_transit);
+    let live_holders: BTreeSet<String> = holders
+        .entries
+        .iter()
+        .filter(|(_, h)| !h.gone)
+        .map(|(pod, _)| pod.clone())
+        .collect();
+
+    // Where each job of the spec stands.
+    let published = published_by_job(input.previous);
+    let decisions = decide_jobs(input, &previous_transit, &published, &live_holders);
+
+    // A worker gets the jobs handed to it in one grant, once all of them are free: it restarts
+    // once to pick them up, so granting some earlier would only cost another version.
+    let awaiting: BTreeSet<String> = decisions
+        .iter()
+        .filter_map(|(_, d)| match d {
+            Decision::Wait { to, .. } => to.clone(),
+            _ => None,
+        })
+        .collect();
+
+    let mut draft = ExclusiveDraft::new(input.target.replicas(), holders);
+    for (job, decision) in decisions {
+        draft.apply(input, &previous_transit, &awaiting, job, decision);
+    }
+    let spec: BTreeSet<&str> = input.jobs.iter().map(String::as_str).collect();
+    draft.keep_removed_jobs(input, &spec, &published, &previous_transit, &live_holders);
+    draft.finish(&spec, needs_live_pods)
+}
+
+/// The holders to go by (see [`current_holders`]), with those a live list shows gone marked
+/// so, and whether pods must still be listed live: to resolve a holder, or to confirm one gone
+/// that only the cache shows gone.
+fn observed_holders(
+    input: &HandoffInput,
+    previous_transit: &BTreeMap<&str, Vec<&str>>,
+) -> (Holders, bool) {
+    let (mut holders, mut needs_live_pods) = current_holders(input, previous_transit);
     if input.pods_are_live {
         for pod in holders.gone(input.pods) {
             if let Some(h) = holders.entries.get_mut(&pod) {
@@ -288,16 +326,18 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
         // The cache says a holder is gone; only a live list may confirm it.
         needs_live_pods = true;
     }
-    let live_holders: BTreeSet<String> = holders
-        .entries
-        .iter()
-        .filter(|(_, h)| !h.gone)
-        .map(|(pod, _)| pod.clone())
-        .collect();
-    let live_holder = |pod: &str| live_holders.contains(pod);
+    (holders, needs_live_pods)
+}
 
-    // Where each job of the spec stands.
-    let published = published_by_job(input.previous);
+/// Where each job of the spec goes in this step, in spec order: a job waits while a pod other
+/// than its destination may still run it.
+fn decide_jobs<'a>(
+    input: &HandoffInput<'a>,
+    previous_transit: &BTreeMap<&str, Vec<&str>>,
+    published: &BTreeMap<&str, Vec<String>>,
+    live_holders: &BTreeSet<String>,
+) -> Vec<(&'a String, Decision)> {
+    let live_holder = |pod: &str| live_holders.contains(pod);
     let owner_of = target_owners(input.target);
     let mut decisions: Vec<(&String, Decision)> = Vec::with_capacity(input.jobs.len());
     for job in input.jobs {
@@ -341,32 +381,59 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
         };
         decisions.push((job, decision));
     }
+    decisions
+}
 
-    // A worker gets the jobs handed to it in one grant, once all of them are free: it restarts
-    // once to pick them up, so granting some earlier would only cost another version.
-    let awaiting: BTreeSet<String> = decisions
-        .iter()
-        .filter_map(|(_, d)| match d {
-            Decision::Wait { to, .. } => to.clone(),
-            _ => None,
-        })
-        .collect();
+/// The outcome [`exclusive`] builds from its decisions. The jobs in transit and the holders
+/// are kept apart from it until the holders with nothing left in transit are dropped.
+struct ExclusiveDraft<'a> {
+    out: HandoffOutcome,
+    transit: BTreeMap<String, Vec<String>>,
+    holders: Holders,
+    /// Jobs of the spec this step revokes, for [`HandoffOutcome::revoked`].
+    newly_revoked: BTreeSet<&'a str>,
+    /// The pods they are revoked from, for [`HandoffOutcome::revoked_from`].
+    revoked_from: BTreeSet<String>,
+}
 
-    // Grants go to positions with a pod (a free slot's jobs wait instead).
-    let pod_of = |ordinal: usize| input.roster.pod(ordinal).unwrap_or_default();
-    let replicas = input.target.replicas();
-    let mut out = HandoffOutcome {
-        held: vec![Vec::new(); replicas],
-        ..HandoffOutcome::default()
-    };
-    let mut transit: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut newly_revoked: BTreeSet<&str> = BTreeSet::new();
-    let mut revoked_from: BTreeSet<String> = BTreeSet::new();
-    for (job, decision) in decisions {
+impl<'a> ExclusiveDraft<'a> {
+    /// Nothing held by any of the `replicas` workers yet, nothing in transit.
+    fn new(replicas: usize, holders: Holders) -> Self {
+        Self {
+            out: HandoffOutcome {
+                held: vec![Vec::new(); replicas],
+                ..HandoffOutcome::default()
+            },
+            transit: BTreeMap::new(),
+            holders,
+            newly_revoked: BTreeSet::new(),
+            revoked_from: BTreeSet::new(),
+        }
+    }
+
+    /// Carries out the decision on `job`: held by its worker, granted to it (unless the worker
+    /// still waits for other jobs), or kept in transit.
+    fn apply(
+        &mut self,
+        input: &HandoffInput,
+        previous_transit: &BTreeMap<&str, Vec<&str>>,
+        awaiting: &BTreeSet<String>,
+        job: &'a str,
+        decision: Decision,
+    ) {
+        let Self {
+            out,
+            transit,
+            holders,
+            newly_revoked,
+            revoked_from,
+        } = self;
+        // Grants go to positions with a pod (a free slot's jobs wait instead).
+        let pod_of = |ordinal: usize| input.roster.pod(ordinal).unwrap_or_default();
         match decision {
-            Decision::Publish(ordinal) => out.held[ordinal].push(job.clone()),
+            Decision::Publish(ordinal) => out.held[ordinal].push(job.to_owned()),
             Decision::Grant(ordinal) if !awaiting.contains(pod_of(ordinal)) => {
-                let since = previous_transit[job.as_str()]
+                let since = previous_transit[job]
                     .iter()
                     .filter_map(|pod| holders.entries.get(*pod).map(|h| h.revoked_at))
                     .min();
@@ -374,11 +441,11 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
                     to: pod_of(ordinal).to_owned(),
                     after_seconds: since.map_or(0.0, |s| seconds_between(s, input.now)),
                 });
-                out.held[ordinal].push(job.clone());
+                out.held[ordinal].push(job.to_owned());
             }
             Decision::Grant(ordinal) => {
                 // Free, but its worker still waits for others: it stays where it is listed.
-                for pod in &previous_transit[job.as_str()] {
+                for pod in &previous_transit[job] {
                     push_unique(transit.entry((*pod).to_owned()).or_default(), job);
                 }
                 out.jobs_in_transit += 1;
@@ -388,12 +455,12 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
             Decision::Wait { revoke_from, to } => {
                 // Revoke from every pod that holds it now; keep waiting for the live holders.
                 for pod in &revoke_from {
-                    transit.entry(pod.clone()).or_default().push(job.clone());
+                    transit.entry(pod.clone()).or_default().push(job.to_owned());
                     holders.mark(pod, input.now);
                     newly_revoked.insert(job);
                     revoked_from.insert(pod.clone());
                 }
-                for pod in previous_transit.get(job.as_str()).into_iter().flatten() {
+                for pod in previous_transit.get(job).into_iter().flatten() {
                     if holders.entries.contains_key(*pod) {
                         push_unique(transit.entry((*pod).to_owned()).or_default(), job);
                     }
@@ -404,51 +471,72 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
         }
     }
 
-    // Jobs that left the spec: whoever may still run one keeps it in transit until gone, so
-    // the job is not granted early if it comes back.
-    let spec: BTreeSet<&str> = input.jobs.iter().map(String::as_str).collect();
-    for (job, pods) in &published {
-        if spec.contains(job) {
-            continue;
+    /// Keeps the jobs that left the spec in transit by whoever may still run them.
+    fn keep_removed_jobs(
+        &mut self,
+        input: &HandoffInput,
+        spec: &BTreeSet<&str>,
+        published: &BTreeMap<&str, Vec<String>>,
+        previous_transit: &BTreeMap<&str, Vec<&str>>,
+        live_holders: &BTreeSet<String>,
+    ) {
+        let live_holder = |pod: &str| live_holders.contains(pod);
+        // Jobs that left the spec: whoever may still run one keeps it in transit until gone, so
+        // the job is not granted early if it comes back.
+        for (job, pods) in published {
+            if spec.contains(job) {
+                continue;
+            }
+            for pod in pods {
+                self.transit
+                    .entry(pod.clone())
+                    .or_default()
+                    .push((*job).to_owned());
+                self.holders.mark(pod, input.now);
+            }
         }
-        for pod in pods {
-            transit
-                .entry(pod.clone())
-                .or_default()
-                .push((*job).to_owned());
-            holders.mark(pod, input.now);
-        }
-    }
-    for (job, pods) in &previous_transit {
-        if spec.contains(job) {
-            continue;
-        }
-        for pod in pods.iter().filter(|pod| live_holder(pod)) {
-            push_unique(transit.entry((*pod).to_owned()).or_default(), job);
+        for (job, pods) in previous_transit {
+            if spec.contains(job) {
+                continue;
+            }
+            for pod in pods.iter().filter(|pod| live_holder(pod)) {
+                push_unique(self.transit.entry((*pod).to_owned()).or_default(), job);
+            }
         }
     }
 
-    // Holders with nothing left in transit are done.
-    holders.entries.retain(|pod, _| transit.contains_key(pod));
-    out.revoked = newly_revoked.len();
-    out.revoked_from = sorted_pods(revoked_from);
-    // Only holders of jobs of the spec hold up a handoff: a worker that merely still runs jobs
-    // removed from the spec is refreshed with its grant, once, like any receiver.
-    out.holder_pods = holders
-        .entries
-        .iter()
-        .filter(|(pod, h)| {
-            !h.gone
-                && transit
-                    .get(*pod)
-                    .is_some_and(|jobs| jobs.iter().any(|j| spec.contains(j.as_str())))
-        })
-        .map(|(pod, _)| pod.clone())
-        .collect();
-    out.needs_live_pods = needs_live_pods || holders.has_unresolved();
-    out.transit = transit;
-    out.holders = holders;
-    out
+    /// The outcome, once every job is decided: the holders left with something in transit,
+    /// and what the handoff waits for.
+    fn finish(self, spec: &BTreeSet<&str>, needs_live_pods: bool) -> HandoffOutcome {
+        let Self {
+            mut out,
+            transit,
+            mut holders,
+            newly_revoked,
+            revoked_from,
+        } = self;
+        // Holders with nothing left in transit are done.
+        holders.entries.retain(|pod, _| transit.contains_key(pod));
+        out.revoked = newly_revoked.len();
+        out.revoked_from = sorted_pods(revoked_from);
+        // Only holders of jobs of the spec hold up a handoff: a worker that merely still runs jobs
+        // removed from the spec is refreshed with its grant, once, like any receiver.
+        out.holder_pods = holders
+            .entries
+            .iter()
+            .filter(|(pod, h)| {
+                !h.gone
+                    && transit
+                        .get(*pod)
+                        .is_some_and(|jobs| jobs.iter().any(|j| spec.contains(j.as_str())))
+            })
+            .map(|(pod, _)| pod.clone())
+            .collect();
+        out.needs_live_pods = needs_live_pods || holders.has_unresolved();
+        out.transit = transit;
+        out.holders = holders;
+        out
+    }
 }
 
 /// Where one job of the spec goes in this step.

@@ -16,7 +16,7 @@ use super::{
 };
 use crate::conditions::{self, Verdict, reason};
 use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
-use crate::rollout::Workers;
+use crate::rollout::{PendingRefresh, PodDelete, Workers};
 
 /// The plan of a valid pool: what the roll-out step does, reported.
 pub(super) fn plan(
@@ -41,70 +41,123 @@ pub(super) fn plan(
     } = rollout;
     let version = publication.config.version;
 
-    let mut events = Vec::new();
-    if apply.is_some() {
-        if publication.changed {
-            events.push(normal(
-                reason::REBALANCED,
-                "WriteConfig",
-                rebalanced_note(
-                    previous.config.as_ref(),
-                    publication,
-                    spec.jobs.len(),
-                    handoff,
-                ),
-            ));
-        }
-        if handoff.revoked > 0 {
-            events.push(normal(
-                reason::JOBS_REVOKED,
-                "RevokeJobs",
-                format!(
-                    "config version {version}: {} jobs revoked from {}; each is granted to its new worker once no pod that may run it is left",
-                    handoff.revoked,
-                    handoff.revoked_from.join(", ")
-                ),
-            ));
-        }
-        if !handoff.granted.is_empty() {
-            let to: BTreeSet<&str> = handoff.granted.iter().map(|g| g.to.as_str()).collect();
-            let longest = handoff
-                .granted
-                .iter()
-                .map(|g| g.after_seconds)
-                .fold(0.0, f64::max);
-            events.push(normal(
-                reason::JOBS_GRANTED,
-                "GrantJobs",
-                format!(
-                    "config version {version}: {} jobs granted to {} (longest {longest:.0}s in transit)",
-                    handoff.granted.len(),
-                    to.into_iter().collect::<Vec<_>>().join(", ")
-                ),
-            ));
-        }
-        if let Some(error) = &previous.error {
-            events.push(PlannedEvent {
-                warning: true,
-                reason: reason::CONFIG_UNREADABLE,
-                action: "WriteConfig",
-                note: format!(
-                    "ConfigMap {}: {error}; rebuilt the assignment from scratch",
-                    valid.config_map_name
-                ),
-                related_pod: None,
-            });
-        }
-    }
+    let mut events = if apply.is_some() {
+        write_events(valid, previous, publication, handoff, spec.jobs.len())
+    } else {
+        Vec::new()
+    };
     let dedicated = spec.qos.as_ref().map_or(0, |qos| qos.dedicated.len());
     let unmet = &placement.dedicated_unmet;
     let unmet_note = (!unmet.is_empty() && !workers.is_empty())
         .then(|| not_enough_workers_note(unmet, dedicated, spec.jobs.len(), workers.len()));
+    events.extend(not_enough_workers_event(pool, unmet, unmet_note.as_ref()));
+    events.extend(deletes.iter().map(|d| refreshing_worker_event(d, version)));
+
+    let reported = reported(
+        o,
+        valid,
+        previous,
+        publication,
+        pending,
+        outdated,
+        unmet_note,
+    );
+    let requeue_after = match reported.verdict.phase {
+        Phase::RollingOut | Phase::Pending if !paused => REQUEUE_ROLLING,
+        _ => REQUEUE_IDLE,
+    };
+    let dedicated_unmet = (dedicated > 0).then(|| count(unmet.len()));
+    let status = valid_status(o, valid, previous, reported, dedicated_unmet);
+    let granted_after_seconds = if apply.is_some() {
+        handoff.granted.iter().map(|g| g.after_seconds).collect()
+    } else {
+        Vec::new()
+    };
+    Plan {
+        apply,
+        needs_live_pods,
+        live_pods: BTreeSet::new(),
+        deletes,
+        status,
+        events,
+        granted_after_seconds,
+        requeue_after,
+    }
+}
+
+/// The events of a ConfigMap write: the new assignment, the jobs it revokes and grants, and a
+/// warning when the config it replaces could not be read.
+fn write_events(
+    valid: &Valid,
+    previous: &Previous,
+    publication: &Publication,
+    handoff: &HandoffOutcome,
+    jobs: usize,
+) -> Vec<PlannedEvent> {
+    let version = publication.config.version;
+    let mut events = Vec::new();
+    if publication.changed {
+        events.push(normal(
+            reason::REBALANCED,
+            "WriteConfig",
+            rebalanced_note(previous.config.as_ref(), publication, jobs, handoff),
+        ));
+    }
+    if handoff.revoked > 0 {
+        events.push(normal(
+            reason::JOBS_REVOKED,
+            "RevokeJobs",
+            format!(
+                "config version {version}: {} jobs revoked from {}; each is granted to its new worker once no pod that may run it is left",
+                handoff.revoked,
+                handoff.revoked_from.join(", ")
+            ),
+        ));
+    }
+    if !handoff.granted.is_empty() {
+        let to: BTreeSet<&str> = handoff.granted.iter().map(|g| g.to.as_str()).collect();
+        let longest = handoff
+            .granted
+            .iter()
+            .map(|g| g.after_seconds)
+            .fold(0.0, f64::max);
+        events.push(normal(
+            reason::JOBS_GRANTED,
+            "GrantJobs",
+            format!(
+                "config version {version}: {} jobs granted to {} (longest {longest:.0}s in transit)",
+                handoff.granted.len(),
+                to.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    if let Some(error) = &previous.error {
+        events.push(PlannedEvent {
+            warning: true,
+            reason: reason::CONFIG_UNREADABLE,
+            action: "WriteConfig",
+            note: format!(
+                "ConfigMap {}: {error}; rebuilt the assignment from scratch",
+                valid.config_map_name
+            ),
+            related_pod: None,
+        });
+    }
+    events
+}
+
+/// The warning that dedicated jobs share workers: raised when their number differs from what
+/// the status reports, not on every reconcile.
+fn not_enough_workers_event(
+    pool: &SwarmPool,
+    unmet: &[String],
+    note: Option<&String>,
+) -> Option<PlannedEvent> {
     let reported_unmet = pool.status.as_ref().and_then(|s| s.dedicated_unmet);
-    if let Some(note) = &unmet_note
+    if let Some(note) = note
         && reported_unmet != Some(count(unmet.len()))
     {
-        events.push(PlannedEvent {
+        return Some(PlannedEvent {
             warning: true,
             reason: reason::NOT_ENOUGH_WORKERS,
             action: "AssignJobs",
@@ -112,19 +165,44 @@ pub(super) fn plan(
             related_pod: None,
         });
     }
-    for d in &deletes {
-        events.push(PlannedEvent {
-            warning: false,
-            reason: reason::REFRESHING_WORKER,
-            action: "DeletePod",
-            note: format!(
-                "deleting pod {} (uid {}) so it restarts on config version {version}",
-                d.name, d.uid
-            ),
-            related_pod: Some((d.name.clone(), d.uid.clone())),
-        });
-    }
+    None
+}
 
+/// The event of a stale worker's deletion, naming the config version it restarts on.
+fn refreshing_worker_event(d: &PodDelete, version: u64) -> PlannedEvent {
+    PlannedEvent {
+        warning: false,
+        reason: reason::REFRESHING_WORKER,
+        action: "DeletePod",
+        note: format!(
+            "deleting pod {} (uid {}) so it restarts on config version {version}",
+            d.name, d.uid
+        ),
+        related_pod: Some((d.name.clone(), d.uid.clone())),
+    }
+}
+
+/// What the status of a valid pool reports of its workers and jobs.
+struct Reported {
+    holdings: Holdings,
+    stale: Vec<String>,
+    verdict: Verdict,
+}
+
+/// What the status reports: the config as this plan writes it and the stale workers after it,
+/// or, while paused, as they are written (nothing else is).
+fn reported(
+    o: &Observed,
+    valid: &Valid,
+    previous: &Previous,
+    publication: &Publication,
+    pending: PendingRefresh,
+    outdated: bool,
+    unmet_note: Option<String>,
+) -> Reported {
+    let spec = &o.pool.spec;
+    let paused = spec.paused;
+    let workers = &valid.workers;
     // Paused: report what is written, not what would be.
     let (reported_pending, holdings) = if paused {
         let mut p = previous.pending.clone();
@@ -145,11 +223,30 @@ pub(super) fn plan(
     if let Some(note) = unmet_note {
         verdict = verdict.degraded_by(reason::NOT_ENOUGH_WORKERS, note);
     }
-    let requeue_after = match verdict.phase {
-        Phase::RollingOut | Phase::Pending if !paused => REQUEUE_ROLLING,
-        _ => REQUEUE_IDLE,
-    };
-    let status = SwarmPoolStatus {
+    Reported {
+        holdings,
+        stale,
+        verdict,
+    }
+}
+
+/// The status of a valid pool: the counts of its spec and workers, and what is `reported`.
+fn valid_status(
+    o: &Observed,
+    valid: &Valid,
+    previous: &Previous,
+    reported: Reported,
+    dedicated_unmet: Option<i32>,
+) -> SwarmPoolStatus {
+    let pool = o.pool;
+    let spec = &pool.spec;
+    let workers = &valid.workers;
+    let Reported {
+        holdings,
+        stale,
+        verdict,
+    } = reported;
+    SwarmPoolStatus {
         observed_generation: pool.metadata.generation,
         phase: Some(verdict.phase),
         workload: Some(valid.workload_name.clone()),
@@ -160,25 +257,10 @@ pub(super) fn plan(
         jobs: count(spec.jobs.len()),
         unassigned_jobs: count(spec.jobs.len() - holdings.held - holdings.in_transit),
         jobs_in_transit: count(holdings.in_transit),
-        dedicated_unmet: (dedicated > 0).then(|| count(unmet.len())),
+        dedicated_unmet,
         version: previous.version(),
         stale_workers: stale,
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
-    };
-    let granted_after_seconds = if apply.is_some() {
-        handoff.granted.iter().map(|g| g.after_seconds).collect()
-    } else {
-        Vec::new()
-    };
-    Plan {
-        apply,
-        needs_live_pods,
-        live_pods: BTreeSet::new(),
-        deletes,
-        status,
-        events,
-        granted_after_seconds,
-        requeue_after,
     }
 }
 
@@ -300,27 +382,40 @@ fn verdict(
     paused_with_changes: bool,
     now: Timestamp,
 ) -> Verdict {
+    if let Some(held_back) = held_back_verdict(workers, paused_with_changes, now) {
+        return held_back;
+    }
+    progress_verdict(workers, stale, in_transit)
+}
+
+/// Rules 1 to 4 of [`verdict`]: the pool is held back by `spec.paused`, or its workers are
+/// missing or do not get Ready.
+fn held_back_verdict(
+    workers: &Workers,
+    paused_with_changes: bool,
+    now: Timestamp,
+) -> Option<Verdict> {
     let n = workers.len();
     if paused_with_changes {
-        return Verdict::new(
+        return Some(Verdict::new(
             Phase::Pending,
             reason::PAUSED,
             "spec.paused holds back changes: nothing is written and no pod is deleted",
-        );
+        ));
     }
     if n == 0 {
-        return Verdict::new(
+        return Some(Verdict::new(
             Phase::Degraded,
             reason::NO_REPLICAS,
             "the StatefulSet has 0 replicas: every job is unassigned",
-        );
+        ));
     }
     if workers.iter().all(|(_, pod)| pod.is_none()) {
-        return Verdict::new(
+        return Some(Verdict::new(
             Phase::Pending,
             reason::WAITING_FOR_WORKERS,
             format!("waiting for the StatefulSet to create its {n} worker pods"),
-        );
+        ));
     }
     let not_ready_too_long: Vec<&str> = workers
         .iter()
@@ -335,7 +430,7 @@ fn verdict(
         .map(|(name, _)| name)
         .collect();
     if !not_ready_too_long.is_empty() {
-        return Verdict::new(
+        return Some(Verdict::new(
             Phase::Degraded,
             reason::WORKERS_NOT_READY,
             format!(
@@ -344,8 +439,14 @@ fn verdict(
                 STARTUP_GRACE.as_secs(),
                 not_ready_too_long.join(", ")
             ),
-        );
+        ));
     }
+    None
+}
+
+/// Rules 5 to 8 of [`verdict`]: how far the roll-out has come.
+fn progress_verdict(workers: &Workers, stale: &[String], in_transit: usize) -> Verdict {
+    let n = workers.len();
     if in_transit > 0 {
         return Verdict::new(
             Phase::RollingOut,
