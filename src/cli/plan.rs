@@ -17,8 +17,8 @@ use serde::Deserialize;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{PlanOutcome, PlanRequest, Qos, Strategy};
 
+use super::handoff_writes::{HandoffWrite, handoff_writes, pool_spec};
 use crate::crd::{Handoff, RolloutSpec};
-use crate::planner::handoff::{self, OfflineStep};
 use crate::planner::{CONFIG_KEY, CONFIG_MAP_MAX_BYTES};
 
 /// The most workers `--replicas` accepts: far more than one ConfigMap can describe, small
@@ -134,15 +134,8 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         qos: Some(&qos),
     })
     .with_context(|| format!("invalid pool {}", args.pool.display()))?;
-    let steps = handoff::offline(
-        mode,
-        &args.statefulset,
-        strategy,
-        &manifest.spec.jobs,
-        &qos,
-        replicas,
-        previous.as_ref(),
-    );
+    let spec = pool_spec(manifest.spec.jobs.clone(), strategy, qos.clone(), mode);
+    let steps = handoff_writes(spec, &args.statefulset, replicas, previous.as_ref())?;
     let settled = &steps.last().expect("at least one step").config;
 
     let text = settled.render();
@@ -233,7 +226,7 @@ fn explain(
     qos: &Qos,
     outcome: &PlanOutcome,
     mode: Handoff,
-    steps: &[OfflineStep],
+    steps: &[HandoffWrite],
     previous: Option<&WorkerConfig>,
 ) -> String {
     let movement = &outcome.movement;
@@ -358,17 +351,14 @@ mod tests {
         jobs: &[&str],
         replicas: usize,
         previous: Option<&WorkerConfig>,
-    ) -> Vec<OfflineStep> {
+    ) -> Vec<HandoffWrite> {
         let jobs: Vec<String> = jobs.iter().map(|job| job.to_string()).collect();
-        handoff::offline(
-            mode,
-            "w",
-            Strategy::Sticky,
-            &jobs,
-            &Qos::default(),
-            replicas,
-            previous,
-        )
+        handoff_writes(spec(jobs, &Qos::default(), mode), "w", replicas, previous)
+            .expect("the pool settles")
+    }
+
+    fn spec(jobs: Vec<String>, qos: &Qos, handoff: Handoff) -> crate::crd::SwarmPoolSpec {
+        pool_spec(jobs, Strategy::Sticky, qos.clone(), handoff)
     }
 
     #[test]
@@ -417,15 +407,13 @@ mod tests {
                 qos: Some(&qos),
             })
             .expect("valid pool");
-            let steps = handoff::offline(
-                Handoff::Exclusive,
+            let steps = handoff_writes(
+                spec(jobs.clone(), &qos, Handoff::Exclusive),
                 "w",
-                Strategy::Sticky,
-                &jobs,
-                &qos,
                 replicas,
                 None,
-            );
+            )
+            .expect("the pool settles");
             explain(
                 Strategy::Sticky,
                 &qos,

@@ -15,6 +15,7 @@
 //! planner decides and the same loop orders the actions.
 
 pub mod memory;
+pub mod whatif;
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -67,7 +68,10 @@ pub trait Cluster {
 
 /// The result of a fenced write.
 #[derive(Clone, Debug, PartialEq)]
-#[allow(clippy::large_enum_variant, reason = "one value per round, moved on at once")]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per round, moved on at once"
+)]
 pub enum Written {
     /// Written; the ConfigMap as it now is.
     Applied(ConfigMap),
@@ -87,7 +91,10 @@ pub enum Deleted {
 
 /// How a reconcile ended.
 #[derive(Clone, Debug, PartialEq)]
-#[allow(clippy::large_enum_variant, reason = "one value per round, moved on at once")]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per round, moved on at once"
+)]
 pub enum Driven {
     /// The rounds settled and the deletes were sent; the status and events to report.
     Done(Outcome),

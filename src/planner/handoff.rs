@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_assign::{Assignment, Qos, Roster};
+use swarm_assign::{Assignment, Roster};
 
 use crate::crd::Handoff;
 
@@ -585,82 +585,6 @@ fn current_holders(
         unresolved = false;
     }
     (holders, unresolved)
-}
-
-/// One write of a change, as [`offline`] plans it.
-#[derive(Clone, Debug, PartialEq)]
-pub struct OfflineStep {
-    /// The config written.
-    pub config: WorkerConfig,
-    /// Jobs of the spec this write revokes, and the pods they are revoked from.
-    pub revoked: usize,
-    /// Pods jobs are revoked from, in ordinal order.
-    pub revoked_from: Vec<String>,
-    /// Jobs this write grants after a time in transit.
-    pub granted: usize,
-}
-
-/// The configs the operator writes for one change, without a cluster: every pod named in
-/// `previous` is live when the change starts, and every pod the operator refreshes is gone by
-/// its next reconcile. One step without a handoff (or under `Overlap`); two under `Exclusive`
-/// when jobs must wait (the revoke, then the grant). The last step is where the pool settles.
-pub fn offline(
-    mode: Handoff,
-    statefulset: &str,
-    strategy: swarm_assign::Strategy,
-    jobs: &[String],
-    qos: &Qos,
-    replicas: usize,
-    previous: Option<&WorkerConfig>,
-) -> Vec<OfflineStep> {
-    let mut steps: Vec<OfflineStep> = Vec::new();
-    let mut current = previous.cloned();
-    let mut holders = Holders::default();
-    // The pods of the first config run; after that, every holder has restarted.
-    let mut pods = PodIndex::new(
-        previous
-            .into_iter()
-            .flat_map(WorkerConfig::workloads)
-            .map(|(pod, _)| (pod, "running")),
-    );
-    for _ in 0..3 {
-        let assignment = current
-            .as_ref()
-            .and_then(|c| swarm_assign::current_assignment(c, statefulset, qos));
-        let target =
-            swarm_assign::assign_with_qos(strategy, jobs, replicas, assignment.as_ref(), qos);
-        let roster = Roster::statefulset(statefulset, replicas);
-        let out = hand_off(&HandoffInput {
-            mode,
-            roster: &roster,
-            jobs,
-            target: &target.assignment,
-            previous: current.as_ref(),
-            holders: Some(&holders),
-            pods: &pods,
-            pods_are_live: true,
-            now: Timestamp::UNIX_EPOCH,
-        });
-        let publication =
-            swarm_assign::publish(&roster, current.as_ref(), &out.held, out.transit.clone());
-        let settled = out.transit.is_empty();
-        let written = current.as_ref() != Some(&publication.config);
-        if written || steps.is_empty() {
-            steps.push(OfflineStep {
-                config: publication.config.clone(),
-                revoked: out.revoked,
-                revoked_from: out.revoked_from.clone(),
-                granted: out.granted.len(),
-            });
-        }
-        if settled {
-            break;
-        }
-        current = Some(publication.config);
-        holders = out.holders;
-        pods = PodIndex::default();
-    }
-    steps
 }
 
 /// Every job of the previous config's `workloads` and the pods that list it.

@@ -113,7 +113,10 @@ pub struct Plan {
 /// ConfigMap write comes before any live list, and deletes, status and events come last, once
 /// nothing is left to write or list (see [`crate::drive`]).
 #[derive(Clone, Debug, PartialEq)]
-#[allow(clippy::large_enum_variant, reason = "one value per round, moved on at once")]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one value per round, moved on at once"
+)]
 pub enum Step {
     /// Write this ConfigMap, fenced by the copy it was planned on, then plan again.
     Write(Write),

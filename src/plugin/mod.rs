@@ -146,6 +146,16 @@ pub enum PluginError {
         /// The phase and reason the status gives.
         why: String,
     },
+    /// The what-if of a plan did not settle.
+    #[error("SwarmPool {namespace}/{pool}: {detail}")]
+    WhatIf {
+        /// Namespace of the pool.
+        namespace: String,
+        /// Pool name.
+        pool: String,
+        /// What kept changing.
+        detail: String,
+    },
     /// No cluster configuration, or the cluster cannot be reached or refused the request.
     #[error("{0}")]
     Cluster(String),

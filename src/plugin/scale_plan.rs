@@ -1,20 +1,24 @@
 //! `kubectl swarm plan POOL --replicas N`: what the operator would do if the workers were
-//! scaled to N, from the live pool and ConfigMap, with the planner's own assignment.
-//!
-//! The assignment is the one the pool settles on (the operator's [`swarm_assign::assign_with_qos`]
-//! from the current config); under the `Exclusive` handoff it is reached in two writes, the
-//! revoke and the grant. A Deployment's ReplicaSet picks the pods a scale-down removes; the plan
-//! removes the highest slots, which moves as many jobs as removing any others.
+//! scaled to N. The live pool, ConfigMap and pods are copied into a what-if cluster
+//! ([`crate::drive::whatif`]), the workload is scaled there, and the operator's own planner
+//! reconciles it through the round protocol until it settles: the config writes, restarts and
+//! jobs moved printed are the ones it made. A Deployment's ReplicaSet picks the pods a
+//! scale-down removes; the what-if removes the newest.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
 use serde::Serialize;
+use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{Assignment, Qos, pod_name};
 
 use super::output::Table;
 use super::{PluginError, PoolView};
-use crate::crd::{Handoff, RolloutPolicy, WorkloadKind};
-use crate::planner::slot_table;
+use crate::crd::WorkloadKind;
+use crate::drive::whatif::WhatIf;
+use crate::planner::{CONFIG_KEY, VERSION_ANNOTATION, slot_table};
 
 /// What `plan` reports, as `-o json|yaml` prints it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -64,16 +68,60 @@ pub struct PlannedWorker {
     pub restart: bool,
 }
 
-/// Plans scaling the pool's workload to `replicas`.
+/// Plans scaling the pool's workload to `replicas`: the pool as it is now, scaled in a
+/// what-if cluster and reconciled by the operator's own planner until it settles.
 pub fn plan(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> {
     let config = view.config()?;
-    let pool = &view.pool;
-    let spec = &pool.spec;
-    let status = pool.status.clone().unwrap_or_default();
-    let workload = status
+    let workload = workload_name(view)?;
+    let now = Positions::now(view, &config, &workload);
+    let mut whatif = WhatIf::new(
+        view.pool.clone(),
+        &workload,
+        &now.running(view),
+        view.config_map.clone(),
+        Timestamp::now(),
+    );
+    whatif.scale(replicas);
+    let transcript = whatif.settle().map_err(|e| PluginError::WhatIf {
+        namespace: view.namespace(),
+        pool: view.name(),
+        detail: e.to_string(),
+    })?;
+    let after = Positions::settled(view, &workload, whatif.config_map());
+    let rows = rows(view, &now, &after, replicas, &transcript.restarted);
+    let mut workers_restarted: Vec<String> = rows
+        .iter()
+        .filter(|row| row.restart)
+        .filter_map(|row| row.pod.clone())
+        .collect();
+    for pod in &transcript.restarted {
+        if !workers_restarted.contains(pod) && now.names.iter().flatten().any(|p| p == pod) {
+            workers_restarted.push(pod.clone());
+        }
+    }
+    let spec = &view.pool.spec;
+    Ok(ScalePlan {
+        namespace: view.namespace(),
+        pool: view.name(),
+        workload_kind: spec.workload_kind.as_str().to_owned(),
+        workload,
+        from_replicas: now.names.len(),
+        to_replicas: replicas,
+        jobs: spec.jobs.len(),
+        jobs_moved: jobs_moved(&spec.jobs, &now.assignment, &after.assignment),
+        workers_restarted,
+        config_writes: versions_written(config.version, &transcript.writes),
+        unassigned_jobs: if replicas == 0 { spec.jobs.len() } else { 0 },
+        workers: rows,
+    })
+}
+
+/// The name of the pool's workload, from its status.
+fn workload_name(view: &PoolView) -> Result<String, PluginError> {
+    let status = view.pool.status.clone().unwrap_or_default();
+    status
         .workload
-        .clone()
-        .or(status.stateful_set.clone())
+        .or(status.stateful_set)
         .ok_or_else(|| PluginError::NoWorkload {
             namespace: view.namespace(),
             pool: view.name(),
@@ -81,144 +129,151 @@ pub fn plan(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> 
                 Some(phase) => format!("phase {phase}"),
                 None => "not reconciled yet".to_owned(),
             },
-        })?;
-    let neutral = Qos::default();
-    let qos = spec.qos.as_ref().unwrap_or(&neutral);
-
-    // Worker positions now: their pod names and the jobs each holds (or has in transit).
-    let (names, current): (Vec<Option<String>>, Option<Assignment>) = match spec.workload_kind {
-        WorkloadKind::StatefulSet => {
-            let now = usize::try_from(status.workers).unwrap_or(0);
-            let names = (0..now).map(|i| Some(pod_name(&workload, i))).collect();
-            (
-                names,
-                swarm_assign::current_assignment(&config, &workload, qos),
-            )
-        }
-        WorkloadKind::Deployment => {
-            let table = slot_table(view.config_map.as_ref());
-            let live: Vec<&str> = table
-                .slots()
-                .iter()
-                .filter_map(|slot| slot.pod())
-                .filter(|pod| {
-                    view.pod(pod)
-                        .is_some_and(|p| p.metadata.deletion_timestamp.is_none() && !p.finished)
-                })
-                .collect();
-            let rebound = table.rebind(table.len(), &live);
-            let names = rebound
-                .table
-                .slots()
-                .iter()
-                .map(|slot| slot.pod().map(str::to_owned))
-                .collect();
-            (names, Some(rebound.current(&config)))
-        }
-    };
-    let now_jobs = |i: usize| -> Option<&[String]> {
-        (i < names.len()).then(|| {
-            current
-                .as_ref()
-                .and_then(|a| a.workers().get(i))
-                .map_or(&[][..], Vec::as_slice)
         })
-    };
-    let target =
-        swarm_assign::assign_with_qos(spec.strategy, &spec.jobs, replicas, current.as_ref(), qos)
-            .assignment;
-
-    let position_now: HashMap<&str, usize> = (0..names.len())
-        .flat_map(|i| {
-            now_jobs(i)
-                .unwrap_or_default()
-                .iter()
-                .map(move |j| (j.as_str(), i))
-        })
-        .collect();
-    let position_after: HashMap<&str, usize> = target
-        .workers()
-        .iter()
-        .enumerate()
-        .flat_map(|(i, jobs)| jobs.iter().map(move |j| (j.as_str(), i)))
-        .collect();
-    // Where each held job that moves goes (`None`: nowhere, at 0 replicas).
-    let moves: Vec<Option<usize>> = spec
-        .jobs
-        .iter()
-        .filter_map(|job| {
-            let after = position_after.get(job.as_str()).copied();
-            position_now
-                .get(job.as_str())
-                .is_some_and(|&now| after != Some(now))
-                .then_some(after)
-        })
-        .collect();
-    let jobs_moved = moves.len();
-    let receivers = moves.iter().flatten().collect::<BTreeSet<_>>().len();
-
-    let new_pods_restart = spec.workload_kind == WorkloadKind::StatefulSet
-        && spec.rollout.handoff == Handoff::Exclusive
-        && jobs_moved > 0;
-    let mut workers = Vec::new();
-    let mut restarted = Vec::new();
-    let mut changed = false;
-    for i in 0..names.len().max(replicas) {
-        let before = now_jobs(i);
-        let after = target.workers().get(i).map(Vec::as_slice);
-        let touched = before.map(sorted) != after.map(sorted);
-        changed |=
-            touched && !(before.is_none_or(<[_]>::is_empty) && after.is_none_or(<[_]>::is_empty));
-        let pod = names.get(i).cloned().flatten().or_else(|| {
-            (spec.workload_kind == WorkloadKind::StatefulSet).then(|| pod_name(&workload, i))
-        });
-        let exists = pod.as_deref().is_some_and(|p| view.ready(p).is_some());
-        let restart = spec.rollout.policy == RolloutPolicy::DeletePods
-            && touched
-            && match (before, after) {
-                (_, None) => false,
-                // A Deployment's pod waits for its first jobs; a StatefulSet's restarts.
-                (Some(jobs), Some(_)) => {
-                    exists && (spec.workload_kind == WorkloadKind::StatefulSet || !jobs.is_empty())
-                }
-                // A new StatefulSet pod starts at once, on no jobs, and restarts at the grant.
-                (None, Some(jobs)) => new_pods_restart && !jobs.is_empty(),
-            };
-        if restart {
-            restarted.extend(pod.clone());
-        }
-        workers.push(PlannedWorker {
-            pod,
-            jobs_now: before.map(<[_]>::len),
-            jobs_after: after.map(<[_]>::len),
-            restart,
-        });
-    }
-    let config_writes = match (changed, spec.rollout.handoff) {
-        (false, _) => 0,
-        (true, Handoff::Exclusive) if jobs_moved > 0 => 1 + receivers,
-        (true, _) => 1,
-    };
-    Ok(ScalePlan {
-        namespace: view.namespace(),
-        pool: view.name(),
-        workload_kind: spec.workload_kind.as_str().to_owned(),
-        workload,
-        from_replicas: names.len(),
-        to_replicas: replicas,
-        jobs: spec.jobs.len(),
-        jobs_moved,
-        workers_restarted: restarted,
-        config_writes,
-        unassigned_jobs: if replicas == 0 { spec.jobs.len() } else { 0 },
-        workers,
-    })
 }
 
-fn sorted(jobs: &[String]) -> Vec<&str> {
-    let mut jobs: Vec<&str> = jobs.iter().map(String::as_str).collect();
-    jobs.sort_unstable();
-    jobs
+/// Worker positions (ordinals, or a Deployment's slots): the pod of each, and the jobs each
+/// holds or has in transit.
+struct Positions {
+    names: Vec<Option<String>>,
+    assignment: Assignment,
+}
+
+impl Positions {
+    /// The positions now, from the status and the ConfigMap.
+    fn now(view: &PoolView, config: &WorkerConfig, workload: &str) -> Positions {
+        let workers = view.pool.status.as_ref().map_or(0, |s| s.workers);
+        let now = usize::try_from(workers).unwrap_or(0);
+        Positions::of(view, config, workload, view.config_map.as_ref(), Some(now))
+    }
+
+    /// The positions the what-if settled on.
+    fn settled(view: &PoolView, workload: &str, cm: Option<&ConfigMap>) -> Positions {
+        let config = cm
+            .and_then(|cm| cm.data.as_ref()?.get(CONFIG_KEY))
+            .and_then(|text| WorkerConfig::parse(text).ok())
+            .unwrap_or_else(|| WorkerConfig::new(0, []));
+        Positions::of(view, &config, workload, cm, None)
+    }
+
+    /// A StatefulSet's positions are its ordinals up to `ordinals` (or as many as `config`
+    /// names); a Deployment's are the slots `cm` records.
+    fn of(
+        view: &PoolView,
+        config: &WorkerConfig,
+        workload: &str,
+        cm: Option<&ConfigMap>,
+        ordinals: Option<usize>,
+    ) -> Positions {
+        let spec = &view.pool.spec;
+        let neutral = Qos::default();
+        let qos = spec.qos.as_ref().unwrap_or(&neutral);
+        match spec.workload_kind {
+            WorkloadKind::StatefulSet => {
+                let assignment = swarm_assign::current_assignment(config, workload, qos)
+                    .unwrap_or_else(|| Assignment::new(Vec::new()));
+                let count = ordinals.unwrap_or(assignment.workers().len());
+                Positions {
+                    names: (0..count).map(|i| Some(pod_name(workload, i))).collect(),
+                    assignment,
+                }
+            }
+            WorkloadKind::Deployment => {
+                let table = slot_table(cm);
+                let held: Vec<&str> = table.slots().iter().filter_map(|s| s.pod()).collect();
+                let rebound = table.rebind(table.len(), &held);
+                Positions {
+                    names: rebound
+                        .table
+                        .slots()
+                        .iter()
+                        .map(|slot| slot.pod().map(str::to_owned))
+                        .collect(),
+                    assignment: rebound.current(config),
+                }
+            }
+        }
+    }
+
+    /// The pods of these positions that run now (not terminating or finished), with their uids.
+    fn running(&self, view: &PoolView) -> Vec<(String, String)> {
+        self.names
+            .iter()
+            .flatten()
+            .filter_map(|name| {
+                let pod = view.pod(name)?;
+                let live = pod.metadata.deletion_timestamp.is_none() && !pod.finished;
+                live.then(|| (name.clone(), pod.metadata.uid.clone().unwrap_or_default()))
+            })
+            .collect()
+    }
+
+    fn jobs(&self, i: usize) -> &[String] {
+        self.assignment
+            .workers()
+            .get(i)
+            .map_or(&[][..], Vec::as_slice)
+    }
+}
+
+/// One row per worker position, now and after.
+fn rows(
+    view: &PoolView,
+    now: &Positions,
+    after: &Positions,
+    replicas: usize,
+    restarted: &[String],
+) -> Vec<PlannedWorker> {
+    let statefulset = view.pool.spec.workload_kind == WorkloadKind::StatefulSet;
+    (0..now.names.len().max(replicas))
+        .map(|i| {
+            let exists = i < now.names.len();
+            // A Deployment's new pods are named by the ReplicaSet when it creates them.
+            let pod = match now.names.get(i).cloned().flatten() {
+                Some(pod) => Some(pod),
+                None if statefulset => after.names.get(i).cloned().flatten(),
+                None => None,
+            };
+            PlannedWorker {
+                restart: pod.as_ref().is_some_and(|p| restarted.contains(p)),
+                pod,
+                jobs_now: exists.then(|| now.jobs(i).len()),
+                jobs_after: (i < replicas).then(|| after.jobs(i).len()),
+            }
+        })
+        .collect()
+}
+
+/// Jobs of the spec held now that end up on another position, or on none.
+fn jobs_moved(jobs: &[String], now: &Assignment, after: &Assignment) -> usize {
+    let positions = |assignment: &Assignment| -> HashMap<String, usize> {
+        assignment
+            .workers()
+            .iter()
+            .enumerate()
+            .flat_map(|(i, jobs)| jobs.iter().map(move |j| (j.clone(), i)))
+            .collect()
+    };
+    let (now, after) = (positions(now), positions(after));
+    jobs.iter()
+        .filter(|job| now.get(*job).is_some_and(|i| after.get(*job) != Some(i)))
+        .count()
+}
+
+/// Config versions written after `from`: writes that change only the bookkeeping annotations
+/// keep the version.
+fn versions_written(from: u64, writes: &[ConfigMap]) -> usize {
+    let mut last = from.to_string();
+    let mut count = 0;
+    for write in writes {
+        if let Some(version) = write.annotations().get(VERSION_ANNOTATION)
+            && *version != last
+        {
+            count += 1;
+            last.clone_from(version);
+        }
+    }
+    count
 }
 
 /// The plan as a person reads it: a summary, then the table of worker positions.

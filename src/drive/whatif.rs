@@ -1,0 +1,348 @@
+//! A what-if cluster: one pool's workload, pods and ConfigMap in memory, reconciled by the real
+//! planner through [`drive`] while a stand-in StatefulSet or ReplicaSet controller replaces the
+//! pods the operator deletes, until the pool settles. What the plan commands print is what
+//! this cluster saw the operator do.
+//!
+//! Time is simulated: between reconciles every terminating pod finishes and is replaced at
+//! once, Ready. So the answer is what the operator does when pods come and go quickly; a real
+//! rollout may coalesce or split grants differently, never more writes than listed.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, ObjectMeta, OwnerReference, Time,
+};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use swarm_assign::pod_name;
+
+use super::memory::{MemoryCluster, MemoryError, block_on};
+use super::{Driven, Journal, drive};
+use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
+use crate::names::STATEFULSET_POD_LABEL;
+use crate::pod_summary::{PodSummary, ReadyCondition};
+
+/// The label that ties the what-if workload to the pool's selector.
+const WORKLOAD_LABEL: &str = "swarm.io/what-if";
+/// Reconciles before a change counts as not settling.
+const MAX_RECONCILES: usize = 200;
+
+/// The pool's workload, its pods and ConfigMap, and the operator's memory of its deletes.
+#[derive(Clone, Debug)]
+pub struct WhatIf {
+    pool: SwarmPool,
+    workload: String,
+    replicas: usize,
+    cluster: MemoryCluster,
+    deleting: BTreeSet<String>,
+    created: usize,
+}
+
+/// What the operator did until the pool settled.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Transcript {
+    /// Every ConfigMap write, as written, in order.
+    pub writes: Vec<ConfigMap>,
+    /// The pods deleted so they restart, in the order of their deletion.
+    pub restarted: Vec<String>,
+    /// The status the pool settled on.
+    pub status: SwarmPoolStatus,
+}
+
+/// The pool did not settle: the operator keeps changing something.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("the pool did not settle after {MAX_RECONCILES} reconciles: {0}")]
+pub struct NotSettled(pub String);
+
+impl WhatIf {
+    /// The pool over its workload `workload` (of the pool's `workloadKind`) with the pods
+    /// `running` (name, uid), all Ready, and the ConfigMap as it is. The pool's selector is
+    /// replaced by one that selects the stand-in workload.
+    pub fn new(
+        mut pool: SwarmPool,
+        workload: &str,
+        running: &[(String, String)],
+        config_map: Option<ConfigMap>,
+        now: Timestamp,
+    ) -> Self {
+        pool.spec.selector = LabelSelector {
+            match_labels: Some(labels(workload)),
+            ..LabelSelector::default()
+        };
+        pool.metadata.deletion_timestamp = None;
+        let mut cluster = MemoryCluster::new(now);
+        cluster.config_map = config_map;
+        let mut whatif = WhatIf {
+            pool,
+            workload: workload.to_owned(),
+            replicas: running.len(),
+            cluster,
+            deleting: BTreeSet::new(),
+            created: 0,
+        };
+        for (name, uid) in running {
+            let pod = whatif.pod(name, uid);
+            whatif.cluster.pods.push(pod);
+        }
+        whatif
+    }
+
+    /// Scales the workload to `replicas`, as its controller does it: a StatefulSet creates the
+    /// missing ordinals and terminates the ordinals at or above `replicas`; a ReplicaSet creates
+    /// pods or terminates the newest.
+    pub fn scale(&mut self, replicas: usize) {
+        self.replicas = replicas;
+        let now = Time(self.cluster.now);
+        if self.kind() == WorkloadKind::StatefulSet {
+            for pod in &mut self.cluster.pods {
+                if ordinal(pod).is_some_and(|o| o >= replicas) {
+                    pod.metadata.deletion_timestamp.get_or_insert(now.clone());
+                }
+            }
+        } else {
+            let mut active = self.active();
+            active.sort_by_key(|pod| std::cmp::Reverse(pod.metadata.creation_timestamp.clone()));
+            let surplus: Vec<String> = active
+                .iter()
+                .take(active.len().saturating_sub(replicas))
+                .filter_map(|pod| pod.metadata.name.clone())
+                .collect();
+            for pod in &mut self.cluster.pods {
+                if pod
+                    .metadata
+                    .name
+                    .as_ref()
+                    .is_some_and(|n| surplus.contains(n))
+                {
+                    pod.metadata.deletion_timestamp.get_or_insert(now.clone());
+                }
+            }
+        }
+        self.controller();
+    }
+
+    /// Reconciles, letting pods come and go in between, until a reconcile changes nothing and
+    /// the pool is not rolling out.
+    pub fn settle(&mut self) -> Result<Transcript, NotSettled> {
+        let mut transcript = Transcript::default();
+        for _ in 0..MAX_RECONCILES {
+            let outcome = self.reconcile()?;
+            let quiet = self.cluster.written.is_empty() && self.cluster.delete_requests.is_empty();
+            transcript.writes.append(&mut self.cluster.written);
+            for delete in self.cluster.delete_requests.drain(..) {
+                self.deleting.insert(delete.uid);
+                transcript.restarted.push(delete.name);
+            }
+            let phase = outcome.status.phase;
+            transcript.status = outcome.status;
+            // Quiet and not rolling out: Balanced, or as balanced as it can be (Degraded for
+            // want of workers, Failed on an invalid spec).
+            if quiet && phase != Some(Phase::RollingOut) {
+                return Ok(transcript);
+            }
+            self.pass_time();
+        }
+        Err(NotSettled(format!("{:?}", transcript.status.phase)))
+    }
+
+    /// The ConfigMap now.
+    pub fn config_map(&self) -> Option<&ConfigMap> {
+        self.cluster.config_map.as_ref()
+    }
+
+    /// The pods now, terminating ones included.
+    pub fn pods(&self) -> &[PodSummary] {
+        &self.cluster.pods
+    }
+
+    /// One reconcile, with a cache that follows the API.
+    fn reconcile(&mut self) -> Result<crate::planner::Outcome, NotSettled> {
+        let (statefulset, deployment, replica_set) = self.workload_objects();
+        let cached = self.cluster.pods.clone();
+        let config_map = self.cluster.config_map.clone();
+        let observed = crate::planner::Observed {
+            pool: &self.pool,
+            statefulsets: statefulset.iter().collect(),
+            deployments: deployment.iter().collect(),
+            replica_sets: replica_set.iter().collect(),
+            pods: cached.iter().collect(),
+            other_pools: Vec::new(),
+            pods_are_live: false,
+            config_map: config_map.as_ref(),
+            deleting: &self.deleting,
+            now: self.cluster.now,
+        };
+        match block_on(drive(&mut self.cluster, &observed, &mut Journal::default())) {
+            Ok(Driven::Done(outcome)) => Ok(outcome),
+            Ok(Driven::PoolGone) => Err(NotSettled("the pool is gone".to_owned())),
+            Err(error @ (MemoryError::Crashed | MemoryError::Unsettled(_))) => {
+                Err(NotSettled(error.to_string()))
+            }
+        }
+    }
+
+    /// Ten seconds pass: terminating pods are gone, and the workload's controller replaces them.
+    fn pass_time(&mut self) {
+        self.cluster.now += SignedDuration::from_secs(10);
+        self.cluster
+            .pods
+            .retain(|pod| pod.metadata.deletion_timestamp.is_none());
+        self.controller();
+    }
+
+    /// The StatefulSet or ReplicaSet controller: creates the pods missing from `replicas`.
+    fn controller(&mut self) {
+        match self.kind() {
+            WorkloadKind::StatefulSet => {
+                for i in 0..self.replicas {
+                    let name = pod_name(&self.workload, i);
+                    let exists = self
+                        .cluster
+                        .pods
+                        .iter()
+                        .any(|p| p.metadata.name.as_deref() == Some(name.as_str()));
+                    if !exists {
+                        self.create(name);
+                    }
+                }
+            }
+            WorkloadKind::Deployment => {
+                while self.active().len() < self.replicas {
+                    let name = format!("{}-whatif-{:05}", self.workload, self.created + 1);
+                    self.create(name);
+                }
+            }
+        }
+    }
+
+    fn create(&mut self, name: String) {
+        self.created += 1;
+        let uid = format!("00000000-0000-4000-8000-{:012}", self.created);
+        let pod = self.pod(&name, &uid);
+        self.cluster.pods.push(pod);
+    }
+
+    /// Pods not terminating.
+    fn active(&self) -> Vec<PodSummary> {
+        self.cluster
+            .pods
+            .iter()
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none() && !pod.finished)
+            .cloned()
+            .collect()
+    }
+
+    fn kind(&self) -> WorkloadKind {
+        self.pool.spec.workload_kind
+    }
+
+    /// A Ready pod of the workload, created now.
+    fn pod(&self, name: &str, uid: &str) -> PodSummary {
+        let now = Time(self.cluster.now);
+        let (owner_kind, owner) = match self.kind() {
+            WorkloadKind::StatefulSet => ("StatefulSet", self.workload.clone()),
+            WorkloadKind::Deployment => ("ReplicaSet", replica_set_name(&self.workload)),
+        };
+        let mut labels = labels(&self.workload);
+        labels.insert(STATEFULSET_POD_LABEL.to_owned(), name.to_owned());
+        PodSummary {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: self.pool.metadata.namespace.clone(),
+                uid: Some(uid.to_owned()),
+                creation_timestamp: Some(now.clone()),
+                labels: Some(labels),
+                owner_references: Some(vec![controller(owner_kind, &owner)]),
+                ..ObjectMeta::default()
+            },
+            ready: Some(ReadyCondition {
+                is_true: true,
+                last_transition_time: Some(now),
+            }),
+            finished: false,
+        }
+    }
+
+    /// The stand-in workload objects the planner matches.
+    fn workload_objects(&self) -> (Option<StatefulSet>, Option<Deployment>, Option<ReplicaSet>) {
+        let meta = |name: &str, owner: Option<OwnerReference>| ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: self.pool.metadata.namespace.clone(),
+            uid: Some(uid_of(name)),
+            labels: Some(labels(&self.workload)),
+            owner_references: owner.map(|o| vec![o]),
+            ..ObjectMeta::default()
+        };
+        let replicas = Some(i32::try_from(self.replicas).unwrap_or(i32::MAX));
+        match self.kind() {
+            WorkloadKind::StatefulSet => (
+                Some(StatefulSet {
+                    metadata: meta(&self.workload, None),
+                    spec: Some(StatefulSetSpec {
+                        replicas,
+                        ..StatefulSetSpec::default()
+                    }),
+                    status: None,
+                }),
+                None,
+                None,
+            ),
+            WorkloadKind::Deployment => (
+                None,
+                Some(Deployment {
+                    metadata: meta(&self.workload, None),
+                    spec: Some(DeploymentSpec {
+                        replicas,
+                        ..DeploymentSpec::default()
+                    }),
+                    status: None,
+                }),
+                Some(ReplicaSet {
+                    metadata: meta(
+                        &replica_set_name(&self.workload),
+                        Some(controller("Deployment", &self.workload)),
+                    ),
+                    ..ReplicaSet::default()
+                }),
+            ),
+        }
+    }
+}
+
+fn labels(workload: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(WORKLOAD_LABEL.to_owned(), workload.to_owned())])
+}
+
+fn replica_set_name(deployment: &str) -> String {
+    format!("{deployment}-whatif")
+}
+
+/// The uid of a stand-in object: derived from its name, so every copy agrees.
+fn uid_of(name: &str) -> String {
+    format!("what-if-{name}")
+}
+
+fn controller(kind: &str, name: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "apps/v1".to_owned(),
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        uid: uid_of(name),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The ordinal of a StatefulSet pod's name.
+fn ordinal(pod: &PodSummary) -> Option<usize> {
+    pod.metadata
+        .name
+        .as_deref()?
+        .rsplit_once('-')?
+        .1
+        .parse()
+        .ok()
+}
