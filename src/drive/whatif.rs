@@ -3,9 +3,10 @@
 //! pods the operator deletes, until the pool settles. What the plan commands print is what
 //! this cluster saw the operator do.
 //!
-//! Time is simulated: between reconciles every terminating pod finishes and is replaced at
-//! once, Ready. So the answer is what the operator does when pods come and go quickly; a real
-//! rollout may coalesce or split grants differently, never more writes than listed.
+//! Time is simulated: between reconciles every terminating pod finishes, the workload's
+//! controller removes surplus pods and creates missing ones, Ready at once. So the answer is
+//! what the operator does when pods come and go promptly; a real rollout whose pods come and go
+//! at other paces may split or join grants differently.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -90,38 +91,10 @@ impl WhatIf {
         whatif
     }
 
-    /// Scales the workload to `replicas`, as its controller does it: a StatefulSet creates the
-    /// missing ordinals and terminates the ordinals at or above `replicas`; a ReplicaSet creates
-    /// pods or terminates the newest.
+    /// Scales the workload to `replicas`. Its controller acts on it after the operator's next
+    /// reconcile (see [`WhatIf::settle`]).
     pub fn scale(&mut self, replicas: usize) {
         self.replicas = replicas;
-        let now = Time(self.cluster.now);
-        if self.kind() == WorkloadKind::StatefulSet {
-            for pod in &mut self.cluster.pods {
-                if ordinal(pod).is_some_and(|o| o >= replicas) {
-                    pod.metadata.deletion_timestamp.get_or_insert(now.clone());
-                }
-            }
-        } else {
-            let mut active = self.active();
-            active.sort_by_key(|pod| std::cmp::Reverse(pod.metadata.creation_timestamp.clone()));
-            let surplus: Vec<String> = active
-                .iter()
-                .take(active.len().saturating_sub(replicas))
-                .filter_map(|pod| pod.metadata.name.clone())
-                .collect();
-            for pod in &mut self.cluster.pods {
-                if pod
-                    .metadata
-                    .name
-                    .as_ref()
-                    .is_some_and(|n| surplus.contains(n))
-                {
-                    pod.metadata.deletion_timestamp.get_or_insert(now.clone());
-                }
-            }
-        }
-        self.controller();
     }
 
     /// Reconciles, letting pods come and go in between, until a reconcile changes nothing and
@@ -184,12 +157,34 @@ impl WhatIf {
         }
     }
 
-    /// Ten seconds pass: terminating pods are gone, and the workload's controller replaces them.
+    /// Ten seconds pass: terminating pods are gone, and the workload's controller removes the
+    /// pods beyond `replicas` (a StatefulSet its highest ordinals, a ReplicaSet its newest pods)
+    /// and creates the missing ones.
     fn pass_time(&mut self) {
         self.cluster.now += SignedDuration::from_secs(10);
         self.cluster
             .pods
             .retain(|pod| pod.metadata.deletion_timestamp.is_none());
+        let replicas = self.replicas;
+        if self.kind() == WorkloadKind::StatefulSet {
+            self.cluster
+                .pods
+                .retain(|pod| ordinal(pod).is_none_or(|o| o < replicas));
+        } else {
+            let mut active = self.active();
+            active.sort_by_key(|pod| pod.metadata.creation_timestamp.clone());
+            let surplus: BTreeSet<String> = active
+                .iter()
+                .skip(replicas)
+                .filter_map(|pod| pod.metadata.name.clone())
+                .collect();
+            self.cluster.pods.retain(|pod| {
+                pod.metadata
+                    .name
+                    .as_ref()
+                    .is_none_or(|n| !surplus.contains(n))
+            });
+        }
         self.controller();
     }
 
@@ -220,7 +215,7 @@ impl WhatIf {
 
     fn create(&mut self, name: String) {
         self.created += 1;
-        let uid = format!("00000000-0000-4000-8000-{:012}", self.created);
+        let uid = format!("what-if-pod-{}", self.created);
         let pod = self.pod(&name, &uid);
         self.cluster.pods.push(pod);
     }

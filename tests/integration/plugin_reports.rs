@@ -270,12 +270,12 @@ fn plan_of_a_deployment_pool_keeps_each_slots_jobs_on_its_pod_and_adds_new_pods(
     assert_eq!(plan.jobs_moved, 2);
     assert_eq!(plan.workers_restarted, ["d-5f7-abcde", "d-5f7-xyz12"]);
     assert_eq!(
-        plan.config_writes, 5,
+        plan.config_writes, 6,
         "a revoke; then, as each giver is replaced one at a time, the slot passes to its new pod \
          and the new pods get their grants"
     );
     assert!(
-        scale_plan::render(&plan).contains("  config writes:     up to 5\n"),
+        scale_plan::render(&plan).contains("  config writes:     up to 6\n"),
         "{plan:?}"
     );
     let text = scale_plan::render(&plan);
