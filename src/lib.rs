@@ -1,32 +1,35 @@
-//! swarm-operator: shares a SwarmPool's jobs over the workers of a StatefulSet, each job on
-//! exactly one worker, through a ConfigMap the workers mount.
+//! swarm-operator: shares a SwarmPool's jobs over the workers of a StatefulSet or Deployment,
+//! each job on exactly one worker, through a ConfigMap the workers read.
 //!
-//! Pure core, thin shell: [`planner`] (with [`rollout`] and [`conditions`]) decides everything
-//! from observed state without a client; [`controller`] watches, fetches, calls the planner and
-//! carries out its plan.
+//! The layers, from the API types inwards and back out:
+//! - [`api`]: the SwarmPool resource, its conditions, and every label, annotation and field
+//!   manager name;
+//! - [`state`]: the objects as the operator reads and writes them: the ConfigMap's format
+//!   (`config.yml` and the `swarm.io/*` annotations) and the pod summary it caches;
+//! - [`planner`]: pure decisions, one step of a reconcile round at a time;
+//! - [`drive`]: the round protocol that carries the steps out against a cluster (the API
+//!   server, or one in memory for the what-if commands and the tests);
+//! - [`controller`]: watches, caches, triggers, and the cluster over kube;
+//! - [`runtime`]: leader election, HTTP endpoints, metrics, telemetry;
+//! - [`cli`] and [`plugin`]: `swarm-operator plan` and `kubectl swarm`.
 
 #![warn(missing_docs)]
 
-pub mod api_requests;
-pub mod cache_health;
+pub mod api;
 pub mod cli;
-pub mod conditions;
 pub mod controller;
-pub mod crd;
 pub mod drive;
-pub mod fenced_write;
-pub mod http;
-pub mod leader;
-pub mod metrics;
-pub mod names;
 pub mod planner;
 pub mod plugin;
-pub mod pod_summary;
-pub mod pool_metrics;
-pub mod relisting_watch;
-pub mod rollout;
-pub mod telemetry;
-pub mod trim;
+pub mod runtime;
+pub mod state;
+
+// Short paths for the binaries, tests and benches.
+pub use api::{conditions, crd, names};
+pub use controller::{cache_health, fenced_write, relisting_watch, trim};
+pub use planner::rollout;
+pub use runtime::{api_requests, http, leader, metrics, pool_metrics, telemetry};
+pub use state::pod_summary;
 
 /// 64 bits that differ between calls and between processes, for jitter and for identities
 /// that must differ at each start (not for anything that needs randomness of quality).

@@ -146,7 +146,7 @@ async fn run(cli: Cli) -> Result<String, PluginError> {
         Command::Plan { pool, replicas } => {
             let view = fetch(&cluster, &namespace, &pool).await?;
             let replicas = usize::try_from(replicas).expect("at most 100000");
-            let plan = scale_plan::plan(&view, replicas)?;
+            let plan = scale_plan::predict(&view, replicas)?;
             Ok(output::print(format, &plan, scale_plan::render))
         }
     }

@@ -1,21 +1,21 @@
-//! Pure reconcile planning: the observed state of one pool in, what to do about it out.
+//! Pure reconcile planning: the observed state of one pool in, the next step of its round out.
 //!
-//! No client, no clock, no I/O: the controller gathers [`Observed`], calls [`plan`], carries
-//! out the [`Plan`] and, when the plan wrote the ConfigMap or asked for a live pod list, plans
-//! again on the fresher state. Every decision the operator makes is taken here, so the tests
-//! of this module are the tests of the operator's behaviour.
+//! No client, no clock, no I/O: [`next_step`] takes [`Observed`] and returns a [`Step`] (write
+//! the ConfigMap, list pods live, or done with deletes, status and events); [`crate::drive`]
+//! carries it out and asks again on the fresher state. Every decision the operator makes is
+//! taken here, so the tests of this module are the tests of the operator's behaviour.
 //!
-//! [`plan`] is a pipeline of named steps, each in its own module or function:
+//! [`decide`] is a pipeline of named steps, each in its own module or function:
 //! 1. [`validate`]: the selector, the StatefulSet, the jobs, the rollout settings, ownership;
 //! 2. assign: where the strategy wants every job ([`swarm_assign::assign`]);
 //! 3. [`handoff`]: what each worker may run now, and which jobs wait in transit;
-//! 4. roll out: the ConfigMap to write, the stale workers, the pods to delete ([`crate::rollout`]);
+//! 4. roll out: the ConfigMap to write, the stale workers, the pods to delete ([`rollout`]);
 //! 5. [`report`]: status, conditions and events.
 
-mod config_map;
 pub mod handoff;
 mod report;
-mod validate;
+pub mod rollout;
+pub(crate) mod validate;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -27,12 +27,12 @@ use swarm_assign::{Placement, Qos};
 
 use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
 use crate::pod_summary::PodSummary;
-use crate::rollout::{self, PendingRefresh, PodDelete, Priorities};
-use config_map::Previous;
+use crate::state::config_map::{self, Previous};
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
+use rollout::{PendingRefresh, PodDelete, Priorities};
 use validate::{Facts, Failure, Valid};
 
-pub use config_map::{records_unresolved, slot_table};
+pub use crate::state::config_map::{records_unresolved, slot_table};
 pub use validate::selects;
 
 /// The ConfigMap key the workers read.
@@ -86,7 +86,7 @@ pub struct Observed<'a> {
 
 /// What the controller should do for one pool.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Plan {
+pub struct Decision {
     /// The ConfigMap to server-side apply (only when it differs from the observed one).
     pub apply: Option<ConfigMap>,
     /// The rollout bookkeeping must be checked against pods listed live (the cache may lag
@@ -151,7 +151,7 @@ pub struct Outcome {
     pub requeue_after: Duration,
 }
 
-impl Plan {
+impl Decision {
     /// The step this plan asks for: its write, else its live list (unless `pods_are_live`
     /// already), else its outcome.
     pub fn into_step(self, pods_are_live: bool) -> Step {
@@ -176,7 +176,7 @@ impl Plan {
 
 /// The next step of one reconcile round of `observed.pool`.
 pub fn next_step(observed: &Observed) -> Step {
-    plan(observed).into_step(observed.pods_are_live)
+    decide(observed).into_step(observed.pods_are_live)
 }
 
 /// An event about the pool.
@@ -195,16 +195,16 @@ pub struct PlannedEvent {
 }
 
 /// Plans one reconcile of `observed.pool`.
-pub fn plan(observed: &Observed) -> Plan {
+pub fn decide(observed: &Observed) -> Decision {
     let mut facts = Facts::default();
-    match plan_valid(observed, &mut facts) {
+    match decide_valid(observed, &mut facts) {
         Ok(plan) => plan,
         Err(failure) => report::failure(observed, &facts, failure),
     }
 }
 
 /// The pipeline for a pool that may pass validation.
-fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
+fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     let valid = validate::validate(o, facts)?;
     let previous = Previous::read(o.config_map);
     let looked_up = pods_looked_up(&valid, &previous);
@@ -228,7 +228,7 @@ fn plan_valid(o: &Observed, facts: &mut Facts) -> Result<Plan, Failure> {
         handoff.transit.clone(),
     );
     let rollout = roll_out(o, &valid, &previous, &publication, &handoff)?;
-    let mut plan = report::plan(
+    let mut plan = report::decision(
         o,
         &valid,
         &previous,

@@ -11,7 +11,7 @@ use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
 use super::validate::{Facts, Failure, Valid};
 use super::{
-    Observed, Plan, PlannedEvent, REQUEUE_CONFLICT, REQUEUE_IDLE, REQUEUE_ROLLING, Rollout,
+    Decision, Observed, PlannedEvent, REQUEUE_CONFLICT, REQUEUE_IDLE, REQUEUE_ROLLING, Rollout,
     STARTUP_GRACE,
 };
 use crate::conditions::{self, Verdict, reason};
@@ -19,7 +19,7 @@ use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::rollout::{PendingRefresh, PodDelete, Workers};
 
 /// The plan of a valid pool: what the roll-out step does, reported.
-pub(super) fn plan(
+pub(super) fn decision(
     o: &Observed,
     valid: &Valid,
     previous: &Previous,
@@ -27,7 +27,7 @@ pub(super) fn plan(
     handoff: &HandoffOutcome,
     placement: &Placement,
     rollout: super::Rollout,
-) -> Plan {
+) -> Decision {
     let pool = o.pool;
     let spec = &pool.spec;
     let paused = spec.paused;
@@ -73,7 +73,7 @@ pub(super) fn plan(
     } else {
         Vec::new()
     };
-    Plan {
+    Decision {
         apply,
         needs_live_pods,
         live_pods: BTreeSet::new(),
@@ -265,7 +265,7 @@ fn valid_status(
 }
 
 /// The plan of a pool that failed validation: nothing written or deleted, the reason reported.
-pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
+pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Decision {
     let pool = o.pool;
     let previous = pool.status.as_ref();
     // Warn on the transition into this failure, not on every reconcile that still sees it.
@@ -321,7 +321,7 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Plan {
         stale_workers: stale,
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
     };
-    Plan {
+    Decision {
         apply: None,
         needs_live_pods: false,
         live_pods: BTreeSet::new(),

@@ -16,7 +16,7 @@ use crate::rollout::{self, WorkerPod, Workers};
 
 /// Why the pool cannot be reconciled as specified.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Failure {
+pub(crate) struct Failure {
     pub reason: FailureReason,
     pub message: String,
 }

@@ -70,7 +70,7 @@ pub struct PlannedWorker {
 
 /// Plans scaling the pool's workload to `replicas`: the pool as it is now, scaled in a
 /// what-if cluster and reconciled by the operator's own planner until it settles.
-pub fn plan(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> {
+pub fn predict(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginError> {
     let config = view.config()?;
     let workload = workload_name(view)?;
     let now = Positions::now(view, &config, &workload);

@@ -1423,7 +1423,7 @@ proptest! {
             world.pool.spec.rollout.handoff = Handoff::Overlap;
         }
         run_until_quiet(&mut world);
-        let plan = scale_plan::plan(&plugin_view(&world), to).expect("a plan");
+        let plan = scale_plan::predict(&plugin_view(&world), to).expect("a plan");
 
         let version = world.config().version;
         world.deleted.clear();

@@ -203,7 +203,7 @@ fn balanced_view(replicas: usize) -> PoolView {
 
 #[test]
 fn plan_of_a_scale_up_moves_the_lower_bound_and_restarts_the_givers_then_the_new_worker() {
-    let plan = scale_plan::plan(&balanced_view(2), 3).expect("a plan");
+    let plan = scale_plan::predict(&balanced_view(2), 3).expect("a plan");
     assert_eq!(
         scale_plan::render(&plan),
         "\
@@ -222,7 +222,7 @@ w-2      new        9            yes
 
 #[test]
 fn plan_of_a_scale_down_moves_only_the_removed_workers_jobs_and_of_zero_leaves_all_unassigned() {
-    let plan = scale_plan::plan(&balanced_view(3), 2).expect("a plan");
+    let plan = scale_plan::predict(&balanced_view(3), 2).expect("a plan");
     assert_eq!(plan.jobs_moved, 9);
     assert_eq!(plan.workers_restarted, ["w-0", "w-1"]);
     assert_eq!(plan.workers[2].jobs_after, None, "w-2 is removed");
@@ -237,7 +237,7 @@ fn plan_of_a_scale_down_moves_only_the_removed_workers_jobs_and_of_zero_leaves_a
     );
     assert!(text.contains("  config writes:     2\n"), "{text}");
 
-    let none = scale_plan::plan(&balanced_view(3), 0).expect("a plan");
+    let none = scale_plan::predict(&balanced_view(3), 0).expect("a plan");
     assert_eq!(none.unassigned_jobs, 27);
     assert_eq!(none.jobs_moved, 27, "every held job leaves its worker");
     assert!(
@@ -245,7 +245,7 @@ fn plan_of_a_scale_down_moves_only_the_removed_workers_jobs_and_of_zero_leaves_a
         "no worker is left to restart"
     );
 
-    let same = scale_plan::plan(&balanced_view(3), 3).expect("a plan");
+    let same = scale_plan::predict(&balanced_view(3), 3).expect("a plan");
     assert_eq!((same.jobs_moved, same.config_writes), (0, 0));
     assert!(same.workers_restarted.is_empty());
 }
@@ -266,7 +266,7 @@ fn plan_of_a_deployment_pool_keeps_each_slots_jobs_on_its_pod_and_adds_new_pods(
             pod("d-5f7-xyz12", "u2", true),
         ],
     };
-    let plan = scale_plan::plan(&view, 4).expect("a plan");
+    let plan = scale_plan::predict(&view, 4).expect("a plan");
     assert_eq!(plan.jobs_moved, 2);
     assert_eq!(plan.workers_restarted, ["d-5f7-abcde", "d-5f7-xyz12"]);
     assert_eq!(
@@ -298,7 +298,7 @@ fn plan_without_a_workload_says_why() {
         config_map: Some(config_map("version: 1\nworkloads: {}\n", json!({}))),
         pods: Vec::new(),
     };
-    let error = scale_plan::plan(&view, 2).expect_err("no workload");
+    let error = scale_plan::predict(&view, 2).expect_err("no workload");
     assert_eq!(
         error.to_string(),
         "SwarmPool ns/p has no workload yet (phase Failed); `kubectl describe swarmpool p -n ns` says why"

@@ -13,6 +13,12 @@
 //! by the copy it was decided on, so a decision on a stale copy fails with a conflict, and the
 //! reconcile reads the ConfigMap again and decides anew.
 
+pub mod cache_health;
+pub mod fenced_write;
+mod kube_cluster;
+pub mod relisting_watch;
+pub mod trim;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::hash::Hash;
@@ -23,7 +29,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -37,18 +43,14 @@ use crate::Error;
 use crate::cache_health::{Cache, CacheHealth, STALE_AFTER, StaleCache};
 use crate::conditions;
 use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
-use crate::drive::{Cluster, Deleted, Driven, Journal, Written, drive};
-use crate::fenced_write;
+use crate::drive::{Driven, Journal, drive};
 use crate::http::HttpState;
 use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
-use crate::planner::handoff::HANDOFF_ANNOTATION;
-use crate::planner::{self, Observed, POOL_LABEL, PlannedEvent};
+use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
-use crate::relisting_watch::{self, relisting_watcher};
-use crate::rollout::PENDING_REFRESH_ANNOTATION;
-use crate::rollout::PodDelete;
-use crate::trim;
+use kube_cluster::{KubeCluster, Snapshot};
+use relisting_watch::relisting_watcher;
 
 pub use crate::names::{DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL};
 /// How long a requested pod deletion is remembered in case the cache has not seen it yet.
@@ -782,7 +784,7 @@ async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Er
     let mut journal = Journal::default();
     let result = reconcile_pool(&pool, &ctx, &mut journal).await;
     ctx.metrics.granted(&journal.granted_after_seconds);
-    publish(&ctx, &pool, journal.events).await;
+    publish_events(&ctx, &pool, journal.events).await;
     if result.is_ok() {
         ctx.record_success(&ObjectRef::from_obj(pool.as_ref()));
     }
@@ -835,218 +837,6 @@ async fn not_ready_to_decide(ctx: &Context, pool: &SwarmPool) -> Result<Option<A
         return Ok(Some(Action::requeue(STALE_AFTER)));
     }
     Ok(None)
-}
-
-/// What the caches hold for one pool's namespace, for the planner.
-struct Snapshot<'a> {
-    pool: &'a SwarmPool,
-    statefulsets: Vec<Arc<StatefulSet>>,
-    deployments: Vec<Arc<Deployment>>,
-    replica_sets: Vec<Arc<ReplicaSet>>,
-    pods: Vec<Arc<PodSummary>>,
-    other_pools: Vec<Arc<SwarmPool>>,
-    config_map: Option<ConfigMap>,
-    deleting: BTreeSet<String>,
-}
-
-impl<'a> Snapshot<'a> {
-    fn of(
-        ctx: &Context,
-        pool: &'a SwarmPool,
-        namespace: &str,
-        config_map: Option<ConfigMap>,
-    ) -> Self {
-        let here = |meta: &kube::api::ObjectMeta| meta.namespace.as_deref() == Some(namespace);
-        Snapshot {
-            pool,
-            statefulsets: ctx.statefulsets.state_filter(|o| here(&o.metadata)),
-            deployments: ctx.deployments.state_filter(|o| here(&o.metadata)),
-            replica_sets: ctx.replica_sets.state_filter(|o| here(&o.metadata)),
-            pods: ctx.pods.in_namespace(namespace),
-            other_pools: ctx
-                .pools
-                .state_filter(|p| here(&p.metadata) && p.metadata.uid != pool.metadata.uid),
-            config_map,
-            deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
-        }
-    }
-
-    fn observed(&self) -> Observed<'_> {
-        Observed {
-            pool: self.pool,
-            statefulsets: self.statefulsets.iter().map(AsRef::as_ref).collect(),
-            deployments: self.deployments.iter().map(AsRef::as_ref).collect(),
-            replica_sets: self.replica_sets.iter().map(AsRef::as_ref).collect(),
-            pods: self.pods.iter().map(AsRef::as_ref).collect(),
-            other_pools: self.other_pools.iter().map(AsRef::as_ref).collect(),
-            pods_are_live: false,
-            config_map: self.config_map.as_ref(),
-            deleting: &self.deleting,
-            now: Timestamp::now(),
-        }
-    }
-}
-
-/// The round protocol's actions for one pool, as requests to the API server. Every write and
-/// delete first checks that this replica still leads.
-struct KubeCluster<'a> {
-    ctx: &'a Context,
-    pool: &'a SwarmPool,
-    key: ObjectRef<SwarmPool>,
-    namespace: &'a str,
-    config_map_name: String,
-    config_maps: Api<ConfigMap>,
-    pods: Api<PodSummary>,
-}
-
-impl<'a> KubeCluster<'a> {
-    fn new(ctx: &'a Context, pool: &'a SwarmPool, namespace: &'a str) -> Self {
-        KubeCluster {
-            ctx,
-            pool,
-            key: ObjectRef::from_obj(pool),
-            namespace,
-            config_map_name: pool.config_map_name(),
-            config_maps: Api::namespaced(ctx.client.clone(), namespace),
-            pods: Api::namespaced(ctx.client.clone(), namespace),
-        }
-    }
-}
-
-impl Cluster for KubeCluster<'_> {
-    type Error = Error;
-
-    fn now(&self) -> Timestamp {
-        Timestamp::now()
-    }
-
-    /// The caches can lag: the deletion of a pool's ConfigMap (by the garbage collector, after
-    /// the pool is gone) may be seen before the deletion of the pool itself.
-    async fn pool_is_live(&mut self) -> Result<bool, Error> {
-        let pools: Api<SwarmPool> = Api::namespaced(self.ctx.client.clone(), self.namespace);
-        let name = self.pool.name_any();
-        let live = pools
-            .get_opt(&name)
-            .await
-            .map_err(|source| Error::GetPool { name, source })?;
-        Ok(live.is_some_and(|live| {
-            live.metadata.uid == self.pool.metadata.uid
-                && live.metadata.deletion_timestamp.is_none()
-        }))
-    }
-
-    async fn write(
-        &mut self,
-        current: Option<&ConfigMap>,
-        desired: ConfigMap,
-    ) -> Result<Written, Error> {
-        self.ctx.may_write()?;
-        let applied = match fenced_write::write_config_map(&self.config_maps, current, desired)
-            .await
-        {
-            Ok(applied) => applied,
-            // Planned on a copy that is no longer current (or on "none" while one the cache
-            // does not hold exists).
-            Err(kube::Error::Api(status)) if status.is_conflict() || status.is_already_exists() => {
-                debug!(configmap = %self.config_map_name, "ConfigMap changed since read; planning again");
-                return Ok(Written::Conflict);
-            }
-            Err(source) => {
-                return Err(Error::ApplyConfigMap {
-                    name: self.config_map_name.clone(),
-                    source,
-                });
-            }
-        };
-        self.ctx.remember_written(&self.key, &applied);
-        self.ctx.metrics.config_writes.inc();
-        let annotation = |key: &str| applied.annotations().get(key).cloned();
-        info!(
-            configmap = %self.config_map_name,
-            version = annotation(planner::VERSION_ANNOTATION),
-            stale = annotation(PENDING_REFRESH_ANNOTATION),
-            holders = annotation(HANDOFF_ANNOTATION),
-            "wrote ConfigMap"
-        );
-        Ok(Written::Applied(applied))
-    }
-
-    async fn read(&mut self) -> Result<Option<ConfigMap>, Error> {
-        let name = &self.config_map_name;
-        self.config_maps
-            .get_opt(name)
-            .await
-            .map_err(|source| Error::GetConfigMap {
-                name: name.clone(),
-                source,
-            })
-    }
-
-    /// The pods by the label the StatefulSet controller gives each pod its name in: a holder
-    /// of jobs in transit may be a pod the pool's StatefulSet no longer controls. A
-    /// Deployment's pods have no name label: they are all listed, and the named ones kept.
-    async fn list_live(&mut self, names: &BTreeSet<String>) -> Result<Vec<PodSummary>, Error> {
-        let selector = match self.pool.spec.workload_kind {
-            WorkloadKind::StatefulSet => live_pods_selector(names),
-            WorkloadKind::Deployment => Some(DEPLOYMENT_POD_LABEL.to_owned()),
-        };
-        let Some(selector) = selector else {
-            return Ok(Vec::new());
-        };
-        let list = self
-            .pods
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|source| Error::ListPods {
-                namespace: self.namespace.to_owned(),
-                source,
-            })?;
-        Ok(list
-            .items
-            .into_iter()
-            .filter(|pod| {
-                pod.metadata
-                    .name
-                    .as_ref()
-                    .is_some_and(|n| names.contains(n))
-            })
-            .map(|mut pod| {
-                trim::pod(&mut pod);
-                pod
-            })
-            .collect())
-    }
-
-    async fn delete(&mut self, delete: &PodDelete) -> Result<Deleted, Error> {
-        self.ctx.may_write()?;
-        let params = DeleteParams::default().preconditions(Preconditions {
-            uid: Some(delete.uid.clone()),
-            resource_version: None,
-        });
-        let deleted = match self.pods.delete(&delete.name, &params).await {
-            Ok(_) => {
-                self.ctx
-                    .metrics
-                    .refreshed(self.namespace, &self.pool.name_any());
-                info!(pod = %delete.name, uid = %delete.uid, "deleted stale worker pod");
-                Deleted::Deleted
-            }
-            // Gone or already replaced by a new instance: that is what the delete was for.
-            Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => {
-                debug!(pod = %delete.name, uid = %delete.uid, "stale worker pod already replaced");
-                Deleted::AlreadyGone
-            }
-            Err(source) => {
-                return Err(Error::DeletePod {
-                    name: delete.name.clone(),
-                    source,
-                });
-            }
-        };
-        self.ctx
-            .remember_deleting(&self.key, &delete.name, &delete.uid);
-        Ok(deleted)
-    }
 }
 
 /// Writes `status` as the pool's whole status; `false` when the pool is gone.
@@ -1139,7 +929,7 @@ pub fn live_pods_selector(names: &BTreeSet<String>) -> Option<String> {
 }
 
 /// Publishes events; a failure to publish is logged, never fails the reconcile.
-async fn publish(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEvent>) {
+async fn publish_events(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEvent>) {
     if events.is_empty() || ctx.may_write().is_err() {
         return;
     }

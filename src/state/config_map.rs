@@ -1,4 +1,5 @@
-//! The pool's ConfigMap: what it says now, and what to write.
+//! The pool's ConfigMap on the cluster: `config.yml` and the `swarm.io/*` annotations, read
+//! (what it says now), written (what to write) and the rules on them.
 
 use std::collections::BTreeMap;
 
@@ -8,18 +9,18 @@ use kube::{Resource, ResourceExt};
 use swarm_assign::SlotTable;
 use swarm_assign::worker_config::WorkerConfig;
 
-use super::handoff::{HANDOFF_ANNOTATION, Holders};
-use super::validate::{Failure, FailureReason};
-use super::{
+use crate::crd::SwarmPool;
+use crate::planner::handoff::{HANDOFF_ANNOTATION, Holders};
+use crate::planner::validate::{Failure, FailureReason};
+use crate::planner::{
     ANNOTATIONS_MAX_BYTES, CONFIG_KEY, CONFIG_MAP_MAX_BYTES, MANAGED_BY_LABEL, MANAGER, POOL_LABEL,
     SLOTS_ANNOTATION, VERSION_ANNOTATION,
 };
-use crate::crd::SwarmPool;
 use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh};
 
 /// What the ConfigMap says now.
 #[derive(Default)]
-pub(super) struct Previous {
+pub(crate) struct Previous {
     /// The config, or only its version (from the annotation) when `config.yml` is unreadable.
     pub config: Option<WorkerConfig>,
     /// Why `config.yml` could not be read, if it could not.
@@ -95,7 +96,7 @@ fn annotation_version(cm: &ConfigMap) -> Option<u64> {
 /// The ConfigMap to write: `config.yml`, our labels, the version and the rollout bookkeeping
 /// (with the slot table of a Deployment pool), and the pool as controller. Fails when it would
 /// not fit.
-pub(super) fn desired(
+pub(crate) fn desired(
     pool: &SwarmPool,
     name: &str,
     config: &WorkerConfig,
@@ -159,7 +160,7 @@ pub(super) fn desired(
 
 /// Whether `observed` already holds everything `desired` sets: the config, our labels and
 /// annotations, and the controller reference. Fields others added are not ours to compare.
-pub(super) fn is_current(observed: &ConfigMap, desired: &ConfigMap) -> bool {
+pub(crate) fn is_current(observed: &ConfigMap, desired: &ConfigMap) -> bool {
     let subset = |want: Option<&BTreeMap<String, String>>,
                   have: Option<&BTreeMap<String, String>>| {
         want.into_iter()
