@@ -3,21 +3,17 @@
 //! what-if cluster ([`crate::drive::whatif`]); the StatefulSet is scaled, and the operator's own
 //! planner reconciles it until it settles. Every write that changes the config is one step.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use anyhow::{Result, bail};
-use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Resource, ResourceExt};
 use swarm_assign::worker_config::WorkerConfig;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use crate::crd::{Handoff, Qos, RolloutSpec, Strategy, SwarmPool, SwarmPoolSpec, WorkloadKind};
 use crate::drive::whatif::WhatIf;
-use crate::names::{MANAGED_BY_LABEL, MANAGER, POOL_LABEL, VERSION_ANNOTATION};
-use crate::planner::CONFIG_KEY;
+use crate::state::config_map;
 
 /// One config write of a change.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,7 +45,7 @@ pub fn handoff_writes(
         .filter(|pod| ordinal_of(pod, statefulset).is_some())
         .map(|pod| (pod.to_owned(), format!("running-{pod}")))
         .collect();
-    let config_map = previous.map(|config| config_map_of(&pool, config));
+    let config_map = previous.map(|config| config_map::written(&pool, config));
     let mut whatif = WhatIf::new(
         pool,
         statefulset,
@@ -62,12 +58,7 @@ pub fn handoff_writes(
     let mut steps = Vec::new();
     let mut last = previous.cloned();
     for write in &transcript.writes {
-        let Some(config) = write
-            .data
-            .as_ref()
-            .and_then(|data| data.get(CONFIG_KEY))
-            .and_then(|text| WorkerConfig::parse(text).ok())
-        else {
+        let Some(config) = config_map::worker_config(write) else {
             continue;
         };
         if last.as_ref().is_some_and(|l| l.version == config.version) {
@@ -119,28 +110,6 @@ fn what_if_pool(spec: SwarmPoolSpec) -> SwarmPool {
     pool.metadata.uid = Some("what-if-pool".to_owned());
     pool.metadata.generation = Some(1);
     pool
-}
-
-/// The ConfigMap the operator wrote `config` in.
-fn config_map_of(pool: &SwarmPool, config: &WorkerConfig) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(pool.config_map_name()),
-            namespace: pool.namespace(),
-            labels: Some(BTreeMap::from([
-                (MANAGED_BY_LABEL.to_owned(), MANAGER.to_owned()),
-                (POOL_LABEL.to_owned(), pool.name_any()),
-            ])),
-            annotations: Some(BTreeMap::from([(
-                VERSION_ANNOTATION.to_owned(),
-                config.version.to_string(),
-            )])),
-            owner_references: pool.controller_owner_ref(&()).map(|r| vec![r]),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), config.render())])),
-        ..ConfigMap::default()
-    }
 }
 
 /// What a write changed from `before`: jobs of `jobs` newly in transit are revoked (from the

@@ -260,6 +260,14 @@ fn explain(
             format!(" ({})", movement.workers_touched.join(", "))
         }
     );
+    explain_loads(&mut out, qos, outcome);
+    explain_writes(&mut out, mode, steps);
+    out
+}
+
+/// The `--explain` lines on each worker's load and the jobs left without a worker.
+fn explain_loads(out: &mut String, qos: &Qos, outcome: &PlanOutcome) {
+    let movement = &outcome.movement;
     if !outcome.config.is_empty() {
         let _ = writeln!(out, "jobs per worker:");
     }
@@ -295,6 +303,10 @@ fn explain(
             let _ = writeln!(out, "  {job}");
         }
     }
+}
+
+/// The `--explain` lines on the handoff's config writes.
+fn explain_writes(out: &mut String, mode: Handoff, steps: &[HandoffWrite]) {
     let mode_name = match mode {
         Handoff::Exclusive => "Exclusive",
         Handoff::Overlap => "Overlap",
@@ -326,7 +338,6 @@ fn explain(
             what.join(", ")
         );
     }
-    out
 }
 
 #[cfg(test)]

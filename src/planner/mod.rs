@@ -340,32 +340,8 @@ fn roll_out(
 ) -> Result<Rollout, Failure> {
     let spec = &o.pool.spec;
     let workers = &valid.workers;
-    let mut pending = previous.pending.clone();
-    pending.retain_workers(workers);
-    let mut needs_live_pods = handoff.needs_live_pods;
-    match spec.rollout.policy {
-        // Workers reload by themselves: nothing to track.
-        RolloutPolicy::None => pending = PendingRefresh::default(),
-        RolloutPolicy::DeletePods => {
-            if o.pods_are_live {
-                pending.resolve(workers);
-                pending.drop_replaced(workers);
-            } else if pending.has_unresolved() || !pending.replaced(workers).is_empty() {
-                needs_live_pods = true;
-            }
-            if publication.changed {
-                pending.mark_unresolved(
-                    publication
-                        .touched
-                        .iter()
-                        .map(String::as_str)
-                        .filter(|pod| workers.contains(pod))
-                        .filter(|pod| !valid.has_slots() || ran_jobs(previous, pod)),
-                );
-            }
-        }
-    }
-
+    let (pending, mut needs_live_pods) = track_stale_workers(o, valid, previous, publication);
+    needs_live_pods |= handoff.needs_live_pods;
     // A slot remembers the pods it took over from while their jobs are in transit.
     let slots = valid.slots.as_ref().map(|rebound| {
         let mut table = rebound.table.clone();
@@ -412,4 +388,41 @@ fn roll_out(
         needs_live_pods,
         deletes,
     })
+}
+
+/// The stale-worker records after this decision, and whether they must be checked against pods
+/// listed live: under `DeletePods` every running worker whose entry this write changes must
+/// restart once; under `None` workers reload by themselves and nothing is tracked.
+fn track_stale_workers(
+    o: &Observed,
+    valid: &Valid,
+    previous: &Previous,
+    publication: &swarm_assign::Publication,
+) -> (PendingRefresh, bool) {
+    let workers = &valid.workers;
+    let mut pending = previous.pending.clone();
+    pending.retain_workers(workers);
+    let mut needs_live_pods = false;
+    match o.pool.spec.rollout.policy {
+        RolloutPolicy::None => pending = PendingRefresh::default(),
+        RolloutPolicy::DeletePods => {
+            if o.pods_are_live {
+                pending.resolve(workers);
+                pending.drop_replaced(workers);
+            } else if pending.has_unresolved() || !pending.replaced(workers).is_empty() {
+                needs_live_pods = true;
+            }
+            if publication.changed {
+                pending.mark_unresolved(
+                    publication
+                        .touched
+                        .iter()
+                        .map(String::as_str)
+                        .filter(|pod| workers.contains(pod))
+                        .filter(|pod| !valid.has_slots() || ran_jobs(previous, pod)),
+                );
+            }
+        }
+    }
+    (pending, needs_live_pods)
 }

@@ -15,9 +15,8 @@ use kube::ResourceExt as _;
 use swarm_assign::worker_config::WorkerConfig;
 
 use crate::crd::SwarmPool;
-use crate::planner::CONFIG_KEY;
 use crate::pod_summary::PodSummary;
-use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh};
+use crate::state::config_map;
 
 /// A pool as the cluster holds it: the pool, its ConfigMap, and the pods of its namespace.
 #[derive(Clone, Debug)]
@@ -49,11 +48,7 @@ impl PoolView {
             config_map: self.pool.config_map_name(),
         };
         let cm = self.config_map.as_ref().ok_or_else(missing)?;
-        let text = cm
-            .data
-            .as_ref()
-            .and_then(|data| data.get(CONFIG_KEY))
-            .ok_or_else(missing)?;
+        let text = config_map::config_text(cm).ok_or_else(missing)?;
         WorkerConfig::parse(text).map_err(|error| PluginError::UnreadableConfig {
             namespace: self.namespace(),
             config_map: self.pool.config_map_name(),
@@ -64,13 +59,7 @@ impl PoolView {
     /// The workers that still have to restart: recorded by the operator and not yet replaced
     /// (an entry whose pod now has another uid is done, as the operator sees it).
     pub fn restart_pending(&self, pod: &str) -> bool {
-        let pending = PendingRefresh::parse(
-            self.config_map
-                .as_ref()
-                .and_then(|cm| cm.annotations().get(PENDING_REFRESH_ANNOTATION))
-                .map(String::as_str),
-        )
-        .unwrap_or_default();
+        let pending = config_map::pending_refresh(self.config_map.as_ref());
         pending.entries().get(pod).is_some_and(|uid| {
             uid.is_empty() || self.pod(pod).and_then(|p| p.metadata.uid.as_deref()) == Some(uid)
         })

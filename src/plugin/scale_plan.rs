@@ -9,7 +9,6 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt as _;
 use serde::Serialize;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{Assignment, Qos, pod_name};
@@ -18,7 +17,7 @@ use super::output::Table;
 use super::{PluginError, PoolView};
 use crate::crd::WorkloadKind;
 use crate::drive::whatif::WhatIf;
-use crate::planner::{CONFIG_KEY, VERSION_ANNOTATION, slot_table};
+use crate::state::config_map::{self, slot_table};
 
 /// What `plan` reports, as `-o json|yaml` prints it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -150,8 +149,7 @@ impl Positions {
     /// The positions the what-if settled on.
     fn settled(view: &PoolView, workload: &str, cm: Option<&ConfigMap>) -> Positions {
         let config = cm
-            .and_then(|cm| cm.data.as_ref()?.get(CONFIG_KEY))
-            .and_then(|text| WorkerConfig::parse(text).ok())
+            .and_then(config_map::worker_config)
             .unwrap_or_else(|| WorkerConfig::new(0, []));
         Positions::of(view, &config, workload, cm, None)
     }
@@ -266,11 +264,11 @@ fn versions_written(from: u64, writes: &[ConfigMap]) -> usize {
     let mut last = from.to_string();
     let mut count = 0;
     for write in writes {
-        if let Some(version) = write.annotations().get(VERSION_ANNOTATION)
-            && *version != last
+        if let Some(version) = config_map::recorded_version(write)
+            && version != last
         {
             count += 1;
-            last.clone_from(version);
+            last = version.to_owned();
         }
     }
     count

@@ -76,6 +76,50 @@ impl Previous {
     }
 }
 
+/// The text of `config.yml`, if the ConfigMap has one.
+pub fn config_text(cm: &ConfigMap) -> Option<&str> {
+    cm.data.as_ref()?.get(CONFIG_KEY).map(String::as_str)
+}
+
+/// The worker config, if the ConfigMap holds a readable one.
+pub fn worker_config(cm: &ConfigMap) -> Option<WorkerConfig> {
+    WorkerConfig::parse(config_text(cm)?).ok()
+}
+
+/// The config version the ConfigMap records in its annotation.
+pub fn recorded_version(cm: &ConfigMap) -> Option<&str> {
+    cm.annotations().get(VERSION_ANNOTATION).map(String::as_str)
+}
+
+/// The stale-worker records; unreadable ones count as none.
+pub fn pending_refresh(cm: Option<&ConfigMap>) -> PendingRefresh {
+    let annotation = cm.and_then(|cm| cm.annotations().get(PENDING_REFRESH_ANNOTATION));
+    PendingRefresh::parse(annotation.map(String::as_str)).unwrap_or_default()
+}
+
+/// The ConfigMap of a config the operator wrote for `pool`, as it writes one with no rollout
+/// in flight: `config.yml`, its labels, the version annotation and the pool as controller.
+pub fn written(pool: &SwarmPool, config: &WorkerConfig) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(pool.config_map_name()),
+            namespace: pool.namespace(),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY_LABEL.to_owned(), MANAGER.to_owned()),
+                (POOL_LABEL.to_owned(), pool.name_any()),
+            ])),
+            annotations: Some(BTreeMap::from([(
+                VERSION_ANNOTATION.to_owned(),
+                config.version.to_string(),
+            )])),
+            owner_references: pool.controller_owner_ref(&()).map(|r| vec![r]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), config.render())])),
+        ..ConfigMap::default()
+    }
+}
+
 /// The slot table of a Deployment pool as the ConfigMap records it. A missing or unreadable
 /// annotation is an empty table: every pod takes a slot afresh, and the handoff still keeps each
 /// job on one pod at a time.

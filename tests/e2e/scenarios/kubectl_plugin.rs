@@ -154,6 +154,34 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
     let status = swarm_json(&env, &["status", &pool, "-n", &namespace]).await;
     assert_status_matches(&status, &after);
 
+    // And back down: the plan of a scale-down is what the operator does too.
+    let plan = swarm_json(&env, &["plan", &pool, "-n", &namespace, "--replicas", "2"]).await;
+    let events_before = rollout_events(&env, &workers).await;
+    scale(&env, 2).await;
+    let down = eventually_within(
+        "the pool to settle on 2 workers",
+        Duration::from_secs(120),
+        || {
+            let env = &env;
+            let sts = &sts;
+            let version = after.config().version;
+            async move {
+                let o = observe(env).await?;
+                balanced(&o, 2, sts)?;
+                if o.config().version > version {
+                    Ok(o)
+                } else {
+                    Err("no new version".to_owned())
+                }
+            }
+        },
+    )
+    .await;
+    assert_plan_was_done(&plan, &after, &down);
+    let restarted = restarted_by(&plan);
+    let writes = plan["configWrites"].as_i64().expect("configWrites");
+    wait_rollout_events(&env, &events_before, writes as i32, &restarted).await;
+
     // One-line errors and exit codes a script can use.
     let missing = env
         .kubectl
@@ -207,6 +235,46 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
 }
 
 const WAIT: Duration = Duration::from_secs(30);
+
+/// The plan's jobs moved, shares and config writes are what the scale from `before` to `after`
+/// did.
+fn assert_plan_was_done(plan: &Value, before: &Observed, after: &Observed) {
+    let moved = moved_jobs(before.config(), after.config());
+    assert_eq!(
+        plan["jobsMoved"].as_u64(),
+        Some(moved.len() as u64),
+        "{plan}"
+    );
+    let predicted: BTreeMap<String, u64> = plan["workers"]
+        .as_array()
+        .expect("workers")
+        .iter()
+        .filter_map(|w| Some((w["pod"].as_str()?.to_owned(), w["jobsAfter"].as_u64()?)))
+        .collect();
+    let actual: BTreeMap<String, u64> = after
+        .config()
+        .job_sets()
+        .into_iter()
+        .map(|(pod, jobs)| (pod, jobs.len() as u64))
+        .collect();
+    assert_eq!(predicted, actual, "plan: {plan}");
+    let writes = plan["configWrites"].as_i64().expect("configWrites");
+    assert_eq!(
+        i64::try_from(after.config().version - before.config().version).unwrap(),
+        writes,
+        "{plan}"
+    );
+}
+
+/// The workers the plan says restart.
+fn restarted_by(plan: &Value) -> BTreeSet<String> {
+    plan["workersRestarted"]
+        .as_array()
+        .expect("workersRestarted")
+        .iter()
+        .map(|pod| pod.as_str().expect("a pod name").to_owned())
+        .collect()
+}
 
 /// kubectl with a kubeconfig whose API server does not answer (a port nothing listens on).
 fn unreachable_cluster(env: &Env) -> Kubectl {
