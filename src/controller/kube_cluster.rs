@@ -77,10 +77,10 @@ impl<'a> Snapshot<'a> {
 pub(super) struct KubeCluster<'a> {
     ctx: &'a Context,
     pool: &'a SwarmPool,
-    pub(super) key: ObjectRef<SwarmPool>,
+    key: ObjectRef<SwarmPool>,
     namespace: &'a str,
-    pub(super) config_map_name: String,
-    pub(super) config_maps: Api<ConfigMap>,
+    config_map_name: String,
+    config_maps: Api<ConfigMap>,
     pods: Api<PodSummary>,
 }
 
@@ -94,6 +94,20 @@ impl<'a> KubeCluster<'a> {
             config_map_name: pool.config_map_name(),
             config_maps: Api::namespaced(ctx.client.clone(), namespace),
             pods: Api::namespaced(ctx.client.clone(), namespace),
+        }
+    }
+}
+
+impl KubeCluster<'_> {
+    /// The ConfigMap a reconcile starts from: as of this operator's last write, from the cache
+    /// when it holds that write, else from the API server.
+    pub(super) async fn starting_config_map(&mut self) -> Result<Option<ConfigMap>, Error> {
+        match self
+            .ctx
+            .current_cached_config_map(&self.key, &self.config_map_name)
+        {
+            Some(cached) => Ok(Some(cached)),
+            None => self.read().await,
         }
     }
 }

@@ -213,41 +213,28 @@ impl Context {
             );
     }
 
-    /// The pool's ConfigMap as of this operator's last write: the cached copy when it is that
-    /// write (or there was none), else read from the API server. A ConfigMap the cache does not
-    /// hold is read too: one without the pool label (a user's, or one to adopt) is never in
-    /// the cache, and must be seen before anything is created over it.
-    async fn config_map(
+    /// The cached copy of the pool's ConfigMap `name` when it is this operator's last write (or
+    /// there was none); `None` when it must be read from the API server. A ConfigMap the cache
+    /// does not hold is read too: one without the pool label (a user's, or one to adopt) is
+    /// never in the cache, and must be seen before anything is created over it.
+    fn current_cached_config_map(
         &self,
         pool: &ObjectRef<SwarmPool>,
-        api: &Api<ConfigMap>,
         name: &str,
-    ) -> Result<Option<ConfigMap>, Error> {
+    ) -> Option<ConfigMap> {
         let namespace = pool.namespace.as_deref().unwrap_or_default();
         let cached = self
             .config_maps
-            .get(&ObjectRef::new(name).within(namespace));
+            .get(&ObjectRef::new(name).within(namespace))?;
         let written = self
             .written
             .lock()
             .expect("written lock poisoned")
             .get(pool)
             .and_then(|last| last.config_map.clone());
-        match (cached, written) {
-            (Some(cm), None) => Ok(Some(cm.as_ref().clone())),
-            (Some(cm), Some(version))
-                if cm.metadata.resource_version.as_ref() == Some(&version) =>
-            {
-                Ok(Some(cm.as_ref().clone()))
-            }
-            _ => api
-                .get_opt(name)
-                .await
-                .map_err(|source| Error::GetConfigMap {
-                    name: name.to_owned(),
-                    source,
-                }),
-        }
+        let current = written
+            .is_none_or(|version| cached.metadata.resource_version.as_ref() == Some(&version));
+        current.then(|| cached.as_ref().clone())
     }
 
     /// Remembers the version of a ConfigMap this operator wrote for `pool`; forgets pools that
@@ -801,9 +788,7 @@ async fn reconcile_pool(
         return Ok(wait);
     }
     let mut cluster = KubeCluster::new(ctx, pool, &namespace);
-    let config_map = ctx
-        .config_map(&cluster.key, &cluster.config_maps, &cluster.config_map_name)
-        .await?;
+    let config_map = cluster.starting_config_map().await?;
     let snapshot = Snapshot::of(ctx, pool, &namespace, config_map);
     let outcome = match drive(&mut cluster, &snapshot.observed(), journal).await? {
         Driven::Done(outcome) => outcome,

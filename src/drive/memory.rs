@@ -58,18 +58,13 @@ impl MemoryCluster {
 
     /// Counts a write or delete against [`MemoryCluster::crash_after`].
     fn survive(&mut self) -> Result<(), MemoryError> {
-        match &mut self.crash_after {
-            Some(0) => Err(MemoryError::Crashed),
-            Some(left) => {
-                *left -= 1;
-                if *left == 0 {
-                    Err(MemoryError::Crashed)
-                } else {
-                    Ok(())
-                }
+        if let Some(left) = &mut self.crash_after {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                return Err(MemoryError::Crashed);
             }
-            None => Ok(()),
         }
+        Ok(())
     }
 
     fn next_resource_version(&self) -> String {

@@ -96,7 +96,8 @@ pub enum Deleted {
     reason = "one value per round, moved on at once"
 )]
 pub enum Driven {
-    /// The rounds settled and the deletes were sent; the status and events to report.
+    /// The rounds settled and the deletes were sent: the status to report (the outcome's
+    /// events are in the journal).
     Done(Outcome),
     /// The pool was deleted (or replaced) since the snapshot: nothing was written.
     PoolGone,
@@ -118,10 +119,6 @@ pub struct Journal {
     pub events: Vec<PlannedEvent>,
     /// Seconds each granted job spent in transit, over the writes that went through.
     pub granted_after_seconds: Vec<f64>,
-    /// ConfigMap writes that went through.
-    pub writes: usize,
-    /// Pods deleted.
-    pub deleted: Vec<PodDelete>,
 }
 
 /// Runs one reconcile of `cached.pool` against `cluster`. `cached` is the snapshot from the
@@ -218,7 +215,6 @@ impl Round {
             .await?
         {
             Written::Applied(applied) => {
-                journal.writes += 1;
                 journal.events.extend(write.events);
                 journal
                     .granted_after_seconds
@@ -236,7 +232,8 @@ impl Round {
     }
 }
 
-/// Sends the outcome's deletes; an event about a pod goes with its delete.
+/// Sends the outcome's deletes, and moves its events to the journal: an event about a pod only
+/// once that pod's delete went through.
 async fn finish<C: Cluster>(
     cluster: &mut C,
     mut outcome: Outcome,
@@ -245,8 +242,7 @@ async fn finish<C: Cluster>(
     let (about_pods, others): (Vec<_>, Vec<_>) = std::mem::take(&mut outcome.events)
         .into_iter()
         .partition(|e| e.related_pod.is_some());
-    journal.events.extend(others.iter().cloned());
-    outcome.events = others;
+    journal.events.extend(others);
     for delete in &outcome.deletes {
         if cluster.delete(delete).await? == Deleted::Deleted {
             let about_this_pod = |e: &&PlannedEvent| {
@@ -254,11 +250,9 @@ async fn finish<C: Cluster>(
                     .as_ref()
                     .is_some_and(|(_, uid)| *uid == delete.uid)
             };
-            let events: Vec<PlannedEvent> =
-                about_pods.iter().filter(about_this_pod).cloned().collect();
-            journal.events.extend(events.iter().cloned());
-            outcome.events.extend(events);
-            journal.deleted.push(delete.clone());
+            journal
+                .events
+                .extend(about_pods.iter().filter(about_this_pod).cloned());
         }
     }
     Ok(outcome)

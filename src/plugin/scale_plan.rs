@@ -88,16 +88,11 @@ pub fn predict(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginErro
     })?;
     let after = Positions::settled(view, &workload, whatif.config_map());
     let rows = rows(view, &now, &after, replicas, &transcript.restarted);
-    let mut workers_restarted: Vec<String> = rows
+    let workers_restarted: Vec<String> = rows
         .iter()
         .filter(|row| row.restart)
         .filter_map(|row| row.pod.clone())
         .collect();
-    for pod in &transcript.restarted {
-        if !workers_restarted.contains(pod) && now.names.iter().flatten().any(|p| p == pod) {
-            workers_restarted.push(pod.clone());
-        }
-    }
     let spec = &view.pool.spec;
     Ok(ScalePlan {
         namespace: view.namespace(),

@@ -21,7 +21,7 @@ use swarm_operator::conditions::reason;
 use swarm_operator::crd::{Handoff, Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
-use swarm_operator::planner::{CONFIG_KEY, Observed, Outcome, SLOTS_ANNOTATION};
+use swarm_operator::planner::{CONFIG_KEY, Observed, Outcome, PlannedEvent, SLOTS_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
 
 const NS: &str = "swarm";
@@ -73,6 +73,8 @@ struct World {
     /// Pods deleted by the operator, by name.
     deleted: Vec<String>,
     last: Option<Outcome>,
+    /// Events of the last reconcile.
+    events: Vec<PlannedEvent>,
     /// Extra pods the ReplicaSet stand-in leaves alone (a rollout's `maxSurge`).
     surge: usize,
     /// Other Deployments of the namespace, and the other pools.
@@ -126,6 +128,7 @@ impl World {
             next_pod: 0,
             deleted: Vec::new(),
             last: None,
+            events: Vec::new(),
             surge: 0,
             other_deployments: Vec::new(),
             other_pools: Vec::new(),
@@ -221,6 +224,7 @@ impl World {
             pods: pods.clone(),
             ..MemoryCluster::new(self.now)
         };
+        let mut journal = Journal::default();
         let driven = block_on(drive(
             &mut cluster,
             &Observed {
@@ -237,12 +241,13 @@ impl World {
                 deleting: &self.deleting,
                 now: self.now,
             },
-            &mut Journal::default(),
+            &mut journal,
         ));
         let Ok(Driven::Done(outcome)) = driven else {
             panic!("the reconcile did not finish: {driven:?}");
         };
         self.config_map = cluster.config_map;
+        self.events = journal.events;
         for delete in cluster.delete_requests {
             let pod = self
                 .pods
@@ -547,7 +552,7 @@ fn a_pool_without_its_deployment_fails_with_deployment_not_found() {
     let plan = world.reconcile().clone();
     assert_eq!(plan.status.phase, Some(Phase::Failed));
     assert!(world.config_map.is_none());
-    let warning = plan.events.iter().find(|e| e.warning).expect("a Warning");
+    let warning = world.events.iter().find(|e| e.warning).expect("a Warning");
     assert_eq!(warning.reason, reason::DEPLOYMENT_NOT_FOUND);
     assert!(
         warning.note.contains("no Deployment in namespace swarm"),
@@ -563,7 +568,7 @@ fn assert_fails_with(world: &mut World, reason: &str, note: &str) {
     assert_eq!(plan.status.phase, Some(Phase::Failed));
     assert!(world.config_map.is_none());
     assert!(plan.deletes.is_empty());
-    let warning = plan.events.iter().find(|e| e.warning).expect("a Warning");
+    let warning = world.events.iter().find(|e| e.warning).expect("a Warning");
     assert_eq!(warning.reason, reason);
     assert!(warning.note.contains(note), "{}", warning.note);
 }
