@@ -36,6 +36,7 @@ use swarm_assign::{Assignment, Roster};
 use crate::crd::Handoff;
 
 pub use crate::names::HANDOFF_ANNOTATION;
+pub use crate::state::records::HoldersParseError;
 
 /// One pod instance that may still run jobs revoked from its pod.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,26 +58,10 @@ pub struct Holders {
     entries: BTreeMap<String, Holder>,
 }
 
-/// The annotation could not be read.
-#[derive(Debug, thiserror::Error)]
-#[error("annotation {HANDOFF_ANNOTATION} is not a JSON object of holders: {0}")]
-pub struct HoldersParseError(#[source] serde_json::Error);
-
 impl Holders {
-    /// Reads the annotation value; a missing annotation is an empty set.
-    pub fn parse(annotation: Option<&str>) -> Result<Self, HoldersParseError> {
-        match annotation {
-            None => Ok(Self::default()),
-            Some(text) if text.trim().is_empty() => Ok(Self::default()),
-            Some(text) => serde_json::from_str(text)
-                .map(|entries| Self { entries })
-                .map_err(HoldersParseError),
-        }
-    }
-
-    /// The annotation value: compact JSON, keys sorted (`{}` when empty).
-    pub fn render(&self) -> String {
-        serde_json::to_string(&self.entries).expect("holders always serialize")
+    /// A set with these entries: pod name to holder.
+    pub(crate) fn from_entries(entries: BTreeMap<String, Holder>) -> Self {
+        Self { entries }
     }
 
     /// Records `pod` as a holder whose instance is still to be resolved. A pod that held jobs
@@ -112,18 +97,6 @@ impl Holders {
     /// The entries: pod name to holder.
     pub fn entries(&self) -> &BTreeMap<String, Holder> {
         &self.entries
-    }
-
-    /// Length of the annotation once every holder is resolved, for the size check.
-    pub fn resolved_size_bound(&self) -> usize {
-        const UID_LEN: usize = 36;
-        // "name":{"uid":"…","revokedAt":"2026-01-01T00:00:00.000000000Z"},
-        const PER_ENTRY: usize = 64;
-        self.entries
-            .iter()
-            .map(|(pod, h)| pod.len() + h.uid.len().max(UID_LEN) + PER_ENTRY)
-            .sum::<usize>()
-            + 2
     }
 }
 
@@ -968,18 +941,5 @@ mod tests {
         });
         assert_eq!(out.held, vec![jobs(&["a"]), jobs(&["b"])]);
         assert!(out.transit.is_empty() && !out.needs_live_pods);
-    }
-
-    #[test]
-    fn holders_round_trip_through_the_annotation() {
-        let h = holders(&[("w-1", "u1"), ("w-0", "")]);
-        let text = h.render();
-        assert!(
-            text.starts_with(r#"{"w-0":{"uid":"","revokedAt":"#),
-            "{text}"
-        );
-        assert_eq!(Holders::parse(Some(&text)).unwrap(), h);
-        assert!(text.len() <= h.resolved_size_bound());
-        assert!(Holders::parse(Some("[")).is_err());
     }
 }

@@ -32,18 +32,14 @@ use handoff::{HandoffInput, HandoffOutcome, PodIndex};
 use rollout::{PendingRefresh, PodDelete, Priorities};
 use validate::{Facts, Failure, Valid};
 
-pub use crate::state::config_map::{records_unresolved, slot_table};
+pub use crate::state::config_map::{
+    ANNOTATIONS_MAX_BYTES, CONFIG_KEY, CONFIG_MAP_MAX_BYTES, records_unresolved, slot_table,
+};
 pub use validate::selects;
 
-/// The ConfigMap key the workers read.
-pub const CONFIG_KEY: &str = "config.yml";
 pub use crate::names::{
     MANAGED_BY_LABEL, MANAGER, POOL_LABEL, SLOTS_ANNOTATION, VERSION_ANNOTATION,
 };
-/// The most data a ConfigMap can hold (keys plus values), as the API server enforces it.
-pub const CONFIG_MAP_MAX_BYTES: usize = 1024 * 1024;
-/// The most annotation data an object can hold (keys plus values), as the API server enforces it.
-pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
 /// How long a worker pod may be not Ready before the pool counts as Degraded rather than
 /// starting up (the role of a Deployment's progress deadline).
 pub const STARTUP_GRACE: SignedDuration = SignedDuration::from_mins(5);

@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
 pub use crate::names::PENDING_REFRESH_ANNOTATION;
+pub use crate::state::records::PendingRefreshParseError;
 
 /// The observed state of one worker's pod, as far as pacing cares.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,26 +130,10 @@ pub struct PendingRefresh {
     entries: BTreeMap<String, String>,
 }
 
-/// The annotation could not be read.
-#[derive(Debug, thiserror::Error)]
-#[error("annotation {PENDING_REFRESH_ANNOTATION} is not a JSON object of strings: {0}")]
-pub struct PendingRefreshParseError(#[source] serde_json::Error);
-
 impl PendingRefresh {
-    /// Reads the annotation value; a missing annotation is an empty set.
-    pub fn parse(annotation: Option<&str>) -> Result<Self, PendingRefreshParseError> {
-        match annotation {
-            None => Ok(Self::default()),
-            Some(text) if text.trim().is_empty() => Ok(Self::default()),
-            Some(text) => serde_json::from_str(text)
-                .map(|entries| Self { entries })
-                .map_err(PendingRefreshParseError),
-        }
-    }
-
-    /// The annotation value: compact JSON, keys sorted (`{}` when empty).
-    pub fn render(&self) -> String {
-        serde_json::to_string(&self.entries).expect("a map of strings always serializes")
+    /// A set with these entries: pod name to uid (`""` while unresolved).
+    pub(crate) fn from_entries(entries: BTreeMap<String, String>) -> Self {
+        Self { entries }
     }
 
     /// Records `pods` as stale with an unresolved uid (their job set changed in the version
@@ -209,19 +194,6 @@ impl PendingRefresh {
         let mut names: Vec<&String> = self.entries.keys().collect();
         names.sort_by_key(|name| workers.ordinal(name).unwrap_or(usize::MAX));
         names.into_iter().cloned().collect()
-    }
-
-    /// Length of the annotation once every entry is resolved (uids are 36 characters), so a
-    /// size check before the first write holds after resolution too.
-    pub fn resolved_size_bound(&self) -> usize {
-        const UID_LEN: usize = 36;
-        let entries: usize = self
-            .entries
-            .iter()
-            // "name":"uid",
-            .map(|(pod, uid)| pod.len() + uid.len().max(UID_LEN) + 6)
-            .sum();
-        entries + 2
     }
 
     /// The entries: pod name to uid (`""` while unresolved).
@@ -396,19 +368,6 @@ mod tests {
             let err = max_unavailable(&IntOrString::String(bad.into()), 10).unwrap_err();
             assert_eq!(err.0, bad);
         }
-    }
-
-    #[test]
-    fn pending_refresh_round_trips_through_sorted_compact_json() {
-        let mut p = PendingRefresh::default();
-        p.mark_unresolved(["w-2", "w-10", "w-1"]);
-        assert_eq!(p.render(), r#"{"w-1":"","w-10":"","w-2":""}"#);
-        assert_eq!(PendingRefresh::parse(Some(&p.render())).unwrap(), p);
-        assert_eq!(
-            PendingRefresh::parse(None).unwrap(),
-            PendingRefresh::default()
-        );
-        assert!(PendingRefresh::parse(Some("[1]")).is_err());
     }
 
     #[test]

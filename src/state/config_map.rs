@@ -10,13 +10,20 @@ use swarm_assign::SlotTable;
 use swarm_assign::worker_config::WorkerConfig;
 
 use crate::crd::SwarmPool;
-use crate::planner::handoff::{HANDOFF_ANNOTATION, Holders};
-use crate::planner::validate::{Failure, FailureReason};
-use crate::planner::{
-    ANNOTATIONS_MAX_BYTES, CONFIG_KEY, CONFIG_MAP_MAX_BYTES, MANAGED_BY_LABEL, MANAGER, POOL_LABEL,
+use crate::names::{
+    HANDOFF_ANNOTATION, MANAGED_BY_LABEL, MANAGER, PENDING_REFRESH_ANNOTATION, POOL_LABEL,
     SLOTS_ANNOTATION, VERSION_ANNOTATION,
 };
-use crate::rollout::{PENDING_REFRESH_ANNOTATION, PendingRefresh};
+use crate::planner::handoff::Holders;
+use crate::planner::validate::{Failure, FailureReason};
+use crate::rollout::PendingRefresh;
+
+/// The ConfigMap key the workers read.
+pub const CONFIG_KEY: &str = "config.yml";
+/// The most data a ConfigMap can hold (keys plus values), as the API server enforces it.
+pub const CONFIG_MAP_MAX_BYTES: usize = 1024 * 1024;
+/// The most annotation data an object can hold (keys plus values), as the API server enforces it.
+pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
 
 /// What the ConfigMap says now.
 #[derive(Default)]

@@ -1,5 +1,6 @@
-//! The objects as the operator reads and writes them: the ConfigMap's on-cluster format, and
-//! the summary of a pod it caches.
+//! The objects as the operator reads and writes them: the ConfigMap's on-cluster format (its
+//! `config.yml` and the rollout records in its annotations), and the summary of a pod it caches.
 
 pub mod config_map;
 pub mod pod_summary;
+pub mod records;

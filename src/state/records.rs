@@ -1,0 +1,112 @@
+//! The rollout records as the ConfigMap's annotations hold them: the stale workers
+//! ([`PENDING_REFRESH_ANNOTATION`]) and the handoff's holders ([`HANDOFF_ANNOTATION`]), each a
+//! compact JSON object with sorted keys, and the size rule they are checked against before a
+//! write.
+
+use crate::names::{HANDOFF_ANNOTATION, PENDING_REFRESH_ANNOTATION};
+use crate::planner::handoff::Holders;
+use crate::planner::rollout::PendingRefresh;
+
+/// Uids are 36 characters; a record sized with it fits once it is resolved.
+const UID_LEN: usize = 36;
+
+/// The stale-worker annotation could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("annotation {PENDING_REFRESH_ANNOTATION} is not a JSON object of strings: {0}")]
+pub struct PendingRefreshParseError(#[source] serde_json::Error);
+
+/// The handoff annotation could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("annotation {HANDOFF_ANNOTATION} is not a JSON object of holders: {0}")]
+pub struct HoldersParseError(#[source] serde_json::Error);
+
+/// Reads a JSON object annotation; a missing or blank one is empty.
+fn parse_object<T: serde::de::DeserializeOwned + Default>(
+    annotation: Option<&str>,
+) -> Result<T, serde_json::Error> {
+    match annotation {
+        Some(text) if !text.trim().is_empty() => serde_json::from_str(text),
+        _ => Ok(T::default()),
+    }
+}
+
+impl PendingRefresh {
+    /// Reads the annotation value; a missing annotation is an empty set.
+    pub fn parse(annotation: Option<&str>) -> Result<Self, PendingRefreshParseError> {
+        parse_object(annotation)
+            .map(Self::from_entries)
+            .map_err(PendingRefreshParseError)
+    }
+
+    /// The annotation value: compact JSON, keys sorted (`{}` when empty).
+    pub fn render(&self) -> String {
+        serde_json::to_string(self.entries()).expect("a map of strings always serializes")
+    }
+
+    /// Length of the annotation once every entry is resolved, so a size check before the first
+    /// write holds after resolution too.
+    pub fn resolved_size_bound(&self) -> usize {
+        // "name":"uid",
+        let entries: usize = self
+            .entries()
+            .iter()
+            .map(|(pod, uid)| pod.len() + uid.len().max(UID_LEN) + 6)
+            .sum();
+        entries + 2
+    }
+}
+
+impl Holders {
+    /// Reads the annotation value; a missing annotation is an empty set.
+    pub fn parse(annotation: Option<&str>) -> Result<Self, HoldersParseError> {
+        parse_object(annotation)
+            .map(Self::from_entries)
+            .map_err(HoldersParseError)
+    }
+
+    /// The annotation value: compact JSON, keys sorted (`{}` when empty).
+    pub fn render(&self) -> String {
+        serde_json::to_string(self.entries()).expect("holders always serialize")
+    }
+
+    /// Length of the annotation once every holder is resolved, for the size check.
+    pub fn resolved_size_bound(&self) -> usize {
+        // "name":{"uid":"…","revokedAt":"2026-01-01T00:00:00.000000000Z"},
+        const PER_ENTRY: usize = 64;
+        self.entries()
+            .iter()
+            .map(|(pod, h)| pod.len() + h.uid.len().max(UID_LEN) + PER_ENTRY)
+            .sum::<usize>()
+            + 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_refresh_round_trips_through_sorted_compact_json() {
+        let mut p = PendingRefresh::default();
+        p.mark_unresolved(["w-2", "w-10", "w-1"]);
+        assert_eq!(p.render(), r#"{"w-1":"","w-10":"","w-2":""}"#);
+        assert_eq!(PendingRefresh::parse(Some(&p.render())).unwrap(), p);
+        assert_eq!(
+            PendingRefresh::parse(None).unwrap(),
+            PendingRefresh::default()
+        );
+        assert!(PendingRefresh::parse(Some("[1]")).is_err());
+    }
+
+    #[test]
+    fn holders_round_trip_through_sorted_compact_json() {
+        let text = r#"{"w-0":{"uid":"","revokedAt":"2026-01-01T00:00:00Z"},"w-1":{"uid":"u1","revokedAt":"2026-01-01T00:00:05Z","gone":true}}"#;
+        let h = Holders::parse(Some(text)).unwrap();
+        assert_eq!(h.entries().len(), 2);
+        assert!(h.entries()["w-1"].gone);
+        assert_eq!(h.render(), text);
+        assert!(h.render().len() <= h.resolved_size_bound());
+        assert_eq!(Holders::parse(Some(" ")).unwrap(), Holders::default());
+        assert!(Holders::parse(Some("[")).is_err());
+    }
+}
