@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use scenario::{Algorithm, Change, STATEFULSET, WEIGHTED_SIZE, jobs, weighted_qos};
-use swarm_assign::{PlanRequest, Strategy, WorkerConfig, assign_with_qos, plan};
+use swarm_assign::{ConfigRequest, Strategy, WorkerConfig, assign_with_qos, next_config};
 
 /// (J, N) pairs measured; the full grid is in the report.
 const SIZES: [(usize, usize); 3] = [(1_000, 10), (30_000, 100), (100_000, 1_000)];
@@ -75,7 +75,7 @@ fn weighted_update(c: &mut Criterion) {
 fn plan_and_render(c: &mut Criterion) {
     let jobs = jobs(30_000);
     let request = |replicas: usize, previous: Option<&WorkerConfig>| {
-        let request = PlanRequest {
+        let request = ConfigRequest {
             statefulset: STATEFULSET,
             replicas,
             jobs: &jobs,
@@ -83,7 +83,7 @@ fn plan_and_render(c: &mut Criterion) {
             previous,
             qos: None,
         };
-        plan(&request).expect("valid jobs")
+        next_config(&request).expect("valid jobs")
     };
     let text = request(100, None).config.render();
     c.bench_function("parse, plan N -> N+1 and render, J=30000 N=100", |b| {

@@ -2,8 +2,8 @@
 //! format.
 //!
 //! Nothing here talks to Kubernetes or does I/O: the operator fetches the pool, the StatefulSet
-//! and the current `config.yml`, calls [`plan()`], and writes what comes back. The same [`plan()`]
-//! backs `swarm-operator plan`.
+//! and the current `config.yml`, calls [`next_config()`], and writes what comes back. The same
+//! [`next_config()`] backs `swarm-operator plan`.
 //!
 //! Three strategies ([`Strategy`]):
 //! - `Sticky` (default): every job exactly once, perfect balance, the fewest moves from the
@@ -21,8 +21,8 @@ mod dedicated;
 pub mod hash;
 mod jobs;
 mod movement;
+mod next_config;
 mod placement;
-mod plan;
 pub mod predecessor;
 mod qos;
 mod roster;
@@ -35,8 +35,8 @@ pub mod worker_config;
 pub use assignment::{Assignment, pod_name};
 pub use jobs::{JobsError, validate_jobs};
 pub use movement::Movement;
+pub use next_config::{ConfigError, ConfigRequest, NextConfig, Publication, next_config, publish};
 pub use placement::{Placement, assign_with_qos, current_assignment};
-pub use plan::{PlanError, PlanOutcome, PlanRequest, Publication, plan, publish};
 pub use qos::{MAX_WEIGHT, Qos, QosError, validate_qos};
 pub use roster::Roster;
 pub use slots::{Rebound, Slot, SlotTable};

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_assign::{PlanOutcome, PlanRequest, Qos, Strategy};
+use swarm_assign::{ConfigRequest, NextConfig, Qos, Strategy};
 
 use super::handoff_writes::{HandoffWrite, handoff_writes, pool_spec};
 use crate::crd::{Handoff, RolloutSpec};
@@ -125,7 +125,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let replicas =
         usize::try_from(args.replicas).context("--replicas does not fit this platform")?;
     let qos = manifest.spec.qos.unwrap_or_default();
-    let outcome = swarm_assign::plan(&PlanRequest {
+    let outcome = swarm_assign::next_config(&ConfigRequest {
         statefulset: &args.statefulset,
         replicas,
         jobs: &manifest.spec.jobs,
@@ -224,7 +224,7 @@ fn read_previous(path: &Path) -> Result<Option<WorkerConfig>> {
 fn explain(
     strategy: Strategy,
     qos: &Qos,
-    outcome: &PlanOutcome,
+    outcome: &NextConfig,
     mode: Handoff,
     steps: &[HandoffWrite],
     previous: Option<&WorkerConfig>,
@@ -266,7 +266,7 @@ fn explain(
 }
 
 /// The `--explain` lines on each worker's load and the jobs left without a worker.
-fn explain_loads(out: &mut String, qos: &Qos, outcome: &PlanOutcome) {
+fn explain_loads(out: &mut String, qos: &Qos, outcome: &NextConfig) {
     let movement = &outcome.movement;
     if !outcome.config.is_empty() {
         let _ = writeln!(out, "jobs per worker:");
@@ -344,9 +344,9 @@ fn explain_writes(out: &mut String, mode: Handoff, steps: &[HandoffWrite]) {
 mod tests {
     use super::*;
 
-    fn outcome(jobs: &[&str], replicas: usize, previous: Option<&WorkerConfig>) -> PlanOutcome {
+    fn outcome(jobs: &[&str], replicas: usize, previous: Option<&WorkerConfig>) -> NextConfig {
         let jobs: Vec<String> = jobs.iter().map(|job| job.to_string()).collect();
-        swarm_assign::plan(&PlanRequest {
+        swarm_assign::next_config(&ConfigRequest {
             statefulset: "w",
             replicas,
             jobs: &jobs,
@@ -409,7 +409,7 @@ mod tests {
             weights: [("b".to_owned(), 3)].into(),
         };
         let planned = |replicas| {
-            let outcome = swarm_assign::plan(&PlanRequest {
+            let outcome = swarm_assign::next_config(&ConfigRequest {
                 statefulset: "w",
                 replicas,
                 jobs: &jobs,

@@ -46,7 +46,7 @@ use cluster::Cluster;
 use faults::FaultLog;
 use history::History;
 use replicas::Replica;
-use schedule::Plan;
+use schedule::Schedule;
 use toxiproxy::Toxiproxy;
 use violations::Violations;
 
@@ -172,12 +172,12 @@ async fn soak_with(soak: &Arc<Soak>, minutes: u64, seed: u64) -> Result<bool, St
 
     let total = Duration::from_secs(minutes * 60);
     let shapes: Vec<_> = standing.iter().map(|d| d.shape()).collect();
-    let plan = Plan::generate(seed, total, &shapes, replicas::LEASE);
+    let schedule = Schedule::generate(seed, total, &shapes, replicas::LEASE);
     let start = soak.clock.now();
     eprintln!(
         "soak: t={start:.1}s setup done; {} faults and {} load actions planned for {minutes} min (seed {seed})",
-        plan.steps.len(),
-        plan.loads.len()
+        schedule.steps.len(),
+        schedule.loads.len()
     );
     let status = tokio::spawn({
         let soak = soak.clone();
@@ -185,7 +185,7 @@ async fn soak_with(soak: &Arc<Soak>, minutes: u64, seed: u64) -> Result<bool, St
     });
     let compactor = tokio::spawn({
         let soak = soak.clone();
-        let gaps = plan.compactions.clone();
+        let gaps = schedule.compactions.clone();
         async move {
             for gap in gaps {
                 tokio::time::sleep(gap).await;
@@ -197,7 +197,7 @@ async fn soak_with(soak: &Arc<Soak>, minutes: u64, seed: u64) -> Result<bool, St
     });
     let loads = tokio::spawn({
         let soak = soak.clone();
-        let actions = plan.loads.clone();
+        let actions = schedule.loads.clone();
         async move {
             for (gap, action) in actions {
                 tokio::time::sleep(gap).await;
@@ -220,7 +220,7 @@ async fn soak_with(soak: &Arc<Soak>, minutes: u64, seed: u64) -> Result<bool, St
         }
     });
     let deadline = start + total.as_secs_f64();
-    for step in &plan.steps {
+    for step in &schedule.steps {
         if soak.clock.now() >= deadline {
             break;
         }

@@ -212,7 +212,7 @@ pub struct Step {
 
 /// The whole plan: three tracks that run side by side.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct Schedule {
     /// Faults, one at a time.
     pub steps: Vec<Step>,
     /// Load actions, each after a pause.
@@ -227,10 +227,10 @@ pub struct PoolShape {
     pub max: u32,
 }
 
-impl Plan {
+impl Schedule {
     /// The plan of `seed` for a soak of `total`, over pools of `shapes` (index = pool), with
     /// the operator's leader lease of `lease`. Each track is generated until it fills `total`.
-    pub fn generate(seed: u64, total: Duration, shapes: &[PoolShape], lease: Duration) -> Plan {
+    pub fn generate(seed: u64, total: Duration, shapes: &[PoolShape], lease: Duration) -> Schedule {
         let mut rng = Rng::new(seed);
         let mut kinds = FAULT_KINDS;
         rng.shuffle(&mut kinds);
@@ -261,7 +261,7 @@ impl Plan {
             planned += gap;
             compactions.push(gap);
         }
-        Plan {
+        Schedule {
             steps,
             loads,
             compactions,

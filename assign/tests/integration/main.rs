@@ -5,7 +5,7 @@ mod common;
 mod consistent_properties;
 mod contiguous_properties;
 mod hash_stability;
-mod plan;
+mod next_config;
 mod predecessor_regression;
 mod qos_properties;
 mod slot_properties;

@@ -1,4 +1,4 @@
-//! One planning step, shared by the operator and `swarm-operator plan`.
+//! The next config of a pool: one assignment step, shared by the operator and `swarm-operator plan`.
 
 use crate::movement::same_job_set;
 use crate::worker_config::{WorkerConfig, Workload};
@@ -10,7 +10,7 @@ use crate::{
 /// What to plan for: a pool's jobs and strategy, its StatefulSet, and the config now in the
 /// ConfigMap.
 #[derive(Clone, Copy, Debug)]
-pub struct PlanRequest<'a> {
+pub struct ConfigRequest<'a> {
     /// Name of the StatefulSet; pods are `<statefulset>-<ordinal>`.
     pub statefulset: &'a str,
     /// Number of workers (N).
@@ -27,7 +27,7 @@ pub struct PlanRequest<'a> {
 
 /// Why a pool cannot be planned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
+pub enum ConfigError {
     /// The job list is invalid.
     #[error(transparent)]
     Jobs(#[from] JobsError),
@@ -38,7 +38,7 @@ pub enum PlanError {
 
 /// The next config and what it changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlanOutcome {
+pub struct NextConfig {
     /// The config to write. Its version is the previous one, +1 iff the mapping pod -> job set
     /// changed (pods appearing or disappearing count); 1 without a previous config.
     pub config: WorkerConfig,
@@ -60,7 +60,7 @@ pub struct PlanOutcome {
 /// previous config of version 0 (the predecessor's format) is always rewritten, as version 1 or
 /// more. The assignment planned from is read with [`current_assignment`]; the movement is
 /// measured against what the workers hold. Fails only on an invalid job list or `qos`.
-pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, PlanError> {
+pub fn next_config(request: &ConfigRequest) -> Result<NextConfig, ConfigError> {
     validate_jobs(request.jobs)?;
     let neutral = Qos::default();
     let qos = request.qos.unwrap_or(&neutral);
@@ -96,7 +96,7 @@ pub fn plan(request: &PlanRequest) -> Result<PlanOutcome, PlanError> {
         published.touched,
         unassigned,
     );
-    Ok(PlanOutcome {
+    Ok(NextConfig {
         config: published.config,
         changed: published.changed,
         movement,

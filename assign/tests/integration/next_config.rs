@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::*;
 use proptest::prelude::*;
 use swarm_assign::{
-    JobsError, PlanError, PlanOutcome, PlanRequest, Strategy as Assign, WorkerConfig, Workload,
-    plan,
+    ConfigError, ConfigRequest, JobsError, NextConfig, Strategy as Assign, WorkerConfig, Workload,
+    next_config,
 };
 
 const STS: &str = "swarm-worker";
@@ -18,8 +18,8 @@ fn plan_for(
     replicas: usize,
     strategy: Assign,
     previous: Option<&WorkerConfig>,
-) -> PlanOutcome {
-    plan(&PlanRequest {
+) -> NextConfig {
+    next_config(&ConfigRequest {
         statefulset: STS,
         replicas,
         jobs,
@@ -113,7 +113,7 @@ fn zero_replicas_write_no_worker_and_report_every_job_unassigned() {
 #[test]
 fn invalid_jobs_are_refused_naming_the_problem() {
     let jobs: Vec<String> = ["a", "b", "a"].map(String::from).to_vec();
-    let error = plan(&PlanRequest {
+    let error = next_config(&ConfigRequest {
         statefulset: STS,
         replicas: 2,
         jobs: &jobs,
@@ -124,7 +124,7 @@ fn invalid_jobs_are_refused_naming_the_problem() {
     .unwrap_err();
     assert_eq!(
         error,
-        PlanError::Jobs(JobsError::Duplicate {
+        ConfigError::Jobs(JobsError::Duplicate {
             job: "a".into(),
             first: 0,
             second: 2
@@ -132,7 +132,7 @@ fn invalid_jobs_are_refused_naming_the_problem() {
     );
     assert!(error.to_string().contains("\"a\""), "{error}");
     let jobs: Vec<String> = ["a", ""].map(String::from).to_vec();
-    let error = plan(&PlanRequest {
+    let error = next_config(&ConfigRequest {
         statefulset: STS,
         replicas: 2,
         jobs: &jobs,
@@ -141,13 +141,13 @@ fn invalid_jobs_are_refused_naming_the_problem() {
         qos: None,
     })
     .unwrap_err();
-    assert_eq!(error, PlanError::Jobs(JobsError::EmptyName { index: 1 }));
+    assert_eq!(error, ConfigError::Jobs(JobsError::EmptyName { index: 1 }));
 }
 
 #[test]
 fn a_config_for_another_statefulset_is_no_current_assignment_but_keeps_the_version_rising() {
     let jobs = example_jobs();
-    let foreign = plan(&PlanRequest {
+    let foreign = next_config(&ConfigRequest {
         statefulset: "old-pool",
         replicas: 3,
         jobs: &jobs,
