@@ -111,9 +111,11 @@ impl WhatIf {
             }
             let phase = outcome.status.phase;
             transcript.status = outcome.status;
-            // Quiet and not rolling out: Balanced, or as balanced as it can be (Degraded for
-            // want of workers, Failed on an invalid spec).
-            if quiet && phase != Some(Phase::RollingOut) {
+            // Quiet, with nothing left for the workload's controller to do, and not rolling
+            // out: Balanced, or as balanced as it can be (Degraded for want of workers, Failed on
+            // an invalid spec). A Deployment pool waits for its ReplicaSet to pick the pods a
+            // scale-down removes, so it may be quiet before the pods change.
+            if quiet && self.pods_match_replicas() && phase != Some(Phase::RollingOut) {
                 return Ok(transcript);
             }
             self.pass_time();
@@ -218,6 +220,18 @@ impl WhatIf {
         let uid = format!("what-if-pod-{}", self.created);
         let pod = self.pod(&name, &uid);
         self.cluster.pods.push(pod);
+    }
+
+    /// Every pod runs, and there are as many as the workload asks for: passing time would change
+    /// nothing.
+    fn pods_match_replicas(&self) -> bool {
+        let active = self.active();
+        active.len() == self.cluster.pods.len()
+            && active.len() == self.replicas
+            && (self.kind() == WorkloadKind::Deployment
+                || active
+                    .iter()
+                    .all(|pod| ordinal(pod).is_some_and(|o| o < self.replicas)))
     }
 
     /// Pods not terminating.

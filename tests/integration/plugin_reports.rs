@@ -292,6 +292,73 @@ fn plan_of_a_deployment_pool_keeps_each_slots_jobs_on_its_pod_and_adds_new_pods(
 }
 
 #[test]
+fn plan_of_a_deployment_scale_down_waits_for_the_replica_set_to_remove_pods() {
+    let pods = [
+        "d-5f7-aaaaa",
+        "d-5f7-bbbbb",
+        "d-5f7-ccccc",
+        "d-5f7-ddddd",
+        "d-5f7-eeeee",
+    ];
+    let jobs: Vec<String> = (0..10).map(|j| format!("j{j}")).collect();
+    let mut text = "version: 2\nworkloads:\n".to_owned();
+    for (i, pod) in pods.iter().enumerate() {
+        let held = format!("[{}, {}]", jobs[2 * i], jobs[2 * i + 1]);
+        text.push_str(&format!("  {pod}:\n    version: 2\n    jobs: {held}\n"));
+    }
+    let slots: Vec<Vec<&str>> = pods.iter().map(|pod| vec![*pod]).collect();
+    // The ConfigMap as the operator left it, so that before the ReplicaSet removes two pods
+    // the operator has nothing to write.
+    let text = swarm_assign::worker_config::WorkerConfig::parse(&text)
+        .expect("a valid config")
+        .render();
+    let mut config_map = config_map(
+        &text,
+        json!({
+            "swarm.io/version": "2",
+            "swarm.io/slots": serde_json::to_string(&slots).unwrap(),
+            "swarm.io/pending-refresh": "{}",
+            "swarm.io/handoff": "{}",
+        }),
+    );
+    config_map.metadata.labels = Some(
+        [
+            ("app.kubernetes.io/managed-by", "swarm-operator"),
+            ("swarm.io/pool", "p"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+    );
+    let view = PoolView {
+        pool: pool(
+            json!({"workloadKind": "Deployment", "jobs": jobs}),
+            json!({"phase": "Balanced", "workload": "d", "workers": 5}),
+        ),
+        config_map: Some(config_map),
+        pods: pods
+            .iter()
+            .enumerate()
+            .map(|(i, name)| pod(name, &format!("u{i}"), true))
+            .collect(),
+    };
+    let plan = scale_plan::predict(&view, 3).expect("a plan");
+    assert_eq!(
+        plan.jobs_moved, 4,
+        "the jobs of the two pods the ReplicaSet removes move: {plan:?}"
+    );
+    let mut after: Vec<usize> = plan.workers.iter().filter_map(|w| w.jobs_after).collect();
+    after.sort_unstable();
+    assert_eq!(after, [3, 3, 4]);
+    assert_eq!(
+        plan.workers_restarted.len(),
+        3,
+        "the pods left are given jobs"
+    );
+    assert!(plan.config_writes >= 2, "a revoke, then a grant: {plan:?}");
+}
+
+#[test]
 fn plan_without_a_workload_says_why() {
     let view = PoolView {
         pool: pool(json!({"jobs": ["a"]}), json!({"phase": "Failed"})),
