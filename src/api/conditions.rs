@@ -71,6 +71,11 @@ pub mod reason {
     pub const JOBS_GRANTED: &str = "JobsGranted";
     /// Event reason: a new config version was written.
     pub const REBALANCED: &str = "Rebalanced";
+    /// Event reason: a worker acknowledged the version that changed its jobs
+    /// (`rollout.policy: Acknowledge`).
+    pub const WORKER_ACKNOWLEDGED: &str = "WorkerAcknowledged";
+    /// Event reason: a worker did not acknowledge its jobs in time; its pod is refreshed.
+    pub const ACK_TIMED_OUT: &str = "AckTimedOut";
     /// Event reason: a stale worker's pod was deleted to load the new config.
     pub const REFRESHING_WORKER: &str = "RefreshingWorker";
     /// A watch cache of the operator has been failing: phase Degraded, `Ready` Unknown, and the

@@ -159,10 +159,17 @@ impl WorkloadKind {
 }]))]
 pub struct RolloutSpec {
     /// `DeletePods`: delete the pod of every worker whose job set changed (once per change) so
-    /// the StatefulSet re-creates it on the new config. `None`: only write the ConfigMap; the
-    /// workers reload it themselves.
+    /// the StatefulSet re-creates it on the new config. `Acknowledge`: the workers read the
+    /// ConfigMap through the API and acknowledge each version in a Lease of their own; nothing
+    /// restarts. `None`: only write the ConfigMap; the workers reload it themselves.
     #[serde(default)]
     pub policy: RolloutPolicy,
+
+    /// Under `Acknowledge`: seconds a worker has to acknowledge a version that changes its jobs
+    /// before its pod is deleted, as under `DeletePods`.
+    #[serde(default = "default_ack_timeout_seconds")]
+    #[schemars(extend("minimum" = 1))]
+    pub ack_timeout_seconds: i64,
 
     /// How many workers may be unavailable at once while stale workers are refreshed: an
     /// integer, or a percentage of the StatefulSet's replicas such as `25%` (rounded down).
@@ -175,7 +182,7 @@ pub struct RolloutSpec {
     /// worker) and granted to its new worker only once every pod that may still run it is gone,
     /// so it never runs on two workers at once; it runs on none for a while instead. `Overlap`:
     /// the new worker gets it at once, and both may run it until the old one restarts. Exclusive
-    /// needs `policy: DeletePods`.
+    /// needs `policy: DeletePods` or `Acknowledge`.
     #[serde(default)]
     pub handoff: Handoff,
 }
@@ -184,6 +191,7 @@ impl Default for RolloutSpec {
     fn default() -> Self {
         Self {
             policy: RolloutPolicy::default(),
+            ack_timeout_seconds: default_ack_timeout_seconds(),
             max_unavailable: default_max_unavailable(),
             handoff: Handoff::default(),
         }
@@ -202,18 +210,30 @@ pub enum Handoff {
     Overlap,
 }
 
+/// `spec.rollout.ackTimeoutSeconds` when unset.
+pub const DEFAULT_ACK_TIMEOUT_SECONDS: i64 = 60;
+
+fn default_ack_timeout_seconds() -> i64 {
+    DEFAULT_ACK_TIMEOUT_SECONDS
+}
+
 fn default_max_unavailable() -> IntOrString {
     IntOrString::String(DEFAULT_MAX_UNAVAILABLE.to_owned())
 }
 
 /// `DeletePods`: delete the pod of every worker whose job set changed (once per change) so the
-/// StatefulSet re-creates it on the new config. `None`: only write the ConfigMap; the workers
+/// StatefulSet re-creates it on the new config. `Acknowledge`: workers reload by themselves and
+/// acknowledge each version in their Lease. `None`: only write the ConfigMap; the workers
 /// reload it themselves.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum RolloutPolicy {
     /// Delete the pods of workers whose job set changed, paced by `maxUnavailable`.
     #[default]
     DeletePods,
+    /// Workers read their entry through the API and acknowledge each version in a Lease named
+    /// like their pod (annotation `swarm.io/acked-version`); a worker that does not within
+    /// `ackTimeoutSeconds` has its pod deleted.
+    Acknowledge,
     /// Only write the ConfigMap; the workers reload it themselves.
     None,
 }

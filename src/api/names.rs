@@ -13,7 +13,14 @@ pub const HANDOFF_ANNOTATION: &str = "swarm.io/handoff";
 /// ConfigMap annotation with a Deployment pool's slot table: JSON list of slots, each the list
 /// of pods that held it, the pod holding it last (see [`swarm_assign::slots`]).
 pub const SLOTS_ANNOTATION: &str = "swarm.io/slots";
-/// ConfigMap label naming the pool that writes it.
+/// ConfigMap annotation with the workers that have not acknowledged the version that last
+/// changed their jobs (`rollout.policy: Acknowledge`): JSON object of pod name to
+/// `{"uid", "since"}`, the pod instance waited for and since when, keys sorted.
+pub const AWAITING_ACK_ANNOTATION: &str = "swarm.io/awaiting-ack";
+/// Annotation of a worker's Lease: the config version whose entry the pod instance named by
+/// the Lease's `holderIdentity` runs, exactly, as a decimal string.
+pub const ACKED_VERSION_ANNOTATION: &str = "swarm.io/acked-version";
+/// ConfigMap label naming the pool that writes it; also on each worker's Lease.
 pub const POOL_LABEL: &str = "swarm.io/pool";
 /// Standard label naming the tool that manages an object.
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";

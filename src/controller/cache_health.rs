@@ -40,11 +40,13 @@ pub enum Cache {
     ReplicaSets,
     /// Pods of Deployments.
     DeploymentPods,
+    /// The workers' Leases.
+    Leases,
 }
 
 impl Cache {
     /// Every cache, in the order the metrics list them.
-    pub const ALL: [Cache; 7] = [
+    pub const ALL: [Cache; 8] = [
         Cache::Pools,
         Cache::StatefulSets,
         Cache::Pods,
@@ -52,6 +54,7 @@ impl Cache {
         Cache::Deployments,
         Cache::ReplicaSets,
         Cache::DeploymentPods,
+        Cache::Leases,
     ];
 
     /// The name in metrics, logs and status messages.
@@ -64,6 +67,7 @@ impl Cache {
             Cache::Deployments => "deployments",
             Cache::ReplicaSets => "replicasets",
             Cache::DeploymentPods => "deployment-pods",
+            Cache::Leases => "leases",
         }
     }
 }

@@ -15,12 +15,13 @@ use tracing::{debug, info};
 
 use super::{Context, DEPLOYMENT_POD_LABEL, fenced_write, live_pods_selector, trim};
 use crate::Error;
-use crate::crd::{SwarmPool, WorkloadKind};
+use crate::crd::{RolloutPolicy, SwarmPool, WorkloadKind};
 use crate::drive::{Cluster, Deleted, Written};
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, Observed};
 use crate::pod_summary::PodSummary;
 use crate::rollout::{PENDING_REFRESH_ANNOTATION, PodDelete};
+use crate::state::lease::Acks;
 
 /// What the caches hold for one pool's namespace, for the planner.
 pub(super) struct Snapshot<'a> {
@@ -32,6 +33,7 @@ pub(super) struct Snapshot<'a> {
     other_pools: Vec<Arc<SwarmPool>>,
     config_map: Option<ConfigMap>,
     deleting: BTreeSet<String>,
+    acks: Acks,
 }
 
 impl<'a> Snapshot<'a> {
@@ -53,6 +55,11 @@ impl<'a> Snapshot<'a> {
                 .state_filter(|p| here(&p.metadata) && p.metadata.uid != pool.metadata.uid),
             config_map,
             deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
+            acks: if pool.spec.rollout.policy == RolloutPolicy::Acknowledge {
+                ctx.acks(namespace, &pool.name_any())
+            } else {
+                Acks::default()
+            },
         }
     }
 
@@ -67,6 +74,7 @@ impl<'a> Snapshot<'a> {
             pods_are_live: false,
             config_map: self.config_map.as_ref(),
             deleting: &self.deleting,
+            acks: &self.acks,
             now: Timestamp::now(),
         }
     }

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -49,6 +50,7 @@ use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
+use crate::state::lease::Acks;
 use kube_cluster::{KubeCluster, Snapshot};
 use relisting_watch::relisting_watcher;
 
@@ -73,6 +75,8 @@ pub struct Context {
     replica_sets: Store<ReplicaSet>,
     pods: PodCaches,
     config_maps: Store<ConfigMap>,
+    /// The workers' Leases (label `swarm.io/pool`).
+    leases: Store<Lease>,
     /// Whether each cache has completed its initial list and follows the cluster: reconciles
     /// wait for the first list, so an empty cache right after start is never taken for "no
     /// StatefulSet, no pods", and decide nothing while a watch fails.
@@ -177,6 +181,14 @@ impl Context {
     /// The uids of `pool`'s pods whose deletion was requested and the pod cache has not shown
     /// yet. A request is forgotten once the cache shows it took effect, so a rollout of
     /// thousands of pods leaves nothing behind; else after [`DELETING_MEMORY`].
+    fn acks(&self, namespace: &str, pool: &str) -> Acks {
+        let leases = self.leases.state_filter(|lease| {
+            lease.metadata.namespace.as_deref() == Some(namespace)
+                && lease.labels().get(POOL_LABEL).map(String::as_str) == Some(pool)
+        });
+        Acks::from_leases(leases.iter().map(AsRef::as_ref))
+    }
+
     fn deleting(&self, pool: &ObjectRef<SwarmPool>) -> BTreeSet<String> {
         let mut all = self.deleting.lock().expect("deleting lock poisoned");
         all.retain(|_, requested| {
@@ -364,6 +376,7 @@ pub async fn run(
         replica_sets: caches.replica_sets,
         pods: caches.pods,
         config_maps: caches.config_maps,
+        leases: caches.leases,
         health,
         metrics,
         failures: Mutex::default(),
@@ -396,6 +409,7 @@ struct Caches {
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
     pods: PodCaches,
+    leases: Store<Lease>,
 }
 
 /// Starts the watches of the pools, of the ConfigMaps they own and of every workload and pod
@@ -431,6 +445,18 @@ fn watch(
         watch_statefulsets(controller, client, ns, health, &pool_store);
     let (controller, deployment_store, rs_store, deployment_pod_store) =
         watch_deployments(controller, client, ns, health, &pool_store);
+    let (lease_store, leases) = cached_watch(
+        scoped::<Lease>(client, ns),
+        watcher::Config::default().labels(POOL_LABEL),
+        trim::lease,
+        Cache::Leases,
+        health,
+    );
+    // A worker's Lease names its pool; an acknowledgement may free jobs in transit.
+    let controller = controller.watches_stream(leases.touched_objects(), |lease| {
+        let pool = lease.labels().get(POOL_LABEL)?;
+        Some(ObjectRef::new(pool).within(lease.namespace()?.as_str()))
+    });
     let caches = Caches {
         pools: pool_store,
         config_maps: cm_store,
@@ -441,6 +467,7 @@ fn watch(
             statefulset: pod_store,
             deployment: deployment_pod_store,
         },
+        leases: lease_store,
     };
     (controller, caches)
 }

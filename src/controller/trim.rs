@@ -5,10 +5,14 @@
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
 };
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use kube::ResourceExt;
+
 use crate::crd::SwarmPool;
+use crate::names::ACKED_VERSION_ANNOTATION;
 use crate::pod_summary::PodSummary;
 
 /// A pod as the planner reads it: identity, controlling owner, creation and deletion (its
@@ -59,6 +63,24 @@ pub fn pool(pool: &mut SwarmPool) {
 /// A ConfigMap without the server-side apply bookkeeping, which can be as large as its data.
 pub fn config_map(cm: &mut ConfigMap) {
     cm.metadata.managed_fields = None;
+}
+
+/// A worker's Lease as the planner reads it: its name, pool label, holder and acknowledged
+/// version; renewals change nothing else the planner reads, but each is an update the watch
+/// delivers, so the object kept is as small as it can be.
+pub fn lease(lease: &mut Lease) {
+    let acked = lease
+        .annotations()
+        .get(ACKED_VERSION_ANNOTATION)
+        .map(|v| (ACKED_VERSION_ANNOTATION.to_owned(), v.clone()));
+    trim_meta(&mut lease.metadata);
+    lease.metadata.owner_references = None;
+    lease.metadata.annotations = acked.map(|a| [a].into());
+    let holder_identity = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+    lease.spec = Some(LeaseSpec {
+        holder_identity,
+        ..LeaseSpec::default()
+    });
 }
 
 fn trim_meta(meta: &mut ObjectMeta) {

@@ -25,6 +25,7 @@ use super::{Driven, Journal, drive};
 use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::names::STATEFULSET_POD_LABEL;
 use crate::pod_summary::{PodSummary, ReadyCondition};
+use crate::state::lease::Acks;
 
 /// The label that ties the what-if workload to the pool's selector.
 const WORKLOAD_LABEL: &str = "swarm.io/what-if";
@@ -148,6 +149,7 @@ impl WhatIf {
             pods_are_live: false,
             config_map: config_map.as_ref(),
             deleting: &self.deleting,
+            acks: &Acks::default(),
             now: self.cluster.now,
         };
         match block_on(drive(&mut self.cluster, &observed, &mut Journal::default())) {

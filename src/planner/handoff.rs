@@ -34,6 +34,7 @@ use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{Assignment, Roster};
 
 use crate::crd::Handoff;
+use crate::state::lease::Acks;
 
 pub use crate::names::HANDOFF_ANNOTATION;
 pub use crate::state::records::HoldersParseError;
@@ -50,6 +51,11 @@ pub struct Holder {
     /// grant.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gone: bool,
+    /// The config version that last revoked jobs from it (`None` until that version is
+    /// known): under `Acknowledge`, an acknowledgement of this version or a later one by the
+    /// recorded instance frees its jobs as its end would.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
 }
 
 /// The holders of jobs in transit, by pod name.
@@ -74,6 +80,7 @@ impl Holders {
                 uid: String::new(),
                 revoked_at,
                 gone: false,
+                version: None,
             },
         );
     }
@@ -92,6 +99,27 @@ impl Holders {
             })
             .map(|(pod, _)| pod.clone())
             .collect()
+    }
+
+    /// Records `version` as the revoking version of the holders marked without one: the
+    /// version about to be written, which lists their jobs in transit.
+    pub fn stamp_version(&mut self, version: u64) {
+        for holder in self.entries.values_mut() {
+            holder.version.get_or_insert(version);
+        }
+    }
+
+    /// Marks released the holders whose recorded instance acknowledged the version that
+    /// revoked their jobs: they run exactly their entry of a version without those jobs.
+    fn release_acknowledged(&mut self, acks: &Acks) {
+        for (pod, holder) in &mut self.entries {
+            let acked = holder
+                .version
+                .is_some_and(|version| acks.covers(pod, &holder.uid, version));
+            if acked {
+                holder.gone = true;
+            }
+        }
     }
 
     /// The entries: pod name to holder.
@@ -139,6 +167,13 @@ pub struct HandoffInput<'a> {
     pub holders: Option<&'a Holders>,
     /// The pods of the namespace.
     pub pods: &'a PodIndex,
+    /// Under `rollout.policy: Acknowledge`, what the workers' Leases acknowledge: a holder is
+    /// free once its instance acknowledged the version that revoked its jobs, and each job is
+    /// granted as soon as it is free (nothing restarts, so nothing is batched).
+    pub acks: Option<&'a Acks>,
+    /// Under `Acknowledge`, the workers whose pod is terminating: they are given no job, and
+    /// the jobs they hold are revoked.
+    pub terminating: &'a BTreeSet<String>,
     /// Whether `pods` was listed live after the last write that recorded unresolved holders.
     pub pods_are_live: bool,
     /// The current time.
@@ -264,8 +299,10 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
 
     // A worker gets the jobs handed to it in one grant, once all of them are free: it restarts
     // once to pick them up, so granting some earlier would only cost another version.
+    // Under `Acknowledge` nothing restarts: each job is granted as soon as it is free.
     let awaiting: BTreeSet<String> = decisions
         .iter()
+        .filter(|_| input.acks.is_none())
         .filter_map(|(_, d)| match d {
             Decision::Wait { to, .. } => to.clone(),
             _ => None,
@@ -289,6 +326,9 @@ fn observed_holders(
     previous_transit: &BTreeMap<&str, Vec<&str>>,
 ) -> (Holders, bool) {
     let (mut holders, mut needs_live_pods) = current_holders(input, previous_transit);
+    if let Some(acks) = input.acks {
+        holders.release_acknowledged(acks);
+    }
     if input.pods_are_live {
         for pod in holders.gone(input.pods) {
             if let Some(h) = holders.entries.get_mut(&pod) {
@@ -315,9 +355,11 @@ fn decide_jobs<'a>(
     let mut decisions: Vec<(&String, Decision)> = Vec::with_capacity(input.jobs.len());
     for job in input.jobs {
         let destination = owner_of.get(job.as_str()).copied();
-        // A free slot has no pod to publish under: its jobs wait in transit for one.
+        // A free slot has no pod to publish under: its jobs wait in transit for one. Nor has a
+        // terminating pod under `Acknowledge`: its worker runs nothing any more.
         let to = destination
             .and_then(|ordinal| input.roster.pod(ordinal))
+            .filter(|pod| !input.terminating.contains(*pod))
             .map(str::to_owned);
         let held_by = published.get(job.as_str()).cloned().unwrap_or_default();
         let was_in_transit = previous_transit.contains_key(job.as_str());
@@ -535,6 +577,11 @@ fn current_holders(
     previous_transit: &BTreeMap<&str, Vec<&str>>,
 ) -> (Holders, bool) {
     let mut holders = input.holders.cloned().unwrap_or_default();
+    // Under `Acknowledge`, a record without a version was made under another policy: the
+    // config now written lists its jobs in transit.
+    if let (Some(_), Some(previous)) = (input.acks, input.previous) {
+        holders.stamp_version(previous.version);
+    }
     let mut unresolved = false;
     for pod in previous_transit.values().flatten() {
         if !holders.entries.contains_key(*pod) {
@@ -623,6 +670,7 @@ mod tests {
     use swarm_assign::pod_name;
 
     const STS: &str = "w";
+    static NO_PODS: BTreeSet<String> = BTreeSet::new();
 
     fn jobs(names: &[&str]) -> Vec<String> {
         names.iter().map(|j| j.to_string()).collect()
@@ -663,6 +711,8 @@ mod tests {
                 previous: Some(&self.previous),
                 holders: Some(&self.holders),
                 pods: &self.pods,
+                acks: None,
+                terminating: &NO_PODS,
                 pods_are_live: self.live,
                 now: at(10),
             })
@@ -678,6 +728,7 @@ mod tests {
                         uid: uid.to_string(),
                         revoked_at: at(0),
                         gone: false,
+                        version: None,
                     };
                     (pod.to_string(), holder)
                 })
@@ -876,6 +927,8 @@ mod tests {
                 previous: Some(&previous),
                 holders: Some(holders),
                 pods,
+                acks: None,
+                terminating: &NO_PODS,
                 pods_are_live: true,
                 now: at(10),
             })
@@ -898,6 +951,8 @@ mod tests {
             previous: None,
             holders: None,
             pods: &PodIndex::default(),
+            acks: None,
+            terminating: &NO_PODS,
             pods_are_live: false,
             now: at(0),
         });
@@ -917,6 +972,8 @@ mod tests {
             previous: Some(&previous),
             holders: None,
             pods: &PodIndex::default(),
+            acks: None,
+            terminating: &NO_PODS,
             pods_are_live: false,
             now: at(0),
         });
@@ -936,6 +993,8 @@ mod tests {
             previous: Some(&config(&[&["a", "b"], &[]], &[])),
             holders: None,
             pods: &PodIndex::default(),
+            acks: None,
+            terminating: &NO_PODS,
             pods_are_live: false,
             now: at(0),
         });

@@ -12,6 +12,7 @@
 //! 4. roll out: the ConfigMap to write, the stale workers, the pods to delete ([`rollout`]);
 //! 5. [`report`]: status, conditions and events.
 
+pub mod acknowledge;
 pub mod handoff;
 mod report;
 pub mod rollout;
@@ -28,6 +29,8 @@ use swarm_assign::{Placement, Qos};
 use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
 use crate::pod_summary::PodSummary;
 use crate::state::config_map::{self, Previous};
+use crate::state::lease::Acks;
+use acknowledge::{AckProgress, AwaitingAcks};
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
 use rollout::{PendingRefresh, PodDelete, Priorities};
 use validate::{Facts, Failure, Valid};
@@ -76,6 +79,8 @@ pub struct Observed<'a> {
     pub config_map: Option<&'a ConfigMap>,
     /// Uids of pods this operator already asked to delete (terminating, whatever the cache says).
     pub deleting: &'a BTreeSet<String>,
+    /// What the workers' Leases acknowledge (read under `rollout.policy: Acknowledge` only).
+    pub acks: &'a Acks,
     /// The current time.
     pub now: Timestamp,
 }
@@ -206,7 +211,14 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     let looked_up = pods_looked_up(&valid, &previous);
     let pods = index_pods(o, &looked_up);
     let placement = assign_jobs(o.pool, &valid, &previous);
-    let handoff = handoff::hand_off(&HandoffInput {
+    let acknowledge = o.pool.spec.rollout.policy == RolloutPolicy::Acknowledge;
+    let terminating: BTreeSet<String> = valid
+        .workers
+        .iter()
+        .filter(|(_, pod)| acknowledge && pod.is_some_and(|p| p.terminating))
+        .map(|(name, _)| name.to_owned())
+        .collect();
+    let mut handoff = handoff::hand_off(&HandoffInput {
         mode: o.pool.spec.rollout.handoff,
         roster: &valid.roster,
         jobs: &o.pool.spec.jobs,
@@ -214,6 +226,8 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         previous: previous.config.as_ref(),
         holders: previous.holders.as_ref(),
         pods: &pods,
+        acks: acknowledge.then_some(o.acks),
+        terminating: &terminating,
         pods_are_live: o.pods_are_live,
         now: o.now,
     });
@@ -223,6 +237,9 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         &handoff.held,
         handoff.transit.clone(),
     );
+    if acknowledge {
+        handoff.holders.stamp_version(publication.config.version);
+    }
     let rollout = roll_out(o, &valid, &previous, &publication, &handoff)?;
     let mut plan = report::decision(
         o,
@@ -322,6 +339,10 @@ struct Rollout {
     outdated: bool,
     /// The stale-worker records after this plan.
     pending: PendingRefresh,
+    /// The workers that owe an acknowledgement after this plan (`Acknowledge`).
+    awaiting: AwaitingAcks,
+    /// Acknowledgements and timeouts this plan saw.
+    acks: AckProgress,
     needs_live_pods: bool,
     deletes: Vec<PodDelete>,
 }
@@ -336,7 +357,12 @@ fn roll_out(
 ) -> Result<Rollout, Failure> {
     let spec = &o.pool.spec;
     let workers = &valid.workers;
-    let (pending, mut needs_live_pods) = track_stale_workers(o, valid, previous, publication);
+    let Stale {
+        pending,
+        awaiting,
+        acks,
+        mut needs_live_pods,
+    } = track_stale_workers(o, valid, previous, publication);
     needs_live_pods |= handoff.needs_live_pods;
     // A slot remembers the pods it took over from while their jobs are in transit.
     let slots = valid.slots.as_ref().map(|rebound| {
@@ -350,6 +376,7 @@ fn roll_out(
         &publication.config,
         &pending,
         &handoff.holders,
+        (spec.rollout.policy == RolloutPolicy::Acknowledge).then_some(&awaiting),
         slots.as_ref(),
     )?;
     let outdated = o
@@ -381,44 +408,81 @@ fn roll_out(
         apply,
         outdated,
         pending,
+        awaiting,
+        acks,
         needs_live_pods,
         deletes,
     })
 }
 
+/// The stale workers after a decision.
+struct Stale {
+    /// Workers whose pods are to be deleted and re-created.
+    pending: PendingRefresh,
+    /// Workers that owe an acknowledgement.
+    awaiting: AwaitingAcks,
+    /// Acknowledgements and timeouts seen.
+    acks: AckProgress,
+    /// Whether `pending` must be checked against pods listed live.
+    needs_live_pods: bool,
+}
+
 /// The stale-worker records after this decision, and whether they must be checked against pods
 /// listed live: under `DeletePods` every running worker whose entry this write changes must
-/// restart once; under `None` workers reload by themselves and nothing is tracked.
+/// restart once; under `Acknowledge` it must acknowledge the new version, and is restarted like
+/// that only when it does not in time; under `None` workers reload by themselves and nothing is
+/// tracked.
 fn track_stale_workers(
     o: &Observed,
     valid: &Valid,
     previous: &Previous,
     publication: &swarm_assign::Publication,
-) -> (PendingRefresh, bool) {
+) -> Stale {
     let workers = &valid.workers;
-    let mut pending = previous.pending.clone();
-    pending.retain_workers(workers);
-    let mut needs_live_pods = false;
-    match o.pool.spec.rollout.policy {
-        RolloutPolicy::None => pending = PendingRefresh::default(),
-        RolloutPolicy::DeletePods => {
-            if o.pods_are_live {
-                pending.resolve(workers);
-                pending.drop_replaced(workers);
-            } else if pending.has_unresolved() || !pending.replaced(workers).is_empty() {
-                needs_live_pods = true;
-            }
-            if publication.changed {
-                pending.mark_unresolved(
-                    publication
-                        .touched
-                        .iter()
-                        .map(String::as_str)
-                        .filter(|pod| workers.contains(pod))
-                        .filter(|pod| !valid.has_slots() || ran_jobs(previous, pod)),
-                );
-            }
-        }
+    let rollout = &o.pool.spec.rollout;
+    let mut stale = Stale {
+        pending: previous.pending.clone(),
+        awaiting: AwaitingAcks::default(),
+        acks: AckProgress::default(),
+        needs_live_pods: false,
+    };
+    stale.pending.retain_workers(workers);
+    if rollout.policy == RolloutPolicy::None {
+        stale.pending = PendingRefresh::default();
+        return stale;
     }
-    (pending, needs_live_pods)
+    if o.pods_are_live {
+        stale.pending.resolve(workers);
+        stale.pending.drop_replaced(workers);
+    } else if stale.pending.has_unresolved() || !stale.pending.replaced(workers).is_empty() {
+        stale.needs_live_pods = true;
+    }
+    let touched = publication
+        .touched
+        .iter()
+        .map(String::as_str)
+        .filter(|pod| workers.contains(pod));
+    if rollout.policy == RolloutPolicy::Acknowledge {
+        stale.awaiting = previous.awaiting.clone();
+        let touched = touched.filter(|_| publication.changed);
+        let timeout = SignedDuration::from_secs(rollout.ack_timeout_seconds.max(1));
+        stale.acks = stale.awaiting.step(
+            previous.config.as_ref(),
+            touched,
+            &publication.config,
+            workers,
+            o.acks,
+            o.now,
+            timeout,
+        );
+        // A worker that did not acknowledge in time is refreshed as under DeletePods.
+        stale
+            .pending
+            .mark_unresolved(stale.acks.timed_out.iter().map(|(pod, _)| pod.as_str()));
+    } else if publication.changed {
+        stale
+            .pending
+            .mark_unresolved(touched.filter(|pod| !valid.has_slots() || ran_jobs(previous, pod)));
+    }
+    stale
 }

@@ -7,6 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{Placement, Publication};
 
+use super::acknowledge::{AckProgress, AwaitingAcks};
 use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
 use super::validate::{Facts, Failure, Valid};
@@ -36,6 +37,8 @@ pub(super) fn decision(
         apply,
         outdated,
         pending,
+        awaiting,
+        acks,
         needs_live_pods,
         deletes,
     } = rollout;
@@ -52,13 +55,14 @@ pub(super) fn decision(
         .then(|| not_enough_workers_note(unmet, dedicated, spec.jobs.len(), workers.len()));
     events.extend(not_enough_workers_event(pool, unmet, unmet_note.as_ref()));
     events.extend(deletes.iter().map(|d| refreshing_worker_event(d, version)));
+    events.extend(ack_events(&acks, spec.rollout.ack_timeout_seconds));
 
     let reported = reported(
         o,
         valid,
         previous,
         publication,
-        pending,
+        (pending, awaiting),
         outdated,
         unmet_note,
     );
@@ -168,6 +172,30 @@ fn not_enough_workers_event(
     None
 }
 
+/// The events of the acknowledgements and timeouts of one step.
+fn ack_events(acks: &AckProgress, timeout_seconds: i64) -> Vec<PlannedEvent> {
+    let acknowledged = acks
+        .acknowledged
+        .iter()
+        .map(|(pod, uid, version)| PlannedEvent {
+            warning: false,
+            reason: reason::WORKER_ACKNOWLEDGED,
+            action: "Acknowledge",
+            note: format!("pod {pod} (uid {uid}) acknowledged config version {version}"),
+            related_pod: None,
+        });
+    let timed_out = acks.timed_out.iter().map(|(pod, uid)| PlannedEvent {
+        warning: true,
+        reason: reason::ACK_TIMED_OUT,
+        action: "Acknowledge",
+        note: format!(
+            "pod {pod} (uid {uid}) did not acknowledge its jobs within {timeout_seconds} s; its pod is refreshed"
+        ),
+        related_pod: None,
+    });
+    acknowledged.chain(timed_out).collect()
+}
+
 /// The event of a stale worker's deletion, naming the config version it restarts on.
 fn refreshing_worker_event(d: &PodDelete, version: u64) -> PlannedEvent {
     PlannedEvent {
@@ -196,7 +224,7 @@ fn reported(
     valid: &Valid,
     previous: &Previous,
     publication: &Publication,
-    pending: PendingRefresh,
+    (pending, awaiting): (PendingRefresh, AwaitingAcks),
     outdated: bool,
     unmet_note: Option<String>,
 ) -> Reported {
@@ -204,14 +232,18 @@ fn reported(
     let paused = spec.paused;
     let workers = &valid.workers;
     // Paused: report what is written, not what would be.
-    let (reported_pending, holdings) = if paused {
+    let (mut reported_pending, reported_awaiting, holdings) = if paused {
         let mut p = previous.pending.clone();
         p.retain_workers(workers);
         let written = previous.config.as_ref();
-        (p, Holdings::of(written, &spec.jobs))
+        let awaiting = previous.awaiting.clone();
+        (p, awaiting, Holdings::of(written, &spec.jobs))
     } else {
-        (pending, Holdings::of(Some(&publication.config), &spec.jobs))
+        let holdings = Holdings::of(Some(&publication.config), &spec.jobs);
+        (pending, awaiting, holdings)
     };
+    // A worker that owes an acknowledgement is stale as much as one that must restart.
+    reported_pending.mark_unresolved(reported_awaiting.pods().filter(|pod| workers.contains(pod)));
     let stale = reported_pending.stale_workers(workers);
     let mut verdict = verdict(
         workers,

@@ -11,9 +11,10 @@ use swarm_assign::worker_config::WorkerConfig;
 
 use crate::crd::SwarmPool;
 use crate::names::{
-    HANDOFF_ANNOTATION, MANAGED_BY_LABEL, MANAGER, PENDING_REFRESH_ANNOTATION, POOL_LABEL,
-    SLOTS_ANNOTATION, VERSION_ANNOTATION,
+    AWAITING_ACK_ANNOTATION, HANDOFF_ANNOTATION, MANAGED_BY_LABEL, MANAGER,
+    PENDING_REFRESH_ANNOTATION, POOL_LABEL, SLOTS_ANNOTATION, VERSION_ANNOTATION,
 };
+use crate::planner::acknowledge::AwaitingAcks;
 use crate::planner::handoff::Holders;
 use crate::planner::validate::{Failure, FailureReason};
 use crate::rollout::PendingRefresh;
@@ -36,6 +37,8 @@ pub(crate) struct Previous {
     pub pending: PendingRefresh,
     /// The handoff's holders; `None` when the annotation is unreadable.
     pub holders: Option<Holders>,
+    /// The workers that owe an acknowledgement; unreadable records count as none.
+    pub awaiting: AwaitingAcks,
 }
 
 impl Previous {
@@ -51,6 +54,7 @@ impl Previous {
         let pending =
             PendingRefresh::parse(annotation(PENDING_REFRESH_ANNOTATION)).unwrap_or_default();
         let holders = Holders::parse(annotation(HANDOFF_ANNOTATION)).ok();
+        let awaiting = AwaitingAcks::parse(annotation(AWAITING_ACK_ANNOTATION)).unwrap_or_default();
         let text = cm.data.as_ref().and_then(|d| d.get(CONFIG_KEY));
         let (config, error) = match text.map(|t| WorkerConfig::parse(t)) {
             Some(Ok(config)) => (Some(config), None),
@@ -70,6 +74,7 @@ impl Previous {
             error,
             pending,
             holders,
+            awaiting,
         }
     }
 }
@@ -145,14 +150,15 @@ fn annotation_version(cm: &ConfigMap) -> Option<u64> {
 }
 
 /// The ConfigMap to write: `config.yml`, our labels, the version and the rollout bookkeeping
-/// (with the slot table of a Deployment pool), and the pool as controller. Fails when it would
-/// not fit.
+/// (with the workers that owe an acknowledgement under `Acknowledge`, and the slot table of a
+/// Deployment pool), and the pool as controller. Fails when it would not fit.
 pub(crate) fn desired(
     pool: &SwarmPool,
     name: &str,
     config: &WorkerConfig,
     pending: &PendingRefresh,
     holders: &Holders,
+    awaiting: Option<&AwaitingAcks>,
     slots: Option<&SlotTable>,
 ) -> Result<ConfigMap, Failure> {
     let text = config.render();
@@ -171,6 +177,9 @@ pub(crate) fn desired(
         + pending.resolved_size_bound()
         + HANDOFF_ANNOTATION.len()
         + holders.resolved_size_bound()
+        + awaiting.map_or(0, |a| {
+            AWAITING_ACK_ANNOTATION.len() + a.resolved_size_bound()
+        })
         + slots
             .as_ref()
             .map_or(0, |text| SLOTS_ANNOTATION.len() + text.len());
@@ -192,6 +201,9 @@ pub(crate) fn desired(
         (PENDING_REFRESH_ANNOTATION.to_owned(), pending.render()),
         (HANDOFF_ANNOTATION.to_owned(), holders.render()),
     ]);
+    if let Some(awaiting) = awaiting {
+        annotations.insert(AWAITING_ACK_ANNOTATION.to_owned(), awaiting.render());
+    }
     if let Some(slots) = slots {
         annotations.insert(SLOTS_ANNOTATION.to_owned(), slots);
     }

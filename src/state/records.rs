@@ -3,7 +3,8 @@
 //! compact JSON object with sorted keys, and the size rule they are checked against before a
 //! write.
 
-use crate::names::{HANDOFF_ANNOTATION, PENDING_REFRESH_ANNOTATION};
+use crate::names::{AWAITING_ACK_ANNOTATION, HANDOFF_ANNOTATION, PENDING_REFRESH_ANNOTATION};
+use crate::planner::acknowledge::AwaitingAcks;
 use crate::planner::handoff::Holders;
 use crate::planner::rollout::PendingRefresh;
 
@@ -19,6 +20,11 @@ pub struct PendingRefreshParseError(#[source] serde_json::Error);
 #[derive(Debug, thiserror::Error)]
 #[error("annotation {HANDOFF_ANNOTATION} is not a JSON object of holders: {0}")]
 pub struct HoldersParseError(#[source] serde_json::Error);
+
+/// The awaiting-ack annotation could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("annotation {AWAITING_ACK_ANNOTATION} is not a JSON object of workers waited for: {0}")]
+pub struct AwaitingAcksParseError(#[source] serde_json::Error);
 
 /// Reads a JSON object annotation; a missing or blank one is empty.
 fn parse_object<T: serde::de::DeserializeOwned + Default>(
@@ -71,11 +77,37 @@ impl Holders {
 
     /// Length of the annotation once every holder is resolved, for the size check.
     pub fn resolved_size_bound(&self) -> usize {
-        // "name":{"uid":"…","revokedAt":"2026-01-01T00:00:00.000000000Z"},
-        const PER_ENTRY: usize = 64;
+        // "name":{"uid":"…","revokedAt":"2026-01-01T00:00:00.000000000Z","gone":true,
+        // "version":18446744073709551615},
+        const PER_ENTRY: usize = 100;
         self.entries()
             .iter()
             .map(|(pod, h)| pod.len() + h.uid.len().max(UID_LEN) + PER_ENTRY)
+            .sum::<usize>()
+            + 2
+    }
+}
+
+impl AwaitingAcks {
+    /// Reads the annotation value; a missing annotation is an empty set.
+    pub fn parse(annotation: Option<&str>) -> Result<Self, AwaitingAcksParseError> {
+        parse_object(annotation)
+            .map(Self::from_entries)
+            .map_err(AwaitingAcksParseError)
+    }
+
+    /// The annotation value: compact JSON, keys sorted (`{}` when empty).
+    pub fn render(&self) -> String {
+        serde_json::to_string(self.entries()).expect("records always serialize")
+    }
+
+    /// Length of the annotation once every worker waited for is resolved, for the size check.
+    pub fn resolved_size_bound(&self) -> usize {
+        // "name":{"uid":"…","since":"2026-01-01T00:00:00.000000000Z"},
+        const PER_ENTRY: usize = 60;
+        self.entries()
+            .iter()
+            .map(|(pod, a)| pod.len() + a.uid.len().max(UID_LEN) + PER_ENTRY)
             .sum::<usize>()
             + 2
     }
@@ -108,5 +140,15 @@ mod tests {
         assert!(h.render().len() <= h.resolved_size_bound());
         assert_eq!(Holders::parse(Some(" ")).unwrap(), Holders::default());
         assert!(Holders::parse(Some("[")).is_err());
+    }
+
+    #[test]
+    fn awaiting_acks_round_trip_through_sorted_compact_json() {
+        let text = r#"{"w-0":{"uid":"0f8fad5b-d9cb-469f-a165-70867728950e","since":"2026-01-01T00:00:00.123456789Z"}}"#;
+        let a = AwaitingAcks::parse(Some(text)).unwrap();
+        assert_eq!(a.render(), text);
+        assert!(a.render().len() <= a.resolved_size_bound());
+        assert!(AwaitingAcks::parse(None).unwrap().is_empty());
+        assert!(AwaitingAcks::parse(Some("{")).is_err());
     }
 }

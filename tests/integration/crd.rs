@@ -116,7 +116,12 @@ fn spec_schema_enforces_a_set_of_non_empty_jobs_and_shows_defaults() {
     );
     let rollout = &props["rollout"]["properties"];
     assert_eq!(rollout["policy"]["default"], "DeletePods");
-    assert_eq!(rollout["policy"]["enum"], json!(["DeletePods", "None"]));
+    assert_eq!(
+        rollout["policy"]["enum"],
+        json!(["DeletePods", "Acknowledge", "None"])
+    );
+    assert_eq!(rollout["ackTimeoutSeconds"]["default"], 60);
+    assert_eq!(rollout["ackTimeoutSeconds"]["minimum"].as_f64(), Some(1.0));
     assert_eq!(rollout["maxUnavailable"]["default"], "25%");
     assert_eq!(rollout["handoff"]["default"], "Exclusive");
     assert_eq!(rollout["handoff"]["enum"], json!(["Exclusive", "Overlap"]));

@@ -23,6 +23,7 @@ use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::planner::{CONFIG_KEY, Observed, Outcome, PlannedEvent, SLOTS_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::state::lease::Acks;
 
 const NS: &str = "swarm";
 const DEPLOYMENT: &str = "stream-worker";
@@ -68,6 +69,8 @@ struct World {
     pods: Vec<Pod>,
     config_map: Option<ConfigMap>,
     deleting: BTreeSet<String>,
+    /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`).
+    acks: Acks,
     now: Timestamp,
     next_pod: usize,
     /// Pods deleted by the operator, by name.
@@ -124,6 +127,7 @@ impl World {
             pods: Vec::new(),
             config_map: None,
             deleting: BTreeSet::new(),
+            acks: Acks::default(),
             now: Timestamp::from_second(1_700_000_000).unwrap(),
             next_pod: 0,
             deleted: Vec::new(),
@@ -239,6 +243,7 @@ impl World {
                 pods_are_live: false,
                 config_map: self.config_map.as_ref(),
                 deleting: &self.deleting,
+                acks: &self.acks,
                 now: self.now,
             },
             &mut journal,

@@ -146,6 +146,8 @@ fn rbac_grants_no_write_beyond_what_the_controller_does() {
             "pods" => &["list", "watch", "delete"],
             "configmaps" => &["get", "list", "watch", "create", "patch"],
             "events" => &["create", "patch"],
+            // The workers' Leases, read only; leader election's Lease has a Role of its own.
+            "leases" => &["list", "watch"],
             other => panic!("unexpected resource {other}"),
         };
         let mut verbs = rule.verbs.clone();

@@ -27,6 +27,7 @@ use swarm_operator::planner::{
 use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
+use swarm_operator::state::lease::{Ack, Acks};
 
 const NS: &str = "swarm";
 const STS: &str = "swarm-worker";
@@ -146,6 +147,8 @@ struct World {
     stale_cache: Option<Vec<Pod>>,
     config_map: Option<ConfigMap>,
     deleting: BTreeSet<String>,
+    /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`).
+    acks: Acks,
     now: Timestamp,
     next_uid: usize,
     /// ConfigMap writes so far.
@@ -173,6 +176,7 @@ impl World {
             stale_cache: None,
             config_map: None,
             deleting: BTreeSet::new(),
+            acks: Acks::default(),
             now: t0(),
             next_uid: 0,
             writes: 0,
@@ -236,6 +240,7 @@ impl World {
                 pods_are_live: false,
                 config_map: self.config_map.as_ref(),
                 deleting: &self.deleting,
+                acks: &self.acks,
                 now: self.now,
             },
             &mut journal,
@@ -319,6 +324,22 @@ impl World {
             .find(|p| self::ordinal(p) == ordinal)
             .unwrap();
         pod.metadata.deletion_timestamp = Some(Time(now));
+    }
+
+    /// The worker at `ordinal` acknowledges `version` in its Lease, as its pod instance.
+    fn ack(&mut self, ordinal: usize, version: u64) {
+        let holder = self.uid_of(ordinal);
+        self.acks
+            .insert(format!("{STS}-{ordinal}"), Ack { holder, version });
+    }
+
+    /// Every worker with a pod acknowledges the version now written.
+    fn ack_all(&mut self) {
+        let version = self.config().version;
+        let ordinals: Vec<usize> = self.pods.iter().map(ordinal).collect();
+        for o in ordinals {
+            self.ack(o, version);
+        }
     }
 
     fn uid_of(&self, ordinal: usize) -> String {
@@ -1453,4 +1474,209 @@ fn ordinal_of_name(pod: &str) -> usize {
     pod.rsplit_once('-')
         .and_then(|(_, o)| o.parse().ok())
         .unwrap_or(usize::MAX)
+}
+
+/// A Balanced pool of `replicas` workers under `rollout.policy: Acknowledge`, every worker
+/// having acknowledged the version written.
+fn acknowledging(replicas: usize) -> World {
+    let mut world = balanced(example_jobs(), replicas);
+    world.pool.spec.rollout.policy = RolloutPolicy::Acknowledge;
+    world.ack_all();
+    world.reconcile();
+    world.ack_all();
+    world.reconcile();
+    assert_eq!(
+        world.pool.status.as_ref().unwrap().phase,
+        Some(Phase::Balanced)
+    );
+    world.writes = 0;
+    world
+}
+
+/// Jobs in transit from `pod`.
+fn in_transit_from(config: &WorkerConfig, pod: &str) -> BTreeSet<String> {
+    config
+        .transit()
+        .filter(|(from, _)| *from == pod)
+        .flat_map(|(_, jobs)| jobs.iter().cloned())
+        .collect()
+}
+
+#[test]
+fn under_acknowledge_a_moved_job_is_granted_once_its_giver_acknowledges_and_nobody_restarts() {
+    let mut world = acknowledging(2);
+    let before = world.config();
+    world.scale(3);
+    world.settle_pods();
+    world.reconcile();
+    let revoked = world.config();
+    assert_eq!(revoked.version, before.version + 1);
+    assert_eq!(transit_jobs(&revoked).len(), 9, "floor(27/3) jobs move");
+    let holders = world.holders();
+    assert_eq!(holders["swarm-worker-0"].version, Some(revoked.version));
+    assert_eq!(holders["swarm-worker-0"].uid, world.uid_of(0));
+    let status = world.pool.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::RollingOut));
+    assert_eq!(
+        status.stale_workers,
+        ["swarm-worker-0", "swarm-worker-1", "swarm-worker-2"],
+        "every worker whose entry changed owes an acknowledgement"
+    );
+
+    // Nothing is granted while the givers have not acknowledged, and a Lease left by another
+    // instance of a giver's pod says nothing about this one.
+    world.acks.insert(
+        "swarm-worker-1",
+        Ack {
+            holder: "an-earlier-instance".into(),
+            version: revoked.version,
+        },
+    );
+    world.ack(0, before.version);
+    world.reconcile();
+    assert_eq!(world.config(), revoked, "an older version frees nothing");
+
+    // Worker 0 acknowledges the revoke: its jobs go to worker 2 at once, worker 1's wait.
+    let from_0 = in_transit_from(&revoked, "swarm-worker-0");
+    let from_1 = in_transit_from(&revoked, "swarm-worker-1");
+    world.ack(0, revoked.version);
+    world.reconcile();
+    let partly = world.config();
+    assert_eq!(transit_jobs(&partly), from_1);
+    let new_jobs: BTreeSet<String> = partly
+        .workload("swarm-worker-2")
+        .unwrap()
+        .jobs
+        .iter()
+        .cloned()
+        .collect();
+    assert_eq!(new_jobs, from_0);
+    assert!(world.event_reasons().contains(&reason::WORKER_ACKNOWLEDGED));
+
+    world.ack(1, revoked.version);
+    world.reconcile();
+    let after = world.config();
+    assert!(transit_jobs(&after).is_empty());
+    assert_eq!(loads(&after), [9, 9, 9]);
+    assert!(world.holders().is_empty());
+
+    world.ack_all();
+    world.reconcile();
+    let status = world.pool.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Balanced));
+    assert!(status.stale_workers.is_empty());
+    assert!(
+        world.deleted.is_empty(),
+        "nobody restarts: {:?}",
+        world.deleted
+    );
+}
+
+#[test]
+fn under_acknowledge_a_scale_down_hands_over_once_the_terminating_worker_acknowledges() {
+    let mut world = acknowledging(3);
+    let removed: BTreeSet<String> = world
+        .config()
+        .workload("swarm-worker-2")
+        .unwrap()
+        .jobs
+        .iter()
+        .cloned()
+        .collect();
+    world.scale(2);
+    world.terminate(2);
+    world.reconcile();
+    let revoked = world.config();
+    assert_eq!(transit_jobs(&revoked), removed);
+
+    // The terminating worker stopped everything and acknowledges the version that revoked its
+    // jobs: they are granted while its pod still terminates.
+    world.ack(2, revoked.version);
+    world.reconcile();
+    let after = world.config();
+    assert!(transit_jobs(&after).is_empty());
+    assert_eq!(loads(&after), [14, 13]);
+    assert!(
+        world.pods.iter().any(|p| ordinal(p) == 2),
+        "still terminating"
+    );
+    assert!(world.deleted.is_empty());
+}
+
+#[test]
+fn under_acknowledge_a_terminating_member_is_given_nothing_until_its_replacement_runs() {
+    let mut world = acknowledging(3);
+    let held: BTreeSet<String> = world
+        .config()
+        .workload("swarm-worker-1")
+        .unwrap()
+        .jobs
+        .iter()
+        .cloned()
+        .collect();
+    // A rollout of the StatefulSet: worker 1's pod terminates and comes back under its name.
+    world.terminate(1);
+    world.reconcile();
+    let revoked = world.config();
+    assert!(revoked.workload("swarm-worker-1").unwrap().jobs.is_empty());
+    assert_eq!(in_transit_from(&revoked, "swarm-worker-1"), held);
+    world.ack(1, revoked.version);
+    world.reconcile();
+    assert_eq!(
+        transit_jobs(&world.config()),
+        held,
+        "freed, but its worker's pod still terminates"
+    );
+    world.settle_pods();
+    world.reconcile();
+    let after = world.config();
+    let back: BTreeSet<String> = after
+        .workload("swarm-worker-1")
+        .unwrap()
+        .jobs
+        .iter()
+        .cloned()
+        .collect();
+    assert_eq!(back, held, "the replacement gets the jobs back");
+    assert!(world.deleted.is_empty());
+}
+
+#[test]
+fn under_acknowledge_a_silent_worker_is_restarted_after_the_timeout_and_the_pool_settles() {
+    let mut world = acknowledging(2);
+    world.scale(3);
+    world.settle_pods();
+    world.reconcile();
+    let revoked = world.config();
+    world.ack(0, revoked.version);
+    world.ack(2, revoked.version);
+    world.now += SignedDuration::from_secs(30);
+    world.reconcile();
+    assert!(world.deleted.is_empty(), "within ackTimeoutSeconds");
+    world.now += SignedDuration::from_secs(31);
+    world.reconcile();
+    assert!(world.all_reasons.contains(&reason::ACK_TIMED_OUT));
+    for _ in 0..4 {
+        world.reconcile();
+    }
+    assert_eq!(
+        names(&world.deleted),
+        ["swarm-worker-1"],
+        "the silent worker only"
+    );
+    // Its replacement reads the current config at start; its old instance is gone, so its
+    // jobs in transit are granted.
+    world.settle_pods();
+    for _ in 0..3 {
+        world.ack_all();
+        world.reconcile();
+    }
+    let after = world.config();
+    assert!(transit_jobs(&after).is_empty());
+    assert_eq!(loads(&after), [9, 9, 9]);
+    assert_eq!(
+        world.pool.status.as_ref().unwrap().phase,
+        Some(Phase::Balanced)
+    );
+    assert_eq!(names(&world.deleted), ["swarm-worker-1"]);
 }

@@ -10,6 +10,7 @@ use swarm_operator::drive::memory::{MemoryCluster, MemoryError, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::planner::{Observed, VERSION_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::state::lease::Acks;
 
 use super::cluster::{Cluster, NS};
 
@@ -30,6 +31,8 @@ pub struct Operator {
     cache: BTreeMap<String, Pod>,
     /// Uids this process asked to delete.
     deleting: BTreeSet<String>,
+    /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`).
+    acks: Acks,
 }
 
 impl Operator {
@@ -38,6 +41,7 @@ impl Operator {
             pool,
             cache: BTreeMap::new(),
             deleting: BTreeSet::new(),
+            acks: Acks::default(),
         };
         operator.relist(cluster);
         operator
@@ -119,6 +123,7 @@ impl Operator {
                 pods_are_live: false,
                 config_map: cluster.config_map.as_ref(),
                 deleting: &self.deleting,
+                acks: &self.acks,
                 now: cluster.now(),
             },
             &mut Journal::default(),

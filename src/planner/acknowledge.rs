@@ -1,0 +1,146 @@
+//! The workers that still owe an acknowledgement (`rollout.policy: Acknowledge`, pure).
+//!
+//! Each version that changes a worker's jobs must be acknowledged by the worker's pod instance
+//! in its Lease (see [`crate::state::lease`]). Until it is, the worker is stale, recorded in the
+//! ConfigMap's [`AWAITING_ACK_ANNOTATION`] with the instance waited for and since when, so the
+//! timeout survives operator restarts. A worker that has not acknowledged within
+//! `rollout.ackTimeoutSeconds` is handed to the `DeletePods` bookkeeping: its pod is deleted,
+//! paced like any stale worker, and its replacement reads the current config at start.
+//!
+//! This is only about restarts and status. What keeps a moved job on one worker is the handoff
+//! (see [`super::handoff`]), which releases a revoked job on its holder's acknowledgement.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+use swarm_assign::worker_config::WorkerConfig;
+
+pub use crate::names::AWAITING_ACK_ANNOTATION;
+use crate::rollout::Workers;
+use crate::state::lease::Acks;
+
+/// One worker waited for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Awaiting {
+    /// Uid of the pod instance that must acknowledge.
+    pub uid: String,
+    /// Since when: the write that changed its jobs, or the start of this instance if later.
+    pub since: Timestamp,
+}
+
+/// The workers that owe an acknowledgement, by pod name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AwaitingAcks {
+    entries: BTreeMap<String, Awaiting>,
+}
+
+/// What changed in the records this step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AckProgress {
+    /// Workers that acknowledged their jobs: (pod, uid, version).
+    pub acknowledged: Vec<(String, String, u64)>,
+    /// Workers whose time ran out: (pod, uid). Their pods are to be refreshed.
+    pub timed_out: Vec<(String, String)>,
+}
+
+impl AwaitingAcks {
+    /// Records with these entries.
+    pub(crate) fn from_entries(entries: BTreeMap<String, Awaiting>) -> Self {
+        Self { entries }
+    }
+
+    /// The entries: pod name to the instance waited for.
+    pub fn entries(&self) -> &BTreeMap<String, Awaiting> {
+        &self.entries
+    }
+
+    /// True when no worker owes an acknowledgement.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Pod names of the workers waited for.
+    pub fn pods(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// One step from `previous` (the config written) to `config` (the one to write): workers
+    /// whose instance acknowledged their entry's version are done; `touched` workers (whose jobs
+    /// `config` changes) owe an acknowledgement from now; a new instance gets a fresh `timeout`;
+    /// a worker without a running pod owes nothing (its next pod reads the config at start);
+    /// and a worker past `timeout` leaves these records for a refresh.
+    #[allow(clippy::too_many_arguments, reason = "one input per rule above")]
+    pub fn step<'a>(
+        &mut self,
+        previous: Option<&WorkerConfig>,
+        touched: impl IntoIterator<Item = &'a str>,
+        config: &WorkerConfig,
+        workers: &Workers,
+        acks: &Acks,
+        now: Timestamp,
+        timeout: SignedDuration,
+    ) -> AckProgress {
+        let mut progress = AckProgress::default();
+        self.entries.retain(|pod, _| workers.contains(pod));
+        // Acknowledged what is written: done, whatever this step changes next.
+        if let Some(previous) = previous {
+            self.settle(previous, workers, acks, now, &mut progress);
+        }
+        for pod in touched {
+            self.entries.entry(pod.to_owned()).or_insert(Awaiting {
+                uid: String::new(),
+                since: now,
+            });
+        }
+        self.settle(config, workers, acks, now, &mut progress);
+        self.entries.retain(|pod, awaiting| {
+            if now.duration_since(awaiting.since) < timeout {
+                return true;
+            }
+            progress.timed_out.push((pod.clone(), awaiting.uid.clone()));
+            false
+        });
+        progress
+    }
+
+    /// Follows each worker's instance and drops the workers that acknowledged their entry in
+    /// `config`, or have no running pod.
+    fn settle(
+        &mut self,
+        config: &WorkerConfig,
+        workers: &Workers,
+        acks: &Acks,
+        now: Timestamp,
+        progress: &mut AckProgress,
+    ) {
+        self.entries.retain(|pod, awaiting| {
+            let Some(instance) = workers.pod(pod).filter(|p| !p.terminating) else {
+                return false;
+            };
+            if awaiting.uid != instance.uid {
+                // A replaced instance gets a window of its own.
+                if !awaiting.uid.is_empty() {
+                    awaiting.since = now;
+                }
+                awaiting.uid.clone_from(&instance.uid);
+            }
+            let version = config.workload(pod).map_or(config.version, |w| w.version);
+            if acks.covers(pod, &awaiting.uid, version) {
+                progress
+                    .acknowledged
+                    .push((pod.clone(), awaiting.uid.clone(), version));
+                return false;
+            }
+            true
+        });
+    }
+
+    /// When the first of the workers waited for times out, if any does.
+    pub fn next_timeout(&self, timeout: SignedDuration) -> Option<Timestamp> {
+        self.entries
+            .values()
+            .filter_map(|a| a.since.checked_add(timeout).ok())
+            .min()
+    }
+}
