@@ -295,7 +295,7 @@ def read_config_map(core, env):
 
 def follow_config(core, env, worker, config_file):
     """GET, then WATCH the ConfigMap by name from that resourceVersion; GET again on any error."""
-    api_answered = fell_back = False
+    api_answered = fell_back = expired = False
     while True:
         try:
             text, resource_version = read_config_map(core, env)
@@ -309,6 +309,10 @@ def follow_config(core, env, worker, config_file):
         api_answered = True
         if text is not None:
             worker.handle_config(text)
+        if expired:
+            # A GET returns the object's own resourceVersion, which may be older than the
+            # server's watch history; without one the watch starts with the current object.
+            resource_version, expired = None, False
         try:
             while True:
                 stream = watch.Watch()
@@ -322,8 +326,11 @@ def follow_config(core, env, worker, config_file):
                 # The server closed the watch after timeoutSeconds: carry on from where it was.
                 resource_version = stream.resource_version
         except ApiException as error:
-            # 410 Gone arrives as an ERROR event when the history was compacted.
+            # 410 Gone arrives as an ERROR event when the history no longer reaches back.
             log.info("watch ended (%s %s); reading the ConfigMap again", error.status, error.reason)
+            expired = error.status == 410
+            if not expired:
+                time.sleep(RETRY_SECONDS)
         except CONNECTION_ERRORS as error:
             log.warning("watch failed: %s; reading the ConfigMap again", error)
             time.sleep(RETRY_SECONDS)

@@ -77,6 +77,7 @@ class Proxy:
             self.port = probe.getsockname()[1]
 
         self.listener = None
+        self.connections = []
 
     def open(self):
         self.listener = socket.create_server(("127.0.0.1", self.port))
@@ -85,6 +86,15 @@ class Proxy:
     def close(self):
         if self.listener:
             self.listener.close()
+        self.drop()
+
+    def drop(self):
+        """Breaks every open connection, as a network failure would."""
+        for connection in self.connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def _accept(self):
         while True:
@@ -93,6 +103,7 @@ class Proxy:
             except OSError:
                 return
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self.connections += [downstream, upstream]
             for source, sink in ((downstream, upstream), (upstream, downstream)):
                 threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
 
@@ -276,16 +287,29 @@ class SwarmWorkerTest(unittest.TestCase):
         self.assertEqual([owner.uid for owner in lease.metadata.owner_references], [self.pod_uid])
         self.assertEqual(lease.metadata.labels["swarm.io/pool"], "swarm")
 
-    def test_runs_the_mounted_file_while_the_api_is_unreachable_and_acknowledges_once_it_answers(self):
+    def proxied_kubeconfig(self):
+        """A proxy in front of kube-sim, not yet open, and a kubeconfig that goes through it."""
         proxy = Proxy(int(self.url.rsplit(":", 1)[1]))
         self.addCleanup(proxy.close)
         with open(self.kubeconfig, encoding="utf-8") as original:
             proxied = original.read().replace(self.url, f"http://127.0.0.1:{proxy.port}")
         kubeconfig = os.path.join(self.tmp.name, f"{self.namespace}.kubeconfig")
+        with open(kubeconfig, "w", encoding="utf-8") as out:
+            out.write(proxied)
+        return proxy, kubeconfig
+
+    def config_map_watches(self):
+        with urllib.request.urlopen(f"{self.url}/kube-sim/v1/requests") as response:
+            served = json.load(response)
+        return [request["query"] for request in served
+                if request["path"] == f"/api/v1/namespaces/{self.namespace}/configmaps"
+                and "watch=true" in request["query"]]
+
+    def test_runs_the_mounted_file_while_the_api_is_unreachable_and_acknowledges_once_it_answers(self):
+        proxy, kubeconfig = self.proxied_kubeconfig()
         mounted = os.path.join(self.tmp.name, f"{self.namespace}.config.yml")
-        for path, text in ((kubeconfig, proxied), (mounted, config_yml(1, {POD: ["a"]}))):
-            with open(path, "w", encoding="utf-8") as out:
-                out.write(text)
+        with open(mounted, "w", encoding="utf-8") as out:
+            out.write(config_yml(1, {POD: ["a"]}))
         self.write_config(1, {POD: ["a"]})
         self.start_worker(kubeconfig=kubeconfig, config_file=mounted)
         eventually(lambda: len(self.report_lines()) == 2, what="the jobs of the mounted file")
@@ -297,6 +321,27 @@ class SwarmWorkerTest(unittest.TestCase):
         proxy.open()
         self.wait_acked(1)
         self.assertEqual(len(self.report_lines()), 2)
+
+    def test_follows_the_config_map_after_its_watch_breaks_and_the_history_is_compacted(self):
+        proxy, kubeconfig = self.proxied_kubeconfig()
+        proxy.open()
+        self.watch_lease()
+        self.write_config(1, {POD: ["a"]})
+        self.start_worker(kubeconfig=kubeconfig)
+        self.wait_acked(1)
+        watches_before = len(self.config_map_watches())
+
+        # The ConfigMap's own resourceVersion is now older than any history the server keeps.
+        urllib.request.urlopen(urllib.request.Request(
+            f"{self.url}/kube-sim/v1/compact", method="POST")).close()
+        proxy.drop()
+        eventually(lambda: any("resourceVersion" not in query
+                               for query in self.config_map_watches()[watches_before:]),
+                   what="a watch that starts from the current state")
+        self.write_config(2, {POD: ["b"]})
+        self.wait_acked(2)
+        self.assertLessEqual(len(self.config_map_watches()) - watches_before, 3,
+                             "the worker kept re-watching from an expired resourceVersion")
 
 
 if __name__ == "__main__":
