@@ -31,7 +31,8 @@ rm -rf "${venv_dir}"
 python3 -m venv "${venv_dir}"
 PIP_ROOT_USER_ACTION=ignore "${python}" -m pip install --quiet --disable-pip-version-check \
     --no-input --no-deps --requirement "${requirements}" >&2
-if ! "${python}" -m pip check --disable-pip-version-check >&2; then
+if ! problems="$("${python}" -m pip check --disable-pip-version-check)"; then
+    echo "${problems}" >&2
     echo "install-python-worker.sh: ${requirements} does not pin every dependency" >&2
     exit 1
 fi
