@@ -1,0 +1,348 @@
+"""Runs swarm_worker.py against kube-sim and checks what the operator relies on.
+
+kube-sim is the binary named by KUBE_SIM, else the one `cargo build -p kube-sim [--release]`
+left in $CARGO_TARGET_DIR or the repository's target/ directory.
+
+    KUBE_SIM=target/release/kube-sim .tools/python-worker/bin/python \
+        -m unittest discover -s examples/python-worker -v
+"""
+
+import datetime
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.request
+
+import yaml
+from kubernetes import client, config, watch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+WORKER = os.path.join(HERE, "swarm_worker.py")
+POD = "swarm-worker-0"
+OTHER_POD = "swarm-worker-1"
+CONFIG_MAP = "swarm-config"
+ACKED = "swarm.io/acked-version"
+
+
+def find_kube_sim():
+    if os.environ.get("KUBE_SIM"):
+        return os.environ["KUBE_SIM"]
+    target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(REPO, "target")
+    for profile in ("release", "debug"):
+        path = os.path.join(target, profile, "kube-sim")
+        if os.access(path, os.X_OK):
+            return path
+    raise RuntimeError("no kube-sim: set KUBE_SIM or run `cargo build -p kube-sim --release`")
+
+
+def eventually(check, timeout=20.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def nanos(rfc3339):
+    """An RFC 3339 time in UTC ("Z" or "+00:00") with any number of fraction digits, in ns."""
+    whole, _, fraction = rfc3339.removesuffix("Z").removesuffix("+00:00").partition(".")
+    seconds = datetime.datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(
+        tzinfo=datetime.timezone.utc).timestamp()
+    return int(seconds) * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
+
+
+def config_yml(version, workloads):
+    return yaml.safe_dump({"version": version, "workloads": {
+        pod: {"version": version, "jobs": jobs} for pod, jobs in workloads.items()}})
+
+
+class Proxy:
+    """Forwards TCP connections to kube-sim once opened; until then the port refuses them."""
+
+    def __init__(self, upstream_port):
+        self.upstream_port = upstream_port
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+
+        self.listener = None
+        self.connections = []
+
+    def open(self):
+        self.listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        if self.listener:
+            self.listener.close()
+        self.drop()
+
+    def drop(self):
+        """Breaks every open connection, as a network failure would."""
+        for connection in self.connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def _accept(self):
+        while True:
+            try:
+                downstream, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self.connections += [downstream, upstream]
+            for source, sink in ((downstream, upstream), (upstream, downstream)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source, sink):
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for end in (source, sink):
+                try:
+                    end.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            # Each socket is the source of exactly one pipe, so each is closed once.
+            source.close()
+
+
+class SwarmWorkerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.kubeconfig = os.path.join(cls.tmp.name, "kubeconfig")
+        cls.sim = subprocess.Popen(
+            [find_kube_sim(), "--kubeconfig", cls.kubeconfig, "--time-scale", "0.1"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cls.sim.stdout.readline()  # "kube-sim listening on ..." once the kubeconfig is written
+        api = config.new_client_from_config(cls.kubeconfig)
+        cls.url = api.configuration.host
+        cls.core = client.CoreV1Api(api)
+        cls.coordination = client.CoordinationV1Api(api)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.sim.terminate()
+        cls.sim.wait(10)
+        cls.tmp.cleanup()
+
+    def setUp(self):
+        self.namespace = f"t{time.time_ns()}"
+        self.core.create_namespace({"metadata": {"name": self.namespace}})
+        pod = self.core.create_namespaced_pod(self.namespace, {
+            "metadata": {"name": POD},
+            "spec": {"containers": [{"name": "worker", "image": "swarm-worker"}]}})
+        self.pod_uid = pod.metadata.uid
+        self.report = os.path.join(self.tmp.name, f"{self.namespace}.jsonl")
+        self.lease_events = []
+        self.worker = None
+
+    def tearDown(self):
+        if self.worker and self.worker.poll() is None:
+            self.worker.kill()
+            self.worker.wait()
+
+    def start_worker(self, kubeconfig=None, config_file="/nonexistent/config.yml"):
+        env = {**os.environ, "POD_NAME": POD, "POD_NAMESPACE": self.namespace,
+               "POD_UID": self.pod_uid, "SWARM_POOL": "swarm", "SWARM_CONFIG_MAP": CONFIG_MAP,
+               "SWARM_CONFIG_FILE": config_file, "SWARM_WORKER_REPORT": self.report,
+               "SWARM_LEASE_DURATION_SECONDS": "3", "SWARM_TERMINATION_SECONDS": "15",
+               "KUBECONFIG": kubeconfig or self.kubeconfig}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        log = open(os.path.join(self.tmp.name, f"{self.namespace}.log"), "w")
+        self.addCleanup(log.close)
+        self.worker = subprocess.Popen([sys.executable, WORKER], env=env, stderr=log)
+
+    def watch_lease(self):
+        """Records every state of the worker's Lease, to see what the first write of a version held."""
+        def follow():
+            for event in watch.Watch().stream(
+                    self.coordination.list_namespaced_lease, self.namespace,
+                    field_selector=f"metadata.name={POD}", timeout_seconds=120):
+                self.lease_events.append(event["raw_object"])
+        threading.Thread(target=follow, daemon=True).start()
+
+    def write_config(self, version, workloads):
+        body = {"metadata": {"name": CONFIG_MAP},
+                "data": {"config.yml": config_yml(version, workloads)}}
+        try:
+            self.core.replace_namespaced_config_map(CONFIG_MAP, self.namespace, body)
+        except client.ApiException as error:
+            if error.status != 404:
+                raise
+            self.core.create_namespaced_config_map(self.namespace, body)
+
+    def lease(self):
+        try:
+            return self.coordination.read_namespaced_lease(POD, self.namespace)
+        except client.ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
+    def wait_acked(self, version):
+        """Waits for the Lease to acknowledge `version`; returns renewTime of its first such write."""
+        def first_write():
+            return next((event for event in self.lease_events
+                         if (event["metadata"].get("annotations") or {}).get(ACKED) == str(version)),
+                        None)
+        return nanos(eventually(first_write, what=f"acked-version {version}")["spec"]["renewTime"])
+
+    def report_lines(self):
+        if not os.path.exists(self.report):
+            return []
+        with open(self.report, encoding="utf-8") as report:
+            return [json.loads(line) for line in report]
+
+    def test_acknowledges_each_version_after_applying_it_and_exits_after_an_empty_entry(self):
+        self.watch_lease()
+        self.write_config(1, {POD: ["a", "b"], OTHER_POD: []})
+        self.start_worker()
+        acked_1 = self.wait_acked(1)
+        lease = self.lease()
+        self.assertEqual(lease.spec.holder_identity, self.pod_uid)
+        self.assertEqual(lease.spec.lease_duration_seconds, 3)
+        self.assertIsNotNone(lease.spec.acquire_time)
+        self.assertEqual(lease.metadata.labels["swarm.io/pool"], "swarm")
+        [owner] = lease.metadata.owner_references
+        self.assertEqual((owner.api_version, owner.kind, owner.name, owner.uid),
+                         ("v1", "Pod", POD, self.pod_uid))
+        start, started = self.report_lines()
+        self.assertEqual((start["version"], start["running"], start["uid"]),
+                         (None, [], self.pod_uid))
+        self.assertEqual((started["version"], started["running"]), (1, ["a", "b"]))
+        self.assertLess(nanos(started["at"]), acked_1)
+
+        renewed = lease.spec.renew_time
+        eventually(lambda: self.lease().spec.renew_time > renewed, timeout=5, what="a renewal")
+
+        # b moves to the other worker: it must have stopped before version 2 is acknowledged.
+        self.write_config(2, {POD: ["a"], OTHER_POD: ["b"]})
+        acked_2 = self.wait_acked(2)
+        stopped = self.report_lines()[2]
+        self.assertEqual((stopped["version"], stopped["running"]), (2, ["a"]))
+        self.assertLess(nanos(stopped["at"]), acked_2)
+
+        # A new job is reported before it starts, and acknowledged once it runs.
+        urllib.request.urlopen(urllib.request.Request(
+            f"{self.url}/kube-sim/v1/compact", method="POST")).close()
+        self.write_config(3, {POD: ["a", "c"], OTHER_POD: ["b"]})
+        acked_3 = self.wait_acked(3)
+        added = self.report_lines()[3]
+        self.assertEqual((added["version"], added["running"]), (3, ["a", "c"]))
+        self.assertLess(nanos(added["at"]), acked_3)
+
+        # A version that changes nothing here is acknowledged too, with no change of jobs.
+        self.write_config(4, {POD: ["a", "c"], OTHER_POD: ["b", "d"]})
+        self.wait_acked(4)
+        self.assertEqual(len(self.report_lines()), 4)
+
+        # SIGTERM stops everything; a version that still lists jobs is neither run nor acked.
+        self.worker.send_signal(signal.SIGTERM)
+        eventually(lambda: len(self.report_lines()) == 5, what="the stop line after SIGTERM")
+        self.assertEqual(self.report_lines()[4]["running"], [])
+        self.write_config(5, {POD: ["a", "e"], OTHER_POD: ["b", "d"]})
+        time.sleep(1.5)
+        self.assertIsNone(self.worker.poll())
+        self.assertEqual(self.lease().metadata.annotations[ACKED], "4")
+        self.assertEqual(len(self.report_lines()), 5)
+
+        # The operator revokes every job of the terminating pod: that version ends the worker.
+        self.write_config(6, {POD: [], OTHER_POD: ["b", "d", "a", "e"]})
+        self.wait_acked(6)
+        self.assertEqual(self.worker.wait(10), 0)
+        self.assertEqual(len(self.report_lines()), 5)
+
+    def test_takes_over_a_lease_left_by_a_previous_pod_of_the_same_name(self):
+        self.coordination.create_namespaced_lease(self.namespace, {
+            "metadata": {"name": POD, "annotations": {ACKED: "9"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": POD,
+                                              "uid": "00000000-0000-0000-0000-000000000000"}]},
+            "spec": {"holderIdentity": "00000000-0000-0000-0000-000000000000",
+                     "leaseDurationSeconds": 10}})
+        self.watch_lease()
+        self.write_config(2, {POD: ["a"]})
+        self.start_worker()
+        self.wait_acked(2)
+        lease = self.lease()
+        self.assertEqual(lease.spec.holder_identity, self.pod_uid)
+        self.assertEqual([owner.uid for owner in lease.metadata.owner_references], [self.pod_uid])
+        self.assertEqual(lease.metadata.labels["swarm.io/pool"], "swarm")
+
+    def proxied_kubeconfig(self):
+        """A proxy in front of kube-sim, not yet open, and a kubeconfig that goes through it."""
+        proxy = Proxy(int(self.url.rsplit(":", 1)[1]))
+        self.addCleanup(proxy.close)
+        with open(self.kubeconfig, encoding="utf-8") as original:
+            proxied = original.read().replace(self.url, f"http://127.0.0.1:{proxy.port}")
+        kubeconfig = os.path.join(self.tmp.name, f"{self.namespace}.kubeconfig")
+        with open(kubeconfig, "w", encoding="utf-8") as out:
+            out.write(proxied)
+        return proxy, kubeconfig
+
+    def config_map_watches(self):
+        with urllib.request.urlopen(f"{self.url}/kube-sim/v1/requests") as response:
+            served = json.load(response)
+        return [request["query"] for request in served
+                if request["path"] == f"/api/v1/namespaces/{self.namespace}/configmaps"
+                and "watch=true" in request["query"]]
+
+    def test_runs_the_mounted_file_while_the_api_is_unreachable_and_acknowledges_once_it_answers(self):
+        proxy, kubeconfig = self.proxied_kubeconfig()
+        mounted = os.path.join(self.tmp.name, f"{self.namespace}.config.yml")
+        with open(mounted, "w", encoding="utf-8") as out:
+            out.write(config_yml(1, {POD: ["a"]}))
+        self.write_config(1, {POD: ["a"]})
+        self.start_worker(kubeconfig=kubeconfig, config_file=mounted)
+        eventually(lambda: len(self.report_lines()) == 2, what="the jobs of the mounted file")
+        self.assertEqual(self.report_lines()[1]["running"], ["a"])
+        time.sleep(1.5)
+        self.assertIsNone(self.lease(), "acknowledged before the API answered")
+
+        self.watch_lease()
+        proxy.open()
+        self.wait_acked(1)
+        self.assertEqual(len(self.report_lines()), 2)
+
+    def test_follows_the_config_map_after_its_watch_breaks_and_the_history_is_compacted(self):
+        proxy, kubeconfig = self.proxied_kubeconfig()
+        proxy.open()
+        self.watch_lease()
+        self.write_config(1, {POD: ["a"]})
+        self.start_worker(kubeconfig=kubeconfig)
+        self.wait_acked(1)
+        watches_before = len(self.config_map_watches())
+
+        # The ConfigMap's own resourceVersion is now older than any history the server keeps.
+        urllib.request.urlopen(urllib.request.Request(
+            f"{self.url}/kube-sim/v1/compact", method="POST")).close()
+        proxy.drop()
+        eventually(lambda: any("resourceVersion" not in query
+                               for query in self.config_map_watches()[watches_before:]),
+                   what="a watch that starts from the current state")
+        self.write_config(2, {POD: ["b"]})
+        self.wait_acked(2)
+        self.assertLessEqual(len(self.config_map_watches()) - watches_before, 3,
+                             "the worker kept re-watching from an expired resourceVersion")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the pinned Python packages of examples/python-worker into a virtualenv at
+# <repo>/.tools/python-worker and prints the path of its interpreter.
+#
+# The pins are examples/python-worker/requirements.txt, the whole dependency closure, installed
+# with --no-deps so that nothing unpinned comes in. Running the script again is cheap: it reuses
+# a virtualenv built from the same requirements file.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+requirements="${repo_root}/examples/python-worker/requirements.txt"
+venv_dir="${repo_root}/.tools/python-worker"
+python="${venv_dir}/bin/python"
+# Holds the checksum of the requirements the virtualenv was built from.
+stamp="${venv_dir}/requirements.sha256"
+
+wanted="$(sha256sum "${requirements}" | cut -d ' ' -f 1)"
+if [[ -x "${python}" && -f "${stamp}" && "$(cat "${stamp}")" == "${wanted}" ]] &&
+    "${python}" -c 'import kubernetes, yaml' 2>/dev/null; then
+    echo "${python}"
+    exit 0
+fi
+
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "install-python-worker.sh: python3 is required" >&2
+    exit 1
+fi
+
+# A fresh virtualenv, so no package of an earlier pin set is left behind.
+rm -rf "${venv_dir}"
+python3 -m venv "${venv_dir}"
+PIP_ROOT_USER_ACTION=ignore "${python}" -m pip install --quiet --disable-pip-version-check \
+    --no-input --no-deps --requirement "${requirements}" >&2
+if ! problems="$("${python}" -m pip check --disable-pip-version-check)"; then
+    echo "${problems}" >&2
+    echo "install-python-worker.sh: ${requirements} does not pin every dependency" >&2
+    exit 1
+fi
+"${python}" -c 'import kubernetes, yaml'
+echo "${wanted}" >"${stamp}"
+echo "${python}"
