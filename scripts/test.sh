@@ -117,6 +117,17 @@ cargo test --workspace --no-fail-fast "$@" || status=$?
 echo "test.sh: kube-sim tier finished with exit code ${status}"
 mark "kube-sim tier: tests"
 
+# The Python worker speaks the Acknowledge protocol with the official client only; its self-test
+# runs it against the kube-sim binary the tier above built.
+echo "test.sh: the Python protocol worker (examples/python-worker)"
+if python="$(scripts/install-python-worker.sh)"; then
+    "${python}" -m unittest discover -s examples/python-worker || status=$?
+else
+    echo "test.sh: could not install the Python worker's pinned client" >&2
+    status=1
+fi
+mark "Python worker: install and self-test"
+
 if ((real_tier)); then
     go_status=0
     wait "${go_build_pid}" || go_status=$?
