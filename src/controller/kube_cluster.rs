@@ -20,6 +20,7 @@ use crate::drive::{Cluster, Deleted, Written};
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, Observed};
 use crate::pod_summary::PodSummary;
+use crate::pool_metrics::PoolCounter;
 use crate::rollout::{PENDING_REFRESH_ANNOTATION, PodDelete};
 use crate::state::lease::Acks;
 
@@ -232,9 +233,13 @@ impl Cluster for KubeCluster<'_> {
         });
         let deleted = match self.pods.delete(&delete.name, &params).await {
             Ok(_) => {
-                self.ctx
-                    .metrics
-                    .refreshed(self.namespace, &self.pool.name_any());
+                let pool = self.pool.name_any();
+                self.ctx.metrics.refreshed(self.namespace, &pool);
+                // Under Acknowledge a pod is deleted only when its worker did not acknowledge.
+                if self.pool.spec.rollout.policy == RolloutPolicy::Acknowledge {
+                    let fallback = PoolCounter::AckFallbackDeletes;
+                    self.ctx.metrics.count(fallback, self.namespace, &pool);
+                }
                 info!(pod = %delete.name, uid = %delete.uid, "deleted stale worker pod");
                 Deleted::Deleted
             }

@@ -50,6 +50,7 @@ use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
 use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
+use crate::pool_metrics::PoolCounter;
 use crate::state::lease::Acks;
 use kube_cluster::{KubeCluster, Snapshot};
 use relisting_watch::relisting_watcher;
@@ -949,9 +950,18 @@ async fn publish_events(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEven
     // without updating the note, which would hide each new version and each refreshed pod.
     let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let reference = pool.object_ref(&());
+    let namespace = pool.namespace().unwrap_or_default();
     for event in events {
         if event.warning {
             ctx.metrics.warned(event.reason);
+        }
+        let counted = match event.reason {
+            conditions::reason::WORKER_ACKNOWLEDGED => Some(PoolCounter::Acknowledgements),
+            conditions::reason::ACK_TIMED_OUT => Some(PoolCounter::AckTimeouts),
+            _ => None,
+        };
+        if let Some(counter) = counted {
+            ctx.metrics.count(counter, &namespace, &pool.name_any());
         }
         let secondary = event
             .related_pod

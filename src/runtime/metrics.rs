@@ -10,7 +10,7 @@ use prometheus_client::registry::Registry;
 
 use crate::api_requests::RequestCounter;
 use crate::cache_health::CacheHealth;
-use crate::pool_metrics::PoolGauges;
+use crate::pool_metrics::{PoolCounter, PoolGauges};
 
 /// Label set of the failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -139,6 +139,17 @@ impl Metrics {
             namespace: namespace.to_owned(),
             pool: pool.to_owned(),
         });
+    }
+
+    /// Counts one `counter` of a pool.
+    pub fn count(&self, counter: PoolCounter, namespace: &str, pool: &str) {
+        self.pools.count(
+            counter,
+            PoolLabels {
+                namespace: namespace.to_owned(),
+                pool: pool.to_owned(),
+            },
+        );
     }
 
     /// Records how long each granted job spent in transit.

@@ -3,8 +3,8 @@
 //! that is deleted is a series gone, with no bookkeeping to forget.
 //!
 //! Only the replica that reconciles has a pool cache, so a standby exports none of them and an
-//! alert never sees a pool twice. The one per-pool counter, worker refreshes, is dropped at the
-//! first scrape after its pool is gone from the cache.
+//! alert never sees a pool twice. The per-pool counters ([`PoolCounter`]) are dropped at the
+//! first scrape after their pool is gone from the cache.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -86,14 +86,58 @@ const STATUS_GAUGES: [StatusGauge; 7] = [
     },
 ];
 
+/// What a per-pool counter counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolCounter {
+    /// Worker pods deleted so they restart on a new config.
+    Refreshes,
+    /// Versions workers acknowledged (`rollout.policy: Acknowledge`).
+    Acknowledgements,
+    /// Workers that did not acknowledge within `ackTimeoutSeconds`.
+    AckTimeouts,
+    /// Worker pods deleted because they did not acknowledge in time.
+    AckFallbackDeletes,
+}
+
+impl PoolCounter {
+    const ALL: [PoolCounter; 4] = [
+        PoolCounter::Refreshes,
+        PoolCounter::Acknowledgements,
+        PoolCounter::AckTimeouts,
+        PoolCounter::AckFallbackDeletes,
+    ];
+
+    /// Metric name (after the `swarm_operator_` prefix, before `_total`) and help.
+    fn describe(self) -> (&'static str, &'static str) {
+        match self {
+            PoolCounter::Refreshes => (
+                "worker_refreshes",
+                "Worker pods deleted so they restart on a new config, by pool",
+            ),
+            PoolCounter::Acknowledgements => (
+                "worker_acknowledgements",
+                "Config versions that changed a worker's jobs, acknowledged in its Lease, by pool",
+            ),
+            PoolCounter::AckTimeouts => (
+                "worker_ack_timeouts",
+                "Workers that did not acknowledge their jobs within ackTimeoutSeconds, by pool",
+            ),
+            PoolCounter::AckFallbackDeletes => (
+                "worker_ack_fallback_deletes",
+                "Worker pods deleted because they did not acknowledge in time, by pool",
+            ),
+        }
+    }
+}
+
 /// The per-pool series of the pools in a cache, once the controller has one.
 #[derive(Clone, Debug, Default)]
 pub struct PoolGauges {
     pools: Arc<OnceLock<Store<SwarmPool>>>,
-    /// Worker pods deleted so they restart on a new config, per pool.
-    refreshes: Family<PoolLabels, Counter>,
-    /// The pools `refreshes` has a series for (a `Family` does not list its keys).
-    refreshed_pools: Arc<Mutex<BTreeSet<PoolLabels>>>,
+    /// One family per [`PoolCounter`], in its order.
+    counters: [Family<PoolLabels, Counter>; 4],
+    /// The pools the counters have a series for (a `Family` does not list its keys).
+    counted_pools: Arc<Mutex<BTreeSet<PoolLabels>>>,
 }
 
 impl PoolGauges {
@@ -103,29 +147,40 @@ impl PoolGauges {
         let _ = self.pools.set(store);
     }
 
-    /// Counts a worker pod of `pool` deleted for a refresh.
-    pub fn refreshed(&self, pool: PoolLabels) {
-        self.refreshes.get_or_create(&pool).inc();
-        self.refreshed_pools
+    /// Counts one `counter` of `pool`.
+    pub fn count(&self, counter: PoolCounter, pool: PoolLabels) {
+        let index = PoolCounter::ALL
+            .iter()
+            .position(|c| *c == counter)
+            .expect("every counter is listed");
+        self.counters[index].get_or_create(&pool).inc();
+        self.counted_pools
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .insert(pool);
     }
 
-    /// Drops the refresh series of pools no longer in `pools`.
+    /// Counts a worker pod of `pool` deleted for a refresh.
+    pub fn refreshed(&self, pool: PoolLabels) {
+        self.count(PoolCounter::Refreshes, pool);
+    }
+
+    /// Drops the counters of pools no longer in `pools`.
     fn forget_deleted(&self, pools: &[Arc<SwarmPool>]) {
         let live: BTreeSet<(String, String)> = pools
             .iter()
             .map(|pool| (pool.namespace().unwrap_or_default(), pool.name_any()))
             .collect();
-        let mut refreshed = self
-            .refreshed_pools
+        let mut counted = self
+            .counted_pools
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        refreshed.retain(|labels| {
+        counted.retain(|labels| {
             let keep = live.contains(&(labels.namespace.clone(), labels.pool.clone()));
             if !keep {
-                self.refreshes.remove(labels);
+                for family in &self.counters {
+                    family.remove(labels);
+                }
             }
             keep
         });
@@ -142,12 +197,10 @@ impl Collector for PoolGauges {
             }
             None => Vec::new(),
         };
-        self.refreshes.encode(encoder.encode_descriptor(
-            "worker_refreshes",
-            "Worker pods deleted so they restart on a new config, by pool",
-            None,
-            self.refreshes.metric_type(),
-        )?)?;
+        for (counter, family) in PoolCounter::ALL.iter().zip(&self.counters) {
+            let (name, help) = counter.describe();
+            family.encode(encoder.encode_descriptor(name, help, None, family.metric_type())?)?;
+        }
         encode_pools(&pools, encoder)
     }
 }
@@ -285,6 +338,14 @@ mod tests {
                 pool: pool.into(),
             });
         }
+        let kept = PoolLabels {
+            namespace: "swarm".into(),
+            pool: "kept".into(),
+        };
+        gauges.count(PoolCounter::Acknowledgements, kept.clone());
+        gauges.count(PoolCounter::Acknowledgements, kept.clone());
+        gauges.count(PoolCounter::AckTimeouts, kept.clone());
+        gauges.count(PoolCounter::AckFallbackDeletes, kept);
         let text = scrape(&gauges);
         assert!(
             text.contains("pool_jobs{namespace=\"other\",pool=\"gone\"} 27"),
@@ -305,6 +366,13 @@ mod tests {
             text.contains("worker_refreshes_total{namespace=\"swarm\",pool=\"kept\"} 1"),
             "{text}"
         );
+        for line in [
+            "worker_acknowledgements_total{namespace=\"swarm\",pool=\"kept\"} 2",
+            "worker_ack_timeouts_total{namespace=\"swarm\",pool=\"kept\"} 1",
+            "worker_ack_fallback_deletes_total{namespace=\"swarm\",pool=\"kept\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
         assert!(!text.contains("pool=\"gone\""), "{text}");
         assert!(!text.contains("pool=\"new\""), "{text}");
     }
