@@ -70,8 +70,10 @@ pub(crate) async fn follow(
                     Some(config_map) => {
                         let version = config_map.metadata.resource_version.clone();
                         publish(&config_map, &pod, &out);
-                        if let Some(version) = version {
-                            watch_from(&api, &name, &pod, version, &out).await;
+                        if let Some(version) = version
+                            && watch_from(&api, &name, &pod, version, &out).await
+                                == WatchEnd::Expired
+                        {
                             continue;
                         }
                     }
@@ -95,6 +97,15 @@ pub(crate) async fn follow(
     }
 }
 
+/// Why a watch ended, so a failing watch is not retried in a tight loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WatchEnd {
+    /// The resourceVersion is too old (410 Gone): GET again at once.
+    Expired,
+    /// The watch failed or the worker is shutting down: GET again after a pause.
+    Failed,
+}
+
 /// Watches the ConfigMap from `version` until the watch fails or expires (then the caller GETs
 /// again); a watch that times out is resumed from the last version seen.
 async fn watch_from(
@@ -103,20 +114,21 @@ async fn watch_from(
     pod: &str,
     mut version: String,
     out: &watch::Sender<Option<Observed>>,
-) {
+) -> WatchEnd {
     let params = WatchParams::default().fields(&format!("metadata.name={name}"));
     loop {
         let stream = match api.watch(&params, &version).await {
             Ok(stream) => stream,
+            Err(kube::Error::Api(status)) if status.code == 410 => return WatchEnd::Expired,
             Err(error) => {
                 warn!(config_map = %name, %error, "cannot watch the ConfigMap");
-                return;
+                return WatchEnd::Failed;
             }
         };
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
             if out.is_closed() {
-                return;
+                return WatchEnd::Failed;
             }
             match event {
                 Ok(WatchEvent::Added(config_map) | WatchEvent::Modified(config_map)) => {
@@ -135,13 +147,17 @@ async fn watch_from(
                 Ok(WatchEvent::Bookmark(bookmark)) => {
                     version = bookmark.metadata.resource_version;
                 }
+                Ok(WatchEvent::Error(status)) if status.code == 410 => {
+                    debug!(config_map = %name, "watch expired; reading again");
+                    return WatchEnd::Expired;
+                }
                 Ok(WatchEvent::Error(status)) => {
-                    debug!(config_map = %name, error = %status, "watch ended; reading again");
-                    return;
+                    warn!(config_map = %name, error = %status, "watch failed; reading again");
+                    return WatchEnd::Failed;
                 }
                 Err(error) => {
                     warn!(config_map = %name, %error, "watch failed; reading again");
-                    return;
+                    return WatchEnd::Failed;
                 }
             }
         }
