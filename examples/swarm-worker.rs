@@ -1,32 +1,43 @@
-//! Example worker: reads its own entry of the `config.yml` the operator writes, logs its jobs and
-//! the config version, and reloads when the file changes.
+//! Example worker, in one of two modes.
 //!
-//! The pod name comes from `POD_NAME` (the downward API); the config path defaults to where
-//! `examples/worker-statefulset.yaml` mounts the ConfigMap. A real worker would start and stop
-//! its jobs where this one logs them.
+//! With `POD_UID` set (the downward API's `metadata.uid`), it is a complete worker of the
+//! acknowledged handoff (`rollout.policy: Acknowledge`), built on the `swarm-worker` library:
+//! it reads its entry of the pool's ConfigMap through the API, runs each job as a task that
+//! logs, stops and starts them as new config versions ask, and acknowledges each version on
+//! its Lease. Its settings are the library's (`POD_NAME`, `POD_NAMESPACE`, `POD_UID`,
+//! `SWARM_POOL`, `SWARM_CONFIG_MAP`, `SWARM_CONFIG_FILE`, `SWARM_WORKER_REPORT`).
+//!
+//! Without `POD_UID`, for the rollout policies that deliver changes through the mounted file,
+//! it reads its own entry of the mounted `config.yml`, logs its jobs and the config version,
+//! and reloads when the file changes. The config path defaults to where
+//! `examples/worker-statefulset.yaml` mounts the ConfigMap.
 //!
 //! ```text
 //! POD_NAME=swarm-worker-0 cargo run --example swarm-worker -- --config ./config.yml
 //! ```
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 use swarm_assign::worker_config::WorkerConfig;
-use tracing::{info, warn};
+use swarm_worker::{Jobs, Worker};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
 
 /// Runs the jobs the operator assigned to this pod.
 #[derive(Parser, Debug)]
 #[command(name = "swarm-worker")]
 struct Args {
-    /// The mounted config file.
+    /// The mounted config file (without `POD_UID` only).
     #[arg(long, env = "CONFIG_PATH", default_value = "/app/config/config.yml")]
     config: PathBuf,
     /// This worker's pod name, `<statefulset>-<ordinal>`.
     #[arg(long, env = "POD_NAME")]
     pod_name: String,
-    /// How often to check the file for changes.
+    /// How often to check the file for changes (without `POD_UID` only).
     #[arg(long, env = "POLL_SECONDS", default_value_t = 2)]
     poll_seconds: u64,
 }
@@ -95,6 +106,39 @@ fn log(assignment: &Assignment, pod: &str) {
     }
 }
 
+/// Each job is a task that logs now and then until it is told to stop.
+#[derive(Default)]
+struct LoggingJobs {
+    running: HashMap<String, (oneshot::Sender<()>, JoinHandle<()>)>,
+}
+
+impl Jobs for LoggingJobs {
+    async fn start(&mut self, job: &str) {
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let name = job.to_string();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(10));
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => info!(job = %name, "working"),
+                    _ = &mut stopped => break,
+                }
+            }
+        });
+        info!(job, "started");
+        self.running.insert(job.to_string(), (stop, task));
+    }
+
+    async fn stop(&mut self, job: &str) {
+        if let Some((stop, task)) = self.running.remove(job) {
+            let _ = stop.send(());
+            // Waiting for the task is what makes the acknowledgement that follows true.
+            let _ = task.await;
+            info!(job, "stopped");
+        }
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -103,6 +147,28 @@ async fn main() {
         .with_ansi(ansi)
         .init();
     let args = Args::parse();
+    if std::env::var_os("POD_UID").is_some() {
+        acknowledging(&args).await;
+    } else {
+        follow_file(&args).await;
+    }
+}
+
+/// The acknowledged handoff: the library drives the jobs and the Lease.
+async fn acknowledging(args: &Args) {
+    let worker = match Worker::builder().pod_name(&args.pod_name).build().await {
+        Ok(worker) => worker,
+        Err(e) => {
+            error!(error = %e, "cannot start the worker");
+            std::process::exit(2);
+        }
+    };
+    let exit = worker.run(LoggingJobs::default()).await;
+    info!(pod = %args.pod_name, ?exit, "stopping");
+}
+
+/// The mounted-file policies: poll the file and log this pod's entry when it changes.
+async fn follow_file(args: &Args) {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("installing the SIGTERM handler");
     let mut interval = tokio::time::interval(Duration::from_secs(args.poll_seconds.max(1)));
@@ -165,5 +231,16 @@ mod tests {
             read_assignment(Some("{{{ not yaml"), "swarm-worker-0"),
             Assignment::Unreadable(_)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_stopped_job_has_ended_when_stop_returns() {
+        let mut jobs = LoggingJobs::default();
+        jobs.start("a").await;
+        let (_, task) = jobs.running.get("a").expect("a runs");
+        assert!(!task.is_finished());
+        jobs.stop("a").await;
+        assert!(jobs.running.is_empty());
+        jobs.stop("never-started").await;
     }
 }

@@ -1,0 +1,230 @@
+//! Where the worker reads its entry: the pool's ConfigMap through the API (GET, then WATCH by
+//! name from that GET's resourceVersion), or the mounted file while the API has never answered.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{WatchEvent, WatchParams};
+use swarm_assign::worker_config::WorkerConfig;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+/// The ConfigMap key holding the worker config.
+pub const CONFIG_KEY: &str = "config.yml";
+
+/// How long to wait before reading the ConfigMap again after a failed read.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// One version of this worker's entry, and where it was read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// The config version.
+    pub version: u64,
+    /// The jobs of this pod's entry; empty when the config has none for it.
+    pub entry: Vec<String>,
+    /// Whether it came from the API: only such a version may be acknowledged.
+    pub from_api: bool,
+}
+
+impl Observed {
+    /// This pod's entry of a `config.yml` text, or why it cannot be read.
+    pub fn parse(
+        text: &str,
+        pod: &str,
+        from_api: bool,
+    ) -> Result<Observed, swarm_assign::worker_config::ParseError> {
+        let config = WorkerConfig::parse(text)?;
+        Ok(Observed {
+            version: config.version,
+            entry: config
+                .workload(pod)
+                .map(|workload| workload.jobs.clone())
+                .unwrap_or_default(),
+            from_api,
+        })
+    }
+}
+
+/// Follows the ConfigMap `name` and publishes this pod's entry on `out` until `out` has no
+/// receiver left. Until the API first answers, the mounted `file` stands in, once.
+pub(crate) async fn follow(
+    api: Api<ConfigMap>,
+    name: String,
+    pod: String,
+    file: PathBuf,
+    out: watch::Sender<Option<Observed>>,
+) {
+    let mut answered = false;
+    let mut file_read = false;
+    while !out.is_closed() {
+        match api.get_opt(&name).await {
+            Ok(found) => {
+                if !answered {
+                    info!(config_map = %name, "API reachable");
+                    answered = true;
+                }
+                match found {
+                    Some(config_map) => {
+                        let version = config_map.metadata.resource_version.clone();
+                        publish(&config_map, &pod, &out);
+                        if let Some(version) = version
+                            && watch_from(&api, &name, &pod, version, &out).await
+                                == WatchEnd::Expired
+                        {
+                            continue;
+                        }
+                    }
+                    None => debug!(config_map = %name, "no ConfigMap yet"),
+                }
+            }
+            // The API answered, with a refusal: the file is no better than nothing.
+            Err(kube::Error::Api(status)) => {
+                answered = true;
+                warn!(config_map = %name, error = %status, "cannot read the ConfigMap");
+            }
+            Err(error) => {
+                warn!(config_map = %name, %error, "API not reachable");
+                if !answered && !file_read {
+                    file_read = true;
+                    read_file(&file, &pod, &out);
+                }
+            }
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// Why a watch ended, so a failing watch is not retried in a tight loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum WatchEnd {
+    /// The resourceVersion is too old (410 Gone): GET again at once.
+    Expired,
+    /// The watch failed or the worker is shutting down: GET again after a pause.
+    Failed,
+}
+
+/// Watches the ConfigMap from `version` until the watch fails or expires (then the caller GETs
+/// again); a watch that times out is resumed from the last version seen.
+async fn watch_from(
+    api: &Api<ConfigMap>,
+    name: &str,
+    pod: &str,
+    mut version: String,
+    out: &watch::Sender<Option<Observed>>,
+) -> WatchEnd {
+    let params = WatchParams::default().fields(&format!("metadata.name={name}"));
+    loop {
+        let stream = match api.watch(&params, &version).await {
+            Ok(stream) => stream,
+            Err(kube::Error::Api(status)) if status.code == 410 => return WatchEnd::Expired,
+            Err(error) => {
+                warn!(config_map = %name, %error, "cannot watch the ConfigMap");
+                return WatchEnd::Failed;
+            }
+        };
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            if out.is_closed() {
+                return WatchEnd::Failed;
+            }
+            match event {
+                Ok(WatchEvent::Added(config_map) | WatchEvent::Modified(config_map)) => {
+                    if let Some(seen) = &config_map.metadata.resource_version {
+                        version.clone_from(seen);
+                    }
+                    publish(&config_map, pod, out);
+                }
+                Ok(WatchEvent::Deleted(config_map)) => {
+                    if let Some(seen) = &config_map.metadata.resource_version {
+                        version.clone_from(seen);
+                    }
+                    // The jobs keep running: only a new version may change them.
+                    warn!(config_map = %name, "ConfigMap deleted");
+                }
+                Ok(WatchEvent::Bookmark(bookmark)) => {
+                    version = bookmark.metadata.resource_version;
+                }
+                Ok(WatchEvent::Error(status)) if status.code == 410 => {
+                    debug!(config_map = %name, "watch expired; reading again");
+                    return WatchEnd::Expired;
+                }
+                Ok(WatchEvent::Error(status)) => {
+                    warn!(config_map = %name, error = %status, "watch failed; reading again");
+                    return WatchEnd::Failed;
+                }
+                Err(error) => {
+                    warn!(config_map = %name, %error, "watch failed; reading again");
+                    return WatchEnd::Failed;
+                }
+            }
+        }
+    }
+}
+
+fn publish(config_map: &ConfigMap, pod: &str, out: &watch::Sender<Option<Observed>>) {
+    let text = config_map
+        .data
+        .as_ref()
+        .and_then(|data| data.get(CONFIG_KEY));
+    let Some(text) = text else {
+        warn!(key = CONFIG_KEY, "the ConfigMap has no worker config");
+        return;
+    };
+    match Observed::parse(text, pod, true) {
+        Ok(observed) => {
+            out.send_replace(Some(observed));
+        }
+        Err(error) => warn!(%error, "cannot read the ConfigMap's worker config"),
+    }
+}
+
+fn read_file(file: &Path, pod: &str, out: &watch::Sender<Option<Observed>>) {
+    // A few bytes from a local volume: a blocking read costs nothing worth a thread.
+    match std::fs::read_to_string(file) {
+        Ok(text) => match Observed::parse(&text, pod, false) {
+            Ok(observed) => {
+                info!(file = %file.display(), version = observed.version, "running the mounted config until the API answers");
+                out.send_replace(Some(observed));
+            }
+            Err(error) => warn!(file = %file.display(), %error, "cannot read the mounted config"),
+        },
+        Err(error) => warn!(file = %file.display(), %error, "no mounted config"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = "version: 3\nworkloads:\n  w-0:\n    version: 3\n    jobs:\n    - a\n    - b\n  w-1:\n    version: 1\n    jobs: []\nfuture: field\n";
+
+    #[test]
+    fn a_pod_reads_its_own_entry_and_the_config_version() {
+        let observed = Observed::parse(CONFIG, "w-0", true).unwrap();
+        assert_eq!(
+            observed,
+            Observed {
+                version: 3,
+                entry: vec!["a".into(), "b".into()],
+                from_api: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_missing_entry_means_no_jobs() {
+        let observed = Observed::parse(CONFIG, "w-7", false).unwrap();
+        assert_eq!(observed.version, 3);
+        assert!(observed.entry.is_empty());
+        assert!(!observed.from_api);
+    }
+
+    #[test]
+    fn an_unreadable_config_is_an_error() {
+        assert!(Observed::parse("{{{ not yaml", "w-0", true).is_err());
+        assert!(Observed::parse("", "w-0", true).is_err());
+    }
+}

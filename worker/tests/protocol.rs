@@ -1,0 +1,413 @@
+//! A worker built on the library against kube-sim: it takes over a Lease left by a previous
+//! pod instance, acknowledges a version only after the application confirmed its stops, keeps
+//! renewing meanwhile, reports each stop before the start that follows it, and on SIGTERM
+//! starts nothing and exits once a version without jobs for it is acknowledged.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::{Client, Config};
+use kube_sim::{Sim, SimConfig};
+use swarm_assign::worker_config::{WorkerConfig, Workload};
+use swarm_worker::lease::{ACKED_VERSION_ANNOTATION, POOL_LABEL, acked_version};
+use swarm_worker::{Exit, Jobs, WorkerBuilder};
+use tokio::sync::{Semaphore, oneshot};
+
+const POD: &str = "w-0";
+const CONFIG_MAP: &str = "pool-config";
+
+/// The application: records every call; each stop waits for a permit, so the test decides when
+/// a stop has finished.
+#[derive(Clone)]
+struct Recorder {
+    calls: Arc<Mutex<Vec<String>>>,
+    stop_permits: Arc<Semaphore>,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        Self {
+            calls: Arc::default(),
+            stop_permits: Arc::new(Semaphore::new(0)),
+        }
+    }
+
+    fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    fn record(&self, call: String) {
+        self.calls.lock().unwrap().push(call);
+    }
+}
+
+impl Jobs for Recorder {
+    async fn start(&mut self, job: &str) {
+        self.record(format!("start {job}"));
+    }
+
+    async fn stop(&mut self, job: &str) {
+        self.record(format!("stopping {job}"));
+        self.stop_permits.acquire().await.unwrap().forget();
+        self.record(format!("stopped {job}"));
+    }
+}
+
+/// `config.yml` at `version` with `jobs` for this pod and `others` for another.
+fn config(version: u64, jobs: &[&str], others: &[&str]) -> ConfigMap {
+    let workload = |jobs: &[&str]| Workload {
+        version,
+        jobs: jobs.iter().map(|job| job.to_string()).collect(),
+    };
+    let text = WorkerConfig::new(
+        version,
+        [
+            (POD.to_string(), workload(jobs)),
+            ("w-1".to_string(), workload(others)),
+        ],
+    )
+    .render();
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(CONFIG_MAP.into()),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([("config.yml".to_string(), text)])),
+        ..ConfigMap::default()
+    }
+}
+
+async fn write_config(api: &Api<ConfigMap>, desired: ConfigMap) {
+    let mut current = api.get(CONFIG_MAP).await.unwrap();
+    current.data = desired.data;
+    api.replace(CONFIG_MAP, &PostParams::default(), &current)
+        .await
+        .unwrap();
+}
+
+/// Polls `check` every 20 ms for up to 10 s.
+async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(found) = check().await {
+            return found;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn spec(lease: &Lease) -> &LeaseSpec {
+    lease.spec.as_ref().unwrap()
+}
+
+fn renew_time(lease: &Lease) -> Timestamp {
+    spec(lease).renew_time.as_ref().unwrap().0
+}
+
+fn report_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+/// The running jobs of each report line after the first, with its version.
+fn reported(path: &Path) -> Vec<(Option<u64>, Vec<String>)> {
+    report_lines(path)
+        .iter()
+        .map(|line| {
+            let running = line["running"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|job| job.as_str().unwrap().to_string())
+                .collect();
+            (line["version"].as_u64(), running)
+        })
+        .collect()
+}
+
+fn strings(jobs: &[&str]) -> Vec<String> {
+    jobs.iter().map(|job| job.to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stops() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+
+    config_maps
+        .create(&PostParams::default(), &config(1, &["a", "b"], &["x"]))
+        .await
+        .unwrap();
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(POD.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "worker".into(),
+                image: Some("swarm-worker:latest".into()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    };
+    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let uid = pod.metadata.uid.clone().unwrap();
+    // The previous pod of this name left its Lease, acknowledging a version of its own.
+    let left = Lease {
+        metadata: ObjectMeta {
+            name: Some(POD.into()),
+            annotations: Some(BTreeMap::from([(
+                ACKED_VERSION_ANNOTATION.to_string(),
+                "9".to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("uid-of-the-previous-pod".into()),
+            lease_duration_seconds: Some(10),
+            renew_time: Some(MicroTime(Timestamp::now())),
+            ..LeaseSpec::default()
+        }),
+    };
+    leases.create(&PostParams::default(), &left).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.jsonl");
+    let app = Recorder::new();
+    let (terminate, terminated) = oneshot::channel::<()>();
+    let worker = WorkerBuilder::empty()
+        .pod_name(POD)
+        .namespace("default")
+        .pod_uid(&uid)
+        .pool("pool")
+        .config_map(CONFIG_MAP)
+        .config_file(dir.path().join("absent.yml"))
+        .report(&report)
+        .lease_duration(Duration::from_secs(2))
+        .termination_deadline(Duration::from_secs(20))
+        .client(client.clone())
+        .shutdown_on(async move {
+            let _ = terminated.await;
+        })
+        .build()
+        .await
+        .unwrap();
+    let run = tokio::spawn(worker.run(app.clone()));
+
+    // Version 1: taken over, started, acknowledged.
+    let lease = eventually("version 1 acknowledged", async || {
+        let lease = leases.get(POD).await.ok()?;
+        (acked_version(&lease) == Some(1)).then_some(lease)
+    })
+    .await;
+    assert_eq!(spec(&lease).holder_identity.as_deref(), Some(uid.as_str()));
+    assert_eq!(spec(&lease).lease_duration_seconds, Some(2));
+    assert_eq!(spec(&lease).lease_transitions, Some(1));
+    assert_eq!(
+        lease.metadata.labels.as_ref().unwrap()[POOL_LABEL],
+        "pool".to_string()
+    );
+    let owners = lease.metadata.owner_references.clone().unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(
+        (owners[0].kind.as_str(), owners[0].name.as_str()),
+        ("Pod", POD)
+    );
+    assert_eq!(owners[0].uid, uid);
+    assert_eq!(app.calls(), strings(&["start a", "start b"]));
+
+    // Version 2 moves b away and brings c: b's stop is held.
+    write_config(&config_maps, config(2, &["a", "c"], &["x", "b"])).await;
+    eventually("b's stop asked for", async || {
+        app.calls()
+            .contains(&"stopping b".to_string())
+            .then_some(())
+    })
+    .await;
+    let before = leases.get(POD).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let during = leases.get(POD).await.unwrap();
+    assert_eq!(
+        acked_version(&during),
+        Some(1),
+        "not acknowledged while b may still run"
+    );
+    assert!(
+        renew_time(&during) > renew_time(&before),
+        "the Lease is renewed while a stop is under way"
+    );
+    assert!(
+        !app.calls().contains(&"start c".to_string()),
+        "c waits for b"
+    );
+
+    app.stop_permits.add_permits(1);
+    eventually("version 2 acknowledged", async || {
+        let lease = leases.get(POD).await.ok()?;
+        (acked_version(&lease) == Some(2)).then_some(())
+    })
+    .await;
+    assert_eq!(
+        app.calls(),
+        strings(&["start a", "start b", "stopping b", "stopped b", "start c"])
+    );
+    assert_eq!(
+        reported(&report),
+        vec![
+            (None, vec![]),
+            (Some(1), strings(&["a", "b"])),
+            (Some(2), strings(&["a"])),
+            (Some(2), strings(&["a", "c"])),
+        ],
+        "the stop is reported after b stopped, the start before c started"
+    );
+    let first = &report_lines(&report)[0];
+    assert_eq!(first["pod"], POD);
+    assert_eq!(first["uid"], uid.as_str());
+
+    // SIGTERM: every job stops; a version that still lists jobs is neither run nor
+    // acknowledged; the first version without jobs for this pod is, and the worker exits.
+    app.stop_permits.add_permits(2);
+    terminate.send(()).unwrap();
+    eventually("every job stopped", async || {
+        let calls = app.calls();
+        (calls.contains(&"stopped a".to_string()) && calls.contains(&"stopped c".to_string()))
+            .then_some(())
+    })
+    .await;
+    write_config(&config_maps, config(3, &["a", "d"], &["x", "b", "c"])).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(2));
+    assert!(!run.is_finished());
+    write_config(&config_maps, config(4, &[], &["x", "b", "a", "c", "d"])).await;
+    let exit = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the worker exits once a version without its jobs is acknowledged")
+        .unwrap();
+    assert_eq!(exit, Exit::Acknowledged { version: 4 });
+    assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(4));
+    let calls = app.calls();
+    assert!(
+        !calls.iter().any(|call| call == "start d"),
+        "nothing starts after SIGTERM: {calls:?}"
+    );
+    assert_eq!(
+        reported(&report).last(),
+        Some(&(Some(2), vec![])),
+        "the last line shows nothing running"
+    );
+
+    // Only what the protocol's RBAC allows: get and watch of the ConfigMap by name; get,
+    // create and update of Leases.
+    let requests: Vec<serde_json::Value> =
+        reqwest::get(format!("{}/kube-sim/v1/requests", sim.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    let by_worker = |path: &str| -> Vec<(String, String)> {
+        requests
+            .iter()
+            .filter(|request| request["path"].as_str().unwrap().contains(path))
+            .map(|request| {
+                let method = request["method"].as_str().unwrap().to_string();
+                let query = request["query"].as_str().unwrap();
+                let watch = query.contains("watch=true");
+                (
+                    if watch { "WATCH".to_string() } else { method },
+                    query.to_string(),
+                )
+            })
+            .collect()
+    };
+    let config_map_calls = by_worker("/configmaps");
+    let watches: Vec<_> = config_map_calls
+        .iter()
+        .filter(|(verb, _)| verb == "WATCH")
+        .collect();
+    assert_eq!(
+        watches.len(),
+        1,
+        "one watch, never restarted: {config_map_calls:?}"
+    );
+    assert!(
+        watches[0]
+            .1
+            .contains("fieldSelector=metadata.name%3Dpool-config"),
+        "{watches:?}"
+    );
+    let gets = config_map_calls
+        .iter()
+        .filter(|(verb, query)| verb == "GET" && query.is_empty())
+        .count();
+    // The test's own writes read the ConfigMap three times; the worker once.
+    assert_eq!(gets, 4, "{config_map_calls:?}");
+    for (verb, _) in by_worker("/leases") {
+        assert!(["GET", "POST", "PUT"].contains(&verb.as_str()), "{verb}");
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_api_a_worker_runs_the_mounted_file_and_acknowledges_nothing() {
+    // Nothing listens on port 1: every request fails to connect.
+    let client = Client::try_from(Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("config.yml");
+    let text = config(5, &["a"], &[]).data.unwrap()["config.yml"].clone();
+    std::fs::write(&file, text).unwrap();
+    let report = dir.path().join("report.jsonl");
+    let app = Recorder::new();
+    app.stop_permits.add_permits(1);
+    let (terminate, terminated) = oneshot::channel::<()>();
+    let worker = WorkerBuilder::empty()
+        .pod_name(POD)
+        .namespace("default")
+        .pod_uid("uid-1")
+        .pool("pool")
+        .config_file(&file)
+        .report(&report)
+        .termination_deadline(Duration::from_millis(500))
+        .client(client)
+        .shutdown_on(async move {
+            let _ = terminated.await;
+        })
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(worker.settings().config_map, "pool-config");
+    let run = tokio::spawn(worker.run(app.clone()));
+    eventually("a started from the file", async || {
+        app.calls().contains(&"start a".to_string()).then_some(())
+    })
+    .await;
+    assert_eq!(reported(&report)[1], (Some(5), strings(&["a"])));
+    terminate.send(()).unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exit, Exit::DeadlineReached);
+    assert_eq!(
+        app.calls(),
+        strings(&["start a", "stopping a", "stopped a"])
+    );
+}
