@@ -304,3 +304,38 @@ fn the_krew_manifest_installs_the_kubectl_swarm_binary_on_linux_and_macos() {
         "Cargo.toml's licence"
     );
 }
+
+#[test]
+fn a_worker_may_read_only_its_pools_config_map_and_keep_only_leases() {
+    let role: Role = document("deploy/worker-rbac/role.yaml", "Role");
+    let rules = sorted(role.rules.unwrap());
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    let config_maps = &rules[0];
+    assert_eq!(
+        config_maps.resources.as_deref(),
+        Some(&["configmaps".to_owned()][..])
+    );
+    assert_eq!(
+        config_maps.resource_names.as_deref(),
+        Some(&["swarm-worker-config".to_owned()][..]),
+        "by name only"
+    );
+    assert_eq!(config_maps.verbs, ["get", "watch"]);
+    let leases = &rules[1];
+    assert_eq!(
+        leases.api_groups.as_deref(),
+        Some(&["coordination.k8s.io".to_owned()][..])
+    );
+    assert_eq!(
+        leases.resources.as_deref(),
+        Some(&["leases".to_owned()][..])
+    );
+    assert_eq!(leases.verbs, ["create", "get", "update"]);
+    let kustomization = read("deploy/worker-rbac/kustomization.yaml");
+    for file in ["service_account.yaml", "role.yaml", "role_binding.yaml"] {
+        assert!(
+            kustomization.contains(file),
+            "{file} is in the kustomization"
+        );
+    }
+}
