@@ -4,9 +4,10 @@
 //! this cluster saw the operator do.
 //!
 //! Time is simulated: between reconciles every terminating pod finishes, the workload's
-//! controller removes surplus pods and creates missing ones, Ready at once. So the answer is
-//! what the operator does when pods come and go promptly; a real rollout whose pods come and go
-//! at other paces may split or join grants differently.
+//! controller removes surplus pods and creates missing ones, Ready at once; under
+//! `rollout.policy: Acknowledge` every worker acknowledges the config written by then. So the
+//! answer is what the operator does when pods come and go promptly; a real rollout whose pods
+//! come and go at other paces may split or join grants differently.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,10 +23,11 @@ use swarm_assign::pod_name;
 
 use super::memory::{MemoryCluster, MemoryError, block_on};
 use super::{Driven, Journal, drive};
-use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
+use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::names::STATEFULSET_POD_LABEL;
 use crate::pod_summary::{PodSummary, ReadyCondition};
-use crate::state::lease::Acks;
+use crate::state::config_map::worker_config;
+use crate::state::lease::{Ack, Acks};
 
 /// The label that ties the what-if workload to the pool's selector.
 const WORKLOAD_LABEL: &str = "swarm.io/what-if";
@@ -139,6 +141,7 @@ impl WhatIf {
         let (statefulset, deployment, replica_set) = self.workload_objects();
         let cached = self.cluster.pods.clone();
         let config_map = self.cluster.config_map.clone();
+        let acks = self.acks();
         let observed = crate::planner::Observed {
             pool: &self.pool,
             statefulsets: statefulset.iter().collect(),
@@ -149,7 +152,7 @@ impl WhatIf {
             pods_are_live: false,
             config_map: config_map.as_ref(),
             deleting: &self.deleting,
-            acks: &Acks::default(),
+            acks: &acks,
             now: self.cluster.now,
         };
         match block_on(drive(&mut self.cluster, &observed, &mut Journal::default())) {
@@ -159,6 +162,30 @@ impl WhatIf {
                 Err(NotSettled(error.to_string()))
             }
         }
+    }
+
+    /// Under `rollout.policy: Acknowledge` every worker has applied the config written and says
+    /// so in its Lease by the next reconcile; a terminating one only once its entry is empty.
+    fn acks(&self) -> Acks {
+        if self.pool.spec.rollout.policy != RolloutPolicy::Acknowledge {
+            return Acks::default();
+        }
+        let Some(config) = self.cluster.config_map.as_ref().and_then(worker_config) else {
+            return Acks::default();
+        };
+        Acks::new(self.cluster.pods.iter().filter_map(|pod| {
+            let name = pod.metadata.name.clone()?;
+            let holder = pod.metadata.uid.clone()?;
+            let terminating = pod.metadata.deletion_timestamp.is_some() || pod.finished;
+            let holds_jobs = config.workload(&name).is_some_and(|w| !w.jobs.is_empty());
+            (!terminating || !holds_jobs).then(|| {
+                let ack = Ack {
+                    holder,
+                    version: config.version,
+                };
+                (name, ack)
+            })
+        }))
     }
 
     /// Ten seconds pass: terminating pods are gone, and the workload's controller removes the

@@ -251,6 +251,25 @@ fn plan_of_a_scale_down_moves_only_the_removed_workers_jobs_and_of_zero_leaves_a
 }
 
 #[test]
+fn plan_under_acknowledge_restarts_nobody_and_takes_a_revoke_and_a_grant() {
+    let mut view = balanced_view(2);
+    view.pool.spec.rollout.policy = swarm_operator::crd::RolloutPolicy::Acknowledge;
+    let plan = scale_plan::predict(&view, 3).expect("a plan");
+    assert_eq!(plan.jobs_moved, 9);
+    assert!(plan.workers_restarted.is_empty(), "{plan:?}");
+    assert_eq!(plan.config_writes, 2, "a revoke, then one grant: {plan:?}");
+    let after: Vec<Option<usize>> = plan.workers.iter().map(|w| w.jobs_after).collect();
+    assert_eq!(after, [Some(9), Some(9), Some(9)]);
+
+    let down = scale_plan::predict(&balanced_view(3), 2).expect("a plan");
+    let mut view = balanced_view(3);
+    view.pool.spec.rollout.policy = swarm_operator::crd::RolloutPolicy::Acknowledge;
+    let acknowledged = scale_plan::predict(&view, 2).expect("a plan");
+    assert_eq!(acknowledged.jobs_moved, down.jobs_moved);
+    assert!(acknowledged.workers_restarted.is_empty(), "{acknowledged:?}");
+}
+
+#[test]
 fn plan_of_a_deployment_pool_keeps_each_slots_jobs_on_its_pod_and_adds_new_pods() {
     let view = PoolView {
         pool: pool(
