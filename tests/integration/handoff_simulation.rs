@@ -32,7 +32,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use swarm_operator::crd::{
-    Handoff, Qos, RolloutSpec, Strategy as AssignStrategy, SwarmPool, SwarmPoolSpec, WorkloadKind,
+    Handoff, Qos, RolloutPolicy, RolloutSpec, Strategy as AssignStrategy, SwarmPool, SwarmPoolSpec,
+    WorkloadKind,
 };
 
 use cluster::{Cluster, Kind, NS, labels};
@@ -72,6 +73,12 @@ enum Step {
     /// The kubelet refreshes the mounted file of the pods in the mask (a Deployment's waiting
     /// workers read their entry again).
     RefreshMounts(u8),
+    /// Under `Acknowledge`: the ConfigMap watch of the workers in the mask delivers; each
+    /// applies its entry of the current version.
+    Sync(u8),
+    /// Under `Acknowledge`: the workers in the mask write their Lease with the version they
+    /// run (late, for an older version, or never, as the schedule has it).
+    Ack(u8),
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -86,6 +93,16 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0..5usize).prop_map(Step::DeletePod),
         1 => (0..5usize).prop_map(Step::LosePod),
         1 => (0..5usize).prop_map(Step::RestartContainer),
+    ]
+}
+
+/// The steps of an acknowledging pool's schedule: those of `steps`, and workers that read the
+/// ConfigMap and write their Lease, each when the mask says.
+fn acknowledging_step(steps: impl Strategy<Value = Step>) -> impl Strategy<Value = Step> {
+    prop_oneof![
+        6 => steps,
+        3 => any::<u8>().prop_map(Step::Sync),
+        3 => any::<u8>().prop_map(Step::Ack),
     ]
 }
 
@@ -121,6 +138,25 @@ struct Schedule {
     jobs: usize,
     max_unavailable: u8,
     steps: Vec<Step>,
+}
+
+fn acknowledging_schedule(kind: Kind) -> impl Strategy<Value = Schedule> {
+    let steps = match kind {
+        Kind::StatefulSet => acknowledging_step(step()).boxed(),
+        Kind::Deployment => acknowledging_step(deployment_step()).boxed(),
+    };
+    (
+        1..5usize,
+        1..=JOB_NAMES,
+        1..3u8,
+        prop::collection::vec(steps, 0..48),
+    )
+        .prop_map(|(replicas, jobs, max_unavailable, steps)| Schedule {
+            replicas,
+            jobs,
+            max_unavailable,
+            steps,
+        })
 }
 
 fn schedule() -> impl Strategy<Value = Schedule> {
@@ -244,8 +280,27 @@ fn pool(jobs: usize, mode: Handoff, max_unavailable: u8) -> SwarmPool {
 /// Runs one schedule, checking the invariants after every step: with `exclusive`, that no job
 /// runs on two live pods.
 fn run(schedule: &Schedule, mode: Handoff, exclusive: bool) -> Result<Stats, String> {
-    run_with_qos(schedule, Kind::StatefulSet, None, &[], mode, exclusive)
+    run_with_qos(
+        schedule,
+        Kind::StatefulSet,
+        None,
+        &[],
+        mode,
+        exclusive,
+        None,
+    )
 }
+
+/// A pool under `rollout.policy: Acknowledge`.
+#[derive(Clone, Copy, Debug)]
+struct Acknowledging {
+    /// Added to every acknowledged version the operator reads (0: the real protocol).
+    ack_skew: u64,
+}
+
+/// `spec.rollout.ackTimeoutSeconds` of the simulated pools: short, so that schedules where
+/// workers rarely acknowledge exercise the fallback deletes.
+const ACK_TIMEOUT_SECONDS: i64 = 6;
 
 /// [`run`] for a pool that starts with `qos` and gets the qos `edits` before the given steps.
 fn run_with_qos(
@@ -255,6 +310,7 @@ fn run_with_qos(
     edits: &[(usize, QosEdit)],
     mode: Handoff,
     exclusive: bool,
+    acknowledging: Option<Acknowledging>,
 ) -> Result<Stats, String> {
     let mut cluster = Cluster::of(kind, schedule.replicas);
     let mut pool = pool(schedule.jobs, mode, schedule.max_unavailable);
@@ -263,7 +319,13 @@ fn run_with_qos(
     }
     pool.spec.qos = qos;
     prune_qos(&mut pool);
+    if acknowledging.is_some() {
+        pool.spec.rollout.policy = RolloutPolicy::Acknowledge;
+        pool.spec.rollout.ack_timeout_seconds = ACK_TIMEOUT_SECONDS;
+        cluster.acknowledge = true;
+    }
     let mut operator = Operator::start(pool, &cluster);
+    operator.ack_skew = acknowledging.map_or(0, |a| a.ack_skew);
     let mut record = Record::default();
     let mut stats = Stats::default();
     for (i, step) in schedule.steps.iter().enumerate() {
@@ -296,6 +358,7 @@ fn run_with_qos(
         }
         cluster.tick();
         cluster.refresh_all_mounts();
+        cluster.sync_and_ack_all();
         check(&cluster, &record, exclusive).map_err(|e| format!("settling, step {settle}: {e}"))?;
     }
     Err(format!(
@@ -343,6 +406,8 @@ fn apply(step: &Step, cluster: &mut Cluster, operator: &mut Operator, record: &m
         Step::RestartContainer(index) => cluster.restart_container(index),
         Step::RolloutRestart => cluster.rollout_restart(),
         Step::RefreshMounts(mask) => cluster.refresh_mounts(mask),
+        Step::Sync(mask) => cluster.sync(mask),
+        Step::Ack(mask) => cluster.ack(mask),
     }
 }
 
@@ -576,6 +641,7 @@ fn simulate_qos() -> Result<String, String> {
             &s.edits,
             Handoff::Exclusive,
             true,
+            None,
         )
     })
 }
@@ -585,8 +651,61 @@ fn simulate_qos() -> Result<String, String> {
 fn simulate_deployment(mode: Handoff, exclusive: bool) -> Result<String, String> {
     let name = format!("{mode:?} over a Deployment");
     simulate_with(&name, deployment_schedule(), |s| {
-        run_with_qos(s, Kind::Deployment, None, &[], mode, exclusive)
+        run_with_qos(s, Kind::Deployment, None, &[], mode, exclusive, None)
     })
+}
+
+/// Runs schedules of a pool of `kind` under `rollout.policy: Acknowledge` and the handoff
+/// `mode`, with workers that read the ConfigMap and acknowledge late, for older versions, or
+/// never; checking exclusivity if `exclusive`.
+fn simulate_acknowledging(
+    kind: Kind,
+    mode: Handoff,
+    exclusive: bool,
+    acknowledging: Acknowledging,
+) -> Result<String, String> {
+    let name = format!("{mode:?} under Acknowledge over a {kind:?}");
+    simulate_with(&name, acknowledging_schedule(kind), |s| {
+        run_with_qos(s, kind, None, &[], mode, exclusive, Some(acknowledging))
+    })
+}
+
+const ACKNOWLEDGING: Acknowledging = Acknowledging { ack_skew: 0 };
+
+#[test]
+fn acknowledged_handoff_never_runs_a_job_twice_and_settles_under_random_schedules() {
+    match simulate_acknowledging(Kind::StatefulSet, Handoff::Exclusive, true, ACKNOWLEDGING) {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+#[test]
+fn acknowledged_handoff_holds_over_a_deployments_slots_under_random_schedules() {
+    match simulate_acknowledging(Kind::Deployment, Handoff::Exclusive, true, ACKNOWLEDGING) {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+#[test]
+fn overlap_under_acknowledge_settles_under_random_schedules() {
+    match simulate_acknowledging(Kind::StatefulSet, Handoff::Overlap, false, ACKNOWLEDGING) {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+/// The simulation has teeth for the acknowledged handoff too: an operator that grants on the
+/// acknowledgement of the version before the revoke runs moved jobs twice, and the simulation
+/// finds a short schedule that shows it.
+#[test]
+fn the_simulation_catches_grants_on_the_acknowledgement_of_an_older_version() {
+    let wrong = Acknowledging { ack_skew: 1 };
+    let failure = simulate_acknowledging(Kind::StatefulSet, Handoff::Exclusive, true, wrong)
+        .expect_err("granting on an older acknowledgement runs moved jobs twice");
+    assert!(failure.contains("live pods"), "{failure}");
+    eprintln!("{failure}");
 }
 
 #[test]

@@ -266,7 +266,10 @@ fn plan_under_acknowledge_restarts_nobody_and_takes_a_revoke_and_a_grant() {
     view.pool.spec.rollout.policy = swarm_operator::crd::RolloutPolicy::Acknowledge;
     let acknowledged = scale_plan::predict(&view, 2).expect("a plan");
     assert_eq!(acknowledged.jobs_moved, down.jobs_moved);
-    assert!(acknowledged.workers_restarted.is_empty(), "{acknowledged:?}");
+    assert!(
+        acknowledged.workers_restarted.is_empty(),
+        "{acknowledged:?}"
+    );
 }
 
 #[test]

@@ -48,6 +48,8 @@ pub struct PodInstance {
     pub gone_at: Option<u64>,
     /// Termination grace, in steps.
     pub grace: u64,
+    /// Under `Acknowledge`: the config version whose entry its worker applied last.
+    pub applied: Option<u64>,
 }
 
 impl PodInstance {
@@ -66,6 +68,12 @@ pub struct Cluster {
     pub revision: usize,
     pub pods: Vec<PodInstance>,
     pub config_map: Option<ConfigMap>,
+    /// Workers follow `rollout.policy: Acknowledge`: they read the ConfigMap through the API
+    /// (each when its watch delivers, see [`Cluster::sync`]) and acknowledge what they run in
+    /// a Lease per pod name (see [`Cluster::ack`]).
+    pub acknowledge: bool,
+    /// The workers' Leases: pod name to (holder uid, acknowledged version).
+    pub leases: BTreeMap<String, (String, u64)>,
     next_uid: u64,
 }
 
@@ -78,6 +86,8 @@ impl Cluster {
             revision: 1,
             pods: Vec::new(),
             config_map: None,
+            acknowledge: false,
+            leases: BTreeMap::new(),
             next_uid: 0,
         };
         cluster.controller();
@@ -98,9 +108,68 @@ impl Cluster {
         for pod in &mut self.pods {
             if pod.runs.is_none() && pod.gone_at.is_none() && pod.starts_at <= step {
                 pod.runs = Some(own_jobs(config.as_ref(), &pod.name()));
+                pod.applied = config.as_ref().map(|c| c.version);
             }
         }
         self.controller();
+    }
+
+    /// Under `Acknowledge`, the ConfigMap watch of the workers in `mask` delivers: each applies
+    /// its entry of the current version (a terminating one only stops jobs, it starts none).
+    pub fn sync(&mut self, mask: u8) {
+        self.sync_where(|i| i < 8 && mask & (1 << i) != 0);
+    }
+
+    fn sync_where(&mut self, synced: impl Fn(usize) -> bool) {
+        let Some(config) = self.config().filter(|_| self.acknowledge) else {
+            return;
+        };
+        for (i, pod) in self.pods.iter_mut().enumerate() {
+            let Some(runs) = pod.runs.as_mut().filter(|_| synced(i)) else {
+                continue;
+            };
+            let entry = own_jobs(Some(&config), &pod.name);
+            if pod.gone_at.is_some() {
+                runs.retain(|job| entry.contains(job));
+            } else {
+                *runs = entry;
+            }
+            pod.applied = Some(config.version);
+        }
+    }
+
+    /// Under `Acknowledge`, the workers in `mask` write their Lease: the version they applied,
+    /// if they run exactly its entry (a terminating worker that still runs jobs its entry no
+    /// longer lists, or that waits for jobs it will not start, acknowledges nothing).
+    pub fn ack(&mut self, mask: u8) {
+        self.ack_where(|i| i < 8 && mask & (1 << i) != 0);
+    }
+
+    fn ack_where(&mut self, acked: impl Fn(usize) -> bool) {
+        if !self.acknowledge {
+            return;
+        }
+        let config = self.config();
+        for (i, pod) in self.pods.iter().enumerate() {
+            let (Some(runs), Some(version)) = (pod.runs.as_ref(), pod.applied) else {
+                continue;
+            };
+            // The entry of the version it applied: the config may have moved on since.
+            let entry = match config.as_ref().filter(|c| c.version == version) {
+                Some(c) => own_jobs(Some(c), &pod.name),
+                None => continue,
+            };
+            if acked(i) && *runs == entry {
+                self.leases
+                    .insert(pod.name.clone(), (pod.uid.clone(), version));
+            }
+        }
+    }
+
+    /// Every worker reads the current version and acknowledges it (settling).
+    pub fn sync_and_ack_all(&mut self) {
+        self.sync_where(|_| true);
+        self.ack_where(|_| true);
     }
 
     fn controller(&mut self) {
@@ -121,6 +190,7 @@ impl Cluster {
             runs: None,
             gone_at: None,
             grace: 1 + self.next_uid % 3,
+            applied: None,
         }
     }
 
@@ -189,7 +259,8 @@ impl Cluster {
     }
 
     fn refresh_mounts_where(&mut self, refreshed: impl Fn(usize) -> bool) {
-        if self.kind != Kind::Deployment {
+        // Acknowledging workers read the API, not the file.
+        if self.kind != Kind::Deployment || self.acknowledge {
             return;
         }
         let config = self.config();
@@ -265,6 +336,7 @@ impl Cluster {
         {
             if pod.runs.is_some() {
                 pod.runs = Some(own_jobs(config.as_ref(), &pod.name()));
+                pod.applied = config.as_ref().map(|c| c.version);
             }
         }
     }

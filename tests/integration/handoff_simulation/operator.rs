@@ -10,7 +10,7 @@ use swarm_operator::drive::memory::{MemoryCluster, MemoryError, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::planner::{Observed, VERSION_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
-use swarm_operator::state::lease::Acks;
+use swarm_operator::state::lease::{Ack, Acks};
 
 use super::cluster::{Cluster, NS};
 
@@ -31,8 +31,12 @@ pub struct Operator {
     cache: BTreeMap<String, Pod>,
     /// Uids this process asked to delete.
     deleting: BTreeSet<String>,
-    /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`).
+    /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`), as the
+    /// Lease cache last saw them.
     acks: Acks,
+    /// Added to every acknowledged version the operator reads: 0 for the real protocol; 1 for
+    /// a deliberately wrong operator that grants on the acknowledgement of the version before.
+    pub ack_skew: u64,
 }
 
 impl Operator {
@@ -42,6 +46,7 @@ impl Operator {
             cache: BTreeMap::new(),
             deleting: BTreeSet::new(),
             acks: Acks::default(),
+            ack_skew: 0,
         };
         operator.relist(cluster);
         operator
@@ -70,6 +75,18 @@ impl Operator {
                 None => self.cache.remove(&name),
             };
         }
+        self.read_leases(cluster);
+    }
+
+    /// The Lease cache catches up with the workers' Leases.
+    pub fn read_leases(&mut self, cluster: &Cluster) {
+        self.acks = Acks::new(cluster.leases.iter().map(|(pod, (holder, version))| {
+            let ack = Ack {
+                holder: holder.clone(),
+                version: version + self.ack_skew,
+            };
+            (pod.clone(), ack)
+        }));
     }
 
     /// A fresh list and watch: the cache equals the API.
@@ -79,6 +96,7 @@ impl Operator {
             .into_iter()
             .map(|p| (p.metadata.name.clone().unwrap(), p))
             .collect();
+        self.read_leases(cluster);
     }
 
     /// The process dies and a new one starts: no memory, a cold cache that lists everything.
