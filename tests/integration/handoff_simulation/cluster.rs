@@ -48,8 +48,9 @@ pub struct PodInstance {
     pub gone_at: Option<u64>,
     /// Termination grace, in steps.
     pub grace: u64,
-    /// Under `Acknowledge`: the config version whose entry its worker applied last.
-    pub applied: Option<u64>,
+    /// Under `Acknowledge`: the config version its worker applied last, and that version's
+    /// entry for it (the config may have moved on since).
+    pub applied: Option<(u64, BTreeSet<String>)>,
 }
 
 impl PodInstance {
@@ -107,8 +108,9 @@ impl Cluster {
         let config = self.config();
         for pod in &mut self.pods {
             if pod.runs.is_none() && pod.gone_at.is_none() && pod.starts_at <= step {
-                pod.runs = Some(own_jobs(config.as_ref(), &pod.name()));
-                pod.applied = config.as_ref().map(|c| c.version);
+                let entry = own_jobs(config.as_ref(), &pod.name());
+                pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
+                pod.runs = Some(entry);
             }
         }
         self.controller();
@@ -132,9 +134,9 @@ impl Cluster {
             if pod.gone_at.is_some() {
                 runs.retain(|job| entry.contains(job));
             } else {
-                *runs = entry;
+                runs.clone_from(&entry);
             }
-            pod.applied = Some(config.version);
+            pod.applied = Some((config.version, entry));
         }
     }
 
@@ -149,19 +151,15 @@ impl Cluster {
         if !self.acknowledge {
             return;
         }
-        let config = self.config();
         for (i, pod) in self.pods.iter().enumerate() {
-            let (Some(runs), Some(version)) = (pod.runs.as_ref(), pod.applied) else {
+            let (Some(runs), Some((version, entry))) = (pod.runs.as_ref(), pod.applied.as_ref())
+            else {
                 continue;
             };
-            // The entry of the version it applied: the config may have moved on since.
-            let entry = match config.as_ref().filter(|c| c.version == version) {
-                Some(c) => own_jobs(Some(c), &pod.name),
-                None => continue,
-            };
-            if acked(i) && *runs == entry {
+            // The version it applied, though the config may have moved on since.
+            if acked(i) && runs == entry {
                 self.leases
-                    .insert(pod.name.clone(), (pod.uid.clone(), version));
+                    .insert(pod.name.clone(), (pod.uid.clone(), *version));
             }
         }
     }
@@ -335,8 +333,9 @@ impl Cluster {
             .filter(|p| Some(&p.uid) == uid.as_ref())
         {
             if pod.runs.is_some() {
-                pod.runs = Some(own_jobs(config.as_ref(), &pod.name()));
-                pod.applied = config.as_ref().map(|c| c.version);
+                let entry = own_jobs(config.as_ref(), &pod.name());
+                pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
+                pod.runs = Some(entry);
             }
         }
     }
