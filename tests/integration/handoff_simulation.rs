@@ -9,7 +9,11 @@
 //!   re-reads the mounted file);
 //! - the StatefulSet is scaled and jobs are added, removed and re-added, also mid-handoff;
 //! - for a Deployment pool: rollout restarts, pods replaced under new names, and workers that
-//!   wait for their entry and read it again when the kubelet refreshes the mounted file.
+//!   wait for their entry and read it again when the kubelet refreshes the mounted file;
+//! - under `rollout.policy: Acknowledge`: workers whose ConfigMap watch delivers late, that write
+//!   their Lease late, for a version older than the config's, or never (a 6 s ackTimeoutSeconds
+//!   then deletes their pod), and terminating workers that keep running what their entry still
+//!   lists.
 //!
 //! After every step: under `Exclusive` no job runs on two live pod instances; the config version
 //! never goes down; no pod instance is deleted twice. Once the changes stop, the pool settles
