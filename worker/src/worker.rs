@@ -202,49 +202,20 @@ impl Worker {
     /// shutdown signal it stops every job, starts none again, and returns once it has
     /// acknowledged a version whose entry has no jobs, or at the termination deadline.
     pub async fn run<J: Jobs>(self, mut jobs: J) -> Exit {
-        let Worker {
-            settings,
-            client,
-            shutdown,
-        } = self;
+        let settings = self.settings.clone();
         let report = Report::new(
             settings.report.clone(),
             &settings.pod_name,
             &settings.pod_uid,
         );
         report.write(None, &[]);
-
-        let (ack, ack_rx) = watch::channel(None);
-        let (written_tx, mut written) = watch::channel(None);
-        let (config_tx, mut config) = watch::channel(None);
-        let (terminate_tx, mut terminate) = watch::channel(false);
-        let holder = Holder {
-            pod: settings.pod_name.clone(),
-            namespace: settings.namespace.clone(),
-            uid: settings.pod_uid.clone(),
-            pool: settings.pool.clone(),
-        };
-        let _tasks = Tasks(vec![
-            tokio::spawn(lease::keep(
-                Api::namespaced(client.clone(), &settings.namespace),
-                holder,
-                settings.lease_duration,
-                ack_rx,
-                written_tx,
-            )),
-            tokio::spawn(source::follow(
-                Api::namespaced(client, &settings.namespace),
-                settings.config_map.clone(),
-                settings.pod_name.clone(),
-                settings.config_file.clone(),
-                config_tx,
-            )),
-            tokio::spawn(async move {
-                shutdown.await;
-                terminate_tx.send_replace(true);
-            }),
-        ]);
-
+        let (_tasks, channels) = self.spawn_tasks();
+        let Channels {
+            ack,
+            mut written,
+            mut config,
+            mut terminate,
+        } = channels;
         let mut core = Handoff::new();
         let mut deadline: Option<Instant> = None;
         loop {
@@ -293,6 +264,67 @@ impl Worker {
             }
         }
     }
+}
+
+impl Worker {
+    /// Starts the Lease keeper, the ConfigMap follower and the shutdown watch, and returns
+    /// them with the channels the event loop of [`Worker::run`] reads and writes.
+    fn spawn_tasks(self) -> (Tasks, Channels) {
+        let Worker {
+            settings,
+            client,
+            shutdown,
+        } = self;
+        let (ack, ack_rx) = watch::channel(None);
+        let (written_tx, written) = watch::channel(None);
+        let (config_tx, config) = watch::channel(None);
+        let (terminate_tx, terminate) = watch::channel(false);
+        let holder = Holder {
+            pod: settings.pod_name.clone(),
+            namespace: settings.namespace.clone(),
+            uid: settings.pod_uid.clone(),
+            pool: settings.pool.clone(),
+        };
+        let tasks = Tasks(vec![
+            tokio::spawn(lease::keep(
+                Api::namespaced(client.clone(), &settings.namespace),
+                holder,
+                settings.lease_duration,
+                ack_rx,
+                written_tx,
+            )),
+            tokio::spawn(source::follow(
+                Api::namespaced(client, &settings.namespace),
+                settings.config_map.clone(),
+                settings.pod_name.clone(),
+                settings.config_file.clone(),
+                config_tx,
+            )),
+            tokio::spawn(async move {
+                shutdown.await;
+                terminate_tx.send_replace(true);
+            }),
+        ]);
+        let channels = Channels {
+            ack,
+            written,
+            config,
+            terminate,
+        };
+        (tasks, channels)
+    }
+}
+
+/// The event loop's side of the background tasks.
+struct Channels {
+    /// To the Lease keeper: the version to acknowledge.
+    ack: watch::Sender<Option<u64>>,
+    /// From the Lease keeper: the version the Lease now acknowledges.
+    written: watch::Receiver<Option<u64>>,
+    /// From the ConfigMap follower: the version observed last.
+    config: watch::Receiver<Option<Observed>>,
+    /// From the shutdown watch: SIGTERM came.
+    terminate: watch::Receiver<bool>,
 }
 
 /// Applies one observed version: stops, a report line, then (unless terminating) a report line
