@@ -135,12 +135,4 @@ impl AwaitingAcks {
             true
         });
     }
-
-    /// When the first of the workers waited for times out, if any does.
-    pub fn next_timeout(&self, timeout: SignedDuration) -> Option<Timestamp> {
-        self.entries
-            .values()
-            .filter_map(|a| a.since.checked_add(timeout).ok())
-            .min()
-    }
 }

@@ -59,11 +59,6 @@ impl Acks {
     pub fn covers(&self, pod: &str, uid: &str, version: u64) -> bool {
         self.version_of(pod, uid).is_some_and(|v| v >= version)
     }
-
-    /// True when no worker acknowledged anything.
-    pub fn is_empty(&self) -> bool {
-        self.by_pod.is_empty()
-    }
 }
 
 /// The acknowledgement a Lease carries.
