@@ -44,6 +44,21 @@ pub struct AckProgress {
     pub timed_out: Vec<(String, String)>,
 }
 
+/// Workers whose Ready pod instance has not acknowledged its entry of `config`. A pod that
+/// started after a write reads the config at start, so the handoff waits for no acknowledgement
+/// from it; but until it acknowledges, nothing says it runs its jobs, and the status says so.
+pub fn unacknowledged<'a>(
+    config: &'a WorkerConfig,
+    workers: &'a Workers,
+    acks: &'a Acks,
+) -> impl Iterator<Item = &'a str> + 'a {
+    workers.iter().filter_map(move |(pod, instance)| {
+        let instance = instance.filter(|p| p.ready && !p.terminating)?;
+        let version = config.workload(pod).map_or(config.version, |w| w.version);
+        (!acks.covers(pod, &instance.uid, version)).then_some(pod)
+    })
+}
+
 impl AwaitingAcks {
     /// Records with these entries.
     pub(crate) fn from_entries(entries: BTreeMap<String, Awaiting>) -> Self {

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{Placement, Publication};
 
-use super::acknowledge::{AckProgress, AwaitingAcks};
+use super::acknowledge::{self, AckProgress, AwaitingAcks};
 use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
 use super::validate::{Facts, Failure, Valid};
@@ -16,7 +16,7 @@ use super::{
     STARTUP_GRACE,
 };
 use crate::conditions::{self, Verdict, reason};
-use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
+use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::rollout::{PendingRefresh, PodDelete, Workers};
 
 /// The plan of a valid pool: what the roll-out step does, reported.
@@ -242,8 +242,17 @@ fn reported(
         let holdings = Holdings::of(Some(&publication.config), &spec.jobs);
         (pending, awaiting, holdings)
     };
-    // A worker that owes an acknowledgement is stale as much as one that must restart.
+    // A worker that owes an acknowledgement is stale as much as one that must restart, and so
+    // is a started worker that has not acknowledged what it runs.
     reported_pending.mark_unresolved(reported_awaiting.pods().filter(|pod| workers.contains(pod)));
+    let reported_config = if paused {
+        previous.config.as_ref()
+    } else {
+        Some(&publication.config)
+    };
+    if let (RolloutPolicy::Acknowledge, Some(config)) = (spec.rollout.policy, reported_config) {
+        reported_pending.mark_unresolved(acknowledge::unacknowledged(config, workers, o.acks));
+    }
     let stale = reported_pending.stale_workers(workers);
     let mut verdict = verdict(
         workers,

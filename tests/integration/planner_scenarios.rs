@@ -1680,3 +1680,29 @@ fn under_acknowledge_a_silent_worker_is_restarted_after_the_timeout_and_the_pool
     );
     assert_eq!(names(&world.deleted), ["swarm-worker-1"]);
 }
+
+#[test]
+fn under_acknowledge_a_started_worker_is_stale_until_it_acknowledges_what_it_runs() {
+    let mut world = World::new(example_jobs(), 2);
+    world.pool.spec.rollout.policy = RolloutPolicy::Acknowledge;
+    world.reconcile();
+    let status = world.pool.status.clone().unwrap();
+    assert_eq!(
+        status.stale_workers,
+        ["swarm-worker-0", "swarm-worker-1"],
+        "no worker has acknowledged the first version yet"
+    );
+    assert_ne!(status.phase, Some(Phase::Balanced));
+
+    world.ack(0, world.config().version);
+    world.reconcile();
+    let status = world.pool.status.clone().unwrap();
+    assert_eq!(status.stale_workers, ["swarm-worker-1"]);
+
+    world.ack(1, world.config().version);
+    world.reconcile();
+    let status = world.pool.status.clone().unwrap();
+    assert!(status.stale_workers.is_empty());
+    assert_eq!(status.phase, Some(Phase::Balanced));
+    assert!(world.deleted.is_empty(), "nobody restarted");
+}

@@ -18,6 +18,7 @@ use super::derived_mounts::DerivedMounts;
 use super::inspect::Inspector;
 use super::sim_inspect::PodMounts;
 use super::worker_config::WorkerConfig;
+use super::worker_fleet::Reports;
 
 /// How often the watch samples.
 const SAMPLE_EVERY: Duration = Duration::from_millis(20);
@@ -91,6 +92,17 @@ impl DuplicateWatch {
             namespace,
             pool,
         )
+    }
+
+    /// Starts sampling what the worker processes of an acknowledging pool report they run
+    /// (see `worker_fleet`): there, a pod's mounted file says nothing about its jobs.
+    pub fn start_for_reports(
+        reports: Reports,
+        client: kube::Client,
+        namespace: String,
+        pool: String,
+    ) -> DuplicateWatch {
+        DuplicateWatch::sample(Source::Reports(reports), client, namespace, pool)
     }
 
     fn sample(
@@ -208,6 +220,8 @@ enum Source {
     /// Every job each instance's entry listed while it lived (workers that wait for their
     /// entry).
     EverListed(Box<DerivedMounts>),
+    /// What each worker process reported it ran (workers that reload and acknowledge).
+    Reports(Reports),
 }
 
 impl Source {
@@ -234,6 +248,7 @@ impl Source {
                 }
                 Some(held)
             }
+            Source::Reports(reports) => reports.held(),
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod real_cluster;
 pub mod sim_inspect;
 pub mod tools;
 pub mod worker_config;
+pub mod worker_fleet;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -35,6 +36,7 @@ use manifests::Example;
 use operator::Operator;
 use real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, RealCluster};
 use sim_inspect::{HARNESS_USER_AGENT, PodMounts, RequestRecord, SimInspector};
+use worker_fleet::{Fleet, FleetSpec, Workers};
 
 /// Names a file each scenario appends its timing to (see [`Env::record_timing`]).
 pub const TIMINGS_ENV: &str = "SWARM_E2E_TIMINGS";
@@ -138,6 +140,8 @@ pub struct Env {
     duplicates: DuplicateWatch,
     /// Further duplicate watches, for pools of workers that wait for their entry.
     more_duplicates: Vec<DuplicateWatch>,
+    /// The worker processes of an acknowledging pool, when the scenario runs them.
+    fleet: Option<Fleet>,
     /// Requests RBAC may have refused on purpose (a scenario that revokes permissions, or an
     /// API server whose authorizer is still starting): the first this many are not checked.
     refusals_expected: usize,
@@ -268,6 +272,7 @@ impl Env {
             operator_logs: Vec::new(),
             duplicates,
             more_duplicates: Vec::new(),
+            fleet: None,
             refusals_expected: 0,
             _hold: hold,
             started,
@@ -322,6 +327,35 @@ impl Env {
             .iter()
             .map(DuplicateWatch::stats)
             .collect()
+    }
+
+    /// Runs a worker process for each pod of the example's pool (see `worker_fleet`), as the
+    /// pool's workers under `rollout.policy: Acknowledge`; from now on the duplicate watch reads
+    /// what those processes report they run instead of what the pods mounted.
+    pub fn run_workers(&mut self, workers: Workers) -> &Fleet {
+        let namespace = self.example.namespace();
+        let spec = FleetSpec {
+            namespace: namespace.clone(),
+            pool: self.example.pool_name(),
+            config_map: self.example.config_map_name(),
+            selector: "app=swarm-worker".to_owned(),
+            workers,
+            kubeconfig: self.kubeconfig.clone(),
+            dir: self.dir.path().join("workers"),
+        };
+        let fleet = Fleet::start(self.client.clone(), spec);
+        self.duplicates = DuplicateWatch::start_for_reports(
+            fleet.reports(),
+            self.client.clone(),
+            namespace,
+            self.example.pool_name(),
+        );
+        self.fleet.insert(fleet)
+    }
+
+    /// The worker processes [`Env::run_workers`] started.
+    pub fn fleet(&self) -> &Fleet {
+        self.fleet.as_ref().expect("the scenario runs its workers")
     }
 
     /// Whether this environment runs on a simulation (inspection endpoints available).
@@ -690,6 +724,7 @@ impl Drop for Env {
             // RoleBinding and is refused.
             self.operator = None;
             self.replicas.clear();
+            self.fleet = None;
             self.remove_own_namespace();
             return;
         }

@@ -1,5 +1,6 @@
 //! The end-to-end scenarios, one module each.
 
+mod acknowledge;
 mod bad_input;
 mod deployment_pool;
 mod failover;

@@ -1,0 +1,427 @@
+//! Real worker processes for the pods of an acknowledging pool (`rollout.policy: Acknowledge`).
+//!
+//! Neither kube-sim nor kwok runs containers, so the fleet plays the kubelet's part for the
+//! pool's workers: it starts one worker process per pod instance once the pod is Running, sends
+//! it SIGTERM when the pod starts terminating, and SIGKILL if it outlives its pod object. Each
+//! process speaks the protocol to the API server on its own (the Rust example built on the
+//! `swarm-worker` library, or the Python worker) and appends what it runs to its report file
+//! (`SWARM_WORKER_REPORT`); the duplicate watch reads those files (see [`Reports`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use serde::Deserialize;
+
+use super::kubectl::repo_root;
+
+/// How often the fleet compares the pods with its processes.
+const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+/// How far behind the clock the watch reads the reports: a worker writes its line before it
+/// starts a job and after it stopped one, and a line older than this is surely on disk.
+const REPORT_LAG: Duration = Duration::from_millis(300);
+/// The Lease duration the workers take (the library's and the Python worker's default).
+const LEASE_SECONDS: &str = "10";
+
+/// Which program runs a pod's worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workers {
+    /// `examples/swarm-worker.rs` on the `swarm-worker` library.
+    Rust,
+    /// `examples/python-worker/swarm_worker.py` on the official client.
+    Python,
+    /// Rust and Python in turn, in the order the pods start: one pool, both implementations.
+    Mixed,
+}
+
+impl Workers {
+    fn program(self, started_so_far: usize) -> Program {
+        match self {
+            Workers::Rust => Program::Rust,
+            Workers::Python => Program::Python,
+            Workers::Mixed if started_so_far % 2 == 0 => Program::Rust,
+            Workers::Mixed => Program::Python,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Program {
+    Rust,
+    Python,
+}
+
+/// What the fleet needs to know about the pool.
+#[derive(Clone, Debug)]
+pub struct FleetSpec {
+    pub namespace: String,
+    pub pool: String,
+    pub config_map: String,
+    /// The label selector of the pool's pods (`app=swarm-worker`).
+    pub selector: String,
+    pub workers: Workers,
+    /// The kubeconfig the workers use.
+    pub kubeconfig: PathBuf,
+    /// Where the reports and the workers' logs go.
+    pub dir: PathBuf,
+}
+
+/// One worker process, for one pod instance.
+struct Process {
+    pod: String,
+    program: Program,
+    child: tokio::process::Child,
+    terminated: bool,
+    exited: bool,
+}
+
+#[derive(Default)]
+struct State {
+    /// By pod uid.
+    processes: BTreeMap<String, Process>,
+    /// Workers that exited before their pod terminated, with how.
+    crashes: Vec<String>,
+}
+
+/// The worker processes of one pool; every process is killed when the fleet is dropped.
+pub struct Fleet {
+    state: Arc<Mutex<State>>,
+    reports: Reports,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Fleet {
+    /// Starts following the pool's pods.
+    pub fn start(client: kube::Client, spec: FleetSpec) -> Fleet {
+        let reports = Reports::new(spec.dir.join("reports"));
+        std::fs::create_dir_all(&reports.dir).expect("create the reports directory");
+        std::fs::create_dir_all(spec.dir.join("logs")).expect("create the logs directory");
+        if matches!(spec.workers, Workers::Rust | Workers::Mixed) {
+            rust_worker();
+        }
+        if matches!(spec.workers, Workers::Python | Workers::Mixed) {
+            python_worker();
+        }
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = state.clone();
+        let files = reports.clone();
+        let task = tokio::spawn(async move {
+            let pods: Api<Pod> = Api::namespaced(client, &spec.namespace);
+            let params = ListParams::default().labels(&spec.selector);
+            let mut ticker = tokio::time::interval(FOLLOW_EVERY);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                let Ok(list) = pods.list(&params).await else {
+                    continue;
+                };
+                let mut state = shared.lock().expect("fleet state");
+                state.follow(&list.items, &spec, &files);
+            }
+        });
+        Fleet {
+            state,
+            reports,
+            task,
+        }
+    }
+
+    /// The workers' report files.
+    pub fn reports(&self) -> Reports {
+        self.reports.clone()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`, `KILL`, ...) to the worker of pod `pod`'s live instance.
+    pub fn signal(&self, pod: &str, signal: &str) {
+        let state = self.state.lock().expect("fleet state");
+        let process = state
+            .processes
+            .values()
+            .find(|p| p.pod == pod && !p.exited)
+            .unwrap_or_else(|| panic!("no live worker process for pod {pod}"));
+        let pid = process.child.id().expect("a live process has a pid");
+        send(pid, signal);
+    }
+
+    /// How many worker processes have started, by program (`rust`, `python`).
+    pub fn started(&self) -> BTreeMap<&'static str, usize> {
+        let state = self.state.lock().expect("fleet state");
+        let mut counts = BTreeMap::new();
+        for process in state.processes.values() {
+            let name = match process.program {
+                Program::Rust => "rust",
+                Program::Python => "python",
+            };
+            *counts.entry(name).or_default() += 1;
+        }
+        counts
+    }
+
+    /// Fails if a worker exited while its pod was still running (a crash, or a protocol error
+    /// the worker refused to go on with).
+    pub fn assert_no_crash(&self) {
+        let state = self.state.lock().expect("fleet state");
+        assert!(
+            state.crashes.is_empty(),
+            "worker processes exited while their pods ran: {:?} (logs in {})",
+            state.crashes,
+            self.reports.dir.with_file_name("logs").display()
+        );
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        self.task.abort();
+        // kill_on_drop sends SIGKILL to each child.
+        self.state.lock().expect("fleet state").processes.clear();
+    }
+}
+
+impl State {
+    /// Starts, signals and reaps processes to match `pods`, the pool's pods as just listed.
+    fn follow(&mut self, pods: &[Pod], spec: &FleetSpec, reports: &Reports) {
+        let mut live = BTreeSet::new();
+        for pod in pods {
+            let (Some(name), Some(uid)) = (&pod.metadata.name, &pod.metadata.uid) else {
+                continue;
+            };
+            live.insert(uid.clone());
+            let terminating = pod.metadata.deletion_timestamp.is_some();
+            let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            match self.processes.get_mut(uid) {
+                None if running && !terminating => {
+                    let program = spec.workers.program(self.processes.len());
+                    let process = spawn(program, name, uid, spec, reports);
+                    self.processes.insert(uid.clone(), process);
+                }
+                Some(process) if terminating && !process.terminated && !process.exited => {
+                    process.terminated = true;
+                    if let Some(pid) = process.child.id() {
+                        send(pid, "TERM");
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (uid, process) in &mut self.processes {
+            if process.exited {
+                continue;
+            }
+            if !live.contains(uid) {
+                // The pod object is gone, so its containers are: a kubelet kills them at the
+                // end of the grace period, before the pod is removed.
+                let _ = process.child.start_kill();
+            }
+            if let Ok(Some(status)) = process.child.try_wait() {
+                process.exited = true;
+                reports.record_exit(&process.pod, uid);
+                if !process.terminated && live.contains(uid) {
+                    self.crashes.push(format!(
+                        "{} ({uid}, {:?}): {status}",
+                        process.pod, process.program
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn spawn(program: Program, pod: &str, uid: &str, spec: &FleetSpec, reports: &Reports) -> Process {
+    let log_path = spec.dir.join("logs").join(format!("{pod}-{uid}.log"));
+    let log = File::create(&log_path)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
+    let mut command = match program {
+        Program::Rust => tokio::process::Command::new(rust_worker()),
+        Program::Python => {
+            let mut command = tokio::process::Command::new(python_worker());
+            command.arg(repo_root().join("examples/python-worker/swarm_worker.py"));
+            command
+        }
+    };
+    command
+        .env("POD_NAME", pod)
+        .env("POD_NAMESPACE", &spec.namespace)
+        .env("POD_UID", uid)
+        .env("SWARM_POOL", &spec.pool)
+        .env("SWARM_CONFIG_MAP", &spec.config_map)
+        // No mounted file: these workers must read their entry through the API.
+        .env("SWARM_CONFIG_FILE", spec.dir.join("no-mounted-config.yml"))
+        .env("SWARM_WORKER_REPORT", reports.path(uid))
+        .env("SWARM_LEASE_DURATION_SECONDS", LEASE_SECONDS)
+        .env("KUBECONFIG", &spec.kubeconfig)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("duplicate the log handle"))
+        .stderr(log)
+        .kill_on_drop(true);
+    let child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start the {program:?} worker of {pod}: {e}"));
+    Process {
+        pod: pod.to_owned(),
+        program,
+        child,
+        terminated: false,
+        exited: false,
+    }
+}
+
+fn send(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args(["-s", signal, &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -s {signal} {pid} failed");
+}
+
+/// The example worker binary, built once per test run (`cargo build --example swarm-worker`)
+/// so it is never older than the library it shows.
+fn rust_worker() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = std::process::Command::new(cargo)
+                .current_dir(repo_root())
+                .args(["build", "--quiet", "--example", "swarm-worker"])
+                .status()
+                .expect("run cargo build --example swarm-worker");
+            assert!(
+                status.success(),
+                "cargo build --example swarm-worker failed"
+            );
+            // The test binary is target/<profile>/deps/e2e-<hash>; the example is beside deps.
+            let exe = std::env::current_exe().expect("the test binary's path");
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("the test binary lives in <target>/<profile>/deps");
+            let worker = profile_dir.join("examples/swarm-worker");
+            assert!(worker.is_file(), "{} was not built", worker.display());
+            worker
+        })
+        .clone()
+}
+
+/// The Python interpreter with the worker's pinned client: `SWARM_PYTHON_WORKER`, or the
+/// virtual environment `scripts/install-python-worker.sh` makes.
+fn python_worker() -> PathBuf {
+    if let Some(path) = std::env::var_os("SWARM_PYTHON_WORKER").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let venv = repo_root().join(".tools/python-worker/bin/python");
+    assert!(
+        venv.is_file(),
+        "no Python worker environment at {}: run scripts/install-python-worker.sh (scripts/test.sh does), \
+         or set SWARM_PYTHON_WORKER to a python with kubernetes and PyYAML",
+        venv.display()
+    );
+    venv
+}
+
+/// The report files of a fleet's workers, one per pod instance: what each instance ran, and
+/// since when.
+#[derive(Clone, Debug)]
+pub struct Reports {
+    dir: PathBuf,
+}
+
+/// One line of a report (see the README's worker protocol section).
+#[derive(Debug, Deserialize)]
+struct Line {
+    pod: String,
+    uid: String,
+    running: Vec<String>,
+    at: String,
+}
+
+impl Reports {
+    fn new(dir: PathBuf) -> Reports {
+        Reports { dir }
+    }
+
+    fn path(&self, uid: &str) -> PathBuf {
+        self.dir.join(format!("{uid}.jsonl"))
+    }
+
+    /// Appends an empty line for an instance whose process is gone: it runs nothing from now on.
+    fn record_exit(&self, pod: &str, uid: &str) {
+        let line = serde_json::json!({
+            "pod": pod,
+            "uid": uid,
+            "version": null,
+            "running": [],
+            "at": format!("{:.9}", Timestamp::now()),
+        });
+        let appended = File::options()
+            .create(true)
+            .append(true)
+            .open(self.path(uid))
+            .and_then(|mut file| file.write_all(format!("{line}\n").as_bytes()));
+        if let Err(error) = appended {
+            panic!("cannot record the exit of {pod} ({uid}): {error}");
+        }
+    }
+
+    /// Job -> the pod instances (`pod (uid)`) that ran it a little while ago ([`REPORT_LAG`]),
+    /// when every line up to then is surely written.
+    pub fn held(&self) -> Option<BTreeMap<String, Vec<String>>> {
+        let at = Timestamp::try_from(SystemTime::now() - REPORT_LAG).ok()?;
+        let mut held: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for entry in std::fs::read_dir(&self.dir).ok()?.flatten() {
+            let Ok(text) = std::fs::read_to_string(entry.path()) else {
+                continue;
+            };
+            if let Some(line) = latest_before(&text, at) {
+                for job in line.running {
+                    held.entry(job)
+                        .or_default()
+                        .push(format!("{} ({})", line.pod, line.uid));
+                }
+            }
+        }
+        Some(held)
+    }
+}
+
+/// The last complete line of one report written at or before `at`.
+fn latest_before(text: &str, at: Timestamp) -> Option<Line> {
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<Line>(line).ok())
+        .filter(|line| Timestamp::from_str(&line.at).is_ok_and(|written| written <= at))
+        .last()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_is_read_as_of_a_moment_and_python_timestamps_parse() {
+        let text = concat!(
+            r#"{"pod":"w-0","uid":"u","version":null,"running":[],"at":"2026-01-01T00:00:00.000000000Z"}"#,
+            "\n",
+            r#"{"pod":"w-0","uid":"u","version":3,"running":["a","b"],"at":"2026-01-01T00:00:01.500000Z"}"#,
+            "\n",
+            r#"{"pod":"w-0","uid":"u","version":4,"running":["b"],"at":"2026-01-01T00:00:03+00:00"}"#,
+            "\n",
+            r#"{"pod":"w-0","uid":"u","vers"#,
+        );
+        let at = |s: &str| Timestamp::from_str(s).unwrap();
+        assert!(latest_before(text, at("2025-12-31T23:59:59Z")).is_none());
+        let running = |s: &str| latest_before(text, at(s)).unwrap().running;
+        assert!(running("2026-01-01T00:00:01Z").is_empty());
+        assert_eq!(running("2026-01-01T00:00:02Z"), ["a", "b"]);
+        assert_eq!(running("2026-01-01T00:00:09Z"), ["b"]);
+    }
+}

@@ -1,0 +1,268 @@
+//! The acknowledged handoff (`rollout.policy: Acknowledge`) with real worker processes: the
+//! Rust example on the `swarm-worker` library and the Python worker, one process per pod (see
+//! `harness::worker_fleet`). The duplicate watch reads what those processes report they run.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use serde_json::{Value, json};
+
+use super::scale;
+use crate::harness::observe::{
+    Observed, assert_invariants, balanced, operator_pod_deletes, pool_events, wait_for,
+};
+use crate::harness::worker_fleet::Workers;
+use crate::harness::{Env, SimSpeed};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledging_workers_take_a_scale_up_and_down_without_a_restart() {
+    let mut env = Env::start_with("acknowledge-scale", SimSpeed::SLOW).await;
+    let first = install_acknowledging(&mut env, Workers::Rust, None).await;
+    let mark = env.request_mark().await;
+
+    scale(&env, 4).await;
+    let up = settle(&env, 4).await;
+    scale(&env, 2).await;
+    let down = settle(&env, 2).await;
+
+    for pod in first.pods.values() {
+        assert_eq!(
+            down.pods[&pod.name].uid, pod.uid,
+            "{} kept its pod instance: a worker reloads, it is not restarted",
+            pod.name
+        );
+    }
+    assert_no_pod_deleted(&env, mark).await;
+    assert!(up.config().version > first.config().version);
+    let reasons: Vec<String> = pool_events(&env, &env.example.pool_name())
+        .await
+        .into_iter()
+        .map(|e| e.reason)
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "WorkerAcknowledged"),
+        "events: {reasons:?}"
+    );
+    let metrics = env.operator_metrics().await;
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("swarm_operator_worker_acknowledgements_total{")
+                && !l.ends_with(" 0")
+        ),
+        "acknowledgements counted:\n{metrics}"
+    );
+    env.fleet().assert_no_crash();
+    env.assert_exclusive();
+}
+
+/// The Python worker, written from the README's protocol section alone, shares a pool with the
+/// Rust one through job edits and a scale-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_and_rust_workers_share_one_acknowledging_pool() {
+    let mut env = Env::start_with("acknowledge-mixed", SimSpeed::SLOW).await;
+    let jobs = env.example.jobs();
+    install_acknowledging(&mut env, Workers::Mixed, None).await;
+    let mark = env.request_mark().await;
+
+    let mut edited = jobs.clone();
+    edited.drain(..4);
+    edited.extend((0..6).map(|i| format!("stream:mixed-{i}")));
+    apply_pool(&env, &edited, None).await;
+    let after_edit = settle(&env, 2).await;
+    assert_eq!(after_edit.spec_jobs().len(), edited.len());
+
+    scale(&env, 3).await;
+    settle(&env, 3).await;
+    let started = env.fleet().started();
+    assert!(
+        started.get("rust").is_some_and(|n| *n >= 1)
+            && started.get("python").is_some_and(|n| *n >= 1),
+        "both implementations ran: {started:?}"
+    );
+    assert_no_pod_deleted(&env, mark).await;
+    env.fleet().assert_no_crash();
+    env.assert_exclusive();
+}
+
+/// A worker that stops answering (its process frozen with SIGSTOP) does not hold a change up
+/// for ever: after `ackTimeoutSeconds` the operator deletes its pod, as under `DeletePods`, and
+/// its jobs move only once that pod is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_never_acknowledges_has_its_pod_deleted_after_the_timeout() {
+    let mut env = Env::start_with("acknowledge-timeout", SimSpeed::SLOW).await;
+    let first = install_acknowledging(&mut env, Workers::Rust, Some(3)).await;
+    let sts = env.example.statefulset_name();
+    let frozen = format!("{sts}-1");
+    env.fleet().signal(&frozen, "STOP");
+    let mark = env.request_mark().await;
+
+    scale(&env, 3).await;
+    let after = settle(&env, 3).await;
+    assert_ne!(
+        after.pods[&frozen].uid, first.pods[&frozen].uid,
+        "the frozen worker's pod was replaced"
+    );
+    let deletes = operator_pod_deletes(&env, mark).await;
+    if let Some(deletes) = &deletes {
+        assert_eq!(
+            deletes.keys().collect::<Vec<_>>(),
+            [&frozen],
+            "only the frozen worker's pod is deleted: {deletes:?}"
+        );
+    }
+    let events = pool_events(&env, &env.example.pool_name()).await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason == "AckTimedOut" && e.type_ == "Warning" && e.note.contains(&frozen)),
+        "an AckTimedOut warning names {frozen}: {events:?}"
+    );
+    let metrics = env.operator_metrics().await;
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("swarm_operator_worker_ack_timeouts_total{") && !l.ends_with(" 0")
+        ),
+        "ack timeouts counted:\n{metrics}"
+    );
+    env.assert_exclusive();
+}
+
+/// Installs the CRDs, the operator, the example under `rollout.policy: Acknowledge` (with
+/// `ackTimeoutSeconds` when given) and its worker processes; returns the settled pool, every
+/// worker having acknowledged its jobs.
+async fn install_acknowledging(
+    env: &mut Env,
+    workers: Workers,
+    ack_timeout: Option<u64>,
+) -> Observed {
+    env.install_crds().await;
+    env.start_operator().await;
+    env.run_workers(workers);
+    let documents: Vec<Value> = env
+        .example
+        .documents
+        .iter()
+        .cloned()
+        .map(|doc| acknowledging(doc, None, ack_timeout))
+        .collect();
+    env.apply("acknowledging-example.yaml", &documents).await;
+    settle(env, env.example.replicas()).await
+}
+
+/// The example's pool with `jobs`, re-applied under `Acknowledge`.
+async fn apply_pool(env: &Env, jobs: &[String], ack_timeout: Option<u64>) {
+    let pool = acknowledging(env.example.pool().clone(), Some(jobs), ack_timeout);
+    env.apply("acknowledging-pool.yaml", &[pool]).await;
+}
+
+/// `doc` (an example manifest) for acknowledging workers: the pool's rollout policy, and its
+/// jobs when given.
+fn acknowledging(mut doc: Value, jobs: Option<&[String]>, ack_timeout: Option<u64>) -> Value {
+    if doc["kind"] == "SwarmPool" {
+        doc["spec"]["rollout"] = json!({ "policy": "Acknowledge" });
+        if let Some(seconds) = ack_timeout {
+            doc["spec"]["rollout"]["ackTimeoutSeconds"] = json!(seconds);
+        }
+        if let Some(jobs) = jobs {
+            doc["spec"]["jobs"] = json!(jobs);
+        }
+    }
+    doc
+}
+
+/// Waits until the pool is Balanced over `replicas` workers with nothing in transit, every
+/// worker acknowledged, then checks the invariants and each worker's Lease.
+async fn settle(env: &Env, replicas: usize) -> Observed {
+    let sts = env.example.statefulset_name();
+    let settled = wait_for(
+        env,
+        &format!("Balanced over {replicas} acknowledging workers"),
+        |o| {
+            balanced(o, replicas, &sts)?;
+            match o.status_u64("jobsInTransit") {
+                Some(0) => Ok(()),
+                n => Err(format!("jobsInTransit {n:?}")),
+            }
+        },
+    )
+    .await;
+    assert_invariants(env, &settled).await;
+    assert_leases_acknowledge(env, &settled).await;
+    assert_workers_run_their_entries(env, &settled).await;
+    settled
+}
+
+/// What the worker processes report they run is exactly the pool's assignment: every job on
+/// the one pod instance whose entry lists it.
+async fn assert_workers_run_their_entries(env: &Env, o: &Observed) {
+    // The reports are read as of a moment ago (worker_fleet::REPORT_LAG); every worker wrote
+    // its line before it acknowledged.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = env.fleet().reports().held().expect("the reports directory");
+    let mut expected: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (pod, workload) in &o.config().workloads {
+        let uid = &o.pods[pod].uid;
+        for job in &workload.jobs {
+            expected.insert(job.clone(), vec![format!("{pod} ({uid})")]);
+        }
+    }
+    assert_eq!(held, expected, "what the workers run vs. the ConfigMap");
+}
+
+/// Each worker's Lease follows the protocol: named like its pod, held by the pod's uid,
+/// labelled with the pool, owned by the pod, and acknowledging the pod's current entry.
+async fn assert_leases_acknowledge(env: &Env, o: &Observed) {
+    let leases: Api<Lease> = Api::namespaced(env.client.clone(), &env.example.namespace());
+    let config = o.config();
+    for pod in o.pods.values() {
+        let lease = leases
+            .get(&pod.name)
+            .await
+            .unwrap_or_else(|e| panic!("the Lease of {}: {e}", pod.name));
+        let spec = lease.spec.clone().unwrap_or_default();
+        assert_eq!(
+            spec.holder_identity.as_deref(),
+            Some(pod.uid.as_str()),
+            "{lease:?}"
+        );
+        let labels = lease.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(labels.get("swarm.io/pool"), Some(&env.example.pool_name()));
+        assert!(
+            lease
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|r| r.kind == "Pod" && r.uid == pod.uid),
+            "{} is owned by its pod: {lease:?}",
+            pod.name
+        );
+        let acked: u64 = lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("swarm.io/acked-version"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{} acknowledged a version: {lease:?}", pod.name));
+        let entry = config
+            .workload(&pod.name)
+            .expect("every worker has an entry");
+        assert!(
+            acked >= entry.version,
+            "{} acknowledged version {acked}, its entry is at {}",
+            pod.name,
+            entry.version
+        );
+    }
+}
+
+/// The operator deleted no pod since `mark`: under Acknowledge a change reaches the workers
+/// without a restart.
+async fn assert_no_pod_deleted(env: &Env, mark: usize) {
+    match operator_pod_deletes(env, mark).await {
+        Some(deletes) => assert!(deletes.is_empty(), "pods deleted: {deletes:?}"),
+        None => env.note_skipped("pod deletions in the request log"),
+    }
+}
