@@ -724,10 +724,11 @@ impl Drop for Env {
             // RoleBinding and is refused.
             self.operator = None;
             self.replicas.clear();
-            self.fleet = None;
+            self.stop_workers();
             self.remove_own_namespace();
             return;
         }
+        self.stop_workers();
         eprintln!(
             "==== {} failed: namespace {}, scratch directory {} (operator logs operator-*.log, \
              kubeconfig){}",
@@ -809,6 +810,35 @@ impl Env {
     /// On a real cluster, a passed scenario's namespace goes (without waiting), so the
     /// cluster does not fill up with the pods of finished scenarios; a failed one's stays
     /// for a look.
+    /// Kills the worker processes and lets their pods go (on a real cluster the fleet's
+    /// finalizer would otherwise keep them, and their namespace, for ever).
+    fn stop_workers(&mut self) {
+        let Some(fleet) = self.fleet.take() else {
+            return;
+        };
+        let pods = fleet.pods();
+        drop(fleet);
+        if self.real.is_none() {
+            return;
+        }
+        let namespace = self.example.namespace();
+        for pod in pods {
+            let out = self.kubectl.run_blocking(&[
+                "-n",
+                &namespace,
+                "patch",
+                "pod",
+                &pod,
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":null}}"#,
+            ]);
+            if !out.success && !out.stderr.contains("NotFound") {
+                eprintln!("note: could not release pod {pod}: {}", out.stderr);
+            }
+        }
+    }
+
     fn remove_own_namespace(&self) {
         if self.real.is_none() || self.share == Share::Cluster {
             return;

@@ -2,7 +2,9 @@
 //!
 //! Neither kube-sim nor kwok runs containers, so the fleet plays the kubelet's part for the
 //! pool's workers: it starts one worker process per pod instance once the pod is Running, sends
-//! it SIGTERM when the pod starts terminating, and SIGKILL if it outlives its pod object. Each
+//! it SIGTERM when the pod starts terminating and SIGKILL when the grace period is over, and
+//! holds the pod object with a finalizer until the process is gone, then deletes it, as a
+//! kubelet removes a pod only once its containers stopped. Each
 //! process speaks the protocol to the API server on its own (the Rust example built on the
 //! `swarm-worker` library, or the Python worker) and appends what it runs to its report file
 //! (`SWARM_WORKER_REPORT`); the duplicate watch reads those files (see [`Reports`]).
@@ -18,7 +20,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde::Deserialize;
 
 use super::kubectl::repo_root;
@@ -123,8 +125,24 @@ impl Fleet {
                 let Ok(list) = pods.list(&params).await else {
                     continue;
                 };
-                let mut state = shared.lock().expect("fleet state");
-                state.follow(&list.items, &spec, &files);
+                let steps = shared
+                    .lock()
+                    .expect("fleet state")
+                    .follow(&list.items, &files);
+                for step in steps {
+                    match step {
+                        Step::Start { pod, uid } => {
+                            if !hold(&pods, &pod, &uid).await {
+                                continue;
+                            }
+                            let mut state = shared.lock().expect("fleet state");
+                            let program = spec.workers.program(state.processes.len());
+                            let process = spawn(program, &pod, &uid, &spec, &files);
+                            state.processes.insert(uid, process);
+                        }
+                        Step::Release { pod, uid } => release(&pods, &pod, &uid).await,
+                    }
+                }
             }
         });
         Fleet {
@@ -165,6 +183,12 @@ impl Fleet {
         counts
     }
 
+    /// The pods the fleet started a worker for, by name (each may still hold its finalizer).
+    pub fn pods(&self) -> BTreeSet<String> {
+        let state = self.state.lock().expect("fleet state");
+        state.processes.values().map(|p| p.pod.clone()).collect()
+    }
+
     /// Fails if a worker exited while its pod was still running (a crash, or a protocol error
     /// the worker refused to go on with).
     pub fn assert_no_crash(&self) {
@@ -186,23 +210,33 @@ impl Drop for Fleet {
     }
 }
 
+/// What the fleet does next for one pod instance.
+enum Step {
+    /// Hold the pod with the fleet's finalizer, then start its worker.
+    Start { pod: String, uid: String },
+    /// The worker exited and its pod is terminating: let the pod go, as a kubelet deletes a pod
+    /// whose containers all stopped.
+    Release { pod: String, uid: String },
+}
+
 impl State {
-    /// Starts, signals and reaps processes to match `pods`, the pool's pods as just listed.
-    fn follow(&mut self, pods: &[Pod], spec: &FleetSpec, reports: &Reports) {
-        let mut live = BTreeSet::new();
+    /// Signals and reaps processes to match `pods` (the pool's pods as just listed), and says
+    /// which pods to start a worker for or to release.
+    fn follow(&mut self, pods: &[Pod], reports: &Reports) -> Vec<Step> {
+        let mut steps = Vec::new();
+        let mut listed = BTreeMap::new();
         for pod in pods {
             let (Some(name), Some(uid)) = (&pod.metadata.name, &pod.metadata.uid) else {
                 continue;
             };
-            live.insert(uid.clone());
+            listed.insert(uid.clone(), pod);
             let terminating = pod.metadata.deletion_timestamp.is_some();
             let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
             match self.processes.get_mut(uid) {
-                None if running && !terminating => {
-                    let program = spec.workers.program(self.processes.len());
-                    let process = spawn(program, name, uid, spec, reports);
-                    self.processes.insert(uid.clone(), process);
-                }
+                None if running && !terminating => steps.push(Step::Start {
+                    pod: name.clone(),
+                    uid: uid.clone(),
+                }),
                 Some(process) if terminating && !process.terminated && !process.exited => {
                     process.terminated = true;
                     if let Some(pid) = process.child.id() {
@@ -213,26 +247,86 @@ impl State {
             }
         }
         for (uid, process) in &mut self.processes {
-            if process.exited {
-                continue;
-            }
-            if !live.contains(uid) {
-                // The pod object is gone, so its containers are: a kubelet kills them at the
-                // end of the grace period, before the pod is removed.
+            let pod = listed.get(uid);
+            if !process.exited && pod.is_none_or(|p| grace_over(p)) {
+                // The grace period is over (or the pod was removed under the fleet).
                 let _ = process.child.start_kill();
             }
-            if let Ok(Some(status)) = process.child.try_wait() {
+            if !process.exited
+                && let Ok(Some(status)) = process.child.try_wait()
+            {
                 process.exited = true;
                 reports.record_exit(&process.pod, uid);
-                if !process.terminated && live.contains(uid) {
+                if !process.terminated && pod.is_some() {
                     self.crashes.push(format!(
                         "{} ({uid}, {:?}): {status}",
                         process.pod, process.program
                     ));
                 }
             }
+            if process.exited && process.terminated && pod.is_some_and(|p| held(p)) {
+                steps.push(Step::Release {
+                    pod: process.pod.clone(),
+                    uid: uid.clone(),
+                });
+            }
         }
+        steps
     }
+}
+
+/// The finalizer that keeps a pod object until its worker process is gone, as a kubelet
+/// removes a pod only once its containers stopped.
+const FINALIZER: &str = "e2e.swarm.io/worker-process";
+
+fn held(pod: &Pod) -> bool {
+    pod.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == FINALIZER)
+}
+
+/// A terminating pod whose grace period ran out: its kubelet's last DELETE set the grace to 0
+/// (kube-sim), or its deletionTimestamp passed (a real API server).
+fn grace_over(pod: &Pod) -> bool {
+    let Some(deletion) = &pod.metadata.deletion_timestamp else {
+        return false;
+    };
+    pod.metadata.deletion_grace_period_seconds == Some(0) || deletion.0 <= Timestamp::now()
+}
+
+/// Adds the fleet's finalizer to a running pod; false when the pod changed meanwhile (it went,
+/// or began terminating, when no finalizer can be added).
+async fn hold(pods: &Api<Pod>, pod: &str, uid: &str) -> bool {
+    let patch = serde_json::json!({
+        "metadata": { "uid": uid, "finalizers": [FINALIZER] }
+    });
+    pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .is_ok_and(|p| p.metadata.uid.as_deref() == Some(uid) && held(&p))
+}
+
+/// Removes the fleet's finalizer and deletes the pod at once, uid-preconditioned, as a kubelet
+/// does once the pod's containers stopped.
+async fn release(pods: &Api<Pod>, pod: &str, uid: &str) {
+    let patch = serde_json::json!({ "metadata": { "uid": uid, "finalizers": null } });
+    if pods
+        .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let _ = pods.delete(pod, &params).await;
 }
 
 fn spawn(program: Program, pod: &str, uid: &str, spec: &FleetSpec, reports: &Reports) -> Process {
