@@ -174,6 +174,10 @@ pub struct HandoffInput<'a> {
     /// Under `Acknowledge`, the workers whose pod is terminating: they are given no job, and
     /// the jobs they hold are revoked.
     pub terminating: &'a BTreeSet<String>,
+    /// Under `Acknowledge`, the workers whose pod has not started yet (not Ready, or none): a
+    /// job moving to one stays with its holder until it has, so the job runs nowhere only
+    /// between the revoke and the grant, not for as long as a pod takes to start.
+    pub unready: &'a BTreeSet<String>,
     /// Whether `pods` was listed live after the last write that recorded unresolved holders.
     pub pods_are_live: bool,
     /// The current time.
@@ -352,6 +356,9 @@ fn decide_jobs<'a>(
 ) -> Vec<(&'a String, Decision)> {
     let live_holder = |pod: &str| live_holders.contains(pod);
     let owner_of = target_owners(input.target);
+    let ordinal_of: BTreeMap<&str, usize> = (0..input.roster.len())
+        .filter_map(|i| input.roster.pod(i).map(|pod| (pod, i)))
+        .collect();
     let mut decisions: Vec<(&String, Decision)> = Vec::with_capacity(input.jobs.len());
     for job in input.jobs {
         let destination = owner_of.get(job.as_str()).copied();
@@ -376,7 +383,30 @@ fn decide_jobs<'a>(
             .map(String::as_str)
             .chain(live_senders.iter().copied())
             .any(|pod| Some(pod) != to.as_deref());
+        // Under `Acknowledge`, a job whose destination has not started stays with the worker
+        // that runs it, or goes back to the one it was revoked from.
+        let destination_waits = input.acks.is_some()
+            && destination.is_some()
+            && to.as_deref().is_none_or(|pod| input.unready.contains(pod));
+        let last_ran_at: Vec<&str> = if was_in_transit {
+            previous_transit[job.as_str()].clone()
+        } else {
+            held_by.iter().map(String::as_str).collect()
+        };
+        let stays_at = match last_ran_at.as_slice() {
+            [pod] if destination_waits && !input.terminating.contains(*pod) => {
+                ordinal_of.get(pod).copied()
+            }
+            _ => None,
+        };
         let decision = match (destination, to.as_deref()) {
+            _ if let Some(ordinal) = stays_at => {
+                if was_in_transit {
+                    Decision::Grant(ordinal)
+                } else {
+                    Decision::Publish(ordinal)
+                }
+            }
             (Some(ordinal), Some(pod))
                 if !blocked && was_in_transit && !held_by.iter().any(|p| p == pod) =>
             {
@@ -713,6 +743,7 @@ mod tests {
                 pods: &self.pods,
                 acks: None,
                 terminating: &NO_PODS,
+                unready: &NO_PODS,
                 pods_are_live: self.live,
                 now: at(10),
             })
@@ -929,6 +960,7 @@ mod tests {
                 pods,
                 acks: None,
                 terminating: &NO_PODS,
+                unready: &NO_PODS,
                 pods_are_live: true,
                 now: at(10),
             })
@@ -953,6 +985,7 @@ mod tests {
             pods: &PodIndex::default(),
             acks: None,
             terminating: &NO_PODS,
+            unready: &NO_PODS,
             pods_are_live: false,
             now: at(0),
         });
@@ -974,6 +1007,7 @@ mod tests {
             pods: &PodIndex::default(),
             acks: None,
             terminating: &NO_PODS,
+            unready: &NO_PODS,
             pods_are_live: false,
             now: at(0),
         });
@@ -995,6 +1029,7 @@ mod tests {
             pods: &PodIndex::default(),
             acks: None,
             terminating: &NO_PODS,
+            unready: &NO_PODS,
             pods_are_live: false,
             now: at(0),
         });

@@ -218,6 +218,12 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         .filter(|(_, pod)| acknowledge && pod.is_some_and(|p| p.terminating))
         .map(|(name, _)| name.to_owned())
         .collect();
+    let unready: BTreeSet<String> = valid
+        .workers
+        .iter()
+        .filter(|(_, pod)| acknowledge && pod.is_none_or(|p| !p.ready && !p.terminating))
+        .map(|(name, _)| name.to_owned())
+        .collect();
     let mut handoff = handoff::hand_off(&HandoffInput {
         mode: o.pool.spec.rollout.handoff,
         roster: &valid.roster,
@@ -228,6 +234,7 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         pods: &pods,
         acks: acknowledge.then_some(o.acks),
         terminating: &terminating,
+        unready: &unready,
         pods_are_live: o.pods_are_live,
         now: o.now,
     });

@@ -1706,3 +1706,33 @@ fn under_acknowledge_a_started_worker_is_stale_until_it_acknowledges_what_it_run
     assert_eq!(status.phase, Some(Phase::Balanced));
     assert!(world.deleted.is_empty(), "nobody restarted");
 }
+
+#[test]
+fn under_acknowledge_a_moving_job_stays_with_its_holder_until_its_destination_is_ready() {
+    let mut world = acknowledging(3);
+    let before = world.config();
+    world.scale(5);
+    world.reconcile();
+    let waiting = world.config();
+    assert!(
+        transit_jobs(&waiting).is_empty(),
+        "nothing is revoked before a new pod runs"
+    );
+    assert_eq!(loads(&waiting)[..3], loads(&before)[..]);
+
+    // Ordinal 3 starts, ordinal 4 not yet: jobs are revoked for 3 only, and once their
+    // holders acknowledge, granted; nothing goes to 4, which runs nothing yet.
+    let uid = world.uid();
+    let now = world.now;
+    world.pods.push(pod(3, &uid, true, now));
+    world.reconcile();
+    let revoked = world.config();
+    assert!(!transit_jobs(&revoked).is_empty(), "{revoked:?}");
+    world.ack_all();
+    world.reconcile();
+    let granted = world.config();
+    assert!(transit_jobs(&granted).is_empty(), "{granted:?}");
+    assert!(granted.workload("swarm-worker-3").unwrap().jobs.len() >= 27 / 5);
+    assert!(granted.workload("swarm-worker-4").unwrap().jobs.is_empty());
+    assert!(world.deleted.is_empty());
+}

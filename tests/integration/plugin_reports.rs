@@ -251,13 +251,17 @@ fn plan_of_a_scale_down_moves_only_the_removed_workers_jobs_and_of_zero_leaves_a
 }
 
 #[test]
-fn plan_under_acknowledge_restarts_nobody_and_takes_a_revoke_and_a_grant() {
+fn plan_under_acknowledge_restarts_nobody_and_revokes_once_the_new_worker_is_ready() {
     let mut view = balanced_view(2);
     view.pool.spec.rollout.policy = swarm_operator::crd::RolloutPolicy::Acknowledge;
     let plan = scale_plan::predict(&view, 3).expect("a plan");
     assert_eq!(plan.jobs_moved, 9);
     assert!(plan.workers_restarted.is_empty(), "{plan:?}");
-    assert_eq!(plan.config_writes, 2, "a revoke, then one grant: {plan:?}");
+    assert_eq!(
+        plan.config_writes, 3,
+        "the new worker's entry, then a revoke once its pod is Ready (the moving jobs run on \
+         their old workers until then), then one grant: {plan:?}"
+    );
     let after: Vec<Option<usize>> = plan.workers.iter().map(|w| w.jobs_after).collect();
     assert_eq!(after, [Some(9), Some(9), Some(9)]);
 

@@ -38,6 +38,8 @@ pub struct HandoffStats {
     pub unheld_job_seconds: f64,
     /// The longest time one job stayed unheld (wall seconds).
     pub longest_unheld_seconds: f64,
+    /// Which job that was.
+    pub longest_unheld_job: String,
     /// Distinct jobs ever seen on two live pods at once.
     pub duplicated_jobs: BTreeSet<String>,
     /// Whether the pool ever used the Overlap handoff (duplicates are its documented cost).
@@ -149,6 +151,18 @@ impl DuplicateWatch {
         self.state.lock().expect("watch state").stats.clone()
     }
 
+    /// Measures the longest unheld time from now on: a job unheld now counts from now (the
+    /// samples trail the clock a little, so a settled pool may still show jobs unheld).
+    pub fn restart_longest_unheld(&self) {
+        let mut state = self.state.lock().expect("watch state");
+        state.stats.longest_unheld_seconds = 0.0;
+        state.stats.longest_unheld_job.clear();
+        let now = Instant::now();
+        for since in state.unheld_since.values_mut() {
+            *since = now;
+        }
+    }
+
     /// Why the scenario fails, if a job was ever on two live pods while the pool used the
     /// Exclusive handoff.
     pub fn failure(&self) -> Option<String> {
@@ -205,9 +219,11 @@ impl State {
             }
             stats.unheld_job_seconds += dt;
             let since = *self.unheld_since.entry(job.clone()).or_insert(now);
-            stats.longest_unheld_seconds = stats
-                .longest_unheld_seconds
-                .max(now.duration_since(since).as_secs_f64());
+            let unheld = now.duration_since(since).as_secs_f64();
+            if unheld > stats.longest_unheld_seconds {
+                stats.longest_unheld_seconds = unheld;
+                stats.longest_unheld_job.clone_from(job);
+            }
         }
         self.unheld_since.retain(|job, _| pool.jobs.contains(job));
     }

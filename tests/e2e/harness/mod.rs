@@ -298,6 +298,11 @@ impl Env {
         self.duplicates.stats()
     }
 
+    /// Makes [`HandoffStats::longest_unheld_seconds`] measure from now on.
+    pub fn restart_longest_unheld(&self) {
+        self.duplicates.restart_longest_unheld();
+    }
+
     /// Fails if any job has run on two live pods at once so far (every scenario is also
     /// checked when its environment is dropped).
     pub fn assert_exclusive(&self) {

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{kubectl_ns, scale};
-use crate::harness::manifests::documents_in;
 use crate::harness::observe::{
     Observed, assert_invariants, balanced, operator_pod_deletes, wait_for,
 };
-use crate::harness::{Env, SimSpeed, repo_path};
+use crate::harness::worker_fleet::Workers;
+use crate::harness::{Env, SimSpeed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_deleted_by_hand_mid_handoff_never_runs_a_job_twice_and_is_not_deleted_again() {
@@ -73,17 +73,67 @@ const SEQUENCE: [Change; 5] = [
     Change::Scale(4),
     Change::RemoveJobs(2),
 ];
-/// The report's time scale: a 30 s grace takes 1.5 s, and a pod starts 10 s (0.5 s) after it is
-/// created, as pods on a real node do (scheduling, image, container start).
+/// The report's time scale under the two restart-based modes: a 30 s grace takes 1.5 s, and a
+/// pod starts 10 s (0.5 s) after it is created, as pods on a real node do (scheduling, image,
+/// container start).
 const REPORT_SPEED: SimSpeed = SimSpeed {
     time_scale: 0.05,
     pod_ready_delay: Duration::from_secs(10),
 };
+/// Under `Acknowledge` the workers are real processes whose reactions take real time, so the
+/// simulation runs at real speed: every second reported is a wall second.
+const REAL_SPEED: SimSpeed = SimSpeed {
+    time_scale: 1.0,
+    pod_ready_delay: Duration::from_secs(10),
+};
+
+/// Longer than the duplicate watch trails the clock.
+const WATCH_CATCH_UP: Duration = Duration::from_millis(600);
+
+/// One measured run of the sequence.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    /// `rollout.handoff`.
+    handoff: &'static str,
+    /// `rollout.policy: Acknowledge` with a worker process per pod, instead of `DeletePods`.
+    acknowledge: bool,
+    /// Kill the operator (SIGKILL) at random moments while changes settle, and start it again.
+    kill_operator: bool,
+}
+
+impl Run {
+    fn name(self) -> String {
+        let policy = if self.acknowledge {
+            "acknowledge"
+        } else {
+            "deletepods"
+        };
+        let chaos = if self.kill_operator { "-killed" } else { "" };
+        format!(
+            "handoff-report-{policy}-{}{chaos}",
+            self.handoff.to_lowercase()
+        )
+    }
+
+    fn speed(self) -> SimSpeed {
+        if self.acknowledge {
+            REAL_SPEED
+        } else {
+            REPORT_SPEED
+        }
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoff_report_exclusive_never_runs_a_job_twice() {
-    let report = measure("Exclusive").await;
-    let Some(report) = report else { return };
+    let run = Run {
+        handoff: "Exclusive",
+        acknowledge: false,
+        kill_operator: false,
+    };
+    let Some(report) = measure(run).await else {
+        return;
+    };
     assert_eq!(report.duplicate_job_seconds, 0.0, "{report:#?}");
 }
 
@@ -92,28 +142,76 @@ async fn handoff_report_exclusive_never_runs_a_job_twice() {
 /// only settling is asserted; the watch's detection has its own test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoff_report_overlap_settles_after_every_change() {
-    measure("Overlap").await;
+    let run = Run {
+        handoff: "Overlap",
+        acknowledge: false,
+        kill_operator: false,
+    };
+    measure(run).await;
+}
+
+/// The acknowledged handoff on the same sequence, with a real worker process per pod: nobody
+/// restarts and no job runs twice. (How short the gaps are is the README's measurement, not a
+/// timed assertion.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_report_acknowledge_restarts_nobody_and_never_runs_a_job_twice() {
+    let run = Run {
+        handoff: "Exclusive",
+        acknowledge: true,
+        kill_operator: false,
+    };
+    let report = measure(run).await.expect("measured on both tiers");
+    assert_eq!(report.duplicate_job_seconds, 0.0, "{report:#?}");
+    assert_eq!(report.restarts, 0, "{report:#?}");
+}
+
+/// The same, with the operator SIGKILLed at random moments while the changes settle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handoff_report_acknowledge_with_the_operator_killed_never_runs_a_job_twice() {
+    let run = Run {
+        handoff: "Exclusive",
+        acknowledge: true,
+        kill_operator: true,
+    };
+    let report = measure(run).await.expect("measured on both tiers");
+    assert_eq!(report.duplicate_job_seconds, 0.0, "{report:#?}");
+    assert!(report.operator_kills > 0, "{report:#?}");
 }
 
 /// What one run of the sequence cost.
 #[derive(Debug)]
 struct Report {
     duplicate_job_seconds: f64,
+    restarts: usize,
+    operator_kills: usize,
 }
 
 /// Runs the sequence on a pool of 40 jobs over 3 workers with a 30 s termination grace and
-/// prints the table; `None` against a real cluster (the numbers need the mount records).
-async fn measure(mode: &str) -> Option<Report> {
-    let name = format!("handoff-report-{}", mode.to_lowercase());
-    let mut env = Env::start_sim_only(&name, "the measurement needs the mount records").await?;
+/// prints the table; `None` for the restart-based modes against a real cluster (their numbers
+/// need kube-sim's mount records).
+async fn measure(run: Run) -> Option<Report> {
+    let name = run.name();
+    let mut env = if run.acknowledge {
+        Env::start_with(&name, run.speed()).await
+    } else {
+        Env::start_sim_only(&name, "the measurement needs the mount records").await?
+    };
     env.install_crds().await;
     env.start_operator().await;
+    if run.acknowledge {
+        env.run_workers(Workers::Rust);
+    }
     let sts = env.example.statefulset_name();
     let mut jobs: Vec<String> = (0..40).map(|i| format!("stream:report-{i}")).collect();
-    env.apply("report.yaml", &report_documents(mode, &jobs))
-        .await;
+    let documents = report_documents(&env, run, &jobs);
+    env.apply("report.yaml", &documents).await;
     let mut replicas = 3;
-    let mut settled = wait_settled(&env, replicas, jobs.len(), &sts).await;
+    let mut chaos = run.kill_operator.then(Chaos::new);
+    let mut settled = wait_settled(&mut env, &mut chaos, replicas, jobs.len(), &sts).await;
+    // The watch's samples trail the clock (worker reports are read a moment late): let them
+    // reach the settled pool before the first mark, and the last change before the end.
+    tokio::time::sleep(WATCH_CATCH_UP).await;
+    env.restart_longest_unheld();
     let start = env.handoff_stats();
 
     let mut rows = Vec::new();
@@ -137,13 +235,15 @@ async fn measure(mode: &str) -> Option<Report> {
         }
         if matches!(change, Change::AddJobs(_) | Change::RemoveJobs(_)) {
             // Only the pool: re-applying the StatefulSet would undo the last scale.
-            let pool: Vec<Value> = report_documents(mode, &jobs)
+            let pool: Vec<Value> = report_documents(&env, run, &jobs)
                 .into_iter()
                 .filter(|d| d["kind"] == "SwarmPool")
                 .collect();
             env.apply("report-pool.yaml", &pool).await;
         }
-        let next = wait_settled(&env, replicas, jobs.len(), &sts).await;
+        let next = wait_settled(&mut env, &mut chaos, replicas, jobs.len(), &sts).await;
+        let seconds = begun.elapsed().as_secs_f64();
+        tokio::time::sleep(WATCH_CATCH_UP).await;
         assert!(
             next.config().version > settled.config().version,
             "{change:?} made a version"
@@ -156,7 +256,7 @@ async fn measure(mode: &str) -> Option<Report> {
             .unwrap_or_default();
         rows.push(Row {
             change,
-            seconds: begun.elapsed().as_secs_f64(),
+            seconds,
             versions: next.config().version - settled.config().version,
             restarts,
             duplicate: stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
@@ -165,9 +265,15 @@ async fn measure(mode: &str) -> Option<Report> {
         settled = next;
     }
     let end = env.handoff_stats();
-    print_table(mode, &rows, &start, &end);
+    let kills = chaos.as_ref().map_or(0, |c| c.kills);
+    print_table(&name, run.speed(), &rows, &start, &end, kills);
+    if run.acknowledge {
+        env.fleet().assert_no_crash();
+    }
     Some(Report {
         duplicate_job_seconds: end.duplicate_job_seconds - start.duplicate_job_seconds,
+        restarts: rows.iter().map(|r| r.restarts).sum(),
+        operator_kills: kills,
     })
 }
 
@@ -181,16 +287,18 @@ struct Row {
 }
 
 fn print_table(
-    mode: &str,
+    name: &str,
+    speed: SimSpeed,
     rows: &[Row],
     start: &crate::harness::duplicates::HandoffStats,
     end: &crate::harness::duplicates::HandoffStats,
+    operator_kills: usize,
 ) {
-    let real = |wall: f64| wall / REPORT_SPEED.time_scale;
+    let scale = speed.time_scale;
+    let real = |wall: f64| wall / scale;
     let mut out = format!(
-        "handoff {mode} (time scale {}: real-cluster seconds = wall seconds / {}):\n\
+        "{name} (time scale {scale}: real-cluster seconds = wall seconds / {scale}):\n\
          | change | wall s | versions | restarts | duplicate job-s (real) | unheld job-s (real) |\n|---|---:|---:|---:|---:|---:|\n",
-        REPORT_SPEED.time_scale, REPORT_SPEED.time_scale
     );
     for row in rows {
         out += &format!(
@@ -210,13 +318,14 @@ fn print_table(
     let unheld = end.unheld_job_seconds - start.unheld_job_seconds;
     out += &format!(
         "| total | {:.1} | {} | {restarts} | {duplicate:.2} ({:.0}) | {unheld:.2} ({:.0}) |\n\
-         longest time one job stayed unheld: {:.2} s wall ({:.0} s real); jobs ever on two pods: {}; samples: {}\n",
+         longest time one job stayed unheld: {:.2} s wall ({:.1} s real, {}); jobs ever on two pods: {}; samples: {}; operator kills: {operator_kills}\n",
         rows.iter().map(|r| r.seconds).sum::<f64>(),
         rows.iter().map(|r| r.versions).sum::<u64>(),
         real(duplicate),
         real(unheld),
         end.longest_unheld_seconds,
         real(end.longest_unheld_seconds),
+        end.longest_unheld_job,
         end.duplicated_jobs.len(),
         end.samples,
     );
@@ -224,15 +333,20 @@ fn print_table(
 }
 
 /// The example's namespace, pool and workers, with `jobs`, 3 replicas, a 30 s grace and the
-/// handoff `mode`.
-fn report_documents(mode: &str, jobs: &[String]) -> Vec<Value> {
-    documents_in(&repo_path("examples"))
-        .into_iter()
+/// run's rollout.
+fn report_documents(env: &Env, run: Run, jobs: &[String]) -> Vec<Value> {
+    env.example
+        .documents
+        .iter()
+        .cloned()
         .map(|mut doc| {
             match doc.get("kind").and_then(Value::as_str) {
                 Some("SwarmPool") => {
                     doc["spec"]["jobs"] = json!(jobs);
-                    doc["spec"]["rollout"] = json!({ "handoff": mode });
+                    doc["spec"]["rollout"] = json!({ "handoff": run.handoff });
+                    if run.acknowledge {
+                        doc["spec"]["rollout"]["policy"] = json!("Acknowledge");
+                    }
                 }
                 Some("StatefulSet") => {
                     doc["spec"]["replicas"] = json!(3);
@@ -245,9 +359,59 @@ fn report_documents(mode: &str, jobs: &[String]) -> Vec<Value> {
         .collect()
 }
 
+/// Kills the operator at pseudo-random moments (1 to 5 s apart) while a change settles.
+struct Chaos {
+    state: u64,
+    kills: usize,
+}
+
+impl Chaos {
+    fn new() -> Chaos {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            | 1;
+        eprintln!("operator kills: seed {seed}");
+        Chaos {
+            state: seed,
+            kills: 0,
+        }
+    }
+
+    /// The next pause (xorshift64).
+    fn next_pause(&mut self) -> Duration {
+        self.state ^= self.state << 13;
+        self.state ^= self.state >> 7;
+        self.state ^= self.state << 17;
+        Duration::from_millis(1_000 + self.state % 4_000)
+    }
+}
+
 /// Waits until the pool is Balanced over `replicas` workers with `jobs` jobs and nothing in
-/// transit.
-async fn wait_settled(env: &Env, replicas: usize, jobs: usize, sts: &str) -> Observed {
+/// transit; with `chaos`, killing the operator and starting it again meanwhile.
+async fn wait_settled(
+    env: &mut Env,
+    chaos: &mut Option<Chaos>,
+    replicas: usize,
+    jobs: usize,
+    sts: &str,
+) -> Observed {
+    loop {
+        let Some(chaos) = chaos.as_mut() else {
+            return settled(env, replicas, jobs, sts).await;
+        };
+        let pause = chaos.next_pause();
+        tokio::select! {
+            observed = settled(env, replicas, jobs, sts) => return observed,
+            () = tokio::time::sleep(pause) => {}
+        }
+        env.kill_operator().await;
+        chaos.kills += 1;
+        env.start_operator().await;
+    }
+}
+
+async fn settled(env: &Env, replicas: usize, jobs: usize, sts: &str) -> Observed {
     wait_for(
         env,
         &format!("Balanced over {replicas} workers with {jobs} jobs"),
