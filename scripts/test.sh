@@ -87,6 +87,18 @@ fi
 echo "test.sh: Prometheus Operator CRDs in ${PROMETHEUS_OPERATOR_CRDS}"
 export PROMETHEUS_OPERATOR_CRDS
 
+# The Python protocol worker's pinned client: the end-to-end scenarios run it as a worker
+# process, and its self-test runs after the kube-sim tier.
+echo "test.sh: installing or reusing the Python worker's pinned client (scripts/install-python-worker.sh)"
+python_ok=1
+if SWARM_PYTHON_WORKER="$(scripts/install-python-worker.sh)"; then
+    export SWARM_PYTHON_WORKER
+    echo "test.sh: Python worker runs on ${SWARM_PYTHON_WORKER}"
+else
+    python_ok=0
+    echo "test.sh: could not install the Python worker's pinned client" >&2
+fi
+
 # The control plane (and the soak's toxiproxy) build beside the Rust compile: the compile's
 # last minutes link one crate at a time and leave a core idle. Nothing is rebuilt when only this
 # repository changed.
@@ -104,7 +116,7 @@ if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; th
     ) >"${go_log}" 2>&1 &
     go_build_pid=$!
 fi
-mark "tools (kubectl, promtool, CRDs)"
+mark "tools (kubectl, promtool, CRDs, the Python worker's client)"
 
 echo "test.sh: compiling the test profile (cargo test --workspace --no-run)"
 status=0
@@ -120,13 +132,12 @@ mark "kube-sim tier: tests"
 # The Python worker speaks the Acknowledge protocol with the official client only; its self-test
 # runs it against the kube-sim binary the tier above built.
 echo "test.sh: the Python protocol worker (examples/python-worker)"
-if python="$(scripts/install-python-worker.sh)"; then
-    "${python}" -m unittest discover -s examples/python-worker || status=$?
+if ((python_ok)); then
+    "${SWARM_PYTHON_WORKER}" -m unittest discover -s examples/python-worker || status=$?
 else
-    echo "test.sh: could not install the Python worker's pinned client" >&2
     status=1
 fi
-mark "Python worker: install and self-test"
+mark "Python worker: self-test"
 
 if ((real_tier)); then
     go_status=0

@@ -338,12 +338,26 @@ impl Env {
     /// pool's workers under `rollout.policy: Acknowledge`; from now on the duplicate watch reads
     /// what those processes report they run instead of what the pods mounted.
     pub fn run_workers(&mut self, workers: Workers) -> &Fleet {
+        let pool = self.example.pool_name();
+        let config_map = self.example.config_map_name();
+        self.run_workers_of(&pool, &config_map, "app=swarm-worker", workers)
+    }
+
+    /// Like [`Env::run_workers`], for pool `pool` of the example namespace, whose workers'
+    /// pods `selector` selects and who read ConfigMap `config_map`.
+    pub fn run_workers_of(
+        &mut self,
+        pool: &str,
+        config_map: &str,
+        selector: &str,
+        workers: Workers,
+    ) -> &Fleet {
         let namespace = self.example.namespace();
         let spec = FleetSpec {
             namespace: namespace.clone(),
-            pool: self.example.pool_name(),
-            config_map: self.example.config_map_name(),
-            selector: "app=swarm-worker".to_owned(),
+            pool: pool.to_owned(),
+            config_map: config_map.to_owned(),
+            selector: selector.to_owned(),
             workers,
             kubeconfig: self.kubeconfig.clone(),
             dir: self.dir.path().join("workers"),
@@ -353,7 +367,7 @@ impl Env {
             fleet.reports(),
             self.client.clone(),
             namespace,
-            self.example.pool_name(),
+            pool.to_owned(),
         );
         self.fleet.insert(fleet)
     }

@@ -2,17 +2,19 @@
 //! Rust example on the `swarm-worker` library and the Python worker, one process per pod (see
 //! `harness::worker_fleet`). The duplicate watch reads what those processes report they run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use serde_json::{Value, json};
 
-use super::scale;
+use super::{kubectl_ns, scale};
+use crate::harness::manifests::documents_at;
 use crate::harness::observe::{
     Observed, assert_invariants, balanced, operator_pod_deletes, pool_events, wait_for,
 };
+use crate::harness::poll::eventually;
 use crate::harness::worker_fleet::Workers;
 use crate::harness::{Env, SimSpeed};
 
@@ -127,6 +129,86 @@ async fn a_worker_that_never_acknowledges_has_its_pod_deleted_after_the_timeout(
         "ack timeouts counted:\n{metrics}"
     );
     env.assert_exclusive();
+}
+
+/// A Deployment pool of Python workers under `kubectl rollout restart`: each new pod's worker
+/// reads its entry through the API at once, each old one stops its jobs on SIGTERM, and the jobs
+/// move without a pod deleted by the operator and without running twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_pool_of_python_workers_takes_a_rollout_restart_without_running_a_job_twice() {
+    const POOL: &str = "stream-pool";
+    const DEPLOYMENT: &str = "stream-worker";
+    let mut env = Env::start_with("acknowledge-deployment", SimSpeed::SLOW).await;
+    env.install_crds().await;
+    env.start_operator().await;
+    env.run_workers_of(
+        POOL,
+        "stream-worker-config",
+        "app=stream-worker",
+        Workers::Python,
+    );
+    let documents: Vec<Value> = env
+        .example
+        .localize(documents_at(&[
+            "examples/namespace.yaml",
+            "examples/deployment/",
+        ]))
+        .into_iter()
+        .map(|doc| acknowledging(doc, None, None))
+        .collect();
+    env.apply("acknowledging-deployment.yaml", &documents).await;
+    let before = settle_deployment(&env, POOL, &BTreeSet::new()).await;
+    let mark = env.request_mark().await;
+    env.restart_longest_unheld();
+    let stats_before = env.handoff_stats();
+
+    kubectl_ns(&env, &["rollout", "restart", "deployment", DEPLOYMENT]).await;
+    let after = settle_deployment(&env, POOL, &before).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stats = env.handoff_stats();
+    eprintln!(
+        "acknowledge-deployment: rollout restart over {} pods: {:.2} unheld job-seconds, the longest {:.2} s ({}), {:.2} duplicate job-seconds",
+        after.len(),
+        stats.unheld_job_seconds - stats_before.unheld_job_seconds,
+        stats.longest_unheld_seconds,
+        stats.longest_unheld_job,
+        stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+    );
+    assert_no_pod_deleted(&env, mark).await;
+    assert!(env.fleet().started().get("python").is_some_and(|n| *n >= 4));
+    env.fleet().assert_no_crash();
+    env.assert_exclusive();
+}
+
+/// Waits until pool `pool` (over a Deployment) is Balanced with nothing in transit, every
+/// worker acknowledged, on pods none of which is in `old`; returns its pods.
+async fn settle_deployment(env: &Env, pool: &str, old: &BTreeSet<String>) -> BTreeSet<String> {
+    eventually(&format!("{pool} Balanced on new pods"), || async {
+        let object = env.pool_named(pool).await.ok_or("no pool yet")?;
+        let status = &object["status"];
+        if status["phase"] != "Balanced" || status["jobsInTransit"] != 0 {
+            return Err(format!("status {status}"));
+        }
+        if status["observedGeneration"] != object["metadata"]["generation"] {
+            return Err("status not current".into());
+        }
+        let pods: BTreeSet<String> = env
+            .pods()
+            .await
+            .into_iter()
+            .filter(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.metadata.labels.as_ref().and_then(|l| l.get("app"))
+                        == Some(&"stream-worker".to_owned())
+            })
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        if pods.len() != 2 || pods.iter().any(|p| old.contains(p)) {
+            return Err(format!("pods {pods:?}"));
+        }
+        Ok(pods)
+    })
+    .await
 }
 
 /// Installs the CRDs, the operator, the example under `rollout.policy: Acknowledge` (with
