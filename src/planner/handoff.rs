@@ -174,9 +174,10 @@ pub struct HandoffInput<'a> {
     /// Under `Acknowledge`, the workers whose pod is terminating: they are given no job, and
     /// the jobs they hold are revoked.
     pub terminating: &'a BTreeSet<String>,
-    /// Under `Acknowledge`, the workers whose pod has not started yet (not Ready, or none): a
-    /// job moving to one stays with its holder until it has, so the job runs nowhere only
-    /// between the revoke and the grant, not for as long as a pod takes to start.
+    /// Under `Acknowledge`, the workers not started yet (no pod, a pod not Ready, or a worker
+    /// that has not acknowledged any version): a job moving to one stays with its holder until
+    /// it has, so the job runs nowhere only between the revoke and the grant, not for as long as
+    /// a pod and its worker take to start.
     pub unready: &'a BTreeSet<String>,
     /// Whether `pods` was listed live after the last write that recorded unresolved holders.
     pub pods_are_live: bool,

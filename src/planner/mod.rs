@@ -218,10 +218,17 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         .filter(|(_, pod)| acknowledge && pod.is_some_and(|p| p.terminating))
         .map(|(name, _)| name.to_owned())
         .collect();
+    // A worker is ready for jobs once its pod is Ready and its instance has acknowledged a
+    // version: then its worker process is up and speaks the protocol.
     let unready: BTreeSet<String> = valid
         .workers
         .iter()
-        .filter(|(_, pod)| acknowledge && pod.is_none_or(|p| !p.ready && !p.terminating))
+        .filter(|(name, pod)| {
+            acknowledge
+                && pod.is_none_or(|p| {
+                    !p.terminating && (!p.ready || o.acks.version_of(name, &p.uid).is_none())
+                })
+        })
         .map(|(name, _)| name.to_owned())
         .collect();
     let mut handoff = handoff::hand_off(&HandoffInput {

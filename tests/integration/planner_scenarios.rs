@@ -1509,8 +1509,17 @@ fn under_acknowledge_a_moved_job_is_granted_once_its_giver_acknowledges_and_nobo
     world.scale(3);
     world.settle_pods();
     world.reconcile();
+    let entry = world.config();
+    assert_eq!(entry.version, before.version + 1);
+    assert!(
+        transit_jobs(&entry).is_empty(),
+        "nothing moves before the new worker runs: {entry:?}"
+    );
+    // The new worker starts and acknowledges its empty entry: now the jobs move.
+    world.ack(2, entry.version);
+    world.reconcile();
     let revoked = world.config();
-    assert_eq!(revoked.version, before.version + 1);
+    assert_eq!(revoked.version, before.version + 2);
     assert_eq!(transit_jobs(&revoked).len(), 9, "floor(27/3) jobs move");
     let holders = world.holders();
     assert_eq!(holders["swarm-worker-0"].version, Some(revoked.version));
@@ -1519,8 +1528,8 @@ fn under_acknowledge_a_moved_job_is_granted_once_its_giver_acknowledges_and_nobo
     assert_eq!(status.phase, Some(Phase::RollingOut));
     assert_eq!(
         status.stale_workers,
-        ["swarm-worker-0", "swarm-worker-1", "swarm-worker-2"],
-        "every worker whose entry changed owes an acknowledgement"
+        ["swarm-worker-0", "swarm-worker-1"],
+        "the givers owe an acknowledgement (the receiver's entry is unchanged until the grant)"
     );
 
     // Nothing is granted while the givers have not acknowledged, and a Lease left by another
@@ -1647,6 +1656,8 @@ fn under_acknowledge_a_silent_worker_is_restarted_after_the_timeout_and_the_pool
     world.scale(3);
     world.settle_pods();
     world.reconcile();
+    world.ack(2, world.config().version);
+    world.reconcile();
     let revoked = world.config();
     world.ack(0, revoked.version);
     world.ack(2, revoked.version);
@@ -1725,6 +1736,12 @@ fn under_acknowledge_a_moving_job_stays_with_its_holder_until_its_destination_is
     let uid = world.uid();
     let now = world.now;
     world.pods.push(pod(3, &uid, true, now));
+    world.reconcile();
+    assert!(
+        transit_jobs(&world.config()).is_empty(),
+        "a Ready pod whose worker has not acknowledged anything gets nothing yet"
+    );
+    world.ack(3, world.config().version);
     world.reconcile();
     let revoked = world.config();
     assert!(!transit_jobs(&revoked).is_empty(), "{revoked:?}");

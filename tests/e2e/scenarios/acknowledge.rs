@@ -136,17 +136,24 @@ async fn a_worker_that_never_acknowledges_has_its_pod_deleted_after_the_timeout(
 /// move without a pod deleted by the operator and without running twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_pool_of_python_workers_takes_a_rollout_restart_without_running_a_job_twice() {
+    rollout_restart("acknowledge-deployment-python", Workers::Python).await;
+}
+
+/// The same with the Rust example's workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_pool_of_rust_workers_takes_a_rollout_restart_without_running_a_job_twice() {
+    rollout_restart("acknowledge-deployment-rust", Workers::Rust).await;
+}
+
+/// `kubectl rollout restart` of `examples/deployment/` under `Acknowledge`, with `workers`;
+/// prints what it cost.
+async fn rollout_restart(name: &str, workers: Workers) {
     const POOL: &str = "stream-pool";
     const DEPLOYMENT: &str = "stream-worker";
-    let mut env = Env::start_with("acknowledge-deployment", SimSpeed::SLOW).await;
+    let mut env = Env::start_with(name, SimSpeed::SLOW).await;
     env.install_crds().await;
     env.start_operator().await;
-    env.run_workers_of(
-        POOL,
-        "stream-worker-config",
-        "app=stream-worker",
-        Workers::Python,
-    );
+    env.run_workers_of(POOL, "stream-worker-config", "app=stream-worker", workers);
     let documents: Vec<Value> = env
         .example
         .localize(documents_at(&[
@@ -167,7 +174,7 @@ async fn a_deployment_pool_of_python_workers_takes_a_rollout_restart_without_run
     tokio::time::sleep(Duration::from_millis(600)).await;
     let stats = env.handoff_stats();
     eprintln!(
-        "acknowledge-deployment: rollout restart over {} pods: {:.2} unheld job-seconds, the longest {:.2} s ({}), {:.2} duplicate job-seconds",
+        "{name}: rollout restart over {} pods: {:.2} unheld job-seconds, the longest {:.2} s ({}), {:.2} duplicate job-seconds",
         after.len(),
         stats.unheld_job_seconds - stats_before.unheld_job_seconds,
         stats.longest_unheld_seconds,
@@ -175,7 +182,11 @@ async fn a_deployment_pool_of_python_workers_takes_a_rollout_restart_without_run
         stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
     );
     assert_no_pod_deleted(&env, mark).await;
-    assert!(env.fleet().started().get("python").is_some_and(|n| *n >= 4));
+    let started: usize = env.fleet().started().values().sum();
+    assert!(
+        started >= 4,
+        "a worker for each old and each new pod: {started}"
+    );
     env.fleet().assert_no_crash();
     env.assert_exclusive();
 }

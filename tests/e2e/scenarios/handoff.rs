@@ -359,7 +359,7 @@ fn report_documents(env: &Env, run: Run, jobs: &[String]) -> Vec<Value> {
         .collect()
 }
 
-/// Kills the operator at pseudo-random moments (1 to 5 s apart) while a change settles.
+/// Kills the operator at pseudo-random moments while a change settles.
 struct Chaos {
     state: u64,
     kills: usize,
@@ -378,12 +378,17 @@ impl Chaos {
         }
     }
 
-    /// The next pause (xorshift64).
-    fn next_pause(&mut self) -> Duration {
+    /// The next pause (xorshift64): up to 0.5 s after a change is made, so even a change that
+    /// settles in a second meets a kill, then 0.5 to 3 s.
+    fn next_pause(&mut self, first: bool) -> Duration {
         self.state ^= self.state << 13;
         self.state ^= self.state >> 7;
         self.state ^= self.state << 17;
-        Duration::from_millis(1_000 + self.state % 4_000)
+        if first {
+            Duration::from_millis(self.state % 500)
+        } else {
+            Duration::from_millis(500 + self.state % 2_500)
+        }
     }
 }
 
@@ -396,11 +401,11 @@ async fn wait_settled(
     jobs: usize,
     sts: &str,
 ) -> Observed {
-    loop {
+    for kill in 0.. {
         let Some(chaos) = chaos.as_mut() else {
             return settled(env, replicas, jobs, sts).await;
         };
-        let pause = chaos.next_pause();
+        let pause = chaos.next_pause(kill == 0);
         tokio::select! {
             observed = settled(env, replicas, jobs, sts) => return observed,
             () = tokio::time::sleep(pause) => {}
@@ -409,6 +414,7 @@ async fn wait_settled(
         chaos.kills += 1;
         env.start_operator().await;
     }
+    unreachable!("the loop ends by returning")
 }
 
 async fn settled(env: &Env, replicas: usize, jobs: usize, sts: &str) -> Observed {
