@@ -49,7 +49,7 @@ impl Workers {
         match self {
             Workers::Rust => Program::Rust,
             Workers::Python => Program::Python,
-            Workers::Mixed if started_so_far % 2 == 0 => Program::Rust,
+            Workers::Mixed if started_so_far.is_multiple_of(2) => Program::Rust,
             Workers::Mixed => Program::Python,
         }
     }
@@ -491,9 +491,9 @@ impl Reports {
 /// The last complete line of one report written at or before `at`.
 fn latest_before(text: &str, at: Timestamp) -> Option<Line> {
     text.lines()
+        .rev()
         .filter_map(|line| serde_json::from_str::<Line>(line).ok())
-        .filter(|line| Timestamp::from_str(&line.at).is_ok_and(|written| written <= at))
-        .last()
+        .find(|line| Timestamp::from_str(&line.at).is_ok_and(|written| written <= at))
 }
 
 #[cfg(test)]
