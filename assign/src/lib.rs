@@ -36,7 +36,7 @@ pub use assignment::{Assignment, pod_name};
 pub use jobs::{JobsError, validate_jobs};
 pub use movement::Movement;
 pub use next_config::{ConfigError, ConfigRequest, NextConfig, Publication, next_config, publish};
-pub use placement::{Placement, assign_with_qos, current_assignment};
+pub use placement::{Placement, assign_over_members, assign_with_qos, current_assignment};
 pub use qos::{MAX_WEIGHT, Qos, QosError, validate_qos};
 pub use roster::Roster;
 pub use slots::{Rebound, Slot, SlotTable};

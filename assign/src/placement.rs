@@ -2,6 +2,7 @@
 //! over the other workers by the pool's strategy, weighted under `Sticky`.
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 
 use crate::sticky::{self, UNOWNED};
 use crate::worker_config::WorkerConfig;
@@ -33,6 +34,47 @@ pub fn current_assignment(
         config.assignment(statefulset)
     } else {
         config.assignment_with_transit(statefulset)
+    }
+}
+
+/// Like [`assign_with_qos`], over the ordinals `0..replicas` that are not `absent`: an absent
+/// worker (one whose Lease expired) gets no job, and its jobs go to the others as if it were not
+/// in the pool, so a sticky assignment moves only them. Ordinals keep their place: the
+/// assignment still has `replicas` entries. (`Consistent` hashes over the members' positions,
+/// so it may move more.)
+pub fn assign_over_members(
+    strategy: Strategy,
+    jobs: &[String],
+    replicas: usize,
+    absent: &BTreeSet<usize>,
+    current: Option<&Assignment>,
+    qos: &Qos,
+) -> Placement {
+    if absent.iter().all(|&ordinal| ordinal >= replicas) {
+        return assign_with_qos(strategy, jobs, replicas, current, qos);
+    }
+    let members: Vec<usize> = (0..replicas).filter(|o| !absent.contains(o)).collect();
+    let current = current.map(|current| {
+        Assignment::new(
+            members
+                .iter()
+                .map(|&o| current.workers().get(o).cloned().unwrap_or_default())
+                .collect(),
+        )
+    });
+    let placed = assign_with_qos(strategy, jobs, members.len(), current.as_ref(), qos);
+    let mut workers = vec![Vec::new(); replicas];
+    for (position, jobs) in placed.assignment.into_workers().into_iter().enumerate() {
+        workers[members[position]] = jobs;
+    }
+    Placement {
+        assignment: Assignment::new(workers),
+        dedicated_workers: placed
+            .dedicated_workers
+            .iter()
+            .map(|&position| members[position])
+            .collect(),
+        dedicated_unmet: placed.dedicated_unmet,
     }
 }
 
@@ -161,5 +203,48 @@ fn assign_shared(
         }
         Strategy::Consistent => consistent::owners(&shared, count),
         Strategy::Contiguous => contiguous::owners(shared.len(), count),
+    }
+}
+
+#[cfg(test)]
+mod member_tests {
+    use super::*;
+
+    fn jobs(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("j{i}")).collect()
+    }
+
+    #[test]
+    fn an_absent_worker_gets_nothing_and_only_its_jobs_move() {
+        let jobs = jobs(9);
+        let qos = Qos::default();
+        let before = assign_with_qos(Strategy::Sticky, &jobs, 3, None, &qos).assignment;
+        let absent = BTreeSet::from([1]);
+        let after = assign_over_members(Strategy::Sticky, &jobs, 3, &absent, Some(&before), &qos)
+            .assignment;
+        assert_eq!(after.replicas(), 3);
+        assert!(after.workers()[1].is_empty());
+        for ordinal in [0, 2] {
+            for job in &before.workers()[ordinal] {
+                assert!(
+                    after.workers()[ordinal].contains(job),
+                    "{job} stayed on {ordinal}"
+                );
+            }
+        }
+        let mut all: Vec<&String> = after.workers().iter().flatten().collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 9, "every job placed once: {after:?}");
+        assert_eq!(after.loads().iter().max(), Some(&5));
+    }
+
+    #[test]
+    fn without_absent_workers_it_is_assign_with_qos() {
+        let jobs = jobs(7);
+        let qos = Qos::default();
+        let plain = assign_with_qos(Strategy::Sticky, &jobs, 3, None, &qos);
+        let members = assign_over_members(Strategy::Sticky, &jobs, 3, &BTreeSet::new(), None, &qos);
+        assert_eq!(plain, members);
     }
 }

@@ -171,6 +171,14 @@ pub struct RolloutSpec {
     #[schemars(extend("minimum" = 1))]
     pub ack_timeout_seconds: i64,
 
+    /// Under `Acknowledge`: seconds added to a worker Lease's `leaseDurationSeconds` before the
+    /// operator, having seen no renewal for that long on its own clock, counts the worker as
+    /// gone and hands its jobs to the others (the worker has stopped them by then: it fences
+    /// itself when it cannot renew).
+    #[serde(default = "default_lease_grace_seconds")]
+    #[schemars(extend("minimum" = 0))]
+    pub lease_grace_seconds: i64,
+
     /// How many workers may be unavailable at once while stale workers are refreshed: an
     /// integer, or a percentage of the StatefulSet's replicas such as `25%` (rounded down).
     /// At least 1 either way. Pods that are not Ready or are terminating count as unavailable.
@@ -192,6 +200,7 @@ impl Default for RolloutSpec {
         Self {
             policy: RolloutPolicy::default(),
             ack_timeout_seconds: default_ack_timeout_seconds(),
+            lease_grace_seconds: default_lease_grace_seconds(),
             max_unavailable: default_max_unavailable(),
             handoff: Handoff::default(),
         }
@@ -215,6 +224,13 @@ pub const DEFAULT_ACK_TIMEOUT_SECONDS: i64 = 60;
 
 fn default_ack_timeout_seconds() -> i64 {
     DEFAULT_ACK_TIMEOUT_SECONDS
+}
+
+/// `spec.rollout.leaseGraceSeconds` when unset.
+pub const DEFAULT_LEASE_GRACE_SECONDS: i64 = 2;
+
+fn default_lease_grace_seconds() -> i64 {
+    DEFAULT_LEASE_GRACE_SECONDS
 }
 
 fn default_max_unavailable() -> IntOrString {
@@ -300,6 +316,12 @@ pub struct SwarmPoolStatus {
     /// in ordinal (slot) order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale_workers: Vec<String>,
+
+    /// Under `rollout.policy: Acknowledge`: pod names of workers whose Lease was not renewed
+    /// for its duration plus `rollout.leaseGraceSeconds`. They get no job until they renew;
+    /// their jobs went to the other workers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expired_workers: Vec<String>,
 
     /// Conditions of types `Ready`, `Progressing` and `Degraded`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

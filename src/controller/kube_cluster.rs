@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -57,7 +58,8 @@ impl<'a> Snapshot<'a> {
             config_map,
             deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
             acks: if pool.spec.rollout.policy == RolloutPolicy::Acknowledge {
-                ctx.acks(namespace, &pool.name_any())
+                let grace = pool.spec.rollout.lease_grace_seconds.max(0) as u64;
+                ctx.acks(namespace, &pool.name_any(), Duration::from_secs(grace))
             } else {
                 Acks::default()
             },

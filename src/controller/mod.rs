@@ -16,6 +16,7 @@
 pub mod cache_health;
 pub mod fenced_write;
 mod kube_cluster;
+pub mod lease_clock;
 pub mod relisting_watch;
 pub mod trim;
 
@@ -53,6 +54,7 @@ use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
 use crate::state::lease::Acks;
 use kube_cluster::{KubeCluster, Snapshot};
+use lease_clock::LeaseClock;
 use relisting_watch::relisting_watcher;
 
 pub use crate::names::{DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL};
@@ -78,6 +80,8 @@ pub struct Context {
     config_maps: Store<ConfigMap>,
     /// The workers' Leases (label `swarm.io/pool`).
     leases: Store<Lease>,
+    /// When each worker Lease was last seen renewed, for expiry.
+    lease_clock: LeaseClock,
     /// Whether each cache has completed its initial list and follows the cluster: reconciles
     /// wait for the first list, so an empty cache right after start is never taken for "no
     /// StatefulSet, no pods", and decide nothing while a watch fails.
@@ -182,12 +186,23 @@ impl Context {
     /// The uids of `pool`'s pods whose deletion was requested and the pod cache has not shown
     /// yet. A request is forgotten once the cache shows it took effect, so a rollout of
     /// thousands of pods leaves nothing behind; else after [`DELETING_MEMORY`].
-    fn acks(&self, namespace: &str, pool: &str) -> Acks {
+    /// What the pool's worker Leases acknowledge, and which expired (`grace` past their
+    /// duration without a renewal, on this operator's clock).
+    fn acks(&self, namespace: &str, pool: &str, grace: Duration) -> Acks {
         let leases = self.leases.state_filter(|lease| {
             lease.metadata.namespace.as_deref() == Some(namespace)
                 && lease.labels().get(POOL_LABEL).map(String::as_str) == Some(pool)
         });
-        Acks::from_leases(leases.iter().map(AsRef::as_ref))
+        let mut acks = Acks::from_leases(leases.iter().map(AsRef::as_ref));
+        self.lease_clock.judge(
+            namespace,
+            pool,
+            leases.iter().map(AsRef::as_ref),
+            grace,
+            Instant::now(),
+            &mut acks,
+        );
+        acks
     }
 
     fn deleting(&self, pool: &ObjectRef<SwarmPool>) -> BTreeSet<String> {
@@ -383,6 +398,7 @@ pub async fn run(
         failures: Mutex::default(),
         deleting: Mutex::default(),
         written: Mutex::default(),
+        lease_clock: LeaseClock::default(),
         lease,
     });
     controller
@@ -955,13 +971,17 @@ async fn publish_events(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEven
         if event.warning {
             ctx.metrics.warned(event.reason);
         }
-        let counted = match event.reason {
-            conditions::reason::WORKER_ACKNOWLEDGED => Some(PoolCounter::Acknowledgements),
-            conditions::reason::ACK_TIMED_OUT => Some(PoolCounter::AckTimeouts),
-            _ => None,
+        let counted: &[PoolCounter] = match (event.reason, event.action) {
+            (conditions::reason::WORKER_ACKNOWLEDGED, _) => &[PoolCounter::Acknowledgements],
+            (conditions::reason::ACK_TIMED_OUT, _) => &[PoolCounter::AckTimeouts],
+            (conditions::reason::WORKER_LEASE_EXPIRED, crate::planner::FAILOVER) => {
+                &[PoolCounter::LeaseExpiries, PoolCounter::Failovers]
+            }
+            (conditions::reason::WORKER_LEASE_EXPIRED, _) => &[PoolCounter::LeaseExpiries],
+            _ => &[],
         };
-        if let Some(counter) = counted {
-            ctx.metrics.count(counter, &namespace, &pool.name_any());
+        for counter in counted {
+            ctx.metrics.count(*counter, &namespace, &pool.name_any());
         }
         let secondary = event
             .related_pod

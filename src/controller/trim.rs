@@ -76,9 +76,12 @@ pub fn lease(lease: &mut Lease) {
     trim_meta(&mut lease.metadata);
     lease.metadata.owner_references = None;
     lease.metadata.annotations = acked.map(|a| [a].into());
-    let holder_identity = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+    // The holder and version for acknowledgements; the renewal and duration for expiry.
+    let spec = lease.spec.take().unwrap_or_default();
     lease.spec = Some(LeaseSpec {
-        holder_identity,
+        holder_identity: spec.holder_identity,
+        renew_time: spec.renew_time,
+        lease_duration_seconds: spec.lease_duration_seconds,
         ..LeaseSpec::default()
     });
 }

@@ -59,6 +59,17 @@ pub fn unacknowledged<'a>(
     })
 }
 
+/// Workers whose running pod instance's Lease expired, in position order, with their position:
+/// they are not members of the pool until they renew.
+pub fn expired_workers<'a>(workers: &'a Workers, acks: &'a Acks) -> Vec<(usize, &'a str)> {
+    workers
+        .iter()
+        .enumerate()
+        .filter(|(_, (name, pod))| pod.is_some_and(|p| acks.is_expired(name, &p.uid)))
+        .map(|(position, (name, _))| (position, name))
+        .collect()
+}
+
 impl AwaitingAcks {
     /// Records with these entries.
     pub(crate) fn from_entries(entries: BTreeMap<String, Awaiting>) -> Self {

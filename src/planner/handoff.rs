@@ -110,13 +110,15 @@ impl Holders {
     }
 
     /// Marks released the holders whose recorded instance acknowledged the version that
-    /// revoked their jobs: they run exactly their entry of a version without those jobs.
+    /// revoked their jobs (they run exactly their entry of a version without those jobs), or
+    /// whose Lease expired.
     fn release_acknowledged(&mut self, acks: &Acks) {
         for (pod, holder) in &mut self.entries {
             let acked = holder
                 .version
                 .is_some_and(|version| acks.covers(pod, &holder.uid, version));
-            if acked {
+            // An instance whose Lease expired has fenced itself: it runs no job.
+            if acked || acks.is_expired(pod, &holder.uid) {
                 holder.gone = true;
             }
         }

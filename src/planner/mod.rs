@@ -15,6 +15,7 @@
 pub mod acknowledge;
 pub mod handoff;
 mod report;
+pub use report::FAILOVER;
 pub mod rollout;
 pub(crate) mod validate;
 
@@ -50,6 +51,8 @@ pub const STARTUP_GRACE: SignedDuration = SignedDuration::from_mins(5);
 pub const REQUEUE_IDLE: Duration = Duration::from_secs(300);
 /// Requeue while a rollout waits on pods (watch events normally come first).
 pub const REQUEUE_ROLLING: Duration = Duration::from_secs(15);
+/// How long after a worker Lease's expiry the pool is looked at again, so it is past it.
+pub const EXPIRY_SLACK: Duration = Duration::from_millis(200);
 /// Requeue for a ConfigMap conflict, whose resolution (deleting the other ConfigMap) is not
 /// watched.
 pub const REQUEUE_CONFLICT: Duration = Duration::from_secs(60);
@@ -210,13 +213,27 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     let previous = Previous::read(o.config_map);
     let looked_up = pods_looked_up(&valid, &previous);
     let pods = index_pods(o, &looked_up);
-    let placement = assign_jobs(o.pool, &valid, &previous);
     let acknowledge = o.pool.spec.rollout.policy == RolloutPolicy::Acknowledge;
+    // Under `Acknowledge`, a worker whose Lease expired is not a member: it gets no job, and its
+    // jobs go to the others (it stopped them when it could not renew).
+    let expired: BTreeSet<usize> = if acknowledge {
+        acknowledge::expired_workers(&valid.workers, o.acks)
+            .into_iter()
+            .map(|(position, _)| position)
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    let placement = assign_jobs(o.pool, &valid, &previous, &expired);
+    // Given no job, their jobs revoked: terminating workers, and workers whose Lease expired.
     let terminating: BTreeSet<String> = valid
         .workers
         .iter()
-        .filter(|(_, pod)| acknowledge && pod.is_some_and(|p| p.terminating))
-        .map(|(name, _)| name.to_owned())
+        .enumerate()
+        .filter(|(position, (_, pod))| {
+            acknowledge && (expired.contains(position) || pod.is_some_and(|p| p.terminating))
+        })
+        .map(|(_, (name, _))| name.to_owned())
         .collect();
     // A worker is ready for jobs once its pod is Ready and its instance has acknowledged a
     // version: then its worker process is up and speaks the protocol.
@@ -314,7 +331,12 @@ fn pods_looked_up(valid: &Valid, previous: &Previous) -> BTreeSet<String> {
 /// Step 2: where the strategy wants every job, starting from what the workers hold now (see
 /// [`swarm_assign::current_assignment`] for the jobs in transit; a Deployment pool's slots
 /// count them for the slot whose pods they were revoked from, see [`swarm_assign::Rebound`]).
-fn assign_jobs(pool: &SwarmPool, valid: &Valid, previous: &Previous) -> Placement {
+fn assign_jobs(
+    pool: &SwarmPool,
+    valid: &Valid,
+    previous: &Previous,
+    absent: &BTreeSet<usize>,
+) -> Placement {
     let neutral = Qos::default();
     let qos = pool.spec.qos.as_ref().unwrap_or(&neutral);
     let current = previous
@@ -324,10 +346,11 @@ fn assign_jobs(pool: &SwarmPool, valid: &Valid, previous: &Previous) -> Placemen
             Some(slots) => Some(slots.current(config)),
             None => swarm_assign::current_assignment(config, &valid.workload_name, qos),
         });
-    swarm_assign::assign_with_qos(
+    swarm_assign::assign_over_members(
         pool.spec.strategy,
         &pool.spec.jobs,
         valid.workers.len(),
+        absent,
         current.as_ref(),
         qos,
     )

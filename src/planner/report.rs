@@ -1,6 +1,7 @@
 //! Step 5 of the pipeline: the status, its conditions and the events.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
@@ -12,8 +13,8 @@ use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
 use super::validate::{Facts, Failure, Valid};
 use super::{
-    Decision, Observed, PlannedEvent, REQUEUE_CONFLICT, REQUEUE_IDLE, REQUEUE_ROLLING, Rollout,
-    STARTUP_GRACE,
+    Decision, EXPIRY_SLACK, Observed, PlannedEvent, REQUEUE_CONFLICT, REQUEUE_IDLE,
+    REQUEUE_ROLLING, Rollout, STARTUP_GRACE,
 };
 use crate::conditions::{self, Verdict, reason};
 use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
@@ -56,6 +57,15 @@ pub(super) fn decision(
     events.extend(not_enough_workers_event(pool, unmet, unmet_note.as_ref()));
     events.extend(deletes.iter().map(|d| refreshing_worker_event(d, version)));
     events.extend(ack_events(&acks, spec.rollout.ack_timeout_seconds));
+    let expired: Vec<String> = if spec.rollout.policy == RolloutPolicy::Acknowledge {
+        acknowledge::expired_workers(workers, o.acks)
+            .into_iter()
+            .map(|(_, name)| name.to_owned())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    events.extend(expiry_events(pool, previous, &expired));
 
     let reported = reported(
         o,
@@ -70,8 +80,15 @@ pub(super) fn decision(
         Phase::RollingOut | Phase::Pending if !paused => REQUEUE_ROLLING,
         _ => REQUEUE_IDLE,
     };
+    // A worker Lease that expires unless renewed needs a look then: no event would come.
+    let requeue_after = match o.acks.next_expiry() {
+        Some(at) => requeue_after
+            .min(Duration::try_from(at.duration_since(o.now)).unwrap_or_default() + EXPIRY_SLACK),
+        None => requeue_after,
+    };
     let dedicated_unmet = (dedicated > 0).then(|| count(unmet.len()));
-    let status = valid_status(o, valid, previous, reported, dedicated_unmet);
+    let mut status = valid_status(o, valid, previous, reported, dedicated_unmet);
+    status.expired_workers = expired;
     let granted_after_seconds = if apply.is_some() {
         handoff.granted.iter().map(|g| g.after_seconds).collect()
     } else {
@@ -196,6 +213,48 @@ fn ack_events(acks: &AckProgress, timeout_seconds: i64) -> Vec<PlannedEvent> {
     acknowledged.chain(timed_out).collect()
 }
 
+/// The action of a [`reason::WORKER_LEASE_EXPIRED`] event whose worker held jobs.
+pub const FAILOVER: &str = "Failover";
+
+/// The events of workers whose Lease expired since the last status, and of those that renewed
+/// it since.
+fn expiry_events(pool: &SwarmPool, previous: &Previous, expired: &[String]) -> Vec<PlannedEvent> {
+    let before: &[String] = pool
+        .status
+        .as_ref()
+        .map_or(&[], |status| status.expired_workers.as_slice());
+    let held = |pod: &str| {
+        previous
+            .config
+            .as_ref()
+            .and_then(|config| config.workload(pod))
+            .map_or(0, |workload| workload.jobs.len())
+    };
+    let newly = expired.iter().filter(|pod| !before.contains(pod)).map(|pod| PlannedEvent {
+        warning: true,
+        reason: reason::WORKER_LEASE_EXPIRED,
+        // A failover when it held jobs (counted as such).
+        action: if held(pod) > 0 { FAILOVER } else { "Expire" },
+        note: format!(
+            "the Lease of worker {pod} was not renewed for its duration plus {} s; its {} jobs go to the other workers until it renews",
+            pool.spec.rollout.lease_grace_seconds,
+            held(pod)
+        ),
+        related_pod: None,
+    });
+    let renewed = before
+        .iter()
+        .filter(|pod| !expired.contains(pod))
+        .map(|pod| PlannedEvent {
+            warning: false,
+            reason: reason::WORKER_LEASE_RENEWED,
+            action: "Renew",
+            note: format!("worker {pod} renewed its Lease (or is gone); it is a member again"),
+            related_pod: None,
+        });
+    newly.chain(renewed).collect()
+}
+
 /// The event of a stale worker's deletion, naming the config version it restarts on.
 fn refreshing_worker_event(d: &PodDelete, version: u64) -> PlannedEvent {
     PlannedEvent {
@@ -301,6 +360,7 @@ fn valid_status(
         dedicated_unmet,
         version: previous.version(),
         stale_workers: stale,
+        expired_workers: Vec::new(),
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
     }
 }
@@ -360,6 +420,7 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Decision
         dedicated_unmet: previous.and_then(|s| s.dedicated_unmet),
         version: written.version(),
         stale_workers: stale,
+        expired_workers: Vec::new(),
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
     };
     Decision {

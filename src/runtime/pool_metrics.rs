@@ -97,14 +97,20 @@ pub enum PoolCounter {
     AckTimeouts,
     /// Worker pods deleted because they did not acknowledge in time.
     AckFallbackDeletes,
+    /// Worker Leases that expired (`Acknowledge`).
+    LeaseExpiries,
+    /// Expired workers whose jobs were handed to the other workers.
+    Failovers,
 }
 
 impl PoolCounter {
-    const ALL: [PoolCounter; 4] = [
+    const ALL: [PoolCounter; 6] = [
         PoolCounter::Refreshes,
         PoolCounter::Acknowledgements,
         PoolCounter::AckTimeouts,
         PoolCounter::AckFallbackDeletes,
+        PoolCounter::LeaseExpiries,
+        PoolCounter::Failovers,
     ];
 
     /// Metric name (after the `swarm_operator_` prefix, before `_total`) and help.
@@ -126,6 +132,14 @@ impl PoolCounter {
                 "worker_ack_fallback_deletes",
                 "Worker pods deleted because they did not acknowledge in time, by pool",
             ),
+            PoolCounter::LeaseExpiries => (
+                "worker_lease_expiries",
+                "Worker Leases not renewed for their duration plus the pool's grace, by pool",
+            ),
+            PoolCounter::Failovers => (
+                "worker_failovers",
+                "Workers whose Lease expired while they held jobs, their jobs handed to the others, by pool",
+            ),
         }
     }
 }
@@ -135,7 +149,7 @@ impl PoolCounter {
 pub struct PoolGauges {
     pools: Arc<OnceLock<Store<SwarmPool>>>,
     /// One family per [`PoolCounter`], in its order.
-    counters: [Family<PoolLabels, Counter>; 4],
+    counters: [Family<PoolLabels, Counter>; 6],
     /// The pools the counters have a series for (a `Family` does not list its keys).
     counted_pools: Arc<Mutex<BTreeSet<PoolLabels>>>,
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::names::ACKED_VERSION_ANNOTATION;
@@ -18,10 +19,15 @@ pub struct Ack {
     pub version: u64,
 }
 
-/// The acknowledgements of a pool's workers, by pod name.
+/// The acknowledgements of a pool's workers, by pod name, and which of their Leases expired.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Acks {
     by_pod: BTreeMap<String, Ack>,
+    /// Pod name -> the holder of its Lease, for the Leases not renewed for their duration plus
+    /// the pool's grace, as this operator observed (see `controller::lease_clock`).
+    expired: BTreeMap<String, String>,
+    /// When the next of the other Leases expires if it is not renewed.
+    next_expiry: Option<Timestamp>,
 }
 
 impl Acks {
@@ -38,7 +44,29 @@ impl Acks {
     pub fn new(acks: impl IntoIterator<Item = (String, Ack)>) -> Self {
         Self {
             by_pod: acks.into_iter().collect(),
+            ..Self::default()
         }
+    }
+
+    /// Records that the Lease of `pod`, held by instance `holder`, expired.
+    pub fn mark_expired(&mut self, pod: impl Into<String>, holder: impl Into<String>) {
+        self.expired.insert(pod.into(), holder.into());
+    }
+
+    /// Records that a Lease expires at `at` unless renewed.
+    pub fn note_expiry(&mut self, at: Timestamp) {
+        self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
+    }
+
+    /// Whether the Lease of `pod` held by instance `uid` expired: that instance has fenced
+    /// itself, so it runs no job and counts as gone.
+    pub fn is_expired(&self, pod: &str, uid: &str) -> bool {
+        !uid.is_empty() && self.expired.get(pod).is_some_and(|holder| holder == uid)
+    }
+
+    /// When the next Lease expires unless renewed, if any may.
+    pub fn next_expiry(&self) -> Option<Timestamp> {
+        self.next_expiry
     }
 
     /// Records what the Lease of `pod` says now.

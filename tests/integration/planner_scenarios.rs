@@ -1753,3 +1753,60 @@ fn under_acknowledge_a_moving_job_stays_with_its_holder_until_its_destination_is
     assert!(granted.workload("swarm-worker-4").unwrap().jobs.is_empty());
     assert!(world.deleted.is_empty());
 }
+
+#[test]
+fn under_acknowledge_a_worker_whose_lease_expired_loses_its_jobs_to_the_others_until_it_renews() {
+    let mut world = acknowledging(3);
+    let before = world.config();
+    let held: BTreeSet<String> = before
+        .workload("swarm-worker-1")
+        .unwrap()
+        .jobs
+        .iter()
+        .cloned()
+        .collect();
+    let uid = world.uid_of(1);
+    world.acks.mark_expired("swarm-worker-1", uid.clone());
+    world.reconcile();
+    let after = world.config();
+    assert!(after.workload("swarm-worker-1").unwrap().jobs.is_empty());
+    assert!(
+        transit_jobs(&after).is_empty(),
+        "an expired holder has fenced itself: {after:?}"
+    );
+    for job in &held {
+        let holders: Vec<&str> = after
+            .workloads()
+            .filter(|(_, w)| w.jobs.contains(job))
+            .map(|(pod, _)| pod)
+            .collect();
+        assert_eq!(holders.len(), 1, "{job} on one live worker: {holders:?}");
+    }
+    for ordinal in [0, 2] {
+        let pod = format!("swarm-worker-{ordinal}");
+        for job in &before.workload(&pod).unwrap().jobs {
+            assert!(
+                after.workload(&pod).unwrap().jobs.contains(job),
+                "{job} stays on {pod}"
+            );
+        }
+    }
+    let status = world.pool.status.clone().unwrap();
+    assert_eq!(status.expired_workers, ["swarm-worker-1"]);
+    assert!(world.all_reasons.contains(&reason::WORKER_LEASE_EXPIRED));
+    assert!(world.deleted.is_empty(), "failover deletes no pod");
+
+    // It renews: it is a member again and gets a share back once the others let go.
+    world.acks = Acks::default();
+    for _ in 0..4 {
+        world.ack_all();
+        world.reconcile();
+    }
+    let back = world.config();
+    assert_eq!(loads(&back), [9, 9, 9]);
+    assert!(transit_jobs(&back).is_empty());
+    let status = world.pool.status.clone().unwrap();
+    assert!(status.expired_workers.is_empty());
+    assert!(world.all_reasons.contains(&reason::WORKER_LEASE_RENEWED));
+    assert_eq!(status.phase, Some(Phase::Balanced));
+}
