@@ -32,21 +32,13 @@ pub fn limit(duration: Duration, margin: Duration) -> Duration {
 }
 
 /// What a successful Lease write means for the fence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Renewal {
-    /// Not fenced: nothing to do.
-    Live,
-    /// Fenced, or fenced by this renewal (`newly_fenced`: stop every job first, the renewal
-    /// came too late to have kept the worker live throughout); now GET the ConfigMap and hand
-    /// the answer to [`Fence::read`] with `read`.
-    ReadAfresh {
-        /// Tags the GET to issue.
-        read: u64,
-        /// Whether this renewal itself revealed the expiry.
-        newly_fenced: bool,
-    },
-    /// Fenced, and the renewal is already too old, or a fresh read is under way: wait.
-    Wait,
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Renewal {
+    /// This renewal revealed that the Lease was expired meanwhile: stop every job now.
+    pub newly_fenced: bool,
+    /// Fenced and renewed in time: GET the ConfigMap now and hand the answer to
+    /// [`Fence::read`] with this tag.
+    pub read: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,18 +110,12 @@ impl Fence {
         if newly_fenced {
             self.state = State::Fenced;
         }
-        match self.state {
-            State::Live => Renewal::Live,
-            State::Fenced if !self.expired(now) => {
-                self.reads += 1;
-                self.state = State::Reading { read: self.reads };
-                Renewal::ReadAfresh {
-                    read: self.reads,
-                    newly_fenced,
-                }
-            }
-            State::Fenced | State::Reading { .. } => Renewal::Wait,
-        }
+        let read = (self.state == State::Fenced && !self.expired(now)).then(|| {
+            self.reads += 1;
+            self.state = State::Reading { read: self.reads };
+            self.reads
+        });
+        Renewal { newly_fenced, read }
     }
 
     /// Whether the ConfigMap read tagged `read` and answered at `now` lifts the fence. A read
@@ -183,7 +169,7 @@ mod tests {
         assert!(!fence.check(start + secs(7.9)));
         assert_eq!(
             fence.renewed(start + secs(2.5), start, start + secs(7.9)),
-            Renewal::Live
+            Renewal::default()
         );
         assert_eq!(fence.deadline(), Some(start + secs(10.5)));
         assert!(!fence.check(start + secs(10.0)));
@@ -207,7 +193,7 @@ mod tests {
         // Sent at 1 s, answered at 6 s: the worker may run until 9 s, not 14 s.
         assert_eq!(
             fence.renewed(start + secs(1.0), start, start + secs(6.0)),
-            Renewal::Live
+            Renewal::default()
         );
         assert!(fence.check(start + secs(9.0)));
     }
@@ -219,14 +205,14 @@ mod tests {
         // Renewed every 2.5 s from the start; the reader learns of the one sent at 20 s.
         assert_eq!(
             fence.renewed(start + secs(20.0), start, start + secs(20.1)),
-            Renewal::Live
+            Renewal::default()
         );
         // A run that began at 30 s after a gap: expired in between.
         assert_eq!(
             fence.renewed(start + secs(40.0), start + secs(30.0), start + secs(40.1)),
-            Renewal::ReadAfresh {
-                read: 1,
-                newly_fenced: true
+            Renewal {
+                newly_fenced: true,
+                read: Some(1)
             }
         );
     }
@@ -238,7 +224,11 @@ mod tests {
         // Sent before a pause, answered after it.
         assert_eq!(
             fence.renewed(start + secs(1.0), start, start + secs(30.0)),
-            Renewal::Wait
+            Renewal {
+                newly_fenced: true,
+                read: None
+            },
+            "stop every job, and wait for a renewal in time"
         );
         assert!(!fence.is_live());
     }
@@ -251,9 +241,9 @@ mod tests {
         let renewal = fence.renewed(start + secs(30.0), start + secs(30.0), start + secs(30.1));
         assert_eq!(
             renewal,
-            Renewal::ReadAfresh {
-                read: 1,
-                newly_fenced: true
+            Renewal {
+                newly_fenced: true,
+                read: Some(1)
             }
         );
         assert!(!fence.is_live());
@@ -267,15 +257,14 @@ mod tests {
         let mut fence = Fence::new(LIMIT, start);
         assert!(fence.check(start + secs(9.0)));
         assert!(!fence.read(0, start + secs(9.5)), "no read was asked for");
-        let Renewal::ReadAfresh { read, newly_fenced } =
-            fence.renewed(start + secs(10.0), start + secs(10.0), start + secs(10.1))
-        else {
-            panic!("a renewal of a fenced worker asks for a fresh read");
-        };
-        assert!(!newly_fenced);
+        let renewal = fence.renewed(start + secs(10.0), start + secs(10.0), start + secs(10.1));
+        assert!(!renewal.newly_fenced);
+        let read = renewal
+            .read
+            .expect("a renewal of a fenced worker asks for a fresh read");
         assert_eq!(
             fence.renewed(start + secs(11.0), start + secs(11.0), start + secs(11.1)),
-            Renewal::Wait,
+            Renewal::default(),
             "one read at a time"
         );
         assert!(
@@ -293,17 +282,14 @@ mod tests {
         let start = Instant::now();
         let mut fence = Fence::new(LIMIT, start);
         fence.check(start + secs(9.0));
-        let Renewal::ReadAfresh { read, .. } =
-            fence.renewed(start + secs(10.0), start + secs(10.0), start + secs(10.0))
-        else {
-            panic!("a read is asked for");
-        };
+        let read = fence
+            .renewed(start + secs(10.0), start + secs(10.0), start + secs(10.0))
+            .read
+            .expect("a read is asked for");
         assert!(!fence.read(read, start + secs(18.0)));
         assert!(!fence.is_live());
-        assert!(matches!(
-            fence.renewed(start + secs(18.5), start + secs(18.5), start + secs(18.6)),
-            Renewal::ReadAfresh { .. }
-        ));
+        let renewal = fence.renewed(start + secs(18.5), start + secs(18.5), start + secs(18.6));
+        assert_eq!(renewal.read, Some(read + 1));
     }
 
     #[test]
@@ -311,18 +297,17 @@ mod tests {
         let start = Instant::now();
         let mut fence = Fence::new(LIMIT, start);
         fence.check(start + secs(9.0));
-        let Renewal::ReadAfresh { read, .. } =
-            fence.renewed(start + secs(10.0), start + secs(10.0), start + secs(10.0))
-        else {
-            panic!("a read is asked for");
-        };
+        let read = fence
+            .renewed(start + secs(10.0), start + secs(10.0), start + secs(10.0))
+            .read
+            .expect("a read is asked for");
         fence.read_failed(read);
         assert!(!fence.read(read, start + secs(10.5)));
         assert_eq!(
             fence.renewed(start + secs(11.0), start + secs(11.0), start + secs(11.0)),
-            Renewal::ReadAfresh {
-                read: read + 1,
-                newly_fenced: false
+            Renewal {
+                newly_fenced: false,
+                read: Some(read + 1)
             }
         );
     }

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::Error;
-use crate::fence::{Fence, Renewal};
+use crate::fence::Fence;
 use crate::handoff::Handoff;
 use crate::lease::{self, Holder, Written};
 use crate::report::Report;
@@ -404,10 +404,10 @@ impl<J: Jobs> Shell<J> {
         let renewal = self
             .fence
             .renewed(written.sent, written.streak, Instant::now());
-        if let Renewal::ReadAfresh { read, newly_fenced } = renewal {
-            if newly_fenced {
-                self.fence_jobs().await;
-            }
+        if renewal.newly_fenced {
+            self.fence_jobs().await;
+        }
+        if let Some(read) = renewal.read {
             self.fresh_reads.spawn(read_afresh(
                 self.config_maps.clone(),
                 self.settings.clone(),
