@@ -7,8 +7,13 @@ the new ones) and acknowledges the version in a Lease of its own. It uses only t
 
 Jobs are simulated: each runs in a thread until it is told to stop.
 
+It fences itself: once its last successful Lease write was sent longer ago than the Lease
+duration less a margin (time.monotonic()), it stops every job, and runs them again only after a
+Lease write has succeeded and a ConfigMap GET issued after it has been read.
+
 Environment: POD_NAME, POD_NAMESPACE, POD_UID, SWARM_POOL, SWARM_CONFIG_MAP (required);
 SWARM_CONFIG_FILE (default /etc/swarm/config.yml), SWARM_LEASE_DURATION_SECONDS (default 10),
+SWARM_FENCE_MARGIN_SECONDS (default max(2, duration / 5), at most half the duration),
 SWARM_TERMINATION_SECONDS (default 25), SWARM_WORKER_REPORT (optional), KUBECONFIG when run
 outside a cluster.
 """
@@ -65,6 +70,81 @@ def parse_config(text, pod_name):
     return document["version"], [str(job) for job in jobs or []]
 
 
+def default_margin(duration):
+    """The fence margin for a Lease duration: room for stopping jobs and for clock rate drift."""
+    return max(2.0, duration / 5)
+
+
+def fence_limit(duration, margin):
+    """How long after its last successful Lease write a worker may run jobs; the margin is held
+    to half the duration so that a short Lease still leaves time for two renewals."""
+    return duration - min(margin, duration / 2)
+
+
+class Fence:
+    """When to stop every job because the Lease may look expired to the operator, and when to
+    run again; no I/O. Times are time.monotonic() seconds.
+
+    Live until `limit` passes since the last successful Lease write was sent (the start counts
+    as one). Fenced, a renewal in time asks for a fresh ConfigMap read (`renewed` returns its
+    tag), and only that read, answered in time, lifts the fence (`read`).
+    """
+
+    LIVE, FENCED, READING = "live", "fenced", "reading"
+
+    def __init__(self, limit, start):
+        self.limit = limit
+        self.last_renewal = start
+        self.state = Fence.LIVE
+        self.awaited = None  # the tag of the read that may lift the fence
+        self.reads = 0
+
+    def is_live(self):
+        return self.state == Fence.LIVE
+
+    def deadline(self):
+        """When to check next; None while fenced."""
+        return self.last_renewal + self.limit if self.is_live() else None
+
+    def expired(self, now):
+        return now - self.last_renewal >= self.limit
+
+    def check(self, now):
+        """Fences if the last renewal is too old; True when it just did (stop every job)."""
+        if self.is_live() and self.expired(now):
+            self.state = Fence.FENCED
+            return True
+        return False
+
+    def renewed(self, sent, streak, now):
+        """A Lease write sent at `sent` succeeded, the last of a run of renewals without a gap of
+        the limit that began at `streak`. Returns (newly fenced: stop every job, the tag of the
+        ConfigMap read to issue now or None). A run that began after the last renewal known
+        means the Lease was expired in between (a paused process), even if no check ran."""
+        gap = streak > self.last_renewal
+        self.last_renewal = max(self.last_renewal, sent)
+        newly_fenced = self.is_live() and (gap or self.expired(now))
+        if newly_fenced:
+            self.state = Fence.FENCED
+        read = None
+        if self.state == Fence.FENCED and not self.expired(now):
+            self.reads += 1
+            self.state, self.awaited = Fence.READING, self.reads
+            read = self.reads
+        return newly_fenced, read
+
+    def read(self, tag, now):
+        """Whether the ConfigMap read `tag`, answered at `now`, lifts the fence."""
+        if self.state != Fence.READING or tag != self.awaited:
+            return False
+        self.state = Fence.FENCED if self.expired(now) else Fence.LIVE
+        return self.is_live()
+
+    def read_failed(self, tag):
+        if self.state == Fence.READING and tag == self.awaited:
+            self.state = Fence.FENCED
+
+
 class Report:
     """The JSON lines file that tests read (SWARM_WORKER_REPORT); does nothing when unset."""
 
@@ -106,34 +186,42 @@ class Job:
 class LeaseWriter:
     """Keeps this pod's Lease: holder, renewal, owner reference and the acknowledged version."""
 
-    def __init__(self, coordination, env, duration_seconds):
+    def __init__(self, coordination, env, duration_seconds, limit, start,
+                 on_renewed=lambda sent, streak: None):
         self.coordination = coordination
         self.env = env
         self.duration_seconds = duration_seconds
+        self.limit = limit
+        self.on_renewed = on_renewed  # called with each success's send time and run start
         self._lock = threading.Lock()
         self._version = None  # the version to acknowledge; None until the first one
         self._lease = None  # the Lease as last read or written, with its resourceVersion
         self.written_version = None  # the version the Lease carries after a successful write
+        self._last_sent = self._streak = start  # the start counts as the first renewal
 
     def acknowledge(self, version):
         """Writes `version` into the Lease; True once the API has stored it."""
         with self._lock:
-            self._version = version
+            # Two threads may acknowledge (the config thread and a read after a fence).
+            self._version = max(version, self._version or 0)
             return self._write()
 
     def renew_forever(self):
+        """Writes the Lease at once and then four times per duration, sooner after a failure;
+        an acknowledgement that failed is written again here."""
         while True:
-            time.sleep(self.duration_seconds / 3)
             with self._lock:
-                # An acknowledgement that failed is written again here.
-                if self._version is not None:
-                    self._write()
+                written = self._write()
+            quarter = self.duration_seconds / 4
+            time.sleep(quarter if written else min(quarter, RETRY_SECONDS))
 
     def _write(self):
         for _ in range(5):
             try:
                 if self._lease is None:
                     self._lease = self._read()
+                # The renewal counts from when it was sent, not from the answer.
+                sent = time.monotonic()
                 if self._lease is None:
                     self._lease = self._send(self.coordination.create_namespaced_lease,
                                              self._desired(None))
@@ -141,6 +229,7 @@ class LeaseWriter:
                     self._lease = self._send(self.coordination.replace_namespaced_lease,
                                              self._desired(self._lease), self.env["POD_NAME"])
                 self.written_version = self._version
+                self._renewed(sent)
                 return True
             except ApiException as error:
                 # 409: someone else wrote it (or created it first); 404: it was deleted.
@@ -152,6 +241,12 @@ class LeaseWriter:
                 log.warning("writing the Lease failed: %s", error)
                 return False
         return False
+
+    def _renewed(self, sent):
+        if sent - self._last_sent >= self.limit:
+            self._streak = sent  # a gap the operator may have seen as expiry
+        self._last_sent = sent
+        self.on_renewed(sent, self._streak)
 
     def _read(self):
         try:
@@ -178,8 +273,12 @@ class LeaseWriter:
             "metadata": {"name": name, "namespace": self.env["POD_NAMESPACE"]}}
         metadata = lease["metadata"]
         metadata["labels"] = {**(metadata.get("labels") or {}), POOL_LABEL: self.env["SWARM_POOL"]}
-        metadata["annotations"] = {**(metadata.get("annotations") or {}),
-                                   ACKED_VERSION_ANNOTATION: str(self._version)}
+        annotations = {**(metadata.get("annotations") or {})}
+        # Before its first acknowledgement this instance claims none (nor a previous pod's).
+        annotations.pop(ACKED_VERSION_ANNOTATION, None)
+        if self._version is not None:
+            annotations[ACKED_VERSION_ANNOTATION] = str(self._version)
+        metadata["annotations"] = annotations
         # A previous pod of the same name owned it; the Lease must go with this pod instead.
         owners = [owner for owner in metadata.get("ownerReferences") or []
                   if not (owner.get("kind") == "Pod" and owner.get("name") == name)]
@@ -199,40 +298,133 @@ class LeaseWriter:
 class Worker:
     """Runs the jobs of this pod's entry and acknowledges each config version it has applied."""
 
-    def __init__(self, pod_name, report, lease):
+    def __init__(self, pod_name, report, lease, fence):
         self.pod_name = pod_name
         self.report = report
         self.lease = lease
+        self.fence = fence
         self.jobs = {}  # name -> Job, in the order they were started
         self.applied_version = None
         self.applied_entry_empty = False
+        self.reapply = False  # fenced: the version applied is applied again after the fence
         self.terminating = False
         self.termination_deadline = None
         self.done = threading.Event()  # set once the worker may exit
-        # One config version (or the termination) is handled at a time.
+        # Guards the jobs and the fence; never held across an API call, so that a hung request
+        # cannot hold up fencing.
         self._lock = threading.Lock()
+        self._renewal = None  # (sent, streak) of the last Lease write not yet given to the fence
+        self._renewal_lock = threading.Lock()
+        self._read_wanted = None  # the tag of a ConfigMap read the fence asks for
+        self._wake = threading.Event()
 
-    def handle_config(self, text, acknowledge=True):
+    def on_renewed(self, sent, streak):
+        """Called by the Lease writer (holding its own lock) after each successful write."""
+        with self._renewal_lock:
+            self._renewal = (sent, streak)
+        self._wake.set()
+
+    def supervise(self, read_config):
+        """The fence's own thread: checks it on a timer of its own, stops every job when it is
+        due, and after a renewal issues the ConfigMap read (`read_config()`) that lifts it."""
+        while True:
+            with self._lock:
+                self._check_fence()
+                deadline = self.fence.deadline()
+                read, self._read_wanted = self._read_wanted, None
+            if read is not None:
+                self._read_afresh(read, read_config)
+                continue
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            self._wake.wait(timeout)
+            self._wake.clear()
+
+    def _read_afresh(self, read, read_config):
+        try:
+            text, _ = read_config()
+        except (ApiException, *CONNECTION_ERRORS) as error:
+            log.warning("cannot read the ConfigMap again (%s); still fenced", error)
+            text = None
+        if text is None or not self.handle_config(text, read=read):
+            with self._lock:
+                self.fence.read_failed(read)
+
+    def _check_fence(self):
+        """Brings the fence up to date and fences if due; True while fenced. Holds _lock."""
+        with self._renewal_lock:
+            renewal, self._renewal = self._renewal, None
+        if renewal is not None:
+            sent, streak = renewal
+            newly_fenced, read = self.fence.renewed(sent, streak, time.monotonic())
+            if newly_fenced:
+                self._fence_jobs()
+            if read is not None:
+                self._read_wanted = read
+                self._wake.set()
+        if self.fence.check(time.monotonic()):
+            self._fence_jobs()
+        return not self.fence.is_live()
+
+    def _fence_jobs(self):
+        stopped = list(self.jobs)
+        self._stop_all()
+        self.reapply = True
+        if stopped:
+            self.report.write(self.applied_version, [])
+        log.warning("fenced: the Lease was not renewed in time; stopped %s; no job runs until "
+                    "it is renewed and the config read again", stopped)
+
+    def _stop_all(self):
+        for job in self.jobs.values():
+            job.request_stop()
+        for job in self.jobs.values():
+            job.join()
+        self.jobs.clear()
+
+    def handle_config(self, text, acknowledge=True, read=None):
+        """Applies a config.yml text and acknowledges it. `read` tags a read the fence asked
+        for; fenced, nothing else is applied. False if the text was not used."""
         parsed = parse_config(text, self.pod_name)
         if parsed is None:
             log.warning("ignoring a %s without a numeric version", CONFIG_KEY)
-            return
+            return False
         version, entry = parsed
         with self._lock:
-            # Acknowledged or older: a watch may replay. A version applied from the mounted
-            # file but not acknowledged yet is acknowledged once the API delivers it.
-            acknowledged = self.lease.written_version
-            if (acknowledged is not None and version <= acknowledged) or (
-                    self.applied_version is not None and version < self.applied_version):
-                return
+            if read is not None:
+                if not self.fence.read(read, time.monotonic()):
+                    return False
+                log.info("Lease renewed and config read again: running")
+            elif not self.fence.is_live():
+                return False
+            if self._stale(version):
+                return True
             if self.terminating:
-                self._acknowledge_while_terminating(version, entry)
-                return
-            self._apply(version, entry)
-            if acknowledge and not self.lease.acknowledge(version):
-                log.warning("version %d applied; its acknowledgement will be retried", version)
+                # A terminating worker never starts a job: it only confirms that it runs none.
+                if entry:
+                    return True
+            elif not self._apply(version, entry):
+                return True
+        if not acknowledge:
+            return True
+        if self.terminating:
+            self._acknowledge_while_terminating(version)
+        elif not self.lease.acknowledge(version):
+            log.warning("version %d applied; its acknowledgement will be retried", version)
+        return True
+
+    def _stale(self, version):
+        # Acknowledged or older: a watch may replay. A version applied from the mounted file
+        # but not acknowledged yet is acknowledged once the API delivers it; after a fence the
+        # version applied is applied again.
+        applied = self.applied_version
+        if self.reapply:
+            return applied is not None and version < applied
+        acknowledged = self.lease.written_version
+        return ((acknowledged is not None and version <= acknowledged)
+                or (applied is not None and version < applied))
 
     def _apply(self, version, entry):
+        """Stops, then starts; False if the fence fell due before the starts. Holds _lock."""
         removed = [job for name, job in self.jobs.items() if name not in entry]
         for job in removed:
             job.request_stop()
@@ -241,6 +433,9 @@ class Worker:
             del self.jobs[job.name]
         if removed:
             self.report.write(version, self.jobs)
+        # The stops may have taken long, or the process been paused: no start on an old renewal.
+        if self._check_fence():
+            return False
         added = [name for name in entry if name not in self.jobs]
         if added:
             self.report.write(version, list(self.jobs) + added)
@@ -249,12 +444,11 @@ class Worker:
                 self.jobs[name].start()
         self.applied_version = version
         self.applied_entry_empty = not entry
+        self.reapply = False
         log.info("applied version %d: running %s", version, list(self.jobs))
+        return True
 
-    def _acknowledge_while_terminating(self, version, entry):
-        # A terminating worker never starts a job: it only confirms that it runs none.
-        if entry:
-            return
+    def _acknowledge_while_terminating(self, version):
         while not self.lease.acknowledge(version):
             if time.monotonic() >= self.termination_deadline:
                 return
@@ -267,12 +461,8 @@ class Worker:
         with self._lock:
             self.terminating = True
             self.termination_deadline = deadline
-            for job in self.jobs.values():
-                job.request_stop()
-            for job in self.jobs.values():
-                job.join()
             if self.jobs:
-                self.jobs.clear()
+                self._stop_all()
                 self.report.write(self.applied_version, [])
             # Already acknowledged a version without jobs: nothing left for the operator to wait for.
             if self.applied_entry_empty and self.lease.written_version == self.applied_version:
@@ -359,6 +549,7 @@ def main():
         sys.exit(f"swarm_worker: missing environment variables: {', '.join(missing)}")
     env = {name: os.environ[name] for name in names}
     lease_seconds = int(os.environ.get("SWARM_LEASE_DURATION_SECONDS", "10"))
+    margin = float(os.environ.get("SWARM_FENCE_MARGIN_SECONDS") or default_margin(lease_seconds))
     grace_seconds = float(os.environ.get("SWARM_TERMINATION_SECONDS", "25"))
     config_file = os.environ.get("SWARM_CONFIG_FILE", "/etc/swarm/config.yml")
 
@@ -369,13 +560,17 @@ def main():
     core, coordination = client.CoreV1Api(), client.CoordinationV1Api()
 
     report = Report(os.environ.get("SWARM_WORKER_REPORT"), env["POD_NAME"], env["POD_UID"])
-    lease = LeaseWriter(coordination, env, lease_seconds)
-    worker = Worker(env["POD_NAME"], report, lease)
+    start, limit = time.monotonic(), fence_limit(lease_seconds, margin)
+    lease = LeaseWriter(coordination, env, lease_seconds, limit, start)
+    worker = Worker(env["POD_NAME"], report, lease, Fence(limit, start))
+    lease.on_renewed = worker.on_renewed
     report.write(None, [])
 
     termination_requested = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: termination_requested.set())
     signal.signal(signal.SIGINT, lambda *_: termination_requested.set())
+    threading.Thread(target=worker.supervise, args=(lambda: read_config_map(core, env),),
+                     name="fence", daemon=True).start()
     threading.Thread(target=lease.renew_forever, name="lease", daemon=True).start()
     threading.Thread(target=follow_config, args=(core, env, worker, config_file),
                      name="config", daemon=True).start()

@@ -160,11 +160,11 @@ class SwarmWorkerTest(unittest.TestCase):
             self.worker.kill()
             self.worker.wait()
 
-    def start_worker(self, kubeconfig=None, config_file="/nonexistent/config.yml"):
+    def start_worker(self, kubeconfig=None, config_file="/nonexistent/config.yml", lease_seconds=3):
         env = {**os.environ, "POD_NAME": POD, "POD_NAMESPACE": self.namespace,
                "POD_UID": self.pod_uid, "SWARM_POOL": "swarm", "SWARM_CONFIG_MAP": CONFIG_MAP,
                "SWARM_CONFIG_FILE": config_file, "SWARM_WORKER_REPORT": self.report,
-               "SWARM_LEASE_DURATION_SECONDS": "3", "SWARM_TERMINATION_SECONDS": "15",
+               "SWARM_LEASE_DURATION_SECONDS": str(lease_seconds), "SWARM_TERMINATION_SECONDS": "15",
                "KUBECONFIG": kubeconfig or self.kubeconfig}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         log = open(os.path.join(self.tmp.name, f"{self.namespace}.log"), "w")
@@ -311,7 +311,8 @@ class SwarmWorkerTest(unittest.TestCase):
         with open(mounted, "w", encoding="utf-8") as out:
             out.write(config_yml(1, {POD: ["a"]}))
         self.write_config(1, {POD: ["a"]})
-        self.start_worker(kubeconfig=kubeconfig, config_file=mounted)
+        # A Lease long enough that the worker does not fence itself while the API is away.
+        self.start_worker(kubeconfig=kubeconfig, config_file=mounted, lease_seconds=10)
         eventually(lambda: len(self.report_lines()) == 2, what="the jobs of the mounted file")
         self.assertEqual(self.report_lines()[1]["running"], ["a"])
         time.sleep(1.5)
@@ -321,6 +322,30 @@ class SwarmWorkerTest(unittest.TestCase):
         proxy.open()
         self.wait_acked(1)
         self.assertEqual(len(self.report_lines()), 2)
+
+    def test_a_paused_worker_fences_itself_at_once_and_runs_again_only_after_a_renewal_and_a_read(self):
+        self.watch_lease()
+        self.write_config(1, {POD: ["a", "b"], OTHER_POD: []})
+        self.start_worker()  # a 3 s Lease: fenced 1.5 s after its last renewal
+        self.wait_acked(1)
+        before = len(self.report_lines())
+        self.assertEqual(self.report_lines()[-1]["running"], ["a", "b"])
+
+        # Paused longer than the fence limit; meanwhile b moves away and c comes.
+        self.worker.send_signal(signal.SIGSTOP)
+        time.sleep(2.5)
+        self.write_config(2, {POD: ["a", "c"], OTHER_POD: ["b"]})
+        self.worker.send_signal(signal.SIGCONT)
+        acked_2 = self.wait_acked(2)
+
+        after = self.report_lines()[before:]
+        fenced = next(i for i, line in enumerate(after) if line["running"] == [])
+        for line in after[:fenced]:
+            self.assertLessEqual(set(line["running"]), {"a", "b"},
+                                 f"a job started before the fence: {after}")
+        self.assertEqual([line["running"] for line in after[fenced + 1:]], [["a", "c"]],
+                         f"after the fence, the fresh entry once: {after}")
+        self.assertLess(nanos(after[-1]["at"]), acked_2)
 
     def test_follows_the_config_map_after_its_watch_breaks_and_the_history_is_compacted(self):
         proxy, kubeconfig = self.proxied_kubeconfig()
@@ -342,6 +367,48 @@ class SwarmWorkerTest(unittest.TestCase):
         self.wait_acked(2)
         self.assertLessEqual(len(self.config_map_watches()) - watches_before, 3,
                              "the worker kept re-watching from an expired resourceVersion")
+
+
+class FenceTest(unittest.TestCase):
+    """The fencing decision alone, on made-up monotonic times (a limit of 8 s)."""
+
+    def setUp(self):
+        sys.path.insert(0, HERE)
+        import swarm_worker  # noqa: PLC0415 - needs the path above
+        self.sw = swarm_worker
+        self.fence = swarm_worker.Fence(8.0, 100.0)
+
+    def test_the_margin_is_at_least_two_seconds_a_fifth_and_at_most_half_the_duration(self):
+        self.assertEqual(self.sw.fence_limit(10, self.sw.default_margin(10)), 8.0)
+        self.assertEqual(self.sw.fence_limit(30, self.sw.default_margin(30)), 24.0)
+        self.assertEqual(self.sw.fence_limit(3, self.sw.default_margin(3)), 1.5)
+
+    def test_no_renewal_within_the_limit_fences_once(self):
+        self.assertFalse(self.fence.check(107.9))
+        self.assertEqual(self.fence.renewed(102.0, 100.0, 107.9), (False, None))
+        self.assertEqual(self.fence.deadline(), 110.0)
+        self.assertTrue(self.fence.check(110.0))
+        self.assertFalse(self.fence.check(111.0))
+        self.assertIsNone(self.fence.deadline())
+
+    def test_a_renewal_after_a_pause_fences_before_anything_else_then_asks_for_a_read(self):
+        self.assertEqual(self.fence.renewed(130.0, 130.0, 130.1), (True, 1))
+        self.assertFalse(self.fence.is_live())
+        self.assertFalse(self.fence.read(2, 130.2), "not the awaited read")
+        self.assertTrue(self.fence.read(1, 130.3))
+        self.assertTrue(self.fence.is_live())
+
+    def test_a_renewal_answered_after_the_limit_fences_and_waits(self):
+        self.assertEqual(self.fence.renewed(101.0, 100.0, 130.0), (True, None))
+
+    def test_a_late_or_failed_read_keeps_the_fence(self):
+        self.fence.check(109.0)
+        self.assertEqual(self.fence.renewed(110.0, 110.0, 110.0), (False, 1))
+        self.assertEqual(self.fence.renewed(111.0, 110.0, 111.0), (False, None), "one at a time")
+        self.fence.read_failed(1)
+        self.assertEqual(self.fence.renewed(112.0, 110.0, 112.0), (False, 2))
+        self.assertFalse(self.fence.read(2, 120.5), "the renewal expired again")
+        self.assertFalse(self.fence.is_live())
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@
 //! - a version is acknowledged only once its stops and starts are done, and at once when it
 //!   changes nothing;
 //! - after [`Handoff::terminate`] nothing starts again and only versions whose own entry has no
-//!   jobs are acknowledged; the worker is done once one such acknowledgement is written.
+//!   jobs are acknowledged; the worker is done once one such acknowledgement is written;
+//! - after [`Handoff::fence`] nothing runs, and the next version offered is applied even if it
+//!   is the one applied before.
 
 /// What one config version asks of this worker: stop `stop` and wait, then start `start`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +45,8 @@ pub struct Handoff {
     /// The last acknowledgement the Lease writer confirmed.
     acked: Option<Ack>,
     terminating: bool,
+    /// Fenced: the version applied is to be applied again.
+    reapply: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -89,14 +93,16 @@ impl Handoff {
             Some(applied) => {
                 version > applied
                     || (version == applied
-                        && acknowledge
-                        && self.sent.is_none_or(|sent| sent.version < version))
+                        && (self.reapply
+                            || (acknowledge
+                                && self.sent.is_none_or(|sent| sent.version < version))))
             }
         };
         if !fresh {
             return None;
         }
         self.applied = Some(version);
+        self.reapply = false;
         let mut wanted: Vec<String> = Vec::with_capacity(entry.len());
         for job in entry {
             if !wanted.contains(job) {
@@ -209,6 +215,15 @@ impl Handoff {
     pub fn terminate(&mut self) -> Vec<String> {
         self.terminating = true;
         self.pending = None;
+        self.running.clone()
+    }
+
+    /// Fences the worker (its Lease may look expired): the pending version is abandoned and
+    /// the next version offered is applied from scratch, even the one applied now. Returns the
+    /// jobs to stop, all of them; report each with [`Handoff::stopped`].
+    pub fn fence(&mut self) -> Vec<String> {
+        self.pending = None;
+        self.reapply = true;
         self.running.clone()
     }
 
@@ -424,6 +439,36 @@ mod tests {
         assert_eq!(worker.starting(), Vec::<String>::new(), "b never starts");
         assert_eq!(worker.take_ack(), None);
         assert_eq!(worker.offer(2, &jobs(&["b"]), true), None, "a replay");
+    }
+
+    #[test]
+    fn a_fenced_worker_stops_everything_and_applies_the_same_version_again_afterwards() {
+        let mut worker = Handoff::new();
+        let first = worker.offer(1, &jobs(&["a", "b"]), true).unwrap();
+        apply(&mut worker, &first);
+        worker.acked(1);
+        worker.offer(2, &jobs(&["a", "c"]), true).unwrap();
+        assert_eq!(worker.fence(), jobs(&["a", "b"]), "version 2 is abandoned");
+        worker.stopped("a");
+        worker.stopped("b");
+        assert!(worker.running().is_empty());
+        assert_eq!(worker.starting(), Vec::<String>::new());
+        assert_eq!(worker.take_ack(), None);
+        assert_eq!(
+            worker.offer(1, &jobs(&["a"]), true),
+            None,
+            "older than applied"
+        );
+        let again = worker
+            .offer(2, &jobs(&["a", "c"]), true)
+            .expect("applied again");
+        assert_eq!(again.start, jobs(&["a", "c"]));
+        assert_eq!(apply(&mut worker, &again), Some(2));
+        assert_eq!(
+            worker.offer(2, &jobs(&["a", "c"]), true),
+            None,
+            "a replay again"
+        );
     }
 
     #[test]

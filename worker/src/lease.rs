@@ -1,7 +1,8 @@
 //! The worker's Lease: proof of life for this pod instance and the version it acknowledges.
 //!
-//! [`renewed`] builds the Lease to write from the one read (pure); [`keep`] writes it whenever
-//! the acknowledged version changes and at least four times per lease duration.
+//! [`renewed`] builds the Lease to write from the one read (pure); `keep` writes it whenever
+//! the acknowledged version changes and at least four times per lease duration, and reports
+//! when each successful write was sent, for the fence.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use tracing::{debug, warn};
 
 /// The Lease annotation naming the config version this pod instance runs.
@@ -109,24 +111,52 @@ pub fn acked_version(lease: &Lease) -> Option<u64> {
         .ok()
 }
 
+/// A successful Lease write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Written {
+    /// The acknowledged version the Lease now carries.
+    pub(crate) acked: Option<u64>,
+    /// When the accepted request was sent: the renewal counts from here, not from the answer.
+    pub(crate) sent: Instant,
+    /// When the current run of renewals began: the first success after a gap of `timeout` or
+    /// more since the one before (or since `start`), for a reader that missed some.
+    pub(crate) streak: Instant,
+}
+
 /// Writes the Lease until `acked`'s sender is dropped: at once, whenever `acked` changes, and
-/// every quarter of `duration`. After each write, `written` holds the acknowledged version the
-/// Lease carries.
+/// every quarter of `duration`, each write given up after `timeout` (the fence limit). Each
+/// success is published on `written`; `start` counts as the first.
 pub(crate) async fn keep(
     api: Api<Lease>,
     holder: Holder,
     duration: Duration,
+    timeout: Duration,
+    start: Instant,
     mut acked: watch::Receiver<Option<u64>>,
-    written: watch::Sender<Option<u64>>,
+    written: watch::Sender<Option<Written>>,
 ) {
     // A quarter, not a third: a renewal that takes a while still lands within a third.
     let renew_every = duration / 4;
     let mut current: Option<Lease> = None;
+    let (mut last, mut streak) = (start, start);
     loop {
         let want = *acked.borrow_and_update();
-        let wait = match write(&api, &holder, &mut current, want, duration).await {
-            Ok(()) => {
-                written.send_replace(want);
+        let attempt = write(&api, &holder, &mut current, want, duration);
+        let result = match tokio::time::timeout(timeout, attempt).await {
+            Ok(answer) => answer.map_err(WriteError::Api),
+            Err(_) => Err(WriteError::TimedOut),
+        };
+        let wait = match result {
+            Ok(sent) => {
+                if sent.saturating_duration_since(last) >= timeout {
+                    streak = sent;
+                }
+                last = sent;
+                written.send_replace(Some(Written {
+                    acked: want,
+                    sent,
+                    streak,
+                }));
                 renew_every
             }
             Err(error) => {
@@ -146,6 +176,16 @@ pub(crate) async fn keep(
     }
 }
 
+/// Why a Lease write failed.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    #[error(transparent)]
+    Api(kube::Error),
+    // An answer later than this would come too late to keep the worker from fencing.
+    #[error("no answer in time")]
+    TimedOut,
+}
+
 /// One read-modify-write, retried from a fresh read on a conflict.
 async fn write(
     api: &Api<Lease>,
@@ -153,7 +193,7 @@ async fn write(
     current: &mut Option<Lease>,
     acked: Option<u64>,
     duration: Duration,
-) -> Result<(), kube::Error> {
+) -> Result<Instant, kube::Error> {
     const ATTEMPTS: usize = 5;
     let mut attempt = 0;
     loop {
@@ -162,6 +202,7 @@ async fn write(
             *current = api.get_opt(&holder.pod).await?;
         }
         let lease = renewed(current.as_ref(), holder, acked, duration, Timestamp::now());
+        let sent = Instant::now();
         let result = match current {
             None => api.create(&PostParams::default(), &lease).await,
             Some(_) => {
@@ -172,7 +213,7 @@ async fn write(
         match result {
             Ok(stored) => {
                 *current = Some(stored);
-                return Ok(());
+                return Ok(sent);
             }
             // Someone else wrote it (or created it) since it was read: read it again.
             Err(kube::Error::Api(status))

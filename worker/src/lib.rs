@@ -3,15 +3,19 @@
 //! An application implements [`Jobs`] (start and stop one job) and hands it to
 //! [`Worker::run`]; the library reads the pod's entry of the pool's ConfigMap through the API,
 //! stops and starts jobs as each new config version asks, acknowledges the version on the
-//! pod's Lease, and handles SIGTERM as the protocol says.
+//! pod's Lease, fences itself (stops every job) when its Lease has not been renewed in time, and
+//! handles SIGTERM as the protocol says.
 //!
 //! - [`handoff`]: the protocol's rules, with no I/O (what to stop and start, when to
 //!   acknowledge, how to terminate).
+//! - [`fence`]: when to stop every job because the Lease may look expired, and when to run
+//!   again (pure).
 //! - [`lease`]: the Lease to write (pure) and the task that keeps it renewed.
 //! - [`source`]: the ConfigMap GET and WATCH, and the mounted file as a fallback.
 //! - [`report`]: the optional JSON-lines report of what runs.
 //! - [`settings`]: who the worker is, from the pod's environment.
 
+pub mod fence;
 pub mod handoff;
 pub mod lease;
 pub mod report;

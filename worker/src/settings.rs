@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::Error;
+use crate::{Error, fence};
 
 /// Where the pool's ConfigMap is mounted when `SWARM_CONFIG_FILE` is not set.
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/swarm/config.yml";
@@ -33,9 +33,19 @@ pub struct Settings {
     pub report: Option<PathBuf>,
     /// The Lease's `leaseDurationSeconds`; it is renewed four times per duration.
     pub lease_duration: Duration,
+    /// How long before its Lease could look expired the worker fences itself (stops every
+    /// job); by default [`crate::fence::default_margin`], at most half the duration.
+    pub fence_margin: Duration,
     /// How long after SIGTERM the worker waits to acknowledge a version without jobs before it
     /// exits anyway; keep it below the pod's `terminationGracePeriodSeconds`.
     pub termination_deadline: Duration,
+}
+
+impl Settings {
+    /// How long after its last successful Lease write the worker may run jobs.
+    pub fn fence_after(&self) -> Duration {
+        fence::limit(self.lease_duration, self.fence_margin)
+    }
 }
 
 /// Settings as read from the environment, each possibly missing until the builder fills it.
@@ -49,6 +59,7 @@ pub(crate) struct PartialSettings {
     pub(crate) config_file: Option<PathBuf>,
     pub(crate) report: Option<PathBuf>,
     pub(crate) lease_duration: Option<Duration>,
+    pub(crate) fence_margin: Option<Duration>,
     pub(crate) termination_deadline: Option<Duration>,
 }
 
@@ -65,6 +76,7 @@ impl PartialSettings {
             config_file: var("SWARM_CONFIG_FILE").map(PathBuf::from),
             report: var("SWARM_WORKER_REPORT").map(PathBuf::from),
             lease_duration: None,
+            fence_margin: None,
             termination_deadline: None,
         }
     }
@@ -73,6 +85,7 @@ impl PartialSettings {
     pub(crate) fn complete(self) -> Result<Settings, Error> {
         let missing = |name: &'static str| Error::MissingSetting { name };
         let pool = self.pool.ok_or(missing("SWARM_POOL"))?;
+        let lease_duration = self.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION);
         Ok(Settings {
             pod_name: self.pod_name.ok_or(missing("POD_NAME"))?,
             namespace: self.namespace.ok_or(missing("POD_NAMESPACE"))?,
@@ -83,7 +96,10 @@ impl PartialSettings {
                 .config_file
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_FILE)),
             report: self.report,
-            lease_duration: self.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION),
+            lease_duration,
+            fence_margin: self
+                .fence_margin
+                .unwrap_or_else(|| fence::default_margin(lease_duration)),
             termination_deadline: self
                 .termination_deadline
                 .unwrap_or(DEFAULT_TERMINATION_DEADLINE),
@@ -119,6 +135,8 @@ mod tests {
         assert_eq!(settings.config_file, PathBuf::from(DEFAULT_CONFIG_FILE));
         assert_eq!(settings.report, None);
         assert_eq!(settings.lease_duration, Duration::from_secs(10));
+        assert_eq!(settings.fence_margin, Duration::from_secs(2));
+        assert_eq!(settings.fence_after(), Duration::from_secs(8));
     }
 
     #[test]

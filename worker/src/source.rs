@@ -164,21 +164,34 @@ async fn watch_from(
     }
 }
 
+/// GETs the ConfigMap once: this pod's entry, or `None` when there is no usable config.
+pub(crate) async fn read(
+    api: &Api<ConfigMap>,
+    name: &str,
+    pod: &str,
+) -> Result<Option<Observed>, kube::Error> {
+    let found = api.get_opt(name).await?;
+    Ok(found.and_then(|config_map| observe(&config_map, pod)))
+}
+
 fn publish(config_map: &ConfigMap, pod: &str, out: &watch::Sender<Option<Observed>>) {
+    if let Some(observed) = observe(config_map, pod) {
+        out.send_replace(Some(observed));
+    }
+}
+
+fn observe(config_map: &ConfigMap, pod: &str) -> Option<Observed> {
     let text = config_map
         .data
         .as_ref()
         .and_then(|data| data.get(CONFIG_KEY));
     let Some(text) = text else {
         warn!(key = CONFIG_KEY, "the ConfigMap has no worker config");
-        return;
+        return None;
     };
-    match Observed::parse(text, pod, true) {
-        Ok(observed) => {
-            out.send_replace(Some(observed));
-        }
-        Err(error) => warn!(%error, "cannot read the ConfigMap's worker config"),
-    }
+    Observed::parse(text, pod, true)
+        .inspect_err(|error| warn!(%error, "cannot read the ConfigMap's worker config"))
+        .ok()
 }
 
 fn read_file(file: &Path, pod: &str, out: &watch::Sender<Option<Observed>>) {

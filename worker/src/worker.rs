@@ -6,15 +6,17 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::Error;
+use crate::fence::Fence;
 use crate::handoff::Handoff;
-use crate::lease::{self, Holder};
+use crate::lease::{self, Holder, Written};
 use crate::report::Report;
 use crate::settings::{PartialSettings, Settings};
 use crate::source::{self, Observed};
@@ -117,6 +119,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Sets how long before its Lease could look expired the worker stops every job (default
+    /// `max(2 s, duration / 5)`, at most half the duration).
+    pub fn fence_margin(mut self, margin: Duration) -> Self {
+        self.settings.fence_margin = Some(margin);
+        self
+    }
+
     /// Sets how long a terminating worker waits to acknowledge a version without jobs
     /// (default 25 s); keep it below the pod's grace period.
     pub fn termination_deadline(mut self, deadline: Duration) -> Self {
@@ -178,6 +187,14 @@ pub struct Worker {
 /// Aborts the worker's background tasks when it returns.
 struct Tasks(Vec<JoinHandle<()>>);
 
+impl Tasks {
+    /// Runs `task` alongside the others, forgetting those that have ended.
+    fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.0.retain(|task| !task.is_finished());
+        self.0.push(tokio::spawn(task));
+    }
+}
+
 impl Drop for Tasks {
     fn drop(&mut self) {
         for task in &self.0 {
@@ -198,10 +215,12 @@ impl Worker {
     }
 
     /// Runs `jobs` as the pool's config says until terminated: applies each new version of
-    /// this pod's entry (stops first, then starts) and acknowledges it on the Lease. On the
-    /// shutdown signal it stops every job, starts none again, and returns once it has
-    /// acknowledged a version whose entry has no jobs, or at the termination deadline.
-    pub async fn run<J: Jobs>(self, mut jobs: J) -> Exit {
+    /// this pod's entry (stops first, then starts) and acknowledges it on the Lease. When the
+    /// Lease has not been renewed for the fence limit it stops every job, and runs them again
+    /// only once the Lease is renewed and the ConfigMap read afresh. On the shutdown signal it
+    /// stops every job, starts none again, and returns once it has acknowledged a version
+    /// whose entry has no jobs, or at the termination deadline.
+    pub async fn run<J: Jobs>(self, jobs: J) -> Exit {
         let settings = self.settings.clone();
         let report = Report::new(
             settings.report.clone(),
@@ -209,45 +228,57 @@ impl Worker {
             &settings.pod_uid,
         );
         report.write(None, &[]);
-        let (_tasks, channels) = self.spawn_tasks();
+        let config_maps = Api::namespaced(self.client.clone(), &settings.namespace);
+        let start = Instant::now();
+        let (_tasks, channels) = self.spawn_tasks(start);
         let Channels {
             ack,
             mut written,
             mut config,
             mut terminate,
         } = channels;
-        let mut core = Handoff::new();
+        let (read_tx, mut reads) = mpsc::unbounded_channel();
+        let mut shell = Shell {
+            core: Handoff::new(),
+            fence: Fence::new(settings.fence_after(), start),
+            jobs,
+            report,
+            ack,
+            written: written.clone(),
+            terminate: terminate.clone(),
+            config_maps,
+            settings: settings.clone(),
+            read_tx,
+            fresh_reads: Tasks(Vec::new()),
+        };
         let mut deadline: Option<Instant> = None;
         loop {
+            let fence_at = shell.fence.deadline();
             tokio::select! {
-                Ok(()) = config.changed() => {
-                    let observed = config.borrow_and_update().clone();
-                    if let Some(observed) = observed {
-                        apply(&mut core, &observed, &mut jobs, &report, &terminate).await;
-                        if let Some(version) = core.take_ack() {
-                            ack.send_replace(Some(version));
-                        }
-                    }
-                }
-                Ok(()) = terminate.changed(), if !core.terminating() => {
-                    info!("terminating: stopping every job");
-                    let stop = core.terminate();
-                    for job in &stop {
-                        jobs.stop(job).await;
-                        core.stopped(job);
-                    }
-                    if !stop.is_empty() {
-                        report.write(core.applied(), core.running());
-                    }
-                    deadline = Some(Instant::now() + settings.termination_deadline);
+                // The fence first: when it is due, nothing else may start a job before it.
+                biased;
+                _ = tokio::time::sleep_until(fence_at.unwrap_or_else(Instant::now)),
+                    if fence_at.is_some() =>
+                {
+                    shell.check_fence().await;
                 }
                 Ok(()) = written.changed() => {
-                    if let Some(version) = *written.borrow_and_update()
-                        && core.acknowledged() != Some(version)
+                    written.borrow_and_update();
+                    shell.sync_fence().await;
+                }
+                Some((read, result)) = reads.recv() => shell.read_afresh(read, result).await,
+                Ok(()) = config.changed() => {
+                    let observed = config.borrow_and_update().clone();
+                    // Fenced, only a read issued after a renewal counts.
+                    if let Some(observed) = observed
+                        && shell.fence.is_live()
                     {
-                        core.acked(version);
-                        info!(version, "acknowledged");
+                        shell.handle(&observed).await;
                     }
+                }
+                Ok(()) = terminate.changed(), if !shell.core.terminating() => {
+                    shell.terminate().await;
+                    deadline = Some(Instant::now() + settings.termination_deadline);
                 }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)),
                     if deadline.is_some() =>
@@ -256,8 +287,8 @@ impl Worker {
                     return Exit::DeadlineReached;
                 }
             }
-            if core.done()
-                && let Some(version) = core.acknowledged()
+            if shell.core.done()
+                && let Some(version) = shell.core.acknowledged()
             {
                 info!(version, "terminated: acknowledged a version without jobs");
                 return Exit::Acknowledged { version };
@@ -269,7 +300,7 @@ impl Worker {
 impl Worker {
     /// Starts the Lease keeper, the ConfigMap follower and the shutdown watch, and returns
     /// them with the channels the event loop of [`Worker::run`] reads and writes.
-    fn spawn_tasks(self) -> (Tasks, Channels) {
+    fn spawn_tasks(self, start: Instant) -> (Tasks, Channels) {
         let Worker {
             settings,
             client,
@@ -290,6 +321,8 @@ impl Worker {
                 Api::namespaced(client.clone(), &settings.namespace),
                 holder,
                 settings.lease_duration,
+                settings.fence_after(),
+                start,
                 ack_rx,
                 written_tx,
             )),
@@ -319,48 +352,189 @@ impl Worker {
 struct Channels {
     /// To the Lease keeper: the version to acknowledge.
     ack: watch::Sender<Option<u64>>,
-    /// From the Lease keeper: the version the Lease now acknowledges.
-    written: watch::Receiver<Option<u64>>,
+    /// From the Lease keeper: each successful write.
+    written: watch::Receiver<Option<Written>>,
     /// From the ConfigMap follower: the version observed last.
     config: watch::Receiver<Option<Observed>>,
     /// From the shutdown watch: SIGTERM came.
     terminate: watch::Receiver<bool>,
 }
 
-/// Applies one observed version: stops, a report line, then (unless terminating) a report line
-/// and starts.
-async fn apply<J: Jobs>(
-    core: &mut Handoff,
-    observed: &Observed,
-    jobs: &mut J,
-    report: &Report,
-    terminate: &watch::Receiver<bool>,
+/// The event loop's state and what it drives.
+struct Shell<J> {
+    core: Handoff,
+    fence: Fence,
+    jobs: J,
+    report: Report,
+    /// To the Lease keeper: the version to acknowledge.
+    ack: watch::Sender<Option<u64>>,
+    /// From the Lease keeper: its last success, read before each fence decision.
+    written: watch::Receiver<Option<Written>>,
+    terminate: watch::Receiver<bool>,
+    config_maps: Api<ConfigMap>,
+    settings: Settings,
+    /// To the event loop: the answers of the reads after a fence.
+    read_tx: mpsc::UnboundedSender<(u64, Result<Observed, ReadError>)>,
+    fresh_reads: Tasks,
+}
+
+impl<J: Jobs> Shell<J> {
+    /// Fences the worker if its last renewal is too old; true if it is fenced now.
+    async fn check_fence(&mut self) -> bool {
+        self.sync_fence().await;
+        if self.fence.check(Instant::now()) {
+            self.fence_jobs().await;
+        }
+        !self.fence.is_live()
+    }
+
+    /// Brings the fence and the acknowledgement up to date with the Lease keeper's last
+    /// success (the loop may have been busy with a stop meanwhile); a fenced worker renewed
+    /// in time reads the ConfigMap again.
+    async fn sync_fence(&mut self) {
+        let Some(written) = *self.written.borrow() else {
+            return;
+        };
+        if let Some(version) = written.acked
+            && self.core.acknowledged() != Some(version)
+        {
+            self.core.acked(version);
+            info!(version, "acknowledged");
+        }
+        let renewal = self
+            .fence
+            .renewed(written.sent, written.streak, Instant::now());
+        if renewal.newly_fenced {
+            self.fence_jobs().await;
+        }
+        if let Some(read) = renewal.read {
+            self.fresh_reads.spawn(read_afresh(
+                self.config_maps.clone(),
+                self.settings.clone(),
+                read,
+                self.read_tx.clone(),
+            ));
+        }
+    }
+
+    /// The answer to a read after a fence: the fence lifts if it is the awaited one, in time.
+    async fn read_afresh(&mut self, read: u64, result: Result<Observed, ReadError>) {
+        match result {
+            Ok(observed) if self.fence.read(read, Instant::now()) => {
+                info!(
+                    version = observed.version,
+                    "Lease renewed and config read again: running"
+                );
+                self.handle(&observed).await;
+            }
+            Ok(_) => {}
+            Err(error) => {
+                warn!(%error, "cannot read the ConfigMap again; still fenced");
+                self.fence.read_failed(read);
+            }
+        }
+    }
+
+    /// Applies one observed version and hands its acknowledgement to the Lease keeper.
+    async fn handle(&mut self, observed: &Observed) {
+        self.apply(observed).await;
+        if let Some(version) = self.core.take_ack() {
+            self.ack.send_replace(Some(version));
+        }
+    }
+
+    /// Applies one observed version: stops, a report line, then (unless terminating or fenced)
+    /// a report line and starts.
+    async fn apply(&mut self, observed: &Observed) {
+        let Some(change) = self
+            .core
+            .offer(observed.version, &observed.entry, observed.from_api)
+        else {
+            debug!(version = observed.version, "version ignored");
+            return;
+        };
+        let version = change.version;
+        if !change.is_empty() {
+            info!(version, stop = ?change.stop, start = ?change.start, "applying");
+        }
+        if !change.stop.is_empty() {
+            for job in &change.stop {
+                self.jobs.stop(job).await;
+                self.core.stopped(job);
+            }
+            self.report.write(Some(version), self.core.running());
+        }
+        // A SIGTERM during the stops: the main loop stops the rest and nothing starts.
+        if *self.terminate.borrow() {
+            return;
+        }
+        // The stops may have taken long, or the process been paused: no start on an old
+        // renewal.
+        if self.check_fence().await {
+            return;
+        }
+        let start = self.core.starting();
+        if !start.is_empty() {
+            self.report.write(Some(version), self.core.running());
+            for job in &start {
+                self.jobs.start(job).await;
+                self.core.started(job);
+            }
+        }
+    }
+
+    /// Stops every job: the Lease may look expired to the operator, which then hands them on.
+    async fn fence_jobs(&mut self) {
+        let stop = self.core.fence();
+        for job in &stop {
+            self.jobs.stop(job).await;
+            self.core.stopped(job);
+        }
+        if !stop.is_empty() {
+            self.report.write(self.core.applied(), self.core.running());
+        }
+        warn!(stopped = ?stop, "fenced: the Lease was not renewed in time; no job runs until it is renewed and the config read again");
+    }
+
+    /// SIGTERM: stops every job; nothing starts again.
+    async fn terminate(&mut self) {
+        info!("terminating: stopping every job");
+        let stop = self.core.terminate();
+        for job in &stop {
+            self.jobs.stop(job).await;
+            self.core.stopped(job);
+        }
+        if !stop.is_empty() {
+            self.report.write(self.core.applied(), self.core.running());
+        }
+    }
+}
+
+/// GETs the ConfigMap for the fence's read `read` and sends the answer to the event loop;
+/// no entry or no answer in time is a failed read.
+async fn read_afresh(
+    api: Api<ConfigMap>,
+    settings: Settings,
+    read: u64,
+    out: mpsc::UnboundedSender<(u64, Result<Observed, ReadError>)>,
 ) {
-    let Some(change) = core.offer(observed.version, &observed.entry, observed.from_api) else {
-        debug!(version = observed.version, "version ignored");
-        return;
+    let get = source::read(&api, &settings.config_map, &settings.pod_name);
+    let result = match tokio::time::timeout(settings.fence_after(), get).await {
+        Ok(Ok(Some(observed))) => Ok(observed),
+        Ok(Ok(None)) => Err(ReadError::NoConfig),
+        Ok(Err(error)) => Err(ReadError::Api(error)),
+        Err(_) => Err(ReadError::TimedOut),
     };
-    let version = change.version;
-    if !change.is_empty() {
-        info!(version, stop = ?change.stop, start = ?change.start, "applying");
-    }
-    if !change.stop.is_empty() {
-        for job in &change.stop {
-            jobs.stop(job).await;
-            core.stopped(job);
-        }
-        report.write(Some(version), core.running());
-    }
-    // A SIGTERM during the stops: the main loop stops the rest and nothing starts.
-    if *terminate.borrow() {
-        return;
-    }
-    let start = core.starting();
-    if !start.is_empty() {
-        report.write(Some(version), core.running());
-        for job in &start {
-            jobs.start(job).await;
-            core.started(job);
-        }
-    }
+    let _ = out.send((read, result));
+}
+
+/// Why the ConfigMap could not be read again after a fence.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    #[error(transparent)]
+    Api(kube::Error),
+    #[error("no usable worker config in the ConfigMap")]
+    NoConfig,
+    #[error("no answer in time")]
+    TimedOut,
 }

@@ -18,7 +18,8 @@ use kube_sim::{Sim, SimConfig};
 use swarm_assign::worker_config::{WorkerConfig, Workload};
 use swarm_worker::lease::{ACKED_VERSION_ANNOTATION, POOL_LABEL, acked_version};
 use swarm_worker::{Exit, Jobs, WorkerBuilder};
-use tokio::sync::{Semaphore, oneshot};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, oneshot, watch};
 
 const POD: &str = "w-0";
 const CONFIG_MAP: &str = "pool-config";
@@ -104,6 +105,28 @@ async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) ->
     }
 }
 
+/// Creates this test's Pod, the Lease's owner (the sim collects a Lease whose owner is
+/// missing); returns its uid.
+async fn create_pod(pods: &Api<Pod>) -> String {
+    let pod = Pod {
+        metadata: ObjectMeta {
+            name: Some(POD.into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "worker".into(),
+                image: Some("swarm-worker:latest".into()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    };
+    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+    pod.metadata.uid.unwrap()
+}
+
 fn spec(lease: &Lease) -> &LeaseSpec {
     lease.spec.as_ref().unwrap()
 }
@@ -152,23 +175,7 @@ async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stop
         .create(&PostParams::default(), &config(1, &["a", "b"], &["x"]))
         .await
         .unwrap();
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some(POD.into()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "worker".into(),
-                image: Some("swarm-worker:latest".into()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    };
-    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
-    let uid = pod.metadata.uid.clone().unwrap();
+    let uid = create_pod(&pods).await;
     // The previous pod of this name left its Lease, acknowledging a version of its own.
     let left = Lease {
         metadata: ObjectMeta {
@@ -410,4 +417,152 @@ async fn without_the_api_a_worker_runs_the_mounted_file_and_acknowledges_nothing
         app.calls(),
         strings(&["start a", "stopping a", "stopped a"])
     );
+}
+
+/// A TCP proxy in front of the sim that the test can cut: cut, it breaks every open connection
+/// and refuses new ones, as a network partition that resets would.
+struct Proxy {
+    url: String,
+    open: watch::Sender<bool>,
+}
+
+impl Proxy {
+    async fn start(upstream: std::net::SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (open, _) = watch::channel(true);
+        let state = open.clone();
+        tokio::spawn(async move {
+            while let Ok((mut downstream, _)) = listener.accept().await {
+                let mut open = state.subscribe();
+                if !*open.borrow_and_update() {
+                    continue; // dropped: refused
+                }
+                tokio::spawn(async move {
+                    let Ok(mut upstream) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream) => {}
+                        _ = open.wait_for(|open| !open) => {}
+                    }
+                });
+            }
+        });
+        Self { url, open }
+    }
+
+    fn cut(&self) {
+        self.open.send_replace(false);
+    }
+
+    fn restore(&self) {
+        self.open.send_replace(true);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cut_off_from_the_api_fences_itself_and_runs_again_after_a_renewal_and_a_fresh_read()
+ {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("swarm_worker=debug")
+        .with_test_writer()
+        .try_init();
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let uid = create_pod(&Api::namespaced(client.clone(), "default")).await;
+    config_maps
+        .create(&PostParams::default(), &config(1, &["a", "b"], &[]))
+        .await
+        .unwrap();
+    let proxy = Proxy::start(sim.addr()).await;
+    let through_proxy = Client::try_from(Config::new(proxy.url.parse().unwrap())).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.jsonl");
+    let app = Recorder::new();
+    app.stop_permits.add_permits(100);
+    let duration = Duration::from_secs(4);
+    let worker = WorkerBuilder::empty()
+        .pod_name(POD)
+        .namespace("default")
+        .pod_uid(&uid)
+        .pool("pool")
+        .config_map(CONFIG_MAP)
+        .config_file(dir.path().join("absent.yml"))
+        .report(&report)
+        .lease_duration(duration)
+        .client(through_proxy)
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .unwrap();
+    let fence_after = worker.settings().fence_after();
+    assert_eq!(
+        fence_after,
+        Duration::from_secs(2),
+        "4 s less a margin of 2 s"
+    );
+    let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
+    eventually("version 1 acknowledged", async || {
+        let lease = leases.get(POD).await.ok()?;
+        (acked_version(&lease) == Some(1)).then_some(())
+    })
+    .await;
+    assert_eq!(app.calls(), strings(&["start a", "start b"]));
+
+    // Cut off: no renewal gets through, so within the fence limit every job stops.
+    let cut = tokio::time::Instant::now();
+    proxy.cut();
+    let renewed_before = renew_time(&leases.get(POD).await.unwrap());
+    eventually("every job stopped", async || {
+        let calls = app.calls();
+        (calls.contains(&"stopped a".to_string()) && calls.contains(&"stopped b".to_string()))
+            .then_some(())
+    })
+    .await;
+    let fenced_after = cut.elapsed();
+    assert!(
+        fenced_after <= fence_after + Duration::from_millis(500),
+        "fenced {fenced_after:?} after the cut"
+    );
+    assert_eq!(reported(&report).last(), Some(&(Some(1), vec![])));
+
+    // Meanwhile the operator moves b away: the worker must not run b again.
+    write_config(&config_maps, config(2, &["a", "c"], &["b"])).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        renew_time(&leases.get(POD).await.unwrap()),
+        renewed_before,
+        "no renewal got through"
+    );
+    let calls = app.calls();
+    assert_eq!(calls.len(), 6, "nothing starts while fenced: {calls:?}");
+
+    // Back: a renewal, then a GET issued after it, then the new entry runs and is acknowledged.
+    proxy.restore();
+    eventually("version 2 acknowledged", async || {
+        let lease = leases.get(POD).await.ok()?;
+        (acked_version(&lease) == Some(2)).then_some(())
+    })
+    .await;
+    let restarted: Vec<String> = app.calls()[6..].to_vec();
+    assert_eq!(restarted, strings(&["start a", "start c"]));
+    assert_eq!(
+        reported(&report).last(),
+        Some(&(Some(2), strings(&["a", "c"])))
+    );
+    assert!(renew_time(&leases.get(POD).await.unwrap()) > renewed_before);
+    sim.shutdown().await;
+}
+
+/// Aborts a task when the test ends, even on a failed assertion.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
