@@ -4,6 +4,9 @@
 
 use std::path::Path;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use serde::Deserialize;
@@ -338,4 +341,91 @@ fn a_worker_may_read_only_its_pools_config_map_and_keep_only_leases() {
             "{file} is in the kustomization"
         );
     }
+}
+
+#[test]
+fn the_worker_lease_policy_guards_only_labelled_leases_and_denies() {
+    let policy: ValidatingAdmissionPolicy = document(
+        "deploy/worker-lease-policy/policy.yaml",
+        "ValidatingAdmissionPolicy",
+    );
+    let name = policy.metadata.name.clone().unwrap();
+    let spec = policy.spec.unwrap();
+    assert_eq!(spec.failure_policy.as_deref(), Some("Fail"));
+    let rules = spec.match_constraints.unwrap().resource_rules.unwrap();
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    let rule = &rules[0];
+    assert_eq!(
+        rule.api_groups.as_deref(),
+        Some(&["coordination.k8s.io".to_owned()][..])
+    );
+    assert_eq!(rule.resources.as_deref(), Some(&["leases".to_owned()][..]));
+    let mut operations = rule.operations.clone().unwrap();
+    operations.sort();
+    assert_eq!(operations, ["CREATE", "DELETE", "UPDATE"]);
+    // Unlabelled Leases (leader election, nodes) are never evaluated; the label counts on the
+    // old object too, so removing it does not escape the policy.
+    let conditions = spec.match_conditions.unwrap();
+    assert_eq!(conditions.len(), 1);
+    let condition = &conditions[0].expression;
+    for part in [
+        "'swarm.io/pool' in object.metadata.labels",
+        "'swarm.io/pool' in oldObject.metadata.labels",
+    ] {
+        assert!(condition.contains(part), "{part} in {condition}");
+    }
+    let variables = spec.variables.unwrap();
+    let variable = |name: &str| {
+        variables
+            .iter()
+            .find(|v| v.name == name)
+            .unwrap_or_else(|| panic!("variable {name}"))
+            .expression
+            .clone()
+    };
+    assert!(variable("podName").contains("'authentication.kubernetes.io/pod-name'"));
+    assert!(variable("podUid").contains("'authentication.kubernetes.io/pod-uid'"));
+    let trusted = variable("trusted");
+    // The operator's ServiceAccount as deploy/rbac names it.
+    let account: k8s_openapi::api::core::v1::ServiceAccount =
+        document("deploy/rbac/service_account.yaml", "ServiceAccount");
+    let operator = format!(
+        "system:serviceaccount:{}:{}",
+        account.metadata.namespace.unwrap(),
+        account.metadata.name.unwrap()
+    );
+    for user in [
+        operator.as_str(),
+        "system:serviceaccount:kube-system:generic-garbage-collector",
+        "system:serviceaccount:kube-system:namespace-controller",
+    ] {
+        assert!(trusted.contains(&format!("'{user}'")), "{user} is trusted");
+    }
+    let validations = spec.validations.unwrap();
+    assert!(
+        validations[0]
+            .expression
+            .contains("variables.podName == [variables.leaseName]")
+    );
+    for validation in &validations {
+        assert!(validation.message_expression.is_some(), "{validation:?}");
+        assert_eq!(validation.reason.as_deref(), Some("Forbidden"));
+    }
+
+    let binding: ValidatingAdmissionPolicyBinding = document(
+        "deploy/worker-lease-policy/binding.yaml",
+        "ValidatingAdmissionPolicyBinding",
+    );
+    let binding = binding.spec;
+    assert_eq!(binding.policy_name, name);
+    assert_eq!(binding.validation_actions, ["Deny"]);
+    let kustomization = read("deploy/worker-lease-policy/kustomization.yaml");
+    for file in ["policy.yaml", "binding.yaml"] {
+        assert!(
+            kustomization.contains(file),
+            "{file} is in the kustomization"
+        );
+    }
+    // Opt-in: it refuses workers that run outside a pod, so the default install leaves it out.
+    assert!(!read("deploy/kustomization.yaml").contains("worker-lease-policy"));
 }

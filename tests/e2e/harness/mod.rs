@@ -541,6 +541,25 @@ impl Env {
         }
     }
 
+    /// On a real cluster, a kubeconfig with a token of ServiceAccount `namespace/account`
+    /// bound to pod `pod` of uid `uid` (see [`RealCluster::pod_bound_kubeconfig`]); `None` on
+    /// kube-sim, which has no authentication.
+    pub async fn pod_bound_kubeconfig(
+        &self,
+        namespace: &str,
+        account: &str,
+        pod: &str,
+        uid: &str,
+    ) -> Option<PathBuf> {
+        let cluster = self.real.as_ref()?;
+        let out = self.scratch(&format!("{namespace}-{pod}.kubeconfig"));
+        Some(
+            cluster
+                .pod_bound_kubeconfig(&self.kubectl, namespace, account, (pod, uid), &out)
+                .await,
+        )
+    }
+
     /// Kills the operator with SIGKILL (no graceful shutdown), as a crash would.
     pub async fn kill_operator(&mut self) {
         let mut operator = self.operator.take().expect("no operator is running");

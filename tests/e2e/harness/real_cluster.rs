@@ -152,9 +152,43 @@ impl RealCluster {
         account: &str,
         out: &Path,
     ) -> PathBuf {
-        let token = kubectl
-            .ok(&["-n", namespace, "create", "token", account, "--duration=2h"])
-            .await;
+        self.token_kubeconfig(kubectl, namespace, account, &[], out)
+            .await
+    }
+
+    /// Like [`RealCluster::service_account_kubeconfig`], with a token bound to pod `pod` of
+    /// uid `uid` (as the projected token a pod of that account gets): its requests carry the
+    /// pod's name and uid, and it is valid only while that pod instance exists.
+    pub async fn pod_bound_kubeconfig(
+        &self,
+        kubectl: &Kubectl,
+        namespace: &str,
+        account: &str,
+        (pod, uid): (&str, &str),
+        out: &Path,
+    ) -> PathBuf {
+        let bound = [
+            "--bound-object-kind=Pod",
+            &format!("--bound-object-name={pod}"),
+            &format!("--bound-object-uid={uid}"),
+        ];
+        self.token_kubeconfig(kubectl, namespace, account, &bound, out)
+            .await
+    }
+
+    /// A kubeconfig at `out` with a fresh token of `namespace/account`, `kubectl create token`
+    /// given `token_args`.
+    async fn token_kubeconfig(
+        &self,
+        kubectl: &Kubectl,
+        namespace: &str,
+        account: &str,
+        token_args: &[&str],
+        out: &Path,
+    ) -> PathBuf {
+        let mut args = vec!["-n", namespace, "create", "token", account, "--duration=2h"];
+        args.extend_from_slice(token_args);
+        let token = kubectl.ok(&args).await;
         let mut config = Kubeconfig::read_from(&self.kubeconfig).unwrap_or_else(|e| {
             panic!("cannot read kubeconfig {}: {e}", self.kubeconfig.display())
         });

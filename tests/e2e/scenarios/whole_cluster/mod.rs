@@ -8,3 +8,4 @@
 
 mod control_plane;
 pub(crate) mod deploy;
+mod worker_lease_policy;
