@@ -3,7 +3,7 @@
 //! `harness::worker_fleet`). The duplicate watch reads what those processes report they run.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
@@ -127,6 +127,73 @@ async fn a_worker_that_never_acknowledges_has_its_pod_deleted_after_the_timeout(
             |l| l.starts_with("swarm_operator_worker_ack_timeouts_total{") && !l.ends_with(" 0")
         ),
         "ack timeouts counted:\n{metrics}"
+    );
+    env.assert_exclusive();
+}
+
+/// A worker process SIGKILLed while its pod stays Running (as if it hung, or the kubelet had not
+/// restarted it yet): once its Lease expires (10 s + the 2 s grace, on the operator's clock) its
+/// jobs run on the other workers, without a pod deleted and without running twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() {
+    let mut env = Env::start_with("acknowledge-crash", SimSpeed::FAST).await;
+    install_acknowledging(&mut env, Workers::Rust, None).await;
+    scale(&env, 3).await;
+    let before = settle(&env, 3).await;
+    let sts = env.example.statefulset_name();
+    let crashed = format!("{sts}-1");
+    let mark = env.request_mark().await;
+    env.restart_longest_unheld();
+    let stats_before = env.handoff_stats();
+    let killed = Instant::now();
+    env.fleet().signal(&crashed, "KILL");
+
+    let after = wait_for(&env, &format!("{crashed}'s jobs on the others"), |o| {
+        if o.pool["status"]["expiredWorkers"] != json!([crashed]) {
+            return Err(format!(
+                "expiredWorkers {}",
+                o.pool["status"]["expiredWorkers"]
+            ));
+        }
+        let left = o.config().workload(&crashed).map_or(0, |w| w.jobs.len());
+        match (left, o.status_u64("jobsInTransit")) {
+            (0, Some(0)) => Ok(()),
+            _ => Err(format!(
+                "{left} jobs left on {crashed}, in transit {:?}",
+                o.status_u64("jobsInTransit")
+            )),
+        }
+    })
+    .await;
+    let moved_after = killed.elapsed();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stats = env.handoff_stats();
+    eprintln!(
+        "acknowledge-crash: {crashed}'s jobs moved {:.1} s after the kill; the longest a job ran nowhere: {:.1} s ({}); {:.1} unheld job-seconds, {:.2} duplicate",
+        moved_after.as_secs_f64(),
+        stats.longest_unheld_seconds,
+        stats.longest_unheld_job,
+        stats.unheld_job_seconds - stats_before.unheld_job_seconds,
+        stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+    );
+    assert_eq!(
+        after.pods[&crashed].uid, before.pods[&crashed].uid,
+        "its pod still runs"
+    );
+    assert_no_pod_deleted(&env, mark).await;
+    let events = pool_events(&env, &env.example.pool_name()).await;
+    assert!(
+        events.iter().any(|e| e.reason == "WorkerLeaseExpired"
+            && e.type_ == "Warning"
+            && e.note.contains(&crashed)),
+        "a WorkerLeaseExpired warning names {crashed}: {events:?}"
+    );
+    let metrics = env.operator_metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("swarm_operator_worker_failovers_total{") && l.ends_with(" 1")),
+        "one failover counted:\n{metrics}"
     );
     env.assert_exclusive();
 }
