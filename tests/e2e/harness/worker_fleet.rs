@@ -158,15 +158,29 @@ impl Fleet {
     }
 
     /// Sends `signal` (`STOP`, `CONT`, `KILL`, ...) to the worker of pod `pod`'s live instance.
+    ///
+    /// A stopped process executes nothing, so its report says it runs nothing while stopped;
+    /// once continued it may run again what it last reported, until it reports otherwise (a
+    /// worker that fences reports that it stopped everything).
     pub fn signal(&self, pod: &str, signal: &str) {
         let state = self.state.lock().expect("fleet state");
-        let process = state
+        let (uid, process) = state
             .processes
-            .values()
-            .find(|p| p.pod == pod && !p.exited)
+            .iter()
+            .find(|(_, p)| p.pod == pod && !p.exited)
             .unwrap_or_else(|| panic!("no live worker process for pod {pod}"));
         let pid = process.child.id().expect("a live process has a pid");
-        send(pid, signal);
+        match signal {
+            "STOP" => {
+                send(pid, signal);
+                self.reports.record_pause(pod, uid);
+            }
+            "CONT" => {
+                self.reports.record_resume(pod, uid);
+                send(pid, signal);
+            }
+            _ => send(pid, signal),
+        }
     }
 
     /// How many worker processes have started, by program (`rust`, `python`).
@@ -437,6 +451,9 @@ struct Line {
     uid: String,
     running: Vec<String>,
     at: String,
+    /// Set on the lines the fleet writes, not the worker.
+    #[serde(default)]
+    by: Option<String>,
 }
 
 impl Reports {
@@ -450,12 +467,36 @@ impl Reports {
 
     /// Appends an empty line for an instance whose process is gone: it runs nothing from now on.
     fn record_exit(&self, pod: &str, uid: &str) {
+        self.append(pod, uid, &[], "exited");
+    }
+
+    /// Appends an empty line for a process just stopped (SIGSTOP).
+    fn record_pause(&self, pod: &str, uid: &str) {
+        self.append(pod, uid, &[], "paused");
+    }
+
+    /// Appends, for a process about to continue (SIGCONT), the jobs it last reported itself.
+    fn record_resume(&self, pod: &str, uid: &str) {
+        let text = std::fs::read_to_string(self.path(uid)).unwrap_or_default();
+        let running = text
+            .lines()
+            .rev()
+            .filter_map(|line| serde_json::from_str::<Line>(line).ok())
+            .find(|line| line.by.is_none())
+            .map(|line| line.running)
+            .unwrap_or_default();
+        self.append(pod, uid, &running, "resumed");
+    }
+
+    /// Appends a line the fleet writes on the process's behalf (`by` says why).
+    fn append(&self, pod: &str, uid: &str, running: &[String], by: &str) {
         let line = serde_json::json!({
             "pod": pod,
             "uid": uid,
             "version": null,
-            "running": [],
+            "running": running,
             "at": format!("{:.9}", Timestamp::now()),
+            "by": format!("e2e fleet: {by}"),
         });
         let appended = File::options()
             .create(true)
@@ -463,7 +504,7 @@ impl Reports {
             .open(self.path(uid))
             .and_then(|mut file| file.write_all(format!("{line}\n").as_bytes()));
         if let Err(error) = appended {
-            panic!("cannot record the exit of {pod} ({uid}): {error}");
+            panic!("cannot append to the report of {pod} ({uid}): {error}");
         }
     }
 
@@ -485,6 +526,19 @@ impl Reports {
             }
         }
         Some(held)
+    }
+}
+
+impl Reports {
+    /// The job sets instance `uid`'s worker itself reported at or after `since`.
+    pub fn written_by_worker_since(&self, uid: &str, since: Timestamp) -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(self.path(uid)).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Line>(line).ok())
+            .filter(|line| line.by.is_none())
+            .filter(|line| Timestamp::from_str(&line.at).is_ok_and(|at| at >= since))
+            .map(|line| line.running)
+            .collect()
     }
 }
 

@@ -198,6 +198,69 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() 
     env.assert_exclusive();
 }
 
+/// A worker cut off for three Lease durations (its process frozen with SIGSTOP, as in a network
+/// partition or a long pause): its jobs move once its Lease expires; once continued it fences
+/// itself, runs none of them, renews, and is a member again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
+    let mut env = Env::start_with("acknowledge-partition", SimSpeed::FAST).await;
+    install_acknowledging(&mut env, Workers::Rust, None).await;
+    scale(&env, 3).await;
+    let before = settle(&env, 3).await;
+    let sts = env.example.statefulset_name();
+    let paused = format!("{sts}-1");
+    let held: BTreeSet<String> = before
+        .config()
+        .workload(&paused)
+        .unwrap()
+        .jobs
+        .iter()
+        .cloned()
+        .collect();
+    let mark = env.request_mark().await;
+    env.fleet().signal(&paused, "STOP");
+    let stopped = Instant::now();
+    wait_for(&env, &format!("{paused}'s jobs on the others"), |o| {
+        let left = o.config().workload(&paused).map_or(0, |w| w.jobs.len());
+        match (left, o.status_u64("jobsInTransit")) {
+            (0, Some(0)) => Ok(()),
+            _ => Err(format!("{left} jobs left on {paused}")),
+        }
+    })
+    .await;
+    let moved_after = stopped.elapsed();
+    tokio::time::sleep(Duration::from_secs(30).saturating_sub(stopped.elapsed())).await;
+    let resumed_at = k8s_openapi::jiff::Timestamp::now();
+    env.fleet().signal(&paused, "CONT");
+
+    let after = settle(&env, 3).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let uid = &before.pods[&paused].uid;
+    let rerun: Vec<String> = env
+        .fleet()
+        .reports()
+        .written_by_worker_since(uid, resumed_at)
+        .into_iter()
+        .flatten()
+        .filter(|job| {
+            held.contains(job) && !after.config().workload(&paused).unwrap().jobs.contains(job)
+        })
+        .collect();
+    assert!(
+        rerun.is_empty(),
+        "after resuming, {paused} ran jobs that had moved: {rerun:?}"
+    );
+    let stats = env.handoff_stats();
+    eprintln!(
+        "acknowledge-partition: {paused}'s jobs moved {:.1} s after SIGSTOP; after SIGCONT it holds {} jobs again; {:.3} duplicate job-seconds",
+        moved_after.as_secs_f64(),
+        after.config().workload(&paused).unwrap().jobs.len(),
+        stats.duplicate_job_seconds,
+    );
+    assert_no_pod_deleted(&env, mark).await;
+    env.assert_exclusive();
+}
+
 /// A Deployment pool of Python workers under `kubectl rollout restart`: each new pod's worker
 /// reads its entry through the API at once, each old one stops its jobs on SIGTERM, and the jobs
 /// move without a pod deleted by the operator and without running twice.
