@@ -366,7 +366,7 @@ async fn settle_deployment(env: &Env, pool: &str, old: &BTreeSet<String>) -> BTr
 /// Installs the CRDs, the operator, the example under `rollout.policy: Acknowledge` (with
 /// `ackTimeoutSeconds` when given) and its worker processes; returns the settled pool, every
 /// worker having acknowledged its jobs.
-async fn install_acknowledging(
+pub(crate) async fn install_acknowledging(
     env: &mut Env,
     workers: Workers,
     ack_timeout: Option<u64>,
@@ -408,7 +408,7 @@ fn acknowledging(mut doc: Value, jobs: Option<&[String]>, ack_timeout: Option<u6
 
 /// Waits until the pool is Balanced over `replicas` workers with nothing in transit, every
 /// worker acknowledged, then checks the invariants and each worker's Lease.
-async fn settle(env: &Env, replicas: usize) -> Observed {
+pub(crate) async fn settle(env: &Env, replicas: usize) -> Observed {
     let sts = env.example.statefulset_name();
     let settled = wait_for(
         env,
@@ -494,7 +494,7 @@ async fn assert_leases_acknowledge(env: &Env, o: &Observed) {
 
 /// The operator deleted no pod since `mark`: under Acknowledge a change reaches the workers
 /// without a restart.
-async fn assert_no_pod_deleted(env: &Env, mark: usize) {
+pub(crate) async fn assert_no_pod_deleted(env: &Env, mark: usize) {
     match operator_pod_deletes(env, mark).await {
         Some(deletes) => assert!(deletes.is_empty(), "pods deleted: {deletes:?}"),
         None => env.note_skipped("pod deletions in the request log"),

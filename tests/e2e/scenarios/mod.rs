@@ -1,6 +1,6 @@
 //! The end-to-end scenarios, one module each.
 
-mod acknowledge;
+pub(crate) mod acknowledge;
 mod bad_input;
 mod deployment_pool;
 mod failover;

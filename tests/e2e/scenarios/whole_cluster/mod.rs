@@ -8,4 +8,5 @@
 
 mod control_plane;
 pub(crate) mod deploy;
+mod node_loss;
 mod worker_lease_policy;

@@ -1,0 +1,112 @@
+//! A lost node under `rollout.policy: Acknowledge`: kwok stops playing one node (no heartbeats,
+//! its pods left as they are, as when a node loses power) and the worker processes of its pods
+//! die with it. Their pods stay Running in the API, and would until taint eviction minutes
+//! later; their jobs move to the workers on the other nodes once their Leases expire. The
+//! scenario takes the cluster to itself (it changes a node). Only a real control plane has
+//! nodes to lose.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use crate::harness::kubectl::Kubectl;
+use crate::harness::observe::wait_for;
+use crate::harness::worker_fleet::Workers;
+use crate::harness::{Env, SimSpeed};
+use crate::scenarios::acknowledge::{assert_no_pod_deleted, install_acknowledging, settle};
+use crate::scenarios::scale;
+
+/// The annotation by which kwok picks the nodes it plays (scripts/real-cluster.sh).
+const KWOK_NODE: &str = "kwok.x-k8s.io/node";
+
+/// Gives the node back to kwok when the scenario ends, passed or failed.
+struct RestoreNode(Kubectl, String);
+
+impl Drop for RestoreNode {
+    fn drop(&mut self) {
+        let annotation = format!("{KWOK_NODE}=fake");
+        let out = self
+            .0
+            .run_blocking(&["annotate", "node", &self.1, &annotation, "--overwrite"]);
+        if !out.success {
+            eprintln!(
+                "note: could not give node {} back to kwok: {}",
+                self.1, out.stderr
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jobs_of_workers_on_a_lost_node_move_once_their_leases_expire() {
+    if std::env::var_os("SWARM_E2E_KUBECONFIG").is_none() {
+        eprintln!("note: node-loss skipped on kube-sim: it has no nodes to lose");
+        return;
+    }
+    let mut env = Env::start_alone("node-loss", SimSpeed::FAST).await;
+    install_acknowledging(&mut env, Workers::Rust, None).await;
+    scale(&env, 3).await;
+    let before = settle(&env, 3).await;
+
+    // The node of worker 1, and every worker pod on it.
+    let pods = env.pods().await;
+    let node_of = |name: &str| {
+        pods.iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.spec.as_ref()?.node_name.clone())
+            .expect("a scheduled worker pod")
+    };
+    let sts = env.example.statefulset_name();
+    let node = node_of(&format!("{sts}-1"));
+    let lost: BTreeSet<String> = before
+        .pods
+        .keys()
+        .filter(|pod| node_of(pod) == node)
+        .cloned()
+        .collect();
+    assert!(lost.len() < 3, "some worker runs elsewhere: all on {node}");
+    let mark = env.request_mark().await;
+    env.restart_longest_unheld();
+
+    let _restore = RestoreNode(env.kubectl.clone(), node.clone());
+    let annotation = format!("{KWOK_NODE}=lost");
+    env.kubectl
+        .ok(&["annotate", "node", &node, &annotation, "--overwrite"])
+        .await;
+    for pod in &lost {
+        env.fleet().signal(pod, "KILL");
+    }
+    let lost_at = Instant::now();
+
+    let after = wait_for(
+        &env,
+        &format!("the jobs of {lost:?} on the other nodes"),
+        |o| {
+            let left: usize = lost
+                .iter()
+                .map(|pod| o.config().workload(pod).map_or(0, |w| w.jobs.len()))
+                .sum();
+            match (left, o.status_u64("jobsInTransit")) {
+                (0, Some(0)) => Ok(()),
+                _ => Err(format!("{left} jobs left on {lost:?}")),
+            }
+        },
+    )
+    .await;
+    let moved_after = lost_at.elapsed();
+    for pod in &lost {
+        assert_eq!(
+            after.pods.get(pod).map(|p| &p.uid),
+            Some(&before.pods[pod].uid),
+            "{pod} is still there (no eviction yet)"
+        );
+    }
+    let stats = env.handoff_stats();
+    eprintln!(
+        "node-loss: {node} lost with {lost:?}; their jobs moved {:.1} s later; the longest a job ran nowhere: {:.1} s; {:.2} duplicate job-seconds",
+        moved_after.as_secs_f64(),
+        stats.longest_unheld_seconds,
+        stats.duplicate_job_seconds
+    );
+    assert_no_pod_deleted(&env, mark).await;
+    env.assert_exclusive();
+}
