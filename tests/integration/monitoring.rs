@@ -187,6 +187,7 @@ fn every_alert_has_a_severity_a_runbook_in_the_readme_and_a_unit_test() {
             "SwarmPoolDegraded",
             "SwarmPoolHandoffStuck",
             "SwarmPoolRolloutStuck",
+            "SwarmPoolWorkerLeaseExpired",
             "SwarmOperatorAbsent",
             "SwarmOperatorReconcileErrors",
         ]
@@ -232,6 +233,11 @@ fn exported_names() -> BTreeSet<String> {
     metrics.reconcile_failed(&swarm_operator::Error::MissingNamespace);
     metrics.warned("ConfigMapConflict");
     metrics.refreshed("swarm", "pool");
+    metrics.count(
+        swarm_operator::pool_metrics::PoolCounter::LeaseExpiries,
+        "swarm",
+        "pool",
+    );
     metrics
         .api_requests
         .get_or_create(&swarm_operator::api_requests::RequestLabels {
