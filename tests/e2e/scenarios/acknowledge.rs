@@ -155,14 +155,7 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() 
                 o.pool["status"]["expiredWorkers"]
             ));
         }
-        let left = o.config().workload(&crashed).map_or(0, |w| w.jobs.len());
-        match (left, o.status_u64("jobsInTransit")) {
-            (0, Some(0)) => Ok(()),
-            _ => Err(format!(
-                "{left} jobs left on {crashed}, in transit {:?}",
-                o.status_u64("jobsInTransit")
-            )),
-        }
+        jobs_moved_off(o, &[&crashed])
     })
     .await;
     let moved_after = killed.elapsed();
@@ -222,11 +215,7 @@ async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
     env.fleet().signal(&paused, "STOP");
     let stopped = Instant::now();
     wait_for(&env, &format!("{paused}'s jobs on the others"), |o| {
-        let left = o.config().workload(&paused).map_or(0, |w| w.jobs.len());
-        match (left, o.status_u64("jobsInTransit")) {
-            (0, Some(0)) => Ok(()),
-            _ => Err(format!("{left} jobs left on {paused}")),
-        }
+        jobs_moved_off(o, &[&paused])
     })
     .await;
     let moved_after = stopped.elapsed();
@@ -361,6 +350,21 @@ async fn settle_deployment(env: &Env, pool: &str, old: &BTreeSet<String>) -> BTr
         Ok(pods)
     })
     .await
+}
+
+/// Whether the config lists no job on `pods` and nothing is in transit: their jobs run on the
+/// other workers.
+pub(crate) fn jobs_moved_off(o: &Observed, pods: &[&str]) -> Result<(), String> {
+    let left: usize = pods
+        .iter()
+        .map(|pod| o.config().workload(pod).map_or(0, |w| w.jobs.len()))
+        .sum();
+    match (left, o.status_u64("jobsInTransit")) {
+        (0, Some(0)) => Ok(()),
+        (_, in_transit) => Err(format!(
+            "{left} jobs left on {pods:?}, in transit {in_transit:?}"
+        )),
+    }
 }
 
 /// Installs the CRDs, the operator, the example under `rollout.policy: Acknowledge` (with

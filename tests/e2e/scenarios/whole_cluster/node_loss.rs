@@ -12,7 +12,9 @@ use crate::harness::kubectl::Kubectl;
 use crate::harness::observe::wait_for;
 use crate::harness::worker_fleet::Workers;
 use crate::harness::{Env, SimSpeed};
-use crate::scenarios::acknowledge::{assert_no_pod_deleted, install_acknowledging, settle};
+use crate::scenarios::acknowledge::{
+    assert_no_pod_deleted, install_acknowledging, jobs_moved_off, settle,
+};
 use crate::scenarios::scale;
 
 /// The annotation by which kwok picks the nodes it plays (scripts/real-cluster.sh).
@@ -77,19 +79,11 @@ async fn the_jobs_of_workers_on_a_lost_node_move_once_their_leases_expire() {
     }
     let lost_at = Instant::now();
 
+    let lost_pods: Vec<&str> = lost.iter().map(String::as_str).collect();
     let after = wait_for(
         &env,
         &format!("the jobs of {lost:?} on the other nodes"),
-        |o| {
-            let left: usize = lost
-                .iter()
-                .map(|pod| o.config().workload(pod).map_or(0, |w| w.jobs.len()))
-                .sum();
-            match (left, o.status_u64("jobsInTransit")) {
-                (0, Some(0)) => Ok(()),
-                _ => Err(format!("{left} jobs left on {lost:?}")),
-            }
-        },
+        |o| jobs_moved_off(o, &lost_pods),
     )
     .await;
     let moved_after = lost_at.elapsed();
