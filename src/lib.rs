@@ -93,6 +93,15 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Listing the pool's worker Leases from the API server failed.
+    #[error("failed to list worker Leases in namespace {namespace}: {source}")]
+    ListLeases {
+        /// Namespace.
+        namespace: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// Deleting a stale worker pod failed.
     #[error("failed to delete pod {name}: {source}")]
     DeletePod {
@@ -128,6 +137,7 @@ impl Error {
             | Error::GetConfigMap { source, .. }
             | Error::ApplyConfigMap { source, .. }
             | Error::ListPods { source, .. }
+            | Error::ListLeases { source, .. }
             | Error::DeletePod { source, .. }
             | Error::PatchStatus { source } => Some(source),
             Error::MissingNamespace | Error::Unsettled(_) | Error::NotLeader => None,
@@ -141,6 +151,7 @@ impl Error {
             Error::GetConfigMap { .. } => "get_configmap",
             Error::ApplyConfigMap { .. } => "apply_configmap",
             Error::ListPods { .. } => "list_pods",
+            Error::ListLeases { .. } => "list_leases",
             Error::DeletePod { .. } => "delete_pod",
             Error::PatchStatus { .. } => "patch_status",
             Error::MissingNamespace => "missing_namespace",

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -18,6 +19,7 @@ use super::{Context, DEPLOYMENT_POD_LABEL, fenced_write, live_pods_selector, tri
 use crate::Error;
 use crate::crd::{RolloutPolicy, SwarmPool, WorkloadKind};
 use crate::drive::{Cluster, Deleted, Written};
+use crate::names::POOL_LABEL;
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, Observed};
 use crate::pod_summary::PodSummary;
@@ -225,6 +227,21 @@ impl Cluster for KubeCluster<'_> {
                 pod
             })
             .collect())
+    }
+
+    /// The Leases labelled with the pool's name: the workers', and any forged ones, which the
+    /// holder check ignores as the cache's copies are.
+    async fn live_leases(&mut self) -> Result<Vec<Lease>, Error> {
+        let leases: Api<Lease> = Api::namespaced(self.ctx.client.clone(), self.namespace);
+        let selector = format!("{POOL_LABEL}={}", self.pool.name_any());
+        let list = leases
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|source| Error::ListLeases {
+                namespace: self.namespace.to_owned(),
+                source,
+            })?;
+        Ok(list.items)
     }
 
     async fn delete(&mut self, delete: &PodDelete) -> Result<Deleted, Error> {

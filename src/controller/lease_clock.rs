@@ -15,12 +15,11 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
-use crate::names::ACKED_VERSION_ANNOTATION;
-use crate::state::lease::Acks;
+use crate::state::lease::{Acks, Renewal};
 
 /// What one Lease said when last seen, and since when this operator has seen it say that.
 struct Seen {
-    said: String,
+    said: Renewal,
     since: Instant,
 }
 
@@ -46,17 +45,10 @@ impl LeaseClock {
         let mut present = BTreeSet::new();
         for lease in leases {
             let name = lease.name_any();
-            let spec = lease.spec.clone().unwrap_or_default();
-            let (Some(holder), Some(duration)) =
-                (spec.holder_identity, spec.lease_duration_seconds)
-            else {
+            let duration = lease.spec.as_ref().and_then(|s| s.lease_duration_seconds);
+            let (Some(said), Some(duration)) = (Renewal::of(lease), duration) else {
                 continue;
             };
-            let said = format!(
-                "{holder} {:?} {:?}",
-                spec.renew_time.map(|t| t.0),
-                lease.annotations().get(ACKED_VERSION_ANNOTATION)
-            );
             let key = (namespace.to_owned(), pool.to_owned(), name.clone());
             let entry = seen.entry(key).or_insert_with(|| Seen {
                 said: said.clone(),
@@ -68,7 +60,7 @@ impl LeaseClock {
             let lasts = Duration::from_secs(u64::try_from(duration).unwrap_or(0)) + grace;
             let left = lasts.saturating_sub(now.duration_since(entry.since));
             if left.is_zero() {
-                acks.mark_expired(name.clone(), holder);
+                acks.mark_expired(name.clone(), entry.said.clone());
             } else if let Ok(left) = SignedDuration::try_from(left) {
                 acks.note_expiry(Timestamp::now() + left);
             }

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::future::{Future, ready};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -24,6 +25,8 @@ pub struct MemoryCluster {
     pub config_map: Option<ConfigMap>,
     /// The pods of the pool's namespace as the API server has them.
     pub pods: Vec<PodSummary>,
+    /// The pool's worker Leases as the API server has them.
+    pub leases: Vec<Lease>,
     /// Every ConfigMap write that went through, as written, in order.
     pub written: Vec<ConfigMap>,
     /// Every delete asked for, whether or not it found its pod.
@@ -134,6 +137,11 @@ impl Cluster for MemoryCluster {
             .cloned()
             .collect();
         ready(Ok(pods))
+    }
+
+    fn live_leases(&mut self) -> impl Future<Output = Result<Vec<Lease>, MemoryError>> + Send {
+        self.live_lists += 1;
+        ready(Ok(self.leases.clone()))
     }
 
     fn delete(

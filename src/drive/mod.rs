@@ -20,11 +20,13 @@ pub mod whatif;
 use std::collections::BTreeSet;
 use std::future::Future;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::planner::{self, Observed, Outcome, PlannedEvent, Step};
 use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
+use crate::state::lease::Acks;
 
 /// Planning rounds in one reconcile: confirm holders gone live, write the grant, list live,
 /// resolve, write, plan deletes (and a spare).
@@ -58,6 +60,10 @@ pub trait Cluster {
         &mut self,
         names: &BTreeSet<String>,
     ) -> impl Future<Output = Result<Vec<PodSummary>, Self::Error>> + Send;
+
+    /// The pool's worker Leases, listed from the API server (a quorum read): asked with the
+    /// live pod list whenever the cache judged a Lease expired, to confirm it.
+    fn live_leases(&mut self) -> impl Future<Output = Result<Vec<Lease>, Self::Error>> + Send;
 
     /// Deletes the pod if it still has the given uid.
     fn delete(
@@ -133,6 +139,7 @@ pub async fn drive<C: Cluster + Send>(
         config_map: cached.config_map.cloned(),
         listed_pods: None,
         pods_are_live: false,
+        live_acks: None,
         pool_confirmed: false,
     };
     for rounds in 1..=MAX_ROUNDS {
@@ -150,6 +157,11 @@ pub async fn drive<C: Cluster + Send>(
             Step::ListLive(names) => {
                 round.listed_pods = Some(cluster.list_live(&names).await?);
                 round.pods_are_live = true;
+                if cached.acks.has_expired() {
+                    let leases = cluster.live_leases().await?;
+                    let acks = round.live_acks.as_ref().unwrap_or(cached.acks);
+                    round.live_acks = Some(acks.confirmed_by(&leases));
+                }
             }
             Step::Done(outcome) => {
                 if !outcome.deletes.is_empty() && !round.confirm_pool(cluster).await? {
@@ -172,6 +184,10 @@ struct Round {
     /// Whether `listed_pods` was listed after the last write that recorded unresolved stale
     /// workers or holders.
     pods_are_live: bool,
+    /// The cached acknowledgements with their expiries checked by Leases read live with
+    /// `listed_pods`, and whether that was after the last write: a worker's jobs go elsewhere on
+    /// its expiry only then.
+    live_acks: Option<Acks>,
     /// Whether the pool was confirmed to exist in this reconcile.
     pool_confirmed: bool,
 }
@@ -189,6 +205,7 @@ impl Round {
             },
             pods_are_live: self.pods_are_live,
             config_map: self.config_map.as_ref(),
+            acks: self.live_acks.as_ref().unwrap_or(cached.acks),
             now,
             ..cached.clone()
         }
@@ -220,8 +237,15 @@ impl Round {
                     .granted_after_seconds
                     .extend(write.granted_after_seconds);
                 self.config_map = Some(applied);
-                // Pods listed before this write cannot tell which instances saw the old content.
-                if unresolved {
+                // Pods listed before this write cannot tell which instances saw the old content;
+                // a Lease read before it cannot tell whether its worker renewed after it (and so
+                // read this content before running anything again).
+                let mut expiring = false;
+                if let Some(acks) = &mut self.live_acks {
+                    acks.written();
+                    expiring = acks.has_expired();
+                }
+                if unresolved || expiring {
                     self.pods_are_live = false;
                 }
             }

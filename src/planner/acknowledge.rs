@@ -59,15 +59,26 @@ pub fn unacknowledged<'a>(
     })
 }
 
-/// Workers whose running pod instance's Lease expired, in position order, with their position:
-/// they are not members of the pool until they renew.
+/// Workers whose running pod instance's Lease expired, as a live read confirmed, in position
+/// order, with their position: they are not members of the pool until they renew.
 pub fn expired_workers<'a>(workers: &'a Workers, acks: &'a Acks) -> Vec<(usize, &'a str)> {
     workers
         .iter()
         .enumerate()
-        .filter(|(_, (name, pod))| pod.is_some_and(|p| acks.is_expired(name, &p.uid)))
+        .filter(|(_, (name, pod))| pod.is_some_and(|p| acks.is_expiry_confirmed(name, &p.uid)))
         .map(|(position, (name, _))| (position, name))
         .collect()
+}
+
+/// Whether the cache judged some worker's Lease expired that no live read has confirmed yet:
+/// a cache that missed renewals must not take a live worker's jobs, so the plan reads the
+/// Leases live before it acts on the expiry.
+pub fn expiry_unconfirmed(workers: &Workers, acks: &Acks) -> bool {
+    workers.iter().any(|(name, pod)| {
+        pod.is_some_and(|p| {
+            acks.is_expired(name, &p.uid) && !acks.is_expiry_confirmed(name, &p.uid)
+        })
+    })
 }
 
 impl AwaitingAcks {

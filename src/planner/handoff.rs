@@ -111,17 +111,24 @@ impl Holders {
 
     /// Marks released the holders whose recorded instance acknowledged the version that
     /// revoked their jobs (they run exactly their entry of a version without those jobs), or
-    /// whose Lease expired.
-    fn release_acknowledged(&mut self, acks: &Acks) {
+    /// whose Lease expired as a live read confirms. Returns whether some holder's Lease expired
+    /// by the cache alone: a live read must confirm it first.
+    fn release_acknowledged(&mut self, acks: &Acks) -> bool {
+        let mut unconfirmed = false;
         for (pod, holder) in &mut self.entries {
             let acked = holder
                 .version
                 .is_some_and(|version| acks.covers(pod, &holder.uid, version));
-            // An instance whose Lease expired has fenced itself: it runs no job.
-            if acked || acks.is_expired(pod, &holder.uid) {
+            // An instance whose Lease expired has fenced itself: it runs no job. Should it renew
+            // after the live read, it reads the config again first, which revokes its jobs.
+            let expired = acks.is_expiry_confirmed_since_write(pod, &holder.uid);
+            if acked || expired {
                 holder.gone = true;
+            } else if !holder.gone && acks.is_expired(pod, &holder.uid) {
+                unconfirmed = true;
             }
         }
+        unconfirmed
     }
 
     /// The entries: pod name to holder.
@@ -334,7 +341,7 @@ fn observed_holders(
 ) -> (Holders, bool) {
     let (mut holders, mut needs_live_pods) = current_holders(input, previous_transit);
     if let Some(acks) = input.acks {
-        holders.release_acknowledged(acks);
+        needs_live_pods |= holders.release_acknowledged(acks);
     }
     if input.pods_are_live {
         for pod in holders.gone(input.pods) {

@@ -214,8 +214,8 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     let looked_up = pods_looked_up(&valid, &previous);
     let pods = index_pods(o, &looked_up);
     let acknowledge = o.pool.spec.rollout.policy == RolloutPolicy::Acknowledge;
-    // Under `Acknowledge`, a worker whose Lease expired is not a member: it gets no job, and its
-    // jobs go to the others (it stopped them when it could not renew).
+    // Under `Acknowledge`, a worker whose Lease expired (as read live) is not a member: it gets
+    // no job, and its jobs go to the others (it stopped them when it could not renew).
     let expired: BTreeSet<usize> = if acknowledge {
         acknowledge::expired_workers(&valid.workers, o.acks)
             .into_iter()
@@ -281,6 +281,7 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         &placement,
         rollout,
     );
+    plan.needs_live_pods |= acknowledge && acknowledge::expiry_unconfirmed(&valid.workers, o.acks);
     if plan.needs_live_pods {
         plan.live_pods = looked_up;
     }

@@ -19,13 +19,55 @@ pub struct Ack {
     pub version: u64,
 }
 
+/// What a worker's Lease says of its last renewal: any write by its worker changes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Renewal {
+    /// `spec.holderIdentity`.
+    pub holder: String,
+    /// `spec.renewTime`, as the worker wrote it (its own clock: compared, never measured).
+    pub renew_time: Option<Timestamp>,
+    /// The acknowledged version, as written.
+    pub acked: Option<String>,
+}
+
+impl Renewal {
+    /// The renewal a Lease records; `None` without a holder.
+    pub fn of(lease: &Lease) -> Option<Renewal> {
+        let spec = lease.spec.as_ref()?;
+        Some(Renewal {
+            holder: spec.holder_identity.clone()?,
+            renew_time: spec.renew_time.as_ref().map(|t| t.0),
+            acked: lease.annotations().get(ACKED_VERSION_ANNOTATION).cloned(),
+        })
+    }
+}
+
+/// A Lease judged expired: the renewal it was last seen with, and whether a live read still
+/// showed that renewal.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Expiry {
+    renewal: Renewal,
+    confirmed: Confirmed,
+}
+
+/// Whether a live read confirmed an expiry, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Confirmed {
+    /// Only the cache judged it.
+    No,
+    /// By a read made before the last config write.
+    BeforeLastWrite,
+    /// By a read made after the last config write.
+    SinceLastWrite,
+}
+
 /// The acknowledgements of a pool's workers, by pod name, and which of their Leases expired.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Acks {
     by_pod: BTreeMap<String, Ack>,
-    /// Pod name -> the holder of its Lease, for the Leases not renewed for their duration plus
-    /// the pool's grace, as this operator observed (see `controller::lease_clock`).
-    expired: BTreeMap<String, String>,
+    /// Pod name -> the Leases not renewed for their duration plus the pool's grace, as this
+    /// operator observed (see `controller::lease_clock`).
+    expired: BTreeMap<String, Expiry>,
     /// When the next of the other Leases expires if it is not renewed.
     next_expiry: Option<Timestamp>,
 }
@@ -48,9 +90,47 @@ impl Acks {
         }
     }
 
-    /// Records that the Lease of `pod`, held by instance `holder`, expired.
-    pub fn mark_expired(&mut self, pod: impl Into<String>, holder: impl Into<String>) {
-        self.expired.insert(pod.into(), holder.into());
+    /// Records that the Lease of `pod`, last seen with `renewal`, expired.
+    pub fn mark_expired(&mut self, pod: impl Into<String>, renewal: Renewal) {
+        let expiry = Expiry {
+            renewal,
+            confirmed: Confirmed::No,
+        };
+        self.expired.insert(pod.into(), expiry);
+    }
+
+    /// Whether some Lease was judged expired.
+    pub fn has_expired(&self) -> bool {
+        !self.expired.is_empty()
+    }
+
+    /// These acknowledgements with their expiries checked against `live`, the pool's Leases as
+    /// a live read returns them: a Lease renewed since it was judged expired (the cache lagged)
+    /// is not expired; the others are confirmed. A Lease the read does not return was not
+    /// renewed either (its worker would have created it).
+    pub fn confirmed_by<'a>(&self, live: impl IntoIterator<Item = &'a Lease>) -> Acks {
+        let live: BTreeMap<String, Option<Renewal>> = live
+            .into_iter()
+            .map(|lease| (lease.name_any(), Renewal::of(lease)))
+            .collect();
+        let mut confirmed = self.clone();
+        confirmed.expired.retain(|pod, expiry| {
+            let renewed = live
+                .get(pod)
+                .is_some_and(|now| now.as_ref() != Some(&expiry.renewal));
+            expiry.confirmed = Confirmed::SinceLastWrite;
+            !renewed
+        });
+        confirmed
+    }
+
+    /// Records that the config was written: the confirmations so far were read before it.
+    pub fn written(&mut self) {
+        for expiry in self.expired.values_mut() {
+            if expiry.confirmed == Confirmed::SinceLastWrite {
+                expiry.confirmed = Confirmed::BeforeLastWrite;
+            }
+        }
     }
 
     /// Records that a Lease expires at `at` unless renewed.
@@ -61,7 +141,26 @@ impl Acks {
     /// Whether the Lease of `pod` held by instance `uid` expired: that instance has fenced
     /// itself, so it runs no job and counts as gone.
     pub fn is_expired(&self, pod: &str, uid: &str) -> bool {
-        !uid.is_empty() && self.expired.get(pod).is_some_and(|holder| holder == uid)
+        !uid.is_empty()
+            && self
+                .expired
+                .get(pod)
+                .is_some_and(|e| e.renewal.holder == uid)
+    }
+
+    /// Whether the Lease of `pod` held by instance `uid` expired and a live read confirmed it
+    /// ([`Acks::confirmed_by`]): a lagging cache can miss renewals, never invent them. Such a
+    /// worker is not a member.
+    pub fn is_expiry_confirmed(&self, pod: &str, uid: &str) -> bool {
+        self.is_expired(pod, uid) && self.expired[pod].confirmed != Confirmed::No
+    }
+
+    /// Whether a live read made after the last config write confirmed the expiry: only then may
+    /// the jobs that write revoked from that instance run elsewhere. Should the worker renew
+    /// after the read, it reads the config again before it runs anything, and finds them
+    /// revoked.
+    pub fn is_expiry_confirmed_since_write(&self, pod: &str, uid: &str) -> bool {
+        self.is_expired(pod, uid) && self.expired[pod].confirmed == Confirmed::SinceLastWrite
     }
 
     /// When the next Lease expires unless renewed, if any may.
@@ -116,6 +215,45 @@ mod tests {
             "spec": {"holderIdentity": holder},
         }))
         .unwrap()
+    }
+
+    fn renewed(name: &str, holder: &str, second: i64) -> Lease {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "annotations": {ACKED_VERSION_ANNOTATION: "3"}},
+            "spec": {"holderIdentity": holder, "renewTime": format!("{}", Timestamp::from_second(second).unwrap())},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_live_read_confirms_an_expiry_unless_the_lease_was_renewed_since() {
+        let (stale, fresh) = (renewed("w-0", "uid-0", 100), renewed("w-1", "uid-1", 100));
+        let mut acks = Acks::from_leases([&stale, &fresh]);
+        for lease in [&stale, &fresh] {
+            acks.mark_expired(lease.name_any(), Renewal::of(lease).unwrap());
+        }
+        acks.mark_expired("w-2", Renewal::of(&renewed("w-2", "uid-2", 90)).unwrap());
+        assert!(acks.is_expired("w-0", "uid-0") && !acks.is_expiry_confirmed("w-0", "uid-0"));
+
+        // w-1 renewed after the cache last saw it; w-2's Lease is gone.
+        let live = [stale.clone(), renewed("w-1", "uid-1", 101)];
+        let confirmed = acks.confirmed_by(&live);
+        assert!(confirmed.is_expiry_confirmed("w-0", "uid-0"));
+        assert!(!confirmed.is_expired("w-1", "uid-1"), "renewed since");
+        assert!(confirmed.is_expiry_confirmed("w-2", "uid-2"), "not renewed");
+        assert!(
+            !confirmed.is_expiry_confirmed("w-0", "uid-9"),
+            "another instance"
+        );
+        assert!(confirmed.is_expiry_confirmed_since_write("w-0", "uid-0"));
+
+        let mut written = confirmed.clone();
+        written.written();
+        assert!(
+            written.is_expiry_confirmed("w-0", "uid-0"),
+            "still no member"
+        );
+        assert!(!written.is_expiry_confirmed_since_write("w-0", "uid-0"));
     }
 
     #[test]

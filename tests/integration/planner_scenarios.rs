@@ -5,9 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    Condition, LabelSelector, ObjectMeta, OwnerReference, Time,
+    Condition, LabelSelector, MicroTime, ObjectMeta, OwnerReference, Time,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -27,7 +28,7 @@ use swarm_operator::planner::{
 use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
-use swarm_operator::state::lease::{Ack, Acks};
+use swarm_operator::state::lease::{Ack, Acks, Renewal};
 
 const NS: &str = "swarm";
 const STS: &str = "swarm-worker";
@@ -147,8 +148,11 @@ struct World {
     stale_cache: Option<Vec<Pod>>,
     config_map: Option<ConfigMap>,
     deleting: BTreeSet<String>,
-    /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`).
+    /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`), as the
+    /// operator's Lease cache and clock judge them.
     acks: Acks,
+    /// The workers' Leases as the API server has them (a live read).
+    live_leases: Vec<Lease>,
     now: Timestamp,
     next_uid: usize,
     /// ConfigMap writes so far.
@@ -177,6 +181,7 @@ impl World {
             config_map: None,
             deleting: BTreeSet::new(),
             acks: Acks::default(),
+            live_leases: Vec::new(),
             now: t0(),
             next_uid: 0,
             writes: 0,
@@ -225,6 +230,7 @@ impl World {
         let mut cluster = MemoryCluster {
             config_map: self.config_map.clone(),
             pods: self.pods.iter().map(PodSummary::from).collect(),
+            leases: self.live_leases.clone(),
             ..MemoryCluster::new(self.now)
         };
         let mut journal = Journal::default();
@@ -1766,7 +1772,7 @@ fn under_acknowledge_a_worker_whose_lease_expired_loses_its_jobs_to_the_others_u
         .cloned()
         .collect();
     let uid = world.uid_of(1);
-    world.acks.mark_expired("swarm-worker-1", uid.clone());
+    world.acks.mark_expired("swarm-worker-1", renewal(&uid));
     world.reconcile();
     let after = world.config();
     assert!(after.workload("swarm-worker-1").unwrap().jobs.is_empty());
@@ -1809,4 +1815,74 @@ fn under_acknowledge_a_worker_whose_lease_expired_loses_its_jobs_to_the_others_u
     assert!(status.expired_workers.is_empty());
     assert!(world.all_reasons.contains(&reason::WORKER_LEASE_RENEWED));
     assert_eq!(status.phase, Some(Phase::Balanced));
+}
+
+/// What a worker's Lease says when renewed at second `at` by instance `holder`.
+fn renewal_at(holder: &str, at: i64) -> Renewal {
+    Renewal {
+        holder: holder.to_owned(),
+        renew_time: Some(Timestamp::from_second(at).unwrap()),
+        acked: None,
+    }
+}
+
+fn renewal(holder: &str) -> Renewal {
+    renewal_at(holder, 1_000)
+}
+
+/// A worker Lease of `pod` saying `renewal`, as the API server serves it.
+fn lease_saying(pod: &str, renewal: &Renewal) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(pod.to_owned()),
+            namespace: Some(NS.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(renewal.holder.clone()),
+            lease_duration_seconds: Some(10),
+            renew_time: renewal.renew_time.map(MicroTime),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+#[test]
+fn under_acknowledge_a_lease_expired_in_a_lagging_cache_but_renewed_live_keeps_its_jobs() {
+    let mut world = acknowledging(3);
+    let before = world.config();
+    let writes = world.writes;
+    let uid = world.uid_of(1);
+    // The cache last saw the renewal of second 1000; the API server has one of second 1011.
+    world
+        .acks
+        .mark_expired("swarm-worker-1", renewal_at(&uid, 1_000));
+    world.live_leases = (0..3)
+        .map(|o| {
+            let pod = format!("{STS}-{o}");
+            lease_saying(&pod, &renewal_at(&world.uid_of(o), 1_011))
+        })
+        .collect();
+    world.reconcile();
+    assert_eq!(world.config(), before, "a live worker keeps its jobs");
+    assert_eq!(world.writes, writes, "nothing written on the cache's word");
+    let status = world.pool.status.clone().unwrap();
+    assert!(status.expired_workers.is_empty());
+    assert!(!world.all_reasons.contains(&reason::WORKER_LEASE_EXPIRED));
+
+    // Had it not been renewed, the live read would confirm the expiry.
+    world.live_leases[1] = lease_saying("swarm-worker-1", &renewal_at(&uid, 1_000));
+    world.reconcile();
+    assert!(
+        world
+            .config()
+            .workload("swarm-worker-1")
+            .unwrap()
+            .jobs
+            .is_empty()
+    );
+    assert_eq!(
+        world.pool.status.clone().unwrap().expired_workers,
+        ["swarm-worker-1"]
+    );
 }
