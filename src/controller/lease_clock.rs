@@ -18,13 +18,14 @@ use kube::ResourceExt;
 use crate::state::lease::{Acks, Renewal};
 
 /// What one Lease said when last seen, and since when this operator has seen it say that.
+#[derive(Debug)]
 struct Seen {
     said: Renewal,
     since: Instant,
 }
 
 /// The observations of every worker Lease, by namespace, pool and name.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct LeaseClock {
     seen: Mutex<HashMap<(String, String, String), Seen>>,
 }

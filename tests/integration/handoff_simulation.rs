@@ -13,7 +13,13 @@
 //! - under `rollout.policy: Acknowledge`: workers whose ConfigMap watch delivers late, that write
 //!   their Lease late, for a version older than the config's, or never (a 6 s ackTimeoutSeconds
 //!   then deletes their pod), and terminating workers that keep running what their entry still
-//!   lists.
+//!   lists;
+//! - under Lease faults: every worker process and the operator run on their own clock, each
+//!   drifting within 20% of real time; workers renew their Lease and fence themselves with the
+//!   worker library's own fence; processes are paused (SIGSTOP) and resumed, and cut off from
+//!   the API server and reconnected; the operator's Lease watch stalls without an error; time
+//!   passes in fractions of a second between steps, so expiries and fences interleave at any
+//!   point.
 //!
 //! After every step: under `Exclusive` no job runs on two live pod instances; the config version
 //! never goes down; no pod instance is deleted twice. Once the changes stop, the pool settles
@@ -21,12 +27,15 @@
 //!
 //! Schedules come from proptest with a fixed seed, so every run is the same; a failure prints
 //! the seed and the shortest schedule proptest finds. `SWARM_SIM_SCHEDULES=N` runs N schedules
-//! per mode (default 2000), `SWARM_SIM_SEED=<u64>` another seed.
+//! per mode (default 2000), `SWARM_SIM_SEED=<u64>` another seed; `SWARM_SIM_TRACE=1` prints
+//! every settling step of the schedules run.
 
 #[path = "handoff_simulation/cluster.rs"]
 mod cluster;
 #[path = "handoff_simulation/operator.rs"]
 mod operator;
+#[path = "handoff_simulation/process.rs"]
+mod process;
 
 use std::cell::Cell;
 use std::collections::BTreeSet;
@@ -83,6 +92,18 @@ enum Step {
     /// Under `Acknowledge`: the workers in the mask write their Lease with the version they
     /// run (late, for an older version, or never, as the schedule has it).
     Ack(u8),
+    /// Under Lease faults: this many milliseconds pass (each process checks its fence).
+    Elapse(u64),
+    /// Under Lease faults: SIGSTOP of the worker process of a pod.
+    Pause(usize),
+    /// Under Lease faults: SIGCONT of the worker process of a pod.
+    Resume(usize),
+    /// Under Lease faults: the worker process of a pod loses the API server.
+    Partition(usize),
+    /// Under Lease faults: it reaches the API server again.
+    Heal(usize),
+    /// Under Lease faults: the operator's Lease watch stalls (until the next relist).
+    StallLeaseWatch,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -142,6 +163,39 @@ struct Schedule {
     jobs: usize,
     max_unavailable: u8,
     steps: Vec<Step>,
+}
+
+/// The steps of a schedule under Lease faults: those of an acknowledging pool, time passing
+/// between ticks, paused and partitioned workers, and a stalling Lease watch.
+fn lease_fault_step(kind: Kind) -> impl Strategy<Value = Step> {
+    let steps = match kind {
+        Kind::StatefulSet => acknowledging_step(step()).boxed(),
+        Kind::Deployment => acknowledging_step(deployment_step()).boxed(),
+    };
+    prop_oneof![
+        12 => steps,
+        4 => (1..2500u64).prop_map(Step::Elapse),
+        2 => (0..5usize).prop_map(Step::Pause),
+        1 => (0..5usize).prop_map(Step::Resume),
+        1 => (0..5usize).prop_map(Step::Partition),
+        1 => (0..5usize).prop_map(Step::Heal),
+        2 => Just(Step::StallLeaseWatch),
+    ]
+}
+
+fn lease_fault_schedule(kind: Kind) -> impl Strategy<Value = Schedule> {
+    (
+        1..5usize,
+        1..=JOB_NAMES,
+        1..3u8,
+        prop::collection::vec(lease_fault_step(kind), 0..96),
+    )
+        .prop_map(|(replicas, jobs, max_unavailable, steps)| Schedule {
+            replicas,
+            jobs,
+            max_unavailable,
+            steps,
+        })
 }
 
 fn acknowledging_schedule(kind: Kind) -> impl Strategy<Value = Schedule> {
@@ -296,10 +350,17 @@ fn run(schedule: &Schedule, mode: Handoff, exclusive: bool) -> Result<Stats, Str
 }
 
 /// A pool under `rollout.policy: Acknowledge`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct Acknowledging {
     /// Added to every acknowledged version the operator reads (0: the real protocol).
     ack_skew: u64,
+    /// Lease faults: drifting clocks, expiry, fencing, pauses, partitions (see [`Step`]).
+    lease_faults: bool,
+    /// Under Lease faults, a deliberately wrong worker that never fences itself.
+    unfenced: bool,
+    /// Under Lease faults, a deliberately wrong operator whose live Lease reads return its
+    /// cache.
+    trusts_lease_cache: bool,
 }
 
 /// `spec.rollout.ackTimeoutSeconds` of the simulated pools: short, so that schedules where
@@ -323,13 +384,26 @@ fn run_with_qos(
     }
     pool.spec.qos = qos;
     prune_qos(&mut pool);
-    if acknowledging.is_some() {
+    if let Some(a) = acknowledging {
         pool.spec.rollout.policy = RolloutPolicy::Acknowledge;
-        pool.spec.rollout.ack_timeout_seconds = ACK_TIMEOUT_SECONDS;
+        // Under Lease faults, the pods of workers that fail to acknowledge are deleted less
+        // often, so their Leases live long enough to expire.
+        pool.spec.rollout.ack_timeout_seconds = if a.lease_faults {
+            4 * ACK_TIMEOUT_SECONDS
+        } else {
+            ACK_TIMEOUT_SECONDS
+        };
+        pool.spec.rollout.lease_grace_seconds = process::LEASE_GRACE_SECONDS;
         cluster.acknowledge = true;
+        cluster.lease_faults = a.lease_faults;
+        cluster.fencing = !a.unfenced;
     }
     let mut operator = Operator::start(pool, &cluster);
-    operator.ack_skew = acknowledging.map_or(0, |a| a.ack_skew);
+    let acknowledging = acknowledging.unwrap_or_default();
+    operator.ack_skew = acknowledging.ack_skew;
+    operator.trusts_lease_cache = acknowledging.trusts_lease_cache;
+    // The operator's clock drifts too: how far, the schedule's length picks.
+    operator.clock_rate = process::rate(schedule.steps.len() as u64);
     let mut record = Record::default();
     let mut stats = Stats::default();
     for (i, step) in schedule.steps.iter().enumerate() {
@@ -341,6 +415,8 @@ fn run_with_qos(
         check(&cluster, &record, exclusive)
             .map_err(|e| format!("after step {i} ({step:?}): {e}"))?;
     }
+    cluster.heal();
+    check(&cluster, &record, exclusive).map_err(|e| format!("healing: {e}"))?;
     for settle in 0..SETTLE_STEPS {
         operator.relist(&cluster);
         let phase = operator.reconcile(&mut cluster, &mut record, None);
@@ -355,9 +431,25 @@ fn run_with_qos(
         } else {
             "Balanced"
         };
+        if std::env::var_os("SWARM_SIM_TRACE").is_some() {
+            eprintln!("settle {settle}: {phase:?} leases {:?}", cluster.leases);
+            for p in &cluster.pods {
+                eprintln!(
+                    "  {} {} runs {:?} applied {:?} fence live {:?} gone {:?}",
+                    p.name(),
+                    p.uid,
+                    p.runs,
+                    p.applied,
+                    p.process.as_ref().map(|p| p.fence.is_live()),
+                    p.gone_at
+                );
+            }
+        }
         if phase.as_deref() == Some(at_rest) && settled(&cluster, &operator).is_ok() {
             stats.settle_steps = settle;
             stats.restarts = record.deletes.values().sum();
+            stats.expiries = record.expiries;
+            stats.unsettled = record.unsettled;
             return Ok(stats);
         }
         cluster.tick();
@@ -365,11 +457,18 @@ fn run_with_qos(
         cluster.sync_and_ack_all();
         check(&cluster, &record, exclusive).map_err(|e| format!("settling, step {settle}: {e}"))?;
     }
+    let status = operator.pool.status.as_ref();
     Err(format!(
-        "not settled {SETTLE_STEPS} steps after the last change: {}",
+        "not settled {SETTLE_STEPS} steps after the last change: {}; status: {:?}",
         settled(&cluster, &operator)
             .err()
-            .unwrap_or_else(|| "status not Balanced".into())
+            .unwrap_or_else(|| "status not Balanced".into()),
+        status.map(|s| (
+            &s.phase,
+            &s.stale_workers,
+            &s.expired_workers,
+            &s.conditions
+        )),
     ))
 }
 
@@ -377,6 +476,8 @@ fn run_with_qos(
 struct Stats {
     settle_steps: usize,
     restarts: usize,
+    expiries: usize,
+    unsettled: usize,
 }
 
 fn apply(step: &Step, cluster: &mut Cluster, operator: &mut Operator, record: &mut Record) {
@@ -412,6 +513,12 @@ fn apply(step: &Step, cluster: &mut Cluster, operator: &mut Operator, record: &m
         Step::RefreshMounts(mask) => cluster.refresh_mounts(mask),
         Step::Sync(mask) => cluster.sync(mask),
         Step::Ack(mask) => cluster.ack(mask),
+        Step::Elapse(ms) => cluster.elapse(ms),
+        Step::Pause(index) => cluster.pause(index),
+        Step::Resume(index) => cluster.resume(index),
+        Step::Partition(index) => cluster.partition(index, true),
+        Step::Heal(index) => cluster.partition(index, false),
+        Step::StallLeaseWatch => operator.leases_stalled = true,
     }
 }
 
@@ -552,9 +659,10 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// A runner with the configured number of schedules and seed: every run is the same.
-fn runner() -> (TestRunner, u32, u64) {
-    let cases = env_number("SWARM_SIM_SCHEDULES", 2000) as u32;
+/// A runner with the configured number of schedules (at least `min_cases`) and seed: every run
+/// is the same.
+fn runner(min_cases: u32) -> (TestRunner, u32, u64) {
+    let cases = (env_number("SWARM_SIM_SCHEDULES", 2000) as u32).max(min_cases);
     let seed = env_number("SWARM_SIM_SEED", 0x5eed_0007);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
@@ -576,6 +684,8 @@ fn runner() -> (TestRunner, u32, u64) {
 struct Totals {
     settle_max: Cell<usize>,
     restarts: Cell<usize>,
+    expiries: Cell<usize>,
+    unsettled: Cell<usize>,
 }
 
 impl Totals {
@@ -583,6 +693,8 @@ impl Totals {
         self.settle_max
             .set(self.settle_max.get().max(stats.settle_steps));
         self.restarts.set(self.restarts.get() + stats.restarts);
+        self.expiries.set(self.expiries.get() + stats.expiries);
+        self.unsettled.set(self.unsettled.get() + stats.unsettled);
     }
 }
 
@@ -591,12 +703,13 @@ impl Totals {
 fn simulate_with<S: Strategy>(
     label: &str,
     schedules: S,
+    min_cases: u32,
     run_one: impl Fn(&S::Value) -> Result<Stats, String>,
 ) -> Result<String, String>
 where
     S::Value: std::fmt::Debug,
 {
-    let (mut runner, cases, seed) = runner();
+    let (mut runner, cases, seed) = runner(min_cases);
     let started = Instant::now();
     let totals = Totals::default();
     let result = runner.run(&schedules, |schedule| {
@@ -605,10 +718,12 @@ where
     });
     match result {
         Ok(()) => Ok(format!(
-            "{label}: {cases} schedules in {:.1}s, seed {seed}; settled within {} steps; {} pod deletions",
+            "{label}: {cases} schedules in {:.1}s, seed {seed}; settled within {} steps; {} pod deletions; {} reconciles found a Lease expired; {} reconciles did not settle within their rounds",
             started.elapsed().as_secs_f64(),
             totals.settle_max.get(),
             totals.restarts.get(),
+            totals.expiries.get(),
+            totals.unsettled.get(),
         )),
         Err(TestError::Fail(reason, schedule)) => Err(format!(
             "{label}: a schedule fails (SWARM_SIM_SEED={seed}, {cases} schedules): {reason}\nshortest failing schedule: {schedule:#?}"
@@ -619,7 +734,7 @@ where
 
 /// Runs the schedules of one mode, checking exclusivity if `exclusive`.
 fn simulate(mode: Handoff, exclusive: bool) -> Result<String, String> {
-    simulate_with(&format!("{mode:?}"), schedule(), |schedule| {
+    simulate_with(&format!("{mode:?}"), schedule(), 0, |schedule| {
         run(schedule, mode, exclusive)
     })
 }
@@ -627,7 +742,7 @@ fn simulate(mode: Handoff, exclusive: bool) -> Result<String, String> {
 /// Runs schedules of a pool with dedicated and weighted jobs under the `Exclusive` handoff,
 /// checking exclusivity.
 fn simulate_qos() -> Result<String, String> {
-    simulate_with("Exclusive with qos", qos_schedule(), |s| {
+    simulate_with("Exclusive with qos", qos_schedule(), 0, |s| {
         let mut dedicated: Vec<String> = Vec::new();
         for index in &s.dedicated {
             if !dedicated.contains(&job(*index)) {
@@ -654,7 +769,7 @@ fn simulate_qos() -> Result<String, String> {
 /// waiting workers) under the handoff `mode`, checking exclusivity if `exclusive`.
 fn simulate_deployment(mode: Handoff, exclusive: bool) -> Result<String, String> {
     let name = format!("{mode:?} over a Deployment");
-    simulate_with(&name, deployment_schedule(), |s| {
+    simulate_with(&name, deployment_schedule(), 0, |s| {
         run_with_qos(s, Kind::Deployment, None, &[], mode, exclusive, None)
     })
 }
@@ -668,13 +783,87 @@ fn simulate_acknowledging(
     exclusive: bool,
     acknowledging: Acknowledging,
 ) -> Result<String, String> {
-    let name = format!("{mode:?} under Acknowledge over a {kind:?}");
-    simulate_with(&name, acknowledging_schedule(kind), |s| {
+    simulate_acknowledging_at_least(kind, mode, exclusive, acknowledging, 0)
+}
+
+/// [`simulate_acknowledging`] over at least `min_schedules` schedules.
+fn simulate_acknowledging_at_least(
+    kind: Kind,
+    mode: Handoff,
+    exclusive: bool,
+    acknowledging: Acknowledging,
+    min_schedules: u32,
+) -> Result<String, String> {
+    let (name, schedules) = if acknowledging.lease_faults {
+        let name = format!("{mode:?} under Acknowledge with Lease faults over a {kind:?}");
+        (name, lease_fault_schedule(kind).boxed())
+    } else {
+        let name = format!("{mode:?} under Acknowledge over a {kind:?}");
+        (name, acknowledging_schedule(kind).boxed())
+    };
+    simulate_with(&name, schedules, min_schedules, |s| {
         run_with_qos(s, kind, None, &[], mode, exclusive, Some(acknowledging))
     })
 }
 
-const ACKNOWLEDGING: Acknowledging = Acknowledging { ack_skew: 0 };
+const ACKNOWLEDGING: Acknowledging = Acknowledging {
+    ack_skew: 0,
+    lease_faults: false,
+    unfenced: false,
+    trusts_lease_cache: false,
+};
+
+const LEASE_FAULTS: Acknowledging = Acknowledging {
+    lease_faults: true,
+    ..ACKNOWLEDGING
+};
+
+#[test]
+fn acknowledged_handoff_holds_with_drifting_clocks_paused_workers_and_partitions() {
+    match simulate_acknowledging(Kind::StatefulSet, Handoff::Exclusive, true, LEASE_FAULTS) {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+#[test]
+fn acknowledged_handoff_holds_over_a_deployment_with_drifting_clocks_paused_workers_and_partitions()
+{
+    match simulate_acknowledging(Kind::Deployment, Handoff::Exclusive, true, LEASE_FAULTS) {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
+
+/// The simulation has teeth for failover: workers that keep running their jobs past their
+/// Lease's expiry run moved jobs twice, and the simulation finds a schedule that shows it.
+#[test]
+fn the_simulation_catches_workers_that_do_not_fence_themselves() {
+    let wrong = Acknowledging {
+        unfenced: true,
+        ..LEASE_FAULTS
+    };
+    let failure = simulate_acknowledging(Kind::StatefulSet, Handoff::Exclusive, true, wrong)
+        .expect_err("unfenced workers run moved jobs twice");
+    assert!(failure.contains("live pods"), "{failure}");
+    eprintln!("{failure}");
+}
+
+/// ... and an operator that takes its Lease cache's word for an expiry (a lagging or stalled
+/// watch misses renewals) hands a live worker's jobs to another. Such schedules are rarer, so
+/// this looks through more of them (it stops at the first failure).
+#[test]
+fn the_simulation_catches_an_operator_that_trusts_its_lease_cache_for_expiry() {
+    let wrong = Acknowledging {
+        trusts_lease_cache: true,
+        ..LEASE_FAULTS
+    };
+    let failure =
+        simulate_acknowledging_at_least(Kind::StatefulSet, Handoff::Exclusive, true, wrong, 20_000)
+            .expect_err("a stale cache expires live workers");
+    assert!(failure.contains("live pods"), "{failure}");
+    eprintln!("{failure}");
+}
 
 #[test]
 fn acknowledged_handoff_never_runs_a_job_twice_and_settles_under_random_schedules() {
@@ -705,7 +894,10 @@ fn overlap_under_acknowledge_settles_under_random_schedules() {
 /// finds a short schedule that shows it.
 #[test]
 fn the_simulation_catches_grants_on_the_acknowledgement_of_an_older_version() {
-    let wrong = Acknowledging { ack_skew: 1 };
+    let wrong = Acknowledging {
+        ack_skew: 1,
+        ..ACKNOWLEDGING
+    };
     let failure = simulate_acknowledging(Kind::StatefulSet, Handoff::Exclusive, true, wrong)
         .expect_err("granting on an older acknowledgement runs moved jobs twice");
     assert!(failure.contains("live pods"), "{failure}");

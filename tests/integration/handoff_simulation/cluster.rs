@@ -6,14 +6,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
 };
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, ObjectMeta, OwnerReference, Time,
+    LabelSelector, MicroTime, ObjectMeta, OwnerReference, Time,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::controller::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
+use swarm_operator::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
 use swarm_operator::planner::CONFIG_KEY;
+
+use super::process::{self, LEASE_SECONDS, Process};
 
 pub const NS: &str = "sim";
 pub const STS: &str = "w";
@@ -51,11 +55,17 @@ pub struct PodInstance {
     /// Under `Acknowledge`: the config version its worker applied last, and that version's
     /// entry for it (the config may have moved on since).
     pub applied: Option<(u64, BTreeSet<String>)>,
+    /// Under Lease faults: its worker process, once started.
+    pub process: Option<Process>,
 }
 
 impl PodInstance {
     pub fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn uid_number(&self) -> u64 {
+        self.uid.rsplit('-').next().unwrap().parse().unwrap()
     }
 }
 
@@ -73,9 +83,28 @@ pub struct Cluster {
     /// (each when its watch delivers, see [`Cluster::sync`]) and acknowledge what they run in
     /// a Lease per pod name (see [`Cluster::ack`]).
     pub acknowledge: bool,
-    /// The workers' Leases: pod name to (holder uid, acknowledged version).
-    pub leases: BTreeMap<String, (String, u64)>,
+    /// The workers' Leases, by pod name.
+    pub leases: BTreeMap<String, LeaseRecord>,
+    /// Workers renew their Lease on their own clock, fence themselves, pause and lose the API
+    /// server (see [`Process`]); their Leases carry a duration, so the operator judges expiry.
+    pub lease_faults: bool,
+    /// Under Lease faults, whether workers fence themselves (false: a deliberately wrong
+    /// worker, to show the simulation notices).
+    pub fencing: bool,
+    /// Real time, in milliseconds: a tick is a second, and time also passes between ticks.
+    pub millis: u64,
     next_uid: u64,
+}
+
+/// What a worker's Lease says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// The uid of the pod instance that wrote it.
+    pub holder: String,
+    /// The config version whose entry it runs exactly, if it acknowledged one.
+    pub acked: Option<u64>,
+    /// When it was written, in real milliseconds (its `renewTime`).
+    pub renewed: u64,
 }
 
 impl Cluster {
@@ -89,6 +118,9 @@ impl Cluster {
             config_map: None,
             acknowledge: false,
             leases: BTreeMap::new(),
+            lease_faults: false,
+            fencing: true,
+            millis: 0,
             next_uid: 0,
         };
         cluster.controller();
@@ -96,24 +128,96 @@ impl Cluster {
     }
 
     pub fn now(&self) -> Timestamp {
-        Timestamp::from_second(1_700_000_000).unwrap() + SignedDuration::from_secs(self.step as i64)
+        Timestamp::from_second(1_700_000_000).unwrap()
+            + SignedDuration::from_millis(self.millis as i64)
     }
 
-    /// Time passes one step: pods start (mounting the ConfigMap as it is now), grace periods
-    /// run out, and the StatefulSet controller acts.
+    /// Time passes one step (a second): pods start (mounting the ConfigMap as it is now),
+    /// grace periods run out, and the StatefulSet controller acts.
     pub fn tick(&mut self) {
         self.step += 1;
+        self.elapse(1000);
         let step = self.step;
         self.pods.retain(|p| p.gone_at.is_none_or(|at| at > step));
         let config = self.config();
+        let (lease_faults, millis) = (self.lease_faults, self.millis);
         for pod in &mut self.pods {
             if pod.runs.is_none() && pod.gone_at.is_none() && pod.starts_at <= step {
                 let entry = own_jobs(config.as_ref(), &pod.name());
                 pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
                 pod.runs = Some(entry);
+                if lease_faults {
+                    let rate = process::rate(pod.uid_number());
+                    pod.process = Some(Process::start(rate, millis));
+                }
             }
         }
         self.controller();
+    }
+
+    /// `ms` milliseconds of real time pass: each running worker process checks its fence.
+    pub fn elapse(&mut self, ms: u64) {
+        self.millis += ms;
+        self.check_fences();
+    }
+
+    /// Every worker process that is not paused fences itself if its last renewal is too old.
+    fn check_fences(&mut self) {
+        let (fencing, millis) = (self.fencing, self.millis);
+        for pod in &mut self.pods {
+            let Some(process) = pod.process.as_mut().filter(|p| !p.paused && fencing) else {
+                continue;
+            };
+            if process.fence.check(process.now(millis)) {
+                pod.runs = Some(BTreeSet::new());
+            }
+        }
+    }
+
+    /// SIGSTOP of the worker process of pod `index`.
+    pub fn pause(&mut self, index: usize) {
+        if let Some(process) = self.process_at(index) {
+            process.paused = true;
+        }
+    }
+
+    /// SIGCONT of the worker process of pod `index`: its fence is checked before it runs
+    /// anything again.
+    pub fn resume(&mut self, index: usize) {
+        if let Some(process) = self.process_at(index) {
+            process.paused = false;
+        }
+        self.check_fences();
+    }
+
+    /// The worker process of pod `index` loses (`true`) or regains the API server.
+    pub fn partition(&mut self, index: usize, cut: bool) {
+        if let Some(process) = self.process_at(index) {
+            process.partitioned = cut;
+        }
+    }
+
+    /// Every fault ends: paused processes resume, partitions heal.
+    pub fn heal(&mut self) {
+        for process in self.pods.iter_mut().filter_map(|p| p.process.as_mut()) {
+            process.paused = false;
+            process.partitioned = false;
+        }
+        self.check_fences();
+    }
+
+    fn process_at(&mut self, index: usize) -> Option<&mut Process> {
+        let uid = self.pod_at(index)?.uid.clone();
+        let pod = self.pods.iter_mut().find(|p| p.uid == uid)?;
+        pod.process.as_mut()
+    }
+
+    /// The workers' Leases as the API server serves them.
+    pub fn lease_objects(&self) -> Vec<Lease> {
+        self.leases
+            .iter()
+            .map(|(pod, record)| lease_object(pod, record, self.lease_faults))
+            .collect()
     }
 
     /// Under `Acknowledge`, the ConfigMap watch of the workers in `mask` delivers: each applies
@@ -126,11 +230,30 @@ impl Cluster {
         let Some(config) = self.config().filter(|_| self.acknowledge) else {
             return;
         };
+        let (fencing, millis) = (self.fencing, self.millis);
         for (i, pod) in self.pods.iter_mut().enumerate() {
-            let Some(runs) = pod.runs.as_mut().filter(|_| synced(i)) else {
+            if pod.runs.is_none() || !synced(i) {
                 continue;
-            };
+            }
+            let mut config = Some(config.clone());
+            if pod.process.as_ref().is_some_and(|p| !p.connected()) {
+                continue;
+            }
+            if let Some(process) = pod.process.as_mut().filter(|_| fencing) {
+                // The answer to the fence's read: it lifts the fence if it came in time, and
+                // the worker applies what it read (the watch may deliver newer later).
+                if let Some((tag, read)) = process.read.take() {
+                    if process.fence.read(tag, process.now(millis)) {
+                        config = read;
+                    }
+                }
+                if !process.fence.is_live() {
+                    continue;
+                }
+            }
+            let Some(config) = config else { continue };
             let entry = own_jobs(Some(&config), &pod.name);
+            let runs = pod.runs.as_mut().expect("started");
             if pod.gone_at.is_some() {
                 runs.retain(|job| entry.contains(job));
             } else {
@@ -151,15 +274,39 @@ impl Cluster {
         if !self.acknowledge {
             return;
         }
-        for (i, pod) in self.pods.iter().enumerate() {
-            let (Some(runs), Some((version, entry))) = (pod.runs.as_ref(), pod.applied.as_ref())
-            else {
+        let config = self.config();
+        let (fencing, millis) = (self.fencing, self.millis);
+        for (i, pod) in self.pods.iter_mut().enumerate() {
+            let Some(runs) = pod.runs.as_mut() else {
                 continue;
             };
+            if !acked(i) || pod.process.as_ref().is_some_and(|p| !p.connected()) {
+                continue;
+            }
+            let live = !fencing || pod.process.as_ref().is_none_or(|p| p.fence.is_live());
             // The version it applied, though the config may have moved on since.
-            if acked(i) && runs == entry {
-                self.leases
-                    .insert(pod.name.clone(), (pod.uid.clone(), *version));
+            let acks = pod
+                .applied
+                .as_ref()
+                .filter(|(_, entry)| live && runs == entry)
+                .map(|(version, _)| *version);
+            let previous = self.leases.get(&pod.name).filter(|l| l.holder == pod.uid);
+            let record = LeaseRecord {
+                holder: pod.uid.clone(),
+                acked: acks.or_else(|| previous.and_then(|l| l.acked)),
+                renewed: millis,
+            };
+            // Without Lease faults a worker writes only to acknowledge; with them, every write
+            // renews.
+            let Some(process) = pod.process.as_mut() else {
+                if acks.is_some() {
+                    self.leases.insert(pod.name.clone(), record);
+                }
+                continue;
+            };
+            self.leases.insert(pod.name.clone(), record);
+            if process.renewed(millis, config.clone()) && fencing {
+                runs.clear();
             }
         }
     }
@@ -189,6 +336,7 @@ impl Cluster {
             gone_at: None,
             grace: 1 + self.next_uid % 3,
             applied: None,
+            process: None,
         }
     }
 
@@ -327,14 +475,23 @@ impl Cluster {
     pub fn restart_container(&mut self, index: usize) {
         let config = self.config();
         let uid = self.pod_at(index).map(|p| p.uid.clone());
+        let millis = self.millis;
         for pod in self
             .pods
             .iter_mut()
             .filter(|p| Some(&p.uid) == uid.as_ref())
         {
             if pod.runs.is_some() {
-                let entry = own_jobs(config.as_ref(), &pod.name());
-                pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
+                // A new process: a fresh clock and fence, the same network; cut off from the
+                // API server, it reads nothing and runs nothing.
+                let cut = pod.process.as_ref().is_some_and(|p| p.partitioned);
+                if let Some(process) = &mut pod.process {
+                    *process = Process::start(process.rate, millis);
+                    process.partitioned = cut;
+                }
+                let config = config.as_ref().filter(|_| !cut);
+                let entry = own_jobs(config, &pod.name());
+                pod.applied = config.map(|c| (c.version, entry.clone()));
                 pod.runs = Some(entry);
             }
         }
@@ -346,10 +503,15 @@ impl Cluster {
         WorkerConfig::parse(text).ok()
     }
 
-    /// What every pod of the API runs, for pods that started: job -> pod instances.
+    /// What every pod of the API runs, for pods that started: job -> pod instances. A paused
+    /// process runs nothing until it resumes (and checks its fence first).
     pub fn holders(&self) -> BTreeMap<&str, Vec<&PodInstance>> {
         let mut by_job: BTreeMap<&str, Vec<&PodInstance>> = BTreeMap::new();
-        for pod in &self.pods {
+        for pod in self
+            .pods
+            .iter()
+            .filter(|p| p.process.as_ref().is_none_or(|p| !p.paused))
+        {
             for job in pod.runs.iter().flatten() {
                 by_job.entry(job.as_str()).or_default().push(pod);
             }
@@ -499,4 +661,27 @@ fn own_jobs(config: Option<&WorkerConfig>, pod: &str) -> BTreeSet<String> {
         .and_then(|c| c.workload(pod))
         .map(|w| w.jobs.iter().cloned().collect())
         .unwrap_or_default()
+}
+
+/// A worker's Lease as the API server serves it; with `expiring`, it carries a duration.
+fn lease_object(pod: &str, record: &LeaseRecord, expiring: bool) -> Lease {
+    let renewed = Timestamp::from_second(1_700_000_000).unwrap()
+        + SignedDuration::from_millis(record.renewed as i64);
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(pod.to_owned()),
+            namespace: Some(NS.into()),
+            labels: Some([(POOL_LABEL.to_owned(), "pool".to_owned())].into()),
+            annotations: record
+                .acked
+                .map(|v| [(ACKED_VERSION_ANNOTATION.to_owned(), v.to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(record.holder.clone()),
+            lease_duration_seconds: expiring.then_some(LEASE_SECONDS as i32),
+            renew_time: Some(MicroTime(renewed)),
+            ..LeaseSpec::default()
+        }),
+    }
 }

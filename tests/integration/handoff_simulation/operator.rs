@@ -3,16 +3,21 @@
 //! planner. It can crash after any number of its writes and restart with empty memory.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use swarm_operator::controller::lease_clock::LeaseClock;
 use swarm_operator::crd::SwarmPool;
 use swarm_operator::drive::memory::{MemoryCluster, MemoryError, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
+use swarm_operator::names::ACKED_VERSION_ANNOTATION;
 use swarm_operator::planner::{Observed, VERSION_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
-use swarm_operator::state::lease::{Ack, Acks};
+use swarm_operator::state::lease::Acks;
 
 use super::cluster::{Cluster, NS};
+use super::process;
 
 /// What the operator did, for the invariants.
 #[derive(Clone, Debug, Default)]
@@ -21,22 +26,33 @@ pub struct Record {
     pub deletes: BTreeMap<String, usize>,
     /// The config version of every ConfigMap write, in order.
     pub versions: Vec<u64>,
+    /// Reconciles that found some worker's Lease expired.
+    pub expiries: usize,
+    /// Reconciles whose plan did not settle within `drive::MAX_ROUNDS` rounds.
+    pub unsettled: usize,
 }
 
 /// The operator process.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Operator {
     pub pool: SwarmPool,
     /// The pod cache: what the watch has delivered, by pod name.
     cache: BTreeMap<String, Pod>,
     /// Uids this process asked to delete.
     deleting: BTreeSet<String>,
-    /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`), as the
-    /// Lease cache last saw them.
-    acks: Acks,
+    /// The Lease cache: the workers' Leases as the watch delivered them, by name.
+    leases: BTreeMap<String, Lease>,
+    /// The Lease watch is stalled: it delivers nothing, and reports no error, until a relist.
+    pub leases_stalled: bool,
+    /// When this process saw each Lease renewed, on its own clock (empty after a crash).
+    clock: LeaseClock,
+    /// The rate of this operator's clock, in thousandths of real time.
+    pub clock_rate: u64,
     /// Added to every acknowledged version the operator reads: 0 for the real protocol; 1 for
     /// a deliberately wrong operator that grants on the acknowledgement of the version before.
     pub ack_skew: u64,
+    /// A deliberately wrong operator whose live Lease reads return its cache.
+    pub trusts_lease_cache: bool,
 }
 
 impl Operator {
@@ -45,8 +61,12 @@ impl Operator {
             pool,
             cache: BTreeMap::new(),
             deleting: BTreeSet::new(),
-            acks: Acks::default(),
+            leases: BTreeMap::new(),
+            leases_stalled: false,
+            clock: LeaseClock::default(),
+            clock_rate: 1000,
             ack_skew: 0,
+            trusts_lease_cache: false,
         };
         operator.relist(cluster);
         operator
@@ -75,34 +95,61 @@ impl Operator {
                 None => self.cache.remove(&name),
             };
         }
-        self.read_leases(cluster);
+        if self.leases_stalled {
+            return;
+        }
+        for lease in cluster.lease_objects() {
+            let name = lease.metadata.name.clone().unwrap();
+            if in_mask(&name) {
+                self.leases.insert(name, lease);
+            }
+        }
     }
 
-    /// The Lease cache catches up with the workers' Leases.
-    pub fn read_leases(&mut self, cluster: &Cluster) {
-        self.acks = Acks::new(cluster.leases.iter().map(|(pod, (holder, version))| {
-            let ack = Ack {
-                holder: holder.clone(),
-                version: version + self.ack_skew,
-            };
-            (pod.clone(), ack)
-        }));
-    }
-
-    /// A fresh list and watch: the cache equals the API.
+    /// A fresh list and watch: the caches equal the API.
     pub fn relist(&mut self, cluster: &Cluster) {
         self.cache = cluster
             .api_pods()
             .into_iter()
             .map(|p| (p.metadata.name.clone().unwrap(), p))
             .collect();
-        self.read_leases(cluster);
+        self.leases = cluster
+            .lease_objects()
+            .into_iter()
+            .map(|l| (l.metadata.name.clone().unwrap(), l))
+            .collect();
+        self.leases_stalled = false;
     }
 
-    /// The process dies and a new one starts: no memory, a cold cache that lists everything.
+    /// The process dies and a new one starts: no memory, a cold cache that lists everything,
+    /// a clock that has seen no Lease renewed.
     pub fn crash(&mut self, cluster: &Cluster) {
         self.deleting.clear();
+        self.clock = LeaseClock::default();
         self.relist(cluster);
+    }
+
+    /// What the Lease cache acknowledges, and which Leases expired on this operator's clock,
+    /// as the controller judges them.
+    fn acks(&self, cluster: &Cluster) -> Acks {
+        let leases: Vec<Lease> = self.leases.values().map(|l| self.skewed(l)).collect();
+        let mut acks = Acks::from_leases(&leases);
+        let grace = Duration::from_secs(self.pool.spec.rollout.lease_grace_seconds as u64);
+        let now = process::instant(self.clock_rate, cluster.millis);
+        self.clock
+            .judge(NS, "pool", &leases, grace, now.into_std(), &mut acks);
+        acks
+    }
+
+    /// `lease` with [`Operator::ack_skew`] added to its acknowledged version.
+    fn skewed(&self, lease: &Lease) -> Lease {
+        let mut lease = lease.clone();
+        if let Some(annotations) = lease.metadata.annotations.as_mut()
+            && let Some(version) = annotations.get_mut(ACKED_VERSION_ANNOTATION)
+        {
+            *version = (version.parse::<u64>().unwrap() + self.ack_skew).to_string();
+        }
+        lease
     }
 
     /// One reconcile through the operator's own round protocol ([`drive`]). With
@@ -123,9 +170,15 @@ impl Operator {
         let replica_sets = cluster.replica_sets();
         let cached: Vec<PodSummary> = self.cache.values().map(PodSummary::from).collect();
         // The API server's side, in memory for the length of this reconcile (no time passes).
+        let acks = self.acks(cluster);
         let mut api = MemoryCluster {
             config_map: cluster.config_map.clone(),
             pods: cluster.api_pods().iter().map(PodSummary::from).collect(),
+            leases: if self.trusts_lease_cache {
+                self.leases.values().cloned().collect()
+            } else {
+                cluster.lease_objects()
+            },
             crash_after,
             ..MemoryCluster::new(cluster.now())
         };
@@ -141,7 +194,7 @@ impl Operator {
                 pods_are_live: false,
                 config_map: cluster.config_map.as_ref(),
                 deleting: &self.deleting,
-                acks: &self.acks,
+                acks: &acks,
                 now: cluster.now(),
             },
             &mut Journal::default(),
@@ -165,10 +218,17 @@ impl Operator {
                 self.crash(cluster);
                 return None;
             }
+            // The controller reports the error and reconciles again later; the writes made
+            // so far stand.
+            Err(MemoryError::Unsettled(_)) => {
+                record.unsettled += 1;
+                return None;
+            }
             other => panic!("the reconcile did not finish: {other:?}"),
         };
         let writes = api.written.len() + api.delete_requests.len();
         let phase = outcome.status.phase.map(|p| p.to_string());
+        record.expiries += usize::from(!outcome.status.expired_workers.is_empty());
         self.pool.status = Some(outcome.status);
         if crash_after == Some(writes + 1) {
             self.crash(cluster);

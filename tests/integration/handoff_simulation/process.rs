@@ -1,0 +1,103 @@
+//! A worker process under Lease faults: its own clock, which drifts from real time within
+//! [`DRIFT_PERMILLE`], the worker library's real [`Fence`] on that clock, and whether it is
+//! paused (SIGSTOP) or cut off from the API server.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use swarm_worker::fence::{self, Fence};
+use tokio::time::Instant;
+
+/// The workers' `leaseDurationSeconds` under Lease faults: short, so that schedules of a few
+/// dozen steps see Leases expire.
+pub const LEASE_SECONDS: u64 = 4;
+/// `spec.rollout.leaseGraceSeconds` of the simulated pools under Lease faults.
+pub const LEASE_GRACE_SECONDS: i64 = 1;
+/// Every clock (each worker process's, the operator's) runs at a rate within this many
+/// thousandths of real time. The protocol holds while
+/// `(duration - margin) / (1 - drift) < (duration + grace) / (1 + drift)`: here 2 s of the
+/// worker's clock against 5 s of the operator's, so up to 3/7.
+pub const DRIFT_PERMILLE: u64 = 200;
+
+/// A monotonic clock running at `rate` thousandths of real time, read at real millisecond
+/// `millis`: an instant of the process that owns it (only differences matter).
+pub fn instant(rate: u64, millis: u64) -> Instant {
+    static BASE: OnceLock<std::time::Instant> = OnceLock::new();
+    let base = *BASE.get_or_init(std::time::Instant::now);
+    Instant::from_std(base + Duration::from_millis(millis * rate / 1000))
+}
+
+/// A clock rate within the drift bound, picked by `seed`.
+pub fn rate(seed: u64) -> u64 {
+    let span = 2 * DRIFT_PERMILLE + 1;
+    1000 - DRIFT_PERMILLE + (seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) % span
+}
+
+/// One worker process.
+#[derive(Clone, Debug)]
+pub struct Process {
+    /// Its clock's rate, in thousandths of real time.
+    pub rate: u64,
+    pub fence: Fence,
+    /// Stopped (SIGSTOP): no clock tick reaches it, it writes and reads nothing, and it runs
+    /// nothing until it resumes.
+    pub paused: bool,
+    /// Cut off from the API server: its Lease writes and reads fail.
+    pub partitioned: bool,
+    /// Local time of the last successful Lease write, and of the first of its run of writes.
+    last_renewal: Instant,
+    streak: Instant,
+    /// The fence's read in flight: its tag, and the config the API server served it.
+    pub read: Option<(u64, Option<swarm_assign::worker_config::WorkerConfig>)>,
+}
+
+impl Process {
+    /// A process started at real millisecond `millis` with a clock at `rate`.
+    pub fn start(rate: u64, millis: u64) -> Process {
+        let now = instant(rate, millis);
+        let duration = Duration::from_secs(LEASE_SECONDS);
+        Process {
+            rate,
+            fence: Fence::new(fence::limit(duration, fence::default_margin(duration)), now),
+            paused: false,
+            partitioned: false,
+            last_renewal: now,
+            streak: now,
+            read: None,
+        }
+    }
+
+    pub fn now(&self, millis: u64) -> Instant {
+        instant(self.rate, millis)
+    }
+
+    /// Whether it reaches the API server now.
+    pub fn connected(&self) -> bool {
+        !self.paused && !self.partitioned
+    }
+
+    /// Its Lease write sent and answered at real millisecond `millis` succeeded: the fence
+    /// learns of it; returns whether the worker just fenced itself (it stops every job). A read
+    /// the fence asks for is served the config `current`.
+    pub fn renewed(
+        &mut self,
+        millis: u64,
+        current: Option<swarm_assign::worker_config::WorkerConfig>,
+    ) -> bool {
+        let now = self.now(millis);
+        if now.saturating_duration_since(self.last_renewal) >= self.limit() {
+            self.streak = now;
+        }
+        self.last_renewal = now;
+        let renewal = self.fence.renewed(now, self.streak, now);
+        if let Some(tag) = renewal.read {
+            self.read = Some((tag, current));
+        }
+        renewal.newly_fenced
+    }
+
+    fn limit(&self) -> Duration {
+        let duration = Duration::from_secs(LEASE_SECONDS);
+        fence::limit(duration, fence::default_margin(duration))
+    }
+}
