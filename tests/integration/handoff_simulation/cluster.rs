@@ -242,10 +242,10 @@ impl Cluster {
             if let Some(process) = pod.process.as_mut().filter(|_| fencing) {
                 // The answer to the fence's read: it lifts the fence if it came in time, and
                 // the worker applies what it read (the watch may deliver newer later).
-                if let Some((tag, read)) = process.read.take() {
-                    if process.fence.read(tag, process.now(millis)) {
-                        config = read;
-                    }
+                if let Some((tag, read)) = process.read.take()
+                    && process.fence.read(tag, process.now(millis))
+                {
+                    config = read;
                 }
                 if !process.fence.is_live() {
                     continue;
