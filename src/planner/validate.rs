@@ -96,7 +96,9 @@ impl FailureReason {
             FailureReason::ConfigMapConflict
                 | FailureReason::StatefulSetInUse
                 | FailureReason::DeploymentInUse
-                // A label added, or a permission granted, is not watched either.
+                // Nor is a source created without its label, a label added to one the cache
+                // does not hold, or a permission granted.
+                | FailureReason::JobsSourceNotFound
                 | FailureReason::JobsSourceNotLabelled
                 | FailureReason::JobsSourceUnreadable
         )

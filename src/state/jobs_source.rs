@@ -135,9 +135,9 @@ pub enum Unresolved {
         /// The job.
         job: String,
         /// Where it is listed first.
-        first: Origin,
+        first: Box<Origin>,
         /// Where it is listed again.
-        second: Origin,
+        second: Box<Origin>,
     },
 }
 
@@ -184,8 +184,8 @@ pub fn combine<'a>(
             if let Some(first) = seen.get(job) {
                 return Err(Unresolved::Duplicate {
                     job: job.to_owned(),
-                    first: first.clone(),
-                    second: origin,
+                    first: Box::new(first.clone()),
+                    second: Box::new(origin),
                 });
             }
             seen.insert(job, origin);
