@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::kubectl_ns;
+use super::{kubectl_ns, swarm_json};
 use crate::harness::Env;
 use crate::harness::manifests::str_at;
 use crate::harness::observe::{
@@ -67,6 +67,17 @@ async fn jobs_from_two_config_maps_are_assigned_once_follow_edits_and_survive_a_
         "the JOBS column counts every source:\n{listed}"
     );
 
+    // `kubectl swarm` reads the sources as the operator does.
+    let namespace = env.example.namespace();
+    let pool_name = env.example.pool_name();
+    let status = swarm_json(&env, &["status", &pool_name, "-n", &namespace]).await;
+    assert_eq!(status["jobs"], 29, "{status}");
+    let found = swarm_json(&env, &["where", "stream:e2e-from:1", "-n", &namespace]).await;
+    assert_eq!(
+        found[0]["state"], "Assigned",
+        "a job of a source is found: {found}"
+    );
+
     // Editing a source: a job leaves, another arrives, in one new version.
     let gone = first.remove(0);
     first.push("stream:e2e-from:3".to_owned());
@@ -114,6 +125,18 @@ async fn jobs_from_two_config_maps_are_assigned_once_follow_edits_and_survive_a_
     assert_eq!(failed.status_u64("jobs"), Some(29), "the last known count");
     assert_eq!(failed.uids(), edited.uids(), "no worker was restarted");
     assert_no_config_map_write_or_pod_delete(&env, mark).await;
+    let out = env
+        .kubectl
+        .run(&["swarm", "status", &pool_name, "-n", &namespace])
+        .await;
+    assert!(
+        !out.success
+            && out
+                .stderr
+                .contains(&format!("ConfigMap {SECOND} (spec.jobsFrom[1])")),
+        "kubectl swarm status names the missing source: {}",
+        out.stderr
+    );
 
     // Re-creating it: Balanced again on the same config, nothing written.
     env.apply(
