@@ -414,7 +414,7 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Decision
         workers: workers.map_or(0, |w| count(w.len())),
         ready_workers: workers.map_or(0, |w| count(w.ready())),
         ready: workers.map(|w| format!("{}/{}", w.ready(), w.len())),
-        // With a source unreadable the jobs are not known: the count stays the last known.
+        // While `jobsFrom` cannot be resolved the jobs are not known: the last count stays.
         jobs: match o.jobs_unresolved {
             Some(_) => previous.map_or(0, |s| s.jobs),
             None => count(pool.spec.jobs.len()),

@@ -88,16 +88,15 @@ impl FailureReason {
         }
     }
 
-    /// Whether the failure ends only when another object goes away (the other ConfigMap, the
-    /// older pool), which the operator does not watch: worth checking again sooner.
+    /// Whether the failure ends only on a change the operator does not watch (the other
+    /// ConfigMap or the older pool going away, a jobs source created without its label, a
+    /// permission granted): worth checking again sooner.
     pub fn waits_on_another_object(self) -> bool {
         matches!(
             self,
             FailureReason::ConfigMapConflict
                 | FailureReason::StatefulSetInUse
                 | FailureReason::DeploymentInUse
-                // Nor is a source created without its label, a label added to one the cache
-                // does not hold, or a permission granted.
                 | FailureReason::JobsSourceNotFound
                 | FailureReason::JobsSourceNotLabelled
                 | FailureReason::JobsSourceUnreadable

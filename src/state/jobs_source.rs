@@ -141,13 +141,6 @@ pub enum Unresolved {
     },
 }
 
-impl Unresolved {
-    /// Whether a source is missing or unreadable (rather than the jobs being invalid).
-    pub fn is_unavailable(&self) -> bool {
-        !matches!(self, Unresolved::Duplicate { .. })
-    }
-}
-
 /// The pool's jobs: `inline` (its `spec.jobs`) followed by each source's, in order. `find`
 /// looks a source's ConfigMap up by name in `namespace`.
 pub fn combine<'a>(
@@ -370,7 +363,6 @@ mod tests {
             err.to_string(),
             "job \"c\" is listed twice, in ConfigMap first key jobs line 1 and in ConfigMap second key jobs line 3: remove one"
         );
-        assert!(!err.is_unavailable());
         let inline = combine("ns", &strings(&["c"]), &[source("first", "jobs")], |_| {
             Found::ConfigMap(&first)
         })
@@ -395,7 +387,6 @@ mod tests {
         );
         assert!(text.contains("--from-file=jobs=jobs.txt"), "{text}");
         assert!(text.contains(JOBS_SOURCE_LABEL), "{text}");
-        assert!(missing.is_unavailable());
 
         let unlabelled = combine("ns", &[], &sources, |_| Found::Unlabelled).unwrap_err();
         assert!(
