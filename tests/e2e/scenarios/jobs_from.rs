@@ -1,7 +1,8 @@
 //! Jobs from ConfigMaps (`spec.jobsFrom`): a pool with inline jobs and two job ConfigMaps
 //! assigns every job exactly once; editing a source moves the assignment; deleting a source
-//! fails the pool with `JobsSourceNotFound` and keeps its config; re-creating it recovers. The
-//! operator never writes the sources.
+//! fails the pool with `JobsSourceNotFound` and keeps its config; re-creating it without the
+//! label gives `JobsSourceNotLabelled`, and labelling it recovers. The operator never writes the
+//! sources.
 
 use serde_json::{Value, json};
 
@@ -138,10 +139,40 @@ async fn jobs_from_two_config_maps_are_assigned_once_follow_edits_and_survive_a_
         out.stderr
     );
 
-    // Re-creating it: Balanced again on the same config, nothing written.
-    env.apply(
-        "second-again.yaml",
-        &[source(&env, SECOND, "list", &second)],
+    // Re-created without the label (as `kubectl create configmap` does): not watched, which
+    // the pool says once it looks again (here on an edit of the pool), with the fix.
+    let mut unlabelled = source(&env, SECOND, "list", &second);
+    unlabelled["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("labels");
+    env.apply("second-unlabelled.yaml", &[unlabelled]).await;
+    kubectl_ns(
+        &env,
+        &["annotate", "swarmpool", &pool_name, "e2e/looked-again=1"],
+    )
+    .await;
+    let unwatched = wait_for(&env, "JobsSourceNotLabelled", |o| {
+        match o.condition("Ready") {
+            Some(ready) if ready["reason"] == "JobsSourceNotLabelled" => Ok(()),
+            other => Err(format!("phase {}, Ready {other:?}", o.phase())),
+        }
+    })
+    .await;
+    let message = str_at(unwatched.condition("Ready").unwrap(), "/message");
+    assert!(
+        message.contains(&format!(
+            "kubectl label configmap {SECOND} -n {namespace} swarm.io/jobs-source=true"
+        )),
+        "{message}"
+    );
+    wait_event(&env, &pool_name, "Warning", "JobsSourceNotLabelled").await;
+    assert_eq!(unwatched.config(), edited.config(), "the config is kept");
+
+    // Labelled: Balanced again on the same config, nothing written.
+    kubectl_ns(
+        &env,
+        &["label", "configmap", SECOND, "swarm.io/jobs-source=true"],
     )
     .await;
     let recovered = wait_settled(&env, &all, edited.config().version - 1).await;
