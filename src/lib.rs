@@ -66,7 +66,7 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// Reading the pool's ConfigMap failed.
+    /// Reading a ConfigMap (the pool's, or one it reads jobs from) failed.
     #[error("failed to read ConfigMap {name}: {source}")]
     GetConfigMap {
         /// ConfigMap name.

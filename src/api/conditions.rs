@@ -48,8 +48,15 @@ pub mod reason {
     pub const EMPTY_SELECTOR: &str = "EmptySelector";
     /// The selector has an expression the operator cannot evaluate.
     pub const INVALID_SELECTOR: &str = "InvalidSelector";
-    /// A job is empty or listed twice.
+    /// A job is empty or listed twice (over `spec.jobs` and `spec.jobsFrom`).
     pub const INVALID_JOBS: &str = "InvalidJobs";
+    /// A ConfigMap named in `spec.jobsFrom` does not exist, or has no such key.
+    pub const JOBS_SOURCE_NOT_FOUND: &str = "JobsSourceNotFound";
+    /// A ConfigMap named in `spec.jobsFrom` lacks the `swarm.io/jobs-source` label, so it is
+    /// not watched.
+    pub const JOBS_SOURCE_NOT_LABELLED: &str = "JobsSourceNotLabelled";
+    /// A ConfigMap named in `spec.jobsFrom` cannot be read (the API server refused).
+    pub const JOBS_SOURCE_UNREADABLE: &str = "JobsSourceUnreadable";
     /// `qos` names a job that is not in `spec.jobs`, lists one twice, or has a bad weight.
     pub const INVALID_QOS: &str = "InvalidQoS";
     /// Some `qos.dedicated` jobs run as shared jobs: there are too few workers to give each its

@@ -104,6 +104,14 @@ pub struct SwarmPoolSpec {
     #[schemars(schema_with = "job_set_schema")]
     pub jobs: Vec<String>,
 
+    /// More jobs, read from ConfigMaps in the pool's namespace (for pools whose jobs do not fit
+    /// in one object). The pool's jobs are `jobs` followed by each source's jobs, in list
+    /// order, and must be unique over all of them. Each ConfigMap must carry the label
+    /// `swarm.io/jobs-source` (any value) so the operator watches it; the operator never writes
+    /// it. While a source is missing or cannot be read the pool keeps its current assignment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs_from: Vec<JobsFromSource>,
+
     /// Name of the ConfigMap the operator writes (key `config.yml`) and the workers mount.
     /// Defaults to `<pool name>-config`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -128,6 +136,35 @@ pub struct SwarmPoolSpec {
     /// nothing to the ConfigMap and deletes no pod.
     #[serde(default)]
     pub paused: bool,
+}
+
+/// A ConfigMap that lists jobs of the pool, one per line under `key`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobsFromSource {
+    /// The ConfigMap, in the pool's namespace.
+    pub config_map_ref: ConfigMapRef,
+
+    /// The key whose value lists the jobs: one per line, surrounding whitespace trimmed; blank
+    /// lines and lines starting with `#` are ignored.
+    #[serde(default = "default_jobs_key")]
+    #[schemars(length(min = 1))]
+    pub key: String,
+}
+
+/// A ConfigMap in the pool's namespace, by name.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct ConfigMapRef {
+    /// Name of the ConfigMap.
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+/// `spec.jobsFrom[].key` when unset.
+pub const DEFAULT_JOBS_KEY: &str = "jobs";
+
+fn default_jobs_key() -> String {
+    DEFAULT_JOBS_KEY.to_owned()
 }
 
 /// The kind of workload whose pods are the workers.
@@ -289,7 +326,7 @@ pub struct SwarmPoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<String>,
 
-    /// Number of jobs in the spec.
+    /// Number of jobs in the pool: `spec.jobs` and those of `spec.jobsFrom`.
     #[serde(default)]
     pub jobs: i32,
 

@@ -33,3 +33,6 @@ pub const STATEFULSET_POD_LABEL: &str = "statefulset.kubernetes.io/pod-name";
 /// Label the Deployment controller puts on every pod of its ReplicaSets; the other pod watch is
 /// limited to it.
 pub const DEPLOYMENT_POD_LABEL: &str = "pod-template-hash";
+/// Label a ConfigMap named in a pool's `spec.jobsFrom` must carry (any value): the operator
+/// watches only ConfigMaps with it, so it never caches the namespace's other ConfigMaps.
+pub const JOBS_SOURCE_LABEL: &str = "swarm.io/jobs-source";

@@ -4,6 +4,7 @@
 //! Exit codes: 0 answered; 1 the pool, its config or the job does not exist; 2 bad usage;
 //! 3 no cluster configured, unreachable, or the request was refused.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -15,6 +16,7 @@ use swarm_operator::crd::SwarmPool;
 use swarm_operator::plugin::output::{self, Format};
 use swarm_operator::plugin::{self, PluginError, PoolView, locate, scale_plan, status};
 use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::state::jobs_source;
 
 /// Inspect SwarmPools: where each job runs, what each worker holds, what a scale would move.
 #[derive(Parser, Debug)]
@@ -53,7 +55,7 @@ enum Command {
     },
     /// The pool and worker holding a job, or whether it is in transit or unassigned.
     Where {
-        /// The job, as listed in `spec.jobs`.
+        /// The job, as listed in `spec.jobs` or a `spec.jobsFrom` ConfigMap.
         job: String,
         /// Search every namespace.
         #[arg(short = 'A', long)]
@@ -124,6 +126,15 @@ async fn run(cli: Cli) -> Result<String, PluginError> {
                 .map_err(|e| cluster.error(&e, "list SwarmPools"))?;
             let mut views = Vec::new();
             for pool in listed {
+                // A pool whose sources cannot be read is searched by its own jobs only.
+                let pool = match resolve_jobs(&cluster, pool.clone()).await {
+                    Ok(resolved) => resolved,
+                    Err(PluginError::JobsFrom { detail, .. }) => {
+                        eprintln!("warning: {detail}");
+                        pool
+                    }
+                    Err(error) => return Err(error),
+                };
                 let ns = pool.metadata.namespace.clone().unwrap_or_default();
                 let config_map = Api::<ConfigMap>::namespaced(client.clone(), &ns)
                     .get_opt(&pool.config_map_name())
@@ -240,6 +251,7 @@ async fn fetch(cluster: &Cluster, namespace: &str, name: &str) -> Result<PoolVie
         }
         Err(e) => return Err(cluster.error(&e, "read the SwarmPool")),
     };
+    let pool = resolve_jobs(cluster, pool).await?;
     let config_map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
         .get_opt(&pool.config_map_name())
         .await
@@ -254,4 +266,34 @@ async fn fetch(cluster: &Cluster, namespace: &str, name: &str) -> Result<PoolVie
         config_map,
         pods,
     })
+}
+
+/// The pool with its `spec.jobsFrom` resolved into `spec.jobs`, from the ConfigMaps as the API
+/// server has them, the way the operator resolves it.
+async fn resolve_jobs(cluster: &Cluster, pool: SwarmPool) -> Result<SwarmPool, PluginError> {
+    if pool.spec.jobs_from.is_empty() {
+        return Ok(pool);
+    }
+    let namespace = pool.metadata.namespace.clone().unwrap_or_default();
+    let api = Api::<ConfigMap>::namespaced(cluster.client.clone(), &namespace);
+    let mut read = BTreeMap::new();
+    for source in &pool.spec.jobs_from {
+        let name = &source.config_map_ref.name;
+        let cm = api
+            .get_opt(name)
+            .await
+            .map_err(|e| cluster.error(&e, &format!("read ConfigMap {name} (spec.jobsFrom)")))?;
+        read.insert(name.clone(), cm);
+    }
+    let (resolved, unresolved) = jobs_source::resolve(&pool, |name| {
+        jobs_source::found(read.get(name).and_then(Option::as_ref))
+    });
+    match unresolved {
+        None => Ok(resolved.into_owned()),
+        Some(why) => Err(PluginError::JobsFrom {
+            namespace,
+            pool: pool.metadata.name.clone().unwrap_or_default(),
+            detail: why.to_string(),
+        }),
+    }
 }

@@ -92,6 +92,7 @@ pub fn pool_spec(
         selector: LabelSelector::default(),
         workload_kind: WorkloadKind::StatefulSet,
         jobs,
+        jobs_from: Vec::new(),
         config_map: None,
         strategy,
         qos: Some(qos),

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! swarm-operator plan --pool <FILE|-> --statefulset <NAME> --replicas <N>
-//!                     [--previous <FILE>] [--strategy sticky|consistent|contiguous]
+//!                     [--jobs-from <FILE>]... [--previous <FILE>]
+//!                     [--strategy sticky|consistent|contiguous]
 //!                     [--handoff exclusive|overlap] [--explain]
 //! ```
 
@@ -18,8 +19,11 @@ use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{ConfigRequest, NextConfig, Qos, Strategy};
 
 use super::handoff_writes::{HandoffWrite, handoff_writes, pool_spec};
-use crate::crd::{Handoff, RolloutSpec};
+use k8s_openapi::api::core::v1::ConfigMap;
+
+use crate::crd::{Handoff, JobsFromSource, RolloutSpec};
 use crate::planner::{CONFIG_KEY, CONFIG_MAP_MAX_BYTES};
+use crate::state::jobs_source::{self, Found, Unresolved};
 
 /// The most workers `--replicas` accepts: far more than one ConfigMap can describe, small
 /// enough that a typo cannot exhaust memory.
@@ -28,10 +32,16 @@ const MAX_REPLICAS: u64 = 100_000;
 /// Arguments of `swarm-operator plan`.
 #[derive(clap::Args, Debug)]
 pub struct PlanArgs {
-    /// SwarmPool manifest (YAML); only `spec.jobs`, `spec.strategy`, `spec.qos` and
-    /// `spec.rollout.handoff` are read. `-` reads standard input.
+    /// SwarmPool manifest (YAML); only `spec.jobs`, `spec.jobsFrom`, `spec.strategy`,
+    /// `spec.qos` and `spec.rollout.handoff` are read. ConfigMap documents in it are sources
+    /// for `spec.jobsFrom`. `-` reads standard input.
     #[arg(long, value_name = "FILE|-")]
     pub pool: PathBuf,
+    /// ConfigMap manifests (YAML, one or more documents) that the pool's `spec.jobsFrom`
+    /// names; their jobs are read as the operator reads them (the watch label is not needed
+    /// here).
+    #[arg(long, value_name = "FILE")]
+    pub jobs_from: Vec<PathBuf>,
     /// Name of the worker StatefulSet; workers are the pods `<NAME>-0` .. `<NAME>-(N-1)`.
     #[arg(long, value_name = "NAME")]
     pub statefulset: String,
@@ -95,13 +105,23 @@ impl From<StrategyArg> for Strategy {
 /// The part of a SwarmPool manifest that planning reads; other fields are ignored.
 #[derive(Deserialize)]
 struct Manifest {
+    #[serde(default)]
+    metadata: ManifestMetadata,
     spec: ManifestSpec,
+}
+
+#[derive(Deserialize, Default)]
+struct ManifestMetadata {
+    #[serde(default)]
+    namespace: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ManifestSpec {
     jobs: Vec<String>,
+    #[serde(default)]
+    jobs_from: Vec<JobsFromSource>,
     #[serde(default)]
     strategy: Strategy,
     #[serde(default)]
@@ -113,7 +133,14 @@ struct ManifestSpec {
 /// Runs `swarm-operator plan`: the config on standard output, warnings and `--explain` on
 /// standard error. Fails with one line naming the problem on unreadable input or invalid jobs.
 pub fn run(args: &PlanArgs) -> Result<()> {
-    let manifest = read_pool(&args.pool)?;
+    let (manifest, mut config_maps) = read_pool(&args.pool)?;
+    for path in &args.jobs_from {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --jobs-from {}", path.display()))?;
+        config_maps.extend(config_maps_in(&text, &path.display().to_string())?);
+    }
+    let jobs = pool_jobs(&manifest, &config_maps)
+        .with_context(|| format!("invalid pool {}", args.pool.display()))?;
     let strategy = args.strategy.map_or(manifest.spec.strategy, Strategy::from);
     let mode = args
         .handoff
@@ -128,13 +155,13 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let outcome = swarm_assign::next_config(&ConfigRequest {
         statefulset: &args.statefulset,
         replicas,
-        jobs: &manifest.spec.jobs,
+        jobs: &jobs,
         strategy,
         previous: previous.as_ref(),
         qos: Some(&qos),
     })
     .with_context(|| format!("invalid pool {}", args.pool.display()))?;
-    let spec = pool_spec(manifest.spec.jobs.clone(), strategy, qos.clone(), mode);
+    let spec = pool_spec(jobs, strategy, qos.clone(), mode);
     let steps = handoff_writes(spec, &args.statefulset, replicas, previous.as_ref())?;
     let settled = &steps.last().expect("at least one step").config;
 
@@ -158,19 +185,59 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         .context("writing to standard output")
 }
 
-/// Reads the pool manifest from `path` (`-`: standard input).
-fn read_pool(path: &Path) -> Result<Manifest> {
-    if path.as_os_str() == "-" {
+/// Reads the pool manifest from `path` (`-`: standard input), and the ConfigMaps beside it.
+fn read_pool(path: &Path) -> Result<(Manifest, Vec<ConfigMap>)> {
+    let (text, name) = if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin()
             .read_to_string(&mut text)
             .context("cannot read the pool from standard input")?;
-        parse_pool(&text, "standard input")
+        (text, "standard input".to_owned())
     } else {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read --pool {}", path.display()))?;
-        parse_pool(&text, &path.display().to_string())
+        (text, path.display().to_string())
+    };
+    Ok((parse_pool(&text, &name)?, config_maps_in(&text, &name)?))
+}
+
+/// The ConfigMap documents of a (possibly multi-document) manifest.
+fn config_maps_in(text: &str, name: &str) -> Result<Vec<ConfigMap>> {
+    let mut config_maps = Vec::new();
+    for document in serde_yaml::Deserializer::from_str(text) {
+        let value = serde_yaml::Value::deserialize(document)
+            .with_context(|| format!("{name} is not YAML"))?;
+        if value.get("kind").and_then(serde_yaml::Value::as_str) == Some("ConfigMap") {
+            config_maps.push(
+                serde_yaml::from_value(value)
+                    .with_context(|| format!("{name} holds a ConfigMap that cannot be read"))?,
+            );
+        }
     }
+    Ok(config_maps)
+}
+
+/// The pool's jobs: `spec.jobs`, then those of `spec.jobsFrom` from `config_maps` (by name),
+/// combined as the operator combines them.
+fn pool_jobs(manifest: &Manifest, config_maps: &[ConfigMap]) -> Result<Vec<String>> {
+    let namespace = manifest.metadata.namespace.as_deref().unwrap_or("default");
+    let jobs = jobs_source::combine(
+        namespace,
+        &manifest.spec.jobs,
+        &manifest.spec.jobs_from,
+        |name| {
+            config_maps
+                .iter()
+                .find(|cm| cm.metadata.name.as_deref() == Some(name))
+                .map_or(Found::Missing, Found::ConfigMap)
+        },
+    );
+    jobs.map_err(|why| match why {
+        Unresolved::NotFound { config_map, .. } => anyhow::anyhow!(
+            "spec.jobsFrom names ConfigMap {config_map}: pass its manifest with --jobs-from <FILE> (kubectl get configmap {config_map} -o yaml)"
+        ),
+        other => other.into(),
+    })
 }
 
 /// The one SwarmPool of a (possibly multi-document) manifest; a document without `kind` counts
@@ -343,6 +410,19 @@ fn explain_writes(out: &mut String, mode: Handoff, steps: &[HandoffWrite]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jobs_from_are_read_from_config_maps_beside_the_pool_or_named_as_missing() {
+        let text = "apiVersion: swarm.io/v1alpha1\nkind: SwarmPool\nmetadata: {name: p}\nspec:\n  selector: {matchLabels: {app: w}}\n  jobs: [a]\n  jobsFrom:\n  - configMapRef: {name: more}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: more}\ndata:\n  jobs: |\n    # more jobs\n    b\n    c\n";
+        let manifest = parse_pool(text, "pool.yaml").unwrap();
+        let config_maps = config_maps_in(text, "pool.yaml").unwrap();
+        assert_eq!(pool_jobs(&manifest, &config_maps).unwrap(), ["a", "b", "c"]);
+        let missing = pool_jobs(&manifest, &[]).unwrap_err().to_string();
+        assert!(
+            missing.contains("ConfigMap more") && missing.contains("--jobs-from"),
+            "{missing}"
+        );
+    }
 
     fn outcome(jobs: &[&str], replicas: usize, previous: Option<&WorkerConfig>) -> NextConfig {
         let jobs: Vec<String> = jobs.iter().map(|job| job.to_string()).collect();

@@ -42,11 +42,13 @@ pub enum Cache {
     DeploymentPods,
     /// The workers' Leases.
     Leases,
+    /// The ConfigMaps pools read jobs from (`spec.jobsFrom`, label `swarm.io/jobs-source`).
+    JobsSources,
 }
 
 impl Cache {
     /// Every cache, in the order the metrics list them.
-    pub const ALL: [Cache; 8] = [
+    pub const ALL: [Cache; 9] = [
         Cache::Pools,
         Cache::StatefulSets,
         Cache::Pods,
@@ -55,6 +57,7 @@ impl Cache {
         Cache::ReplicaSets,
         Cache::DeploymentPods,
         Cache::Leases,
+        Cache::JobsSources,
     ];
 
     /// The name in metrics, logs and status messages.
@@ -68,6 +71,7 @@ impl Cache {
             Cache::ReplicaSets => "replicasets",
             Cache::DeploymentPods => "deployment-pods",
             Cache::Leases => "leases",
+            Cache::JobsSources => "jobs-sources",
         }
     }
 }

@@ -25,11 +25,13 @@ use crate::planner::{self, Observed};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
 use crate::rollout::{PENDING_REFRESH_ANNOTATION, PodDelete};
+use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
 
 /// What the caches hold for one pool's namespace, for the planner.
 pub(super) struct Snapshot<'a> {
     pool: &'a SwarmPool,
+    jobs_unresolved: Option<&'a Unresolved>,
     statefulsets: Vec<Arc<StatefulSet>>,
     deployments: Vec<Arc<Deployment>>,
     replica_sets: Vec<Arc<ReplicaSet>>,
@@ -41,15 +43,18 @@ pub(super) struct Snapshot<'a> {
 }
 
 impl<'a> Snapshot<'a> {
+    /// `pool` with its jobs resolved, or why they could not be.
     pub(super) fn of(
         ctx: &Context,
         pool: &'a SwarmPool,
+        jobs_unresolved: Option<&'a Unresolved>,
         namespace: &str,
         config_map: Option<ConfigMap>,
     ) -> Self {
         let here = |meta: &kube::api::ObjectMeta| meta.namespace.as_deref() == Some(namespace);
         Snapshot {
             pool,
+            jobs_unresolved,
             statefulsets: ctx.statefulsets.state_filter(|o| here(&o.metadata)),
             deployments: ctx.deployments.state_filter(|o| here(&o.metadata)),
             replica_sets: ctx.replica_sets.state_filter(|o| here(&o.metadata)),
@@ -71,6 +76,7 @@ impl<'a> Snapshot<'a> {
     pub(super) fn observed(&self) -> Observed<'_> {
         Observed {
             pool: self.pool,
+            jobs_unresolved: self.jobs_unresolved,
             statefulsets: self.statefulsets.iter().map(AsRef::as_ref).collect(),
             deployments: self.deployments.iter().map(AsRef::as_ref).collect(),
             replica_sets: self.replica_sets.iter().map(AsRef::as_ref).collect(),

@@ -1,6 +1,7 @@
 //! The controller: watches, caches, the reconcile loop and its error policy.
 //!
-//! Triggers: SwarmPools; ConfigMaps they own; StatefulSets, Deployments, ReplicaSets and Pods
+//! Triggers: SwarmPools; ConfigMaps they own, and those they read jobs from
+//! ([`jobs_sources`]); StatefulSets, Deployments, ReplicaSets and Pods
 //! mapped to the pools that select them (a pod through its controlling StatefulSet, or through
 //! its ReplicaSet's Deployment). Everything is read from reflector
 //! caches that feed the same streams that trigger reconciles, so a reconcile never runs on a
@@ -15,6 +16,7 @@
 
 pub mod cache_health;
 pub mod fenced_write;
+pub mod jobs_sources;
 mod kube_cluster;
 pub mod lease_clock;
 pub mod relisting_watch;
@@ -49,10 +51,13 @@ use crate::drive::{Driven, Journal, drive};
 use crate::http::HttpState;
 use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
+use crate::names::JOBS_SOURCE_LABEL;
 use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
+use crate::state::jobs_source::{self, Found};
 use crate::state::lease::Acks;
+use jobs_sources::Source;
 use kube_cluster::{KubeCluster, Snapshot};
 use lease_clock::LeaseClock;
 use relisting_watch::relisting_watcher;
@@ -78,6 +83,8 @@ pub struct Context {
     replica_sets: Store<ReplicaSet>,
     pods: PodCaches,
     config_maps: Store<ConfigMap>,
+    /// The ConfigMaps pools read jobs from (label `swarm.io/jobs-source`).
+    jobs_sources: Store<ConfigMap>,
     /// The workers' Leases (label `swarm.io/pool`).
     leases: Store<Lease>,
     /// When each worker Lease was last seen renewed, for expiry.
@@ -392,6 +399,7 @@ pub async fn run(
         replica_sets: caches.replica_sets,
         pods: caches.pods,
         config_maps: caches.config_maps,
+        jobs_sources: caches.jobs_sources,
         leases: caches.leases,
         health,
         metrics,
@@ -422,6 +430,7 @@ pub async fn run(
 struct Caches {
     pools: Store<SwarmPool>,
     config_maps: Store<ConfigMap>,
+    jobs_sources: Store<ConfigMap>,
     statefulsets: Store<StatefulSet>,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
@@ -474,9 +483,22 @@ fn watch(
         let pool = lease.labels().get(POOL_LABEL)?;
         Some(ObjectRef::new(pool).within(lease.namespace()?.as_str()))
     });
+    // The ConfigMaps pools read jobs from, in a watch of their own (see [`jobs_sources`]).
+    let (jobs_source_store, jobs_source_maps) = cached_watch(
+        scoped::<ConfigMap>(client, ns),
+        watcher::Config::default().labels(JOBS_SOURCE_LABEL),
+        trim::jobs_source,
+        Cache::JobsSources,
+        health,
+    );
+    let by_source = pool_store.clone();
+    let controller = controller.watches_stream(jobs_source_maps.touched_objects(), move |cm| {
+        jobs_sources::pools_for_jobs_source(&by_source.state(), &cm)
+    });
     let caches = Caches {
         pools: pool_store,
         config_maps: cm_store,
+        jobs_sources: jobs_source_store,
         statefulsets: sts_store,
         deployments: deployment_store,
         replica_sets: rs_store,
@@ -831,9 +853,13 @@ async fn reconcile_pool(
     if let Some(wait) = not_ready_to_decide(ctx, pool).await? {
         return Ok(wait);
     }
+    let sources = jobs_sources::look_up(ctx, pool, &namespace).await?;
+    let (resolved, unresolved) = jobs_source::resolve(pool, |name| {
+        sources.get(name).map_or(Found::Missing, Source::found)
+    });
     let mut cluster = KubeCluster::new(ctx, pool, &namespace);
     let config_map = cluster.starting_config_map().await?;
-    let snapshot = Snapshot::of(ctx, pool, &namespace, config_map);
+    let snapshot = Snapshot::of(ctx, &resolved, unresolved.as_ref(), &namespace, config_map);
     let outcome = match drive(&mut cluster, &snapshot.observed(), journal).await? {
         Driven::Done(outcome) => outcome,
         Driven::PoolGone => return Ok(Action::await_change()),
@@ -1050,6 +1076,7 @@ mod tests {
                 },
                 workload_kind: Default::default(),
                 jobs: vec![],
+                jobs_from: Vec::new(),
                 config_map: None,
                 strategy: Default::default(),
                 qos: None,

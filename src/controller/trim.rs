@@ -2,6 +2,7 @@
 //! mappers read. With 10,000 worker pods the pod cache is most of the operator's memory, so
 //! every dropped field counts.
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
 };
@@ -63,6 +64,19 @@ pub fn pool(pool: &mut SwarmPool) {
 /// A ConfigMap without the server-side apply bookkeeping, which can be as large as its data.
 pub fn config_map(cm: &mut ConfigMap) {
     cm.metadata.managed_fields = None;
+}
+
+/// A ConfigMap a pool reads jobs from: its identity, labels and data, and only the keys of its
+/// binary data (named when a source's key is missing).
+pub fn jobs_source(cm: &mut ConfigMap) {
+    trim_meta(&mut cm.metadata);
+    cm.metadata.owner_references = None;
+    cm.binary_data = cm.binary_data.take().map(|binary| {
+        binary
+            .into_keys()
+            .map(|key| (key, ByteString(Vec::new())))
+            .collect()
+    });
 }
 
 /// A worker's Lease as the planner reads it: its name, pool label, holder and acknowledged

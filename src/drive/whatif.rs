@@ -144,6 +144,7 @@ impl WhatIf {
         let acks = self.acks();
         let observed = crate::planner::Observed {
             pool: &self.pool,
+            jobs_unresolved: None,
             statefulsets: statefulset.iter().collect(),
             deployments: deployment.iter().collect(),
             replica_sets: replica_set.iter().collect(),

@@ -30,6 +30,7 @@ use swarm_assign::{Placement, Qos};
 use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
 use crate::pod_summary::PodSummary;
 use crate::state::config_map::{self, Previous};
+use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
 use acknowledge::{AckProgress, AwaitingAcks};
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
@@ -60,8 +61,12 @@ pub const REQUEUE_CONFLICT: Duration = Duration::from_secs(60);
 /// Everything the planner looks at for one pool.
 #[derive(Clone, Debug)]
 pub struct Observed<'a> {
-    /// The pool.
+    /// The pool, its `spec.jobs` the combined jobs once `spec.jobsFrom` is resolved
+    /// ([`crate::state::jobs_source::resolve`]).
     pub pool: &'a SwarmPool,
+    /// Why the pool's `spec.jobsFrom` could not be resolved, if it could not: the pool then
+    /// decides nothing and keeps its config.
+    pub jobs_unresolved: Option<&'a Unresolved>,
     /// StatefulSets of the pool's namespace (others are ignored); the selector is applied here.
     pub statefulsets: Vec<&'a StatefulSet>,
     /// Deployments of the pool's namespace, for a pool with `workloadKind: Deployment`.

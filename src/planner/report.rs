@@ -414,7 +414,11 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Decision
         workers: workers.map_or(0, |w| count(w.len())),
         ready_workers: workers.map_or(0, |w| count(w.ready())),
         ready: workers.map(|w| format!("{}/{}", w.ready(), w.len())),
-        jobs: count(pool.spec.jobs.len()),
+        // While `jobsFrom` cannot be resolved the jobs are not known: the last count stays.
+        jobs: match o.jobs_unresolved {
+            Some(_) => previous.map_or(0, |s| s.jobs),
+            None => count(pool.spec.jobs.len()),
+        },
         unassigned_jobs: previous.map_or(0, |s| s.unassigned_jobs),
         jobs_in_transit: previous.map_or(0, |s| s.jobs_in_transit),
         dedicated_unmet: previous.and_then(|s| s.dedicated_unmet),

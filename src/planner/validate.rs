@@ -13,6 +13,7 @@ use crate::conditions::reason;
 use crate::crd::{Handoff, RolloutPolicy, SwarmPool, WorkloadKind};
 use crate::pod_summary::PodSummary;
 use crate::rollout::{self, WorkerPod, Workers};
+use crate::state::jobs_source::Unresolved;
 
 /// Why the pool cannot be reconciled as specified.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -46,6 +47,9 @@ pub enum FailureReason {
     DeploymentInUse,
     ConfigMapConflict,
     ConfigMapTooLarge,
+    JobsSourceNotFound,
+    JobsSourceNotLabelled,
+    JobsSourceUnreadable,
 }
 
 impl FailureReason {
@@ -65,17 +69,37 @@ impl FailureReason {
             FailureReason::DeploymentInUse => reason::DEPLOYMENT_IN_USE,
             FailureReason::ConfigMapConflict => reason::CONFIG_MAP_CONFLICT,
             FailureReason::ConfigMapTooLarge => reason::CONFIG_MAP_TOO_LARGE,
+            FailureReason::JobsSourceNotFound => reason::JOBS_SOURCE_NOT_FOUND,
+            FailureReason::JobsSourceNotLabelled => reason::JOBS_SOURCE_NOT_LABELLED,
+            FailureReason::JobsSourceUnreadable => reason::JOBS_SOURCE_UNREADABLE,
         }
     }
 
-    /// Whether the failure ends only when another object goes away (the other ConfigMap, the
-    /// older pool), which the operator does not watch: worth checking again sooner.
+    /// The reason of unresolvable `spec.jobsFrom`: a job listed twice is invalid jobs, as in
+    /// `spec.jobs`.
+    pub fn of_unresolved(unresolved: &Unresolved) -> Self {
+        match unresolved {
+            Unresolved::NotFound { .. } | Unresolved::KeyNotFound { .. } => {
+                FailureReason::JobsSourceNotFound
+            }
+            Unresolved::NotLabelled { .. } => FailureReason::JobsSourceNotLabelled,
+            Unresolved::Unreadable { .. } => FailureReason::JobsSourceUnreadable,
+            Unresolved::Duplicate { .. } => FailureReason::InvalidJobs,
+        }
+    }
+
+    /// Whether the failure ends only on a change the operator does not watch (the other
+    /// ConfigMap or the older pool going away, a jobs source created without its label, a
+    /// permission granted): worth checking again sooner.
     pub fn waits_on_another_object(self) -> bool {
         matches!(
             self,
             FailureReason::ConfigMapConflict
                 | FailureReason::StatefulSetInUse
                 | FailureReason::DeploymentInUse
+                | FailureReason::JobsSourceNotFound
+                | FailureReason::JobsSourceNotLabelled
+                | FailureReason::JobsSourceUnreadable
         )
     }
 }
@@ -132,6 +156,12 @@ pub(super) fn validate(o: &Observed, facts: &mut Facts) -> Result<Valid, Failure
     facts.workers = Some(matched.workers.clone());
     let replicas = matched.replicas;
 
+    if let Some(unresolved) = o.jobs_unresolved {
+        return Err(Failure::new(
+            FailureReason::of_unresolved(unresolved),
+            unresolved.to_string(),
+        ));
+    }
     validate_jobs(&spec.jobs)
         .map_err(|e| Failure::new(FailureReason::InvalidJobs, e.to_string()))?;
     if let Some(qos) = &spec.qos {

@@ -21,7 +21,8 @@ use crate::state::config_map;
 /// A pool as the cluster holds it: the pool, its ConfigMap, and the pods of its namespace.
 #[derive(Clone, Debug)]
 pub struct PoolView {
-    /// The pool.
+    /// The pool, its `spec.jobs` the combined jobs once `spec.jobsFrom` is resolved
+    /// ([`crate::state::jobs_source::resolve`]).
     pub pool: SwarmPool,
     /// The ConfigMap the pool names, if it exists.
     pub config_map: Option<ConfigMap>,
@@ -113,6 +114,16 @@ pub enum PluginError {
         /// ConfigMap name.
         config_map: String,
         /// What is wrong with it.
+        detail: String,
+    },
+    /// The pool's `spec.jobsFrom` cannot be resolved into its jobs.
+    #[error("SwarmPool {namespace}/{pool}: {detail}")]
+    JobsFrom {
+        /// Namespace of the pool.
+        namespace: String,
+        /// Pool name.
+        pool: String,
+        /// Which source, and what to fix.
         detail: String,
     },
     /// No pool lists the job.

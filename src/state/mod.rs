@@ -1,8 +1,9 @@
 //! The objects as the operator reads and writes them: the ConfigMap's on-cluster format (its
-//! `config.yml` and the rollout records in its annotations), the workers' Leases, and the
-//! summary of a pod it caches.
+//! `config.yml` and the rollout records in its annotations), the ConfigMaps a pool reads jobs
+//! from, the workers' Leases, and the summary of a pod it caches.
 
 pub mod config_map;
+pub mod jobs_source;
 pub mod lease;
 pub mod pod_summary;
 pub mod records;

@@ -275,6 +275,40 @@ fn an_unreadable_previous_config_is_reported_and_planned_from_scratch() {
 }
 
 #[test]
+fn plan_reads_jobs_from_the_config_maps_beside_the_pool_or_given_with_jobs_from() {
+    let example = |path: &str| format!("{}/examples/{path}", env!("CARGO_MANIFEST_DIR"));
+    let args = |pool: &str| {
+        vec![
+            "--pool".to_owned(),
+            pool.to_owned(),
+            "--statefulset".to_owned(),
+            "swarm-worker".to_owned(),
+            "--replicas".to_owned(),
+            "3".to_owned(),
+        ]
+    };
+    let run = |args: &[String]| plan(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let plain = stdout(&run(&args(&example("swarmpool.yaml"))));
+    let from = stdout(&run(&args(&example("jobs-from/swarmpool.yaml"))));
+    assert_eq!(from, plain, "the same 27 jobs give the same config");
+
+    // The pool alone names a ConfigMap it was not given; --jobs-from supplies it.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let text = std::fs::read_to_string(example("jobs-from/swarmpool.yaml")).unwrap();
+    let (config_map, pool) = text.split_once("\n---\n").expect("two documents");
+    let pool_only = write(dir.path(), "pool.yaml", pool);
+    let source = write(dir.path(), "jobs.yaml", config_map);
+    let line = error_line(&run(&args(&pool_only)));
+    assert!(
+        line.contains("ConfigMap swarm-pool-jobs") && line.contains("--jobs-from"),
+        "{line}"
+    );
+    let mut with_source = args(&pool_only);
+    with_source.extend(["--jobs-from".to_owned(), source]);
+    assert_eq!(stdout(&run(&with_source)), plain);
+}
+
+#[test]
 fn the_qos_example_gives_dedicated_jobs_their_own_workers_and_a_bad_qos_is_one_line() {
     let qos_pool = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/qos/swarmpool.yaml");
     let output = plan(&[

@@ -96,6 +96,7 @@ impl World {
                 },
                 workload_kind: WorkloadKind::Deployment,
                 jobs,
+                jobs_from: Vec::new(),
                 config_map: Some("stream-worker-config".into()),
                 strategy: Default::default(),
                 qos: None,
@@ -233,6 +234,7 @@ impl World {
             &mut cluster,
             &Observed {
                 pool: &self.pool,
+                jobs_unresolved: None,
                 statefulsets: self.statefulsets.iter().collect(),
                 deployments: std::iter::once(&self.deployment)
                     .chain(&self.other_deployments)

@@ -316,6 +316,7 @@ fn pool(jobs: usize, mode: Handoff, max_unavailable: u8) -> SwarmPool {
             },
             workload_kind: Default::default(),
             jobs: (0..jobs).map(job).collect(),
+            jobs_from: Vec::new(),
             config_map: Some("pool-config".into()),
             strategy: AssignStrategy::Sticky,
             qos: None,

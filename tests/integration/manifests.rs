@@ -429,3 +429,30 @@ fn the_worker_lease_policy_guards_only_labelled_leases_and_denies() {
     // Opt-in: it refuses workers that run outside a pod, so the default install leaves it out.
     assert!(!read("deploy/kustomization.yaml").contains("worker-lease-policy"));
 }
+
+#[test]
+fn the_jobs_from_example_is_the_example_pool_with_most_jobs_in_a_labelled_config_map() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use swarm_operator::state::jobs_source::{self, Found};
+
+    let plain: SwarmPool = document("examples/swarmpool.yaml", "SwarmPool");
+    let pool: SwarmPool = document("examples/jobs-from/swarmpool.yaml", "SwarmPool");
+    let source: ConfigMap = document("examples/jobs-from/swarmpool.yaml", "ConfigMap");
+    assert_eq!(
+        pool.metadata, plain.metadata,
+        "it replaces the example pool"
+    );
+    assert!(jobs_source::is_labelled(&source), "the operator watches it");
+    let (resolved, unresolved) = jobs_source::resolve(&pool, |name| {
+        assert_eq!(Some(name), source.metadata.name.as_deref());
+        Found::ConfigMap(&source)
+    });
+    assert_eq!(unresolved, None);
+    assert_eq!(
+        resolved.spec.jobs, plain.spec.jobs,
+        "the same jobs, in the same order"
+    );
+    let mut without = resolved.spec.clone();
+    without.jobs_from.clear();
+    assert_eq!(without, plain.spec, "nothing else differs");
+}

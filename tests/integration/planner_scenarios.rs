@@ -17,7 +17,8 @@ use proptest::prelude::*;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::conditions::{self, reason};
 use swarm_operator::crd::{
-    Handoff, Phase, Qos, RolloutPolicy, RolloutSpec, Strategy, SwarmPool, SwarmPoolSpec,
+    ConfigMapRef, Handoff, JobsFromSource, Phase, Qos, RolloutPolicy, RolloutSpec, Strategy,
+    SwarmPool, SwarmPoolSpec,
 };
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
@@ -28,6 +29,7 @@ use swarm_operator::planner::{
 use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
+use swarm_operator::state::jobs_source::{self, Found};
 use swarm_operator::state::lease::{Ack, Acks, Renewal};
 
 const NS: &str = "swarm";
@@ -71,6 +73,7 @@ fn pool(jobs: Vec<String>) -> SwarmPool {
             },
             workload_kind: Default::default(),
             jobs,
+            jobs_from: Vec::new(),
             config_map: Some(CM.into()),
             strategy: Strategy::Sticky,
             qos: None,
@@ -167,6 +170,8 @@ struct World {
     all_reasons: Vec<&'static str>,
     /// Whether the last reconcile changed the status.
     status_written: bool,
+    /// The ConfigMaps the pool's `spec.jobsFrom` may name, as the operator's cache holds them.
+    job_sources: Vec<ConfigMap>,
 }
 
 impl World {
@@ -190,6 +195,7 @@ impl World {
             events: Vec::new(),
             all_reasons: Vec::new(),
             status_written: false,
+            job_sources: Vec::new(),
         };
         for ordinal in 0..replicas {
             let uid = world.uid();
@@ -234,10 +240,17 @@ impl World {
             ..MemoryCluster::new(self.now)
         };
         let mut journal = Journal::default();
+        let (resolved, unresolved) = jobs_source::resolve(&self.pool, |name| {
+            self.job_sources
+                .iter()
+                .find(|cm| cm.metadata.name.as_deref() == Some(name))
+                .map_or(Found::Missing, Found::ConfigMap)
+        });
         let driven = block_on(drive(
             &mut cluster,
             &Observed {
-                pool: &self.pool,
+                pool: &resolved,
+                jobs_unresolved: unresolved.as_ref(),
                 statefulsets: self.statefulsets.iter().collect(),
                 deployments: Vec::new(),
                 replica_sets: Vec::new(),
@@ -254,6 +267,7 @@ impl World {
         let Ok(Driven::Done(outcome)) = driven else {
             panic!("the reconcile did not finish: {driven:?}");
         };
+        drop(resolved);
         self.writes += cluster.written.len();
         self.live_lists += cluster.live_lists;
         self.config_map = cluster.config_map;
@@ -683,6 +697,132 @@ fn scale_down_under_overlap_gives_the_removed_workers_jobs_to_the_others_at_once
     assert_eq!(loads(&config), [14, 13]);
     assert!(world.pending().keys().all(|p| p != "swarm-worker-2"));
     assert!(!world.deleted.iter().any(|(_, uid)| *uid == removed_uid));
+}
+
+/// A job ConfigMap as a user creates it: `jobs` one per line, labelled to be watched.
+fn job_source(name: &str, jobs: &[&str]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            labels: Some(labels(&[(
+                swarm_operator::names::JOBS_SOURCE_LABEL,
+                "true",
+            )])),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(
+            "jobs".to_owned(),
+            format!("# generated\n{}\n", jobs.join("\n")),
+        )])),
+        ..ConfigMap::default()
+    }
+}
+
+fn jobs_from(names: &[&str]) -> Vec<JobsFromSource> {
+    names
+        .iter()
+        .map(|name| JobsFromSource {
+            config_map_ref: ConfigMapRef {
+                name: (*name).to_owned(),
+            },
+            key: "jobs".into(),
+        })
+        .collect()
+}
+
+#[test]
+fn jobs_from_config_maps_are_assigned_once_and_a_missing_source_keeps_the_config_until_it_returns()
+{
+    let mut world = World::new(vec!["inline-a".into(), "inline-b".into()], 3);
+    world.pool.spec.jobs_from = jobs_from(&["first", "second"]);
+    world.job_sources = vec![
+        job_source("first", &["first-a", "first-b", "first-c"]),
+        job_source("second", &["second-a", "second-b"]),
+    ];
+    world.run_to_balanced(20);
+    let all: BTreeSet<String> = world
+        .config()
+        .workloads()
+        .flat_map(|(_, w)| w.jobs.clone())
+        .collect();
+    let expected: BTreeSet<String> = [
+        "inline-a", "inline-b", "first-a", "first-b", "first-c", "second-a", "second-b",
+    ]
+    .map(String::from)
+    .into();
+    assert_eq!(all, expected);
+    assert_eq!(
+        loads(&world.config()).iter().sum::<usize>(),
+        7,
+        "each job once"
+    );
+    assert_eq!(world.pool.status.as_ref().unwrap().jobs, 7);
+
+    // The second source is deleted: nothing is written or deleted, the config stays, the
+    // status and one Warning say which ConfigMap and what to do.
+    let kept = world.config_map.clone();
+    let (writes, deleted) = (world.writes, world.deleted.len());
+    world
+        .job_sources
+        .retain(|cm| cm.metadata.name.as_deref() != Some("second"));
+    let outcome = world.reconcile();
+    assert_eq!(world.config_map, kept, "the config is kept");
+    assert_eq!((world.writes, world.deleted.len()), (writes, deleted));
+    assert!(outcome.deletes.is_empty());
+    assert_eq!(outcome.status.phase, Some(Phase::Failed));
+    assert_eq!(outcome.status.jobs, 7, "the last known count stays");
+    let ready = world.ready_condition();
+    assert_eq!(ready.reason, reason::JOBS_SOURCE_NOT_FOUND);
+    assert!(
+        ready
+            .message
+            .starts_with("ConfigMap second (spec.jobsFrom[1]) does not exist in namespace swarm"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(world.event_reasons(), [reason::JOBS_SOURCE_NOT_FOUND]);
+    assert!(world.events[0].warning && world.events[0].note.contains("ConfigMap second"));
+    world.reconcile();
+    assert!(
+        world.events.is_empty(),
+        "warned once, not on every reconcile"
+    );
+
+    // Re-created: the pool is Balanced again on the same config, nothing moved.
+    world
+        .job_sources
+        .push(job_source("second", &["second-a", "second-b"]));
+    world.run_to_balanced(5);
+    assert_eq!(world.config_map, kept);
+
+    // A job moved between sources and a new one: one new version with all of them.
+    world.job_sources[0] = job_source("first", &["first-a", "first-b"]);
+    world.job_sources[1] = job_source("second", &["second-a", "second-b", "first-c", "second-c"]);
+    world.run_to_balanced(20);
+    let config = world.config();
+    assert_eq!(loads(&config).iter().sum::<usize>(), 8);
+    assert!(
+        config
+            .workloads()
+            .any(|(_, w)| w.jobs.contains(&"second-c".to_owned()))
+    );
+
+    // A job listed in two sources is invalid jobs, naming both, and keeps the config.
+    let kept = world.config_map.clone();
+    world.job_sources[1] = job_source("second", &["second-a", "first-a"]);
+    let outcome = world.reconcile();
+    assert_eq!(outcome.status.phase, Some(Phase::Failed));
+    assert_eq!(world.ready_condition().reason, reason::INVALID_JOBS);
+    assert!(
+        world
+            .ready_condition()
+            .message
+            .contains("in ConfigMap first key jobs line 2 and in ConfigMap second key jobs line 3"),
+        "{}",
+        world.ready_condition().message
+    );
+    assert_eq!(world.config_map, kept);
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod failover;
 mod handoff;
 mod install;
 mod job_edits;
+mod jobs_from;
 mod kubectl_commands;
 mod kubectl_plugin;
 mod namespaced_install;

@@ -186,6 +186,7 @@ impl Operator {
             &mut api,
             &Observed {
                 pool: &self.pool,
+                jobs_unresolved: None,
                 statefulsets: statefulset.iter().collect(),
                 deployments: deployment.iter().collect(),
                 replica_sets: replica_sets.iter().collect(),
