@@ -359,6 +359,9 @@ struct Acknowledging {
     lease_faults: bool,
     /// Under Lease faults, a deliberately wrong worker that never fences itself.
     unfenced: bool,
+    /// Under Lease faults, a deliberately wrong worker process whose start counts as a renewal:
+    /// it runs its entry before its first Lease write.
+    starts_live: bool,
     /// Under Lease faults, a deliberately wrong operator whose live Lease reads return its
     /// cache.
     trusts_lease_cache: bool,
@@ -398,6 +401,7 @@ fn run_with_qos(
         cluster.acknowledge = true;
         cluster.lease_faults = a.lease_faults;
         cluster.fencing = !a.unfenced;
+        cluster.starts_live = a.starts_live;
     }
     let mut operator = Operator::start(pool, &cluster);
     let acknowledging = acknowledging.unwrap_or_default();
@@ -811,6 +815,7 @@ const ACKNOWLEDGING: Acknowledging = Acknowledging {
     ack_skew: 0,
     lease_faults: false,
     unfenced: false,
+    starts_live: false,
     trusts_lease_cache: false,
 };
 
@@ -952,4 +957,64 @@ fn the_simulation_catches_the_duplicates_of_the_overlap_handoff() {
     let failure = simulate(Handoff::Overlap, true).expect_err("Overlap runs moved jobs twice");
     assert!(failure.contains("live pods"), "{failure}");
     eprintln!("{failure}");
+}
+
+/// A worker process that restarts in its pod (same uid) while its Lease is about to expire: the
+/// operator cannot tell its start from the old process's last renewal and hands the jobs away.
+/// A process that starts fenced runs nothing until it has renewed and read the config again;
+/// one that ran its entry at once, its start counting as a renewal, ran a moved job twice.
+#[test]
+fn a_restarted_worker_process_runs_nothing_before_it_has_renewed_and_read_again() {
+    use Step::*;
+    let mut steps = vec![Tick, Tick, Reconcile(None), Sync(255), Ack(255), Tick];
+    steps.extend([
+        Reconcile(None),
+        Sync(255),
+        Ack(255),
+        Relist,
+        Reconcile(None),
+        Pause(0),
+    ]);
+    // w-0 is paused while w-1 keeps renewing; then w-0's container restarts.
+    for _ in 0..4 {
+        steps.extend([Elapse(900), Ack(0b10), Relist]);
+    }
+    steps.extend([RestartContainer(0), Resume(0)]);
+    for _ in 0..3 {
+        steps.extend([Elapse(500), Ack(0b10), Relist, Reconcile(None), Sync(0b10)]);
+        steps.extend([
+            Ack(0b10),
+            Relist,
+            Reconcile(None),
+            Sync(0b10),
+            Reconcile(None),
+        ]);
+        steps.push(Sync(0b10));
+    }
+    let schedule = Schedule {
+        replicas: 2,
+        jobs: 4,
+        max_unavailable: 1,
+        steps,
+    };
+    let run = |acknowledging| {
+        let kind = Kind::StatefulSet;
+        run_with_qos(
+            &schedule,
+            kind,
+            None,
+            &[],
+            Handoff::Exclusive,
+            true,
+            Some(acknowledging),
+        )
+    };
+    let stats = run(LEASE_FAULTS).expect("0 duplicates");
+    assert!(stats.expiries > 0, "w-0's Lease expired: {stats:?}");
+    let starts_live = Acknowledging {
+        starts_live: true,
+        ..LEASE_FAULTS
+    };
+    let failure = run(starts_live).expect_err("a process that starts live runs a moved job");
+    assert!(failure.contains("live pods"), "{failure}");
 }

@@ -4,13 +4,15 @@
 //! The operator treats a worker whose Lease has gone unrenewed for `leaseDurationSeconds` plus a
 //! grace, on its own clock, as gone and hands its jobs to others. The worker fences itself
 //! earlier, on its own monotonic clock: once `duration - margin` has passed since it *sent* its
-//! last successful Lease write (its start counts as one), it stops every job. Sending precedes
-//! the operator's observation of the renewal, so the worker's view is never the fresher one.
+//! last successful Lease write, it stops every job. Sending precedes the operator's observation
+//! of the renewal, so the worker's view is never the fresher one.
 //!
 //! Fenced, it runs nothing until a Lease write succeeds again and then a ConfigMap GET issued
 //! after that success has been read ([`Fence::renewed`] hands out the read to issue,
 //! [`Fence::read`] lifts the fence): the entry may have changed while the worker was out of
-//! touch.
+//! touch. A process starts fenced: a restarted container keeps its pod's uid, so the operator
+//! cannot tell its start from the old process's last renewal, and may be handing its jobs away
+//! at that very moment.
 
 use std::time::Duration;
 
@@ -62,12 +64,14 @@ pub struct Fence {
 }
 
 impl Fence {
-    /// A live worker started at `start`, fenced once `limit` passes without a renewal.
+    /// The fence of a worker process started at `start`: fenced until its first Lease write
+    /// succeeds and a read after it answers, then fenced again once `limit` passes without a
+    /// renewal.
     pub fn new(limit: Duration, start: Instant) -> Self {
         Self {
             limit,
             renewed: start,
-            state: State::Live,
+            state: State::Fenced,
             reads: 0,
         }
     }
@@ -151,6 +155,34 @@ mod tests {
         Duration::from_secs_f64(s)
     }
 
+    /// A fence that renewed and read at `start` (read 1): live.
+    fn live_from(start: Instant) -> Fence {
+        let mut fence = Fence::new(LIMIT, start);
+        assert_eq!(fence.renewed(start, start, start).read, Some(1));
+        assert!(fence.read(1, start));
+        fence
+    }
+
+    #[test]
+    fn a_new_process_runs_nothing_before_its_first_renewal_and_a_read_after_it() {
+        let start = Instant::now();
+        let mut fence = Fence::new(LIMIT, start);
+        assert!(!fence.is_live(), "its start is no renewal the operator saw");
+        assert_eq!(fence.deadline(), None);
+        assert!(!fence.check(start + secs(1.0)), "fenced already");
+        let renewal = fence.renewed(start + secs(0.5), start + secs(0.5), start + secs(0.6));
+        assert_eq!(
+            renewal,
+            Renewal {
+                newly_fenced: false,
+                read: Some(1)
+            }
+        );
+        assert!(!fence.is_live(), "not before the read");
+        assert!(fence.read(1, start + secs(0.7)));
+        assert_eq!(fence.deadline(), Some(start + secs(0.5) + LIMIT));
+    }
+
     #[test]
     fn the_margin_is_at_least_two_seconds_a_fifth_of_the_duration_and_at_most_half() {
         assert_eq!(default_margin(secs(10.0)), secs(2.0));
@@ -164,7 +196,7 @@ mod tests {
     #[test]
     fn a_worker_renewing_in_time_stays_live() {
         let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
+        let mut fence = live_from(start);
         assert_eq!(fence.deadline(), Some(start + LIMIT));
         assert!(!fence.check(start + secs(7.9)));
         assert_eq!(
@@ -179,7 +211,7 @@ mod tests {
     #[test]
     fn no_renewal_within_the_limit_fences_once() {
         let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
+        let mut fence = live_from(start);
         assert!(fence.check(start + LIMIT), "at the limit, not after it");
         assert!(!fence.is_live());
         assert_eq!(fence.deadline(), None);
@@ -189,7 +221,7 @@ mod tests {
     #[test]
     fn the_send_time_counts_not_the_answer_time() {
         let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
+        let mut fence = live_from(start);
         // Sent at 1 s, answered at 6 s: the worker may run until 9 s, not 14 s.
         assert_eq!(
             fence.renewed(start + secs(1.0), start, start + secs(6.0)),
@@ -201,7 +233,7 @@ mod tests {
     #[test]
     fn renewals_missed_by_a_busy_reader_count_if_they_came_without_a_gap() {
         let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
+        let mut fence = live_from(start);
         // Renewed every 2.5 s from the start; the reader learns of the one sent at 20 s.
         assert_eq!(
             fence.renewed(start + secs(20.0), start, start + secs(20.1)),
@@ -212,7 +244,7 @@ mod tests {
             fence.renewed(start + secs(40.0), start + secs(30.0), start + secs(40.1)),
             Renewal {
                 newly_fenced: true,
-                read: Some(1)
+                read: Some(2)
             }
         );
     }
@@ -220,7 +252,7 @@ mod tests {
     #[test]
     fn a_renewal_answered_after_the_limit_fences_even_without_a_check() {
         let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
+        let mut fence = live_from(start);
         // Sent before a pause, answered after it.
         assert_eq!(
             fence.renewed(start + secs(1.0), start, start + secs(30.0)),
@@ -236,25 +268,25 @@ mod tests {
     #[test]
     fn a_renewal_sent_after_a_gap_longer_than_the_limit_fences_then_asks_for_a_read() {
         let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
+        let mut fence = live_from(start);
         // Paused from 1 s to 30 s: the first write after the pause succeeds before any check.
         let renewal = fence.renewed(start + secs(30.0), start + secs(30.0), start + secs(30.1));
         assert_eq!(
             renewal,
             Renewal {
                 newly_fenced: true,
-                read: Some(1)
+                read: Some(2)
             }
         );
         assert!(!fence.is_live());
-        assert!(fence.read(1, start + secs(30.2)));
+        assert!(fence.read(2, start + secs(30.2)));
         assert!(fence.is_live());
     }
 
     #[test]
     fn a_fence_lifts_only_after_a_renewal_and_then_the_read_it_asked_for() {
         let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
+        let mut fence = live_from(start);
         assert!(fence.check(start + secs(9.0)));
         assert!(!fence.read(0, start + secs(9.5)), "no read was asked for");
         let renewal = fence.renewed(start + secs(10.0), start + secs(10.0), start + secs(10.1));
@@ -280,7 +312,7 @@ mod tests {
     #[test]
     fn a_read_answered_after_the_renewal_expired_again_keeps_the_fence() {
         let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
+        let mut fence = live_from(start);
         fence.check(start + secs(9.0));
         let read = fence
             .renewed(start + secs(10.0), start + secs(10.0), start + secs(10.0))
@@ -295,7 +327,7 @@ mod tests {
     #[test]
     fn a_failed_read_waits_for_the_next_renewal() {
         let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
+        let mut fence = live_from(start);
         fence.check(start + secs(9.0));
         let read = fence
             .renewed(start + secs(10.0), start + secs(10.0), start + secs(10.0))

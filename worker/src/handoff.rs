@@ -60,8 +60,6 @@ struct Pending {
     wanted: Vec<String>,
     /// Whether `start` was handed out by [`Handoff::starting`].
     starting: bool,
-    /// False for a version read from the mounted file: it runs, but is not acknowledged.
-    acknowledge: bool,
     /// Whether the version's own entry has no jobs.
     empty: bool,
 }
@@ -80,23 +78,16 @@ impl Handoff {
     }
 
     /// Offers config version `version`, whose entry for this pod lists `entry` (empty when the
-    /// config has no entry for it). `acknowledge` is false for a version read from the mounted
-    /// file, which runs but must not be acknowledged.
+    /// config has no entry for it).
     ///
     /// Returns what to do, or `None` when the version is to be ignored: a replay (at or below
-    /// the version applied; the version applied again once it comes from the API, to be
-    /// acknowledged), or, while terminating, an entry that still lists jobs. A new offer
-    /// replaces a version whose change has not finished.
-    pub fn offer(&mut self, version: u64, entry: &[String], acknowledge: bool) -> Option<Change> {
+    /// the version applied, unless a fence asked for it to be applied again), or, while
+    /// terminating, an entry that still lists jobs. A new offer replaces a version whose change
+    /// has not finished.
+    pub fn offer(&mut self, version: u64, entry: &[String]) -> Option<Change> {
         let fresh = match self.applied {
             None => true,
-            Some(applied) => {
-                version > applied
-                    || (version == applied
-                        && (self.reapply
-                            || (acknowledge
-                                && self.sent.is_none_or(|sent| sent.version < version))))
-            }
+            Some(applied) => version > applied || (version == applied && self.reapply),
         };
         if !fresh {
             return None;
@@ -129,7 +120,6 @@ impl Handoff {
             stop: stop.clone(),
             start: start.clone(),
             starting: false,
-            acknowledge,
             empty: wanted.is_empty(),
             wanted,
         });
@@ -181,7 +171,7 @@ impl Handoff {
         }
     }
 
-    /// The version to acknowledge now, if the pending one has finished and came from the API;
+    /// The version to acknowledge now, if the pending one has finished;
     /// handing it out clears it, so each version is handed out once.
     pub fn take_ack(&mut self) -> Option<u64> {
         let pending = self.pending.as_ref()?;
@@ -190,9 +180,6 @@ impl Handoff {
             return None;
         }
         let pending = self.pending.take()?;
-        if !pending.acknowledge {
-            return None;
-        }
         let ack = Ack {
             version: pending.version,
             empty: pending.empty,
@@ -276,7 +263,7 @@ mod tests {
     #[test]
     fn a_first_version_starts_the_entry_and_is_acknowledged_after_the_starts() {
         let mut worker = Handoff::new();
-        let change = worker.offer(1, &jobs(&["a", "b"]), true).expect("a change");
+        let change = worker.offer(1, &jobs(&["a", "b"])).expect("a change");
         assert_eq!(
             change,
             Change {
@@ -299,27 +286,23 @@ mod tests {
     #[test]
     fn a_replayed_or_stale_version_is_ignored() {
         let mut worker = Handoff::new();
-        let change = worker.offer(5, &jobs(&["a"]), true).unwrap();
+        let change = worker.offer(5, &jobs(&["a"])).unwrap();
         assert_eq!(apply(&mut worker, &change), Some(5));
         worker.acked(5);
-        assert_eq!(worker.offer(5, &jobs(&["a"]), true), None, "a replay");
-        assert_eq!(
-            worker.offer(4, &jobs(&["b"]), true),
-            None,
-            "an older version"
-        );
-        assert_eq!(worker.offer(3, &[], true), None);
+        assert_eq!(worker.offer(5, &jobs(&["a"])), None, "a replay");
+        assert_eq!(worker.offer(4, &jobs(&["b"])), None, "an older version");
+        assert_eq!(worker.offer(3, &[]), None);
         assert_eq!(worker.running(), jobs(&["a"]).as_slice());
         assert_eq!(worker.applied(), Some(5));
-        assert!(worker.offer(6, &jobs(&["b"]), true).is_some());
+        assert!(worker.offer(6, &jobs(&["b"])).is_some());
     }
 
     #[test]
     fn a_version_stops_what_its_entry_no_longer_lists_before_it_starts_anything() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b", "c"]), true).unwrap();
+        let first = worker.offer(1, &jobs(&["a", "b", "c"])).unwrap();
         apply(&mut worker, &first);
-        let change = worker.offer(2, &jobs(&["c", "d", "a"]), true).unwrap();
+        let change = worker.offer(2, &jobs(&["c", "d", "a"])).unwrap();
         assert_eq!(change.stop, jobs(&["b"]));
         assert_eq!(change.start, jobs(&["d"]));
         assert_eq!(worker.starting(), Vec::<String>::new(), "b still runs");
@@ -337,9 +320,9 @@ mod tests {
     #[test]
     fn a_version_is_acknowledged_only_after_its_stops_are_confirmed() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b"]), true).unwrap();
+        let first = worker.offer(1, &jobs(&["a", "b"])).unwrap();
         apply(&mut worker, &first);
-        let change = worker.offer(2, &jobs(&["a"]), true).unwrap();
+        let change = worker.offer(2, &jobs(&["a"])).unwrap();
         assert_eq!(change.stop, jobs(&["b"]));
         assert!(change.start.is_empty());
         assert_eq!(worker.starting(), Vec::<String>::new());
@@ -351,15 +334,15 @@ mod tests {
     #[test]
     fn a_version_that_changes_nothing_is_acknowledged_at_once() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a"]), true).unwrap();
+        let first = worker.offer(1, &jobs(&["a"])).unwrap();
         apply(&mut worker, &first);
-        let same = worker.offer(2, &jobs(&["a"]), true).unwrap();
+        let same = worker.offer(2, &jobs(&["a"])).unwrap();
         assert!(same.is_empty());
         assert_eq!(worker.take_ack(), Some(2));
-        let none = worker.offer(3, &[], true).unwrap();
+        let none = worker.offer(3, &[]).unwrap();
         assert_eq!(none.stop, jobs(&["a"]));
         apply(&mut worker, &none);
-        let still_none = worker.offer(4, &[], true).unwrap();
+        let still_none = worker.offer(4, &[]).unwrap();
         assert!(still_none.is_empty());
         assert_eq!(worker.take_ack(), Some(4));
     }
@@ -367,30 +350,18 @@ mod tests {
     #[test]
     fn a_repeated_job_in_the_entry_starts_once() {
         let mut worker = Handoff::new();
-        let change = worker.offer(1, &jobs(&["a", "a"]), true).unwrap();
+        let change = worker.offer(1, &jobs(&["a", "a"])).unwrap();
         assert_eq!(change.start, jobs(&["a"]));
-    }
-
-    #[test]
-    fn a_version_from_the_mounted_file_runs_but_is_acknowledged_only_once_the_api_sends_it() {
-        let mut worker = Handoff::new();
-        let from_file = worker.offer(3, &jobs(&["a"]), false).unwrap();
-        assert_eq!(apply(&mut worker, &from_file), None);
-        assert_eq!(worker.offer(3, &jobs(&["a"]), false), None, "a replay");
-        let from_api = worker.offer(3, &jobs(&["a"]), true).unwrap();
-        assert!(from_api.is_empty(), "already runs");
-        assert_eq!(worker.take_ack(), Some(3));
-        assert_eq!(worker.offer(3, &jobs(&["a"]), true), None, "acknowledged");
     }
 
     #[test]
     fn a_newer_version_replaces_one_whose_change_has_not_finished() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b"]), true).unwrap();
+        let first = worker.offer(1, &jobs(&["a", "b"])).unwrap();
         apply(&mut worker, &first);
-        worker.offer(2, &jobs(&["a"]), true).unwrap();
+        worker.offer(2, &jobs(&["a"])).unwrap();
         // b's stop is under way when version 3 arrives; it gives b back.
-        let third = worker.offer(3, &jobs(&["a", "b", "c"]), true).unwrap();
+        let third = worker.offer(3, &jobs(&["a", "b", "c"])).unwrap();
         assert_eq!(third.stop, Vec::<String>::new());
         assert_eq!(third.start, jobs(&["c"]));
         worker.stopped("b");
@@ -405,21 +376,21 @@ mod tests {
     #[test]
     fn a_terminating_worker_stops_everything_and_never_starts_a_job_again() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b"]), true).unwrap();
+        let first = worker.offer(1, &jobs(&["a", "b"])).unwrap();
         apply(&mut worker, &first);
         worker.acked(1);
         assert_eq!(worker.terminate(), jobs(&["a", "b"]));
         worker.stopped("a");
         worker.stopped("b");
         assert!(!worker.done(), "version 1 still lists jobs");
-        assert_eq!(worker.offer(2, &jobs(&["a", "c"]), true), None);
+        assert_eq!(worker.offer(2, &jobs(&["a", "c"])), None);
         assert_eq!(worker.starting(), Vec::<String>::new());
         assert_eq!(
             worker.take_ack(),
             None,
             "an entry with jobs is never acknowledged"
         );
-        let empty = worker.offer(3, &[], true).unwrap();
+        let empty = worker.offer(3, &[]).unwrap();
         assert!(empty.is_empty());
         assert_eq!(worker.take_ack(), Some(3));
         assert!(!worker.done(), "not written yet");
@@ -431,50 +402,40 @@ mod tests {
     #[test]
     fn a_terminating_worker_abandons_the_version_it_was_applying() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a"]), true).unwrap();
+        let first = worker.offer(1, &jobs(&["a"])).unwrap();
         apply(&mut worker, &first);
-        worker.offer(2, &jobs(&["b"]), true).unwrap();
+        worker.offer(2, &jobs(&["b"])).unwrap();
         worker.stopped("a");
         assert_eq!(worker.terminate(), Vec::<String>::new());
         assert_eq!(worker.starting(), Vec::<String>::new(), "b never starts");
         assert_eq!(worker.take_ack(), None);
-        assert_eq!(worker.offer(2, &jobs(&["b"]), true), None, "a replay");
+        assert_eq!(worker.offer(2, &jobs(&["b"])), None, "a replay");
     }
 
     #[test]
     fn a_fenced_worker_stops_everything_and_applies_the_same_version_again_afterwards() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b"]), true).unwrap();
+        let first = worker.offer(1, &jobs(&["a", "b"])).unwrap();
         apply(&mut worker, &first);
         worker.acked(1);
-        worker.offer(2, &jobs(&["a", "c"]), true).unwrap();
+        worker.offer(2, &jobs(&["a", "c"])).unwrap();
         assert_eq!(worker.fence(), jobs(&["a", "b"]), "version 2 is abandoned");
         worker.stopped("a");
         worker.stopped("b");
         assert!(worker.running().is_empty());
         assert_eq!(worker.starting(), Vec::<String>::new());
         assert_eq!(worker.take_ack(), None);
-        assert_eq!(
-            worker.offer(1, &jobs(&["a"]), true),
-            None,
-            "older than applied"
-        );
-        let again = worker
-            .offer(2, &jobs(&["a", "c"]), true)
-            .expect("applied again");
+        assert_eq!(worker.offer(1, &jobs(&["a"])), None, "older than applied");
+        let again = worker.offer(2, &jobs(&["a", "c"])).expect("applied again");
         assert_eq!(again.start, jobs(&["a", "c"]));
         assert_eq!(apply(&mut worker, &again), Some(2));
-        assert_eq!(
-            worker.offer(2, &jobs(&["a", "c"]), true),
-            None,
-            "a replay again"
-        );
+        assert_eq!(worker.offer(2, &jobs(&["a", "c"])), None, "a replay again");
     }
 
     #[test]
     fn an_acknowledgement_written_after_sigterm_for_an_entry_with_jobs_does_not_end_the_worker() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a"]), true).unwrap();
+        let first = worker.offer(1, &jobs(&["a"])).unwrap();
         assert_eq!(apply(&mut worker, &first), Some(1));
         worker.terminate();
         worker.stopped("a");
@@ -486,7 +447,7 @@ mod tests {
     #[test]
     fn a_worker_without_jobs_whose_empty_entry_is_acknowledged_is_done_at_sigterm() {
         let mut worker = Handoff::new();
-        let first = worker.offer(7, &[], true).unwrap();
+        let first = worker.offer(7, &[]).unwrap();
         assert_eq!(apply(&mut worker, &first), Some(7));
         worker.acked(7);
         assert!(!worker.done());
@@ -497,7 +458,7 @@ mod tests {
     #[test]
     fn a_confirmation_of_another_version_than_the_one_sent_is_not_an_acknowledgement() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &[], true).unwrap();
+        let first = worker.offer(1, &[]).unwrap();
         apply(&mut worker, &first);
         worker.acked(9);
         assert_eq!(worker.acknowledged(), None);

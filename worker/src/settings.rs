@@ -6,8 +6,6 @@ use std::time::Duration;
 
 use crate::{Error, fence};
 
-/// Where the pool's ConfigMap is mounted when `SWARM_CONFIG_FILE` is not set.
-pub const DEFAULT_CONFIG_FILE: &str = "/etc/swarm/config.yml";
 /// The Lease duration when none is set: the operator sees a stopped worker within it.
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(10);
 /// How long a terminating worker waits for a version it may acknowledge: within Kubernetes'
@@ -27,8 +25,6 @@ pub struct Settings {
     pub pool: String,
     /// `SWARM_CONFIG_MAP`: the pool's ConfigMap, by default `<pool>-config`.
     pub config_map: String,
-    /// `SWARM_CONFIG_FILE`: the mounted ConfigMap, read when the API is not reachable at start.
-    pub config_file: PathBuf,
     /// `SWARM_WORKER_REPORT`: the report file, if any.
     pub report: Option<PathBuf>,
     /// The Lease's `leaseDurationSeconds`; it is renewed four times per duration.
@@ -56,7 +52,6 @@ pub(crate) struct PartialSettings {
     pub(crate) pod_uid: Option<String>,
     pub(crate) pool: Option<String>,
     pub(crate) config_map: Option<String>,
-    pub(crate) config_file: Option<PathBuf>,
     pub(crate) report: Option<PathBuf>,
     pub(crate) lease_duration: Option<Duration>,
     pub(crate) fence_margin: Option<Duration>,
@@ -73,7 +68,6 @@ impl PartialSettings {
             pod_uid: var("POD_UID"),
             pool: var("SWARM_POOL"),
             config_map: var("SWARM_CONFIG_MAP"),
-            config_file: var("SWARM_CONFIG_FILE").map(PathBuf::from),
             report: var("SWARM_WORKER_REPORT").map(PathBuf::from),
             lease_duration: None,
             fence_margin: None,
@@ -92,9 +86,6 @@ impl PartialSettings {
             pod_uid: self.pod_uid.ok_or(missing("POD_UID"))?,
             config_map: self.config_map.unwrap_or_else(|| format!("{pool}-config")),
             pool,
-            config_file: self
-                .config_file
-                .unwrap_or_else(|| PathBuf::from(DEFAULT_CONFIG_FILE)),
             report: self.report,
             lease_duration,
             fence_margin: self
@@ -132,7 +123,6 @@ mod tests {
         .complete()
         .unwrap();
         assert_eq!(settings.config_map, "pool-config");
-        assert_eq!(settings.config_file, PathBuf::from(DEFAULT_CONFIG_FILE));
         assert_eq!(settings.report, None);
         assert_eq!(settings.lease_duration, Duration::from_secs(10));
         assert_eq!(settings.fence_margin, Duration::from_secs(2));
@@ -147,13 +137,11 @@ mod tests {
             ("POD_UID", "u-1"),
             ("SWARM_POOL", "pool"),
             ("SWARM_CONFIG_MAP", "jobs"),
-            ("SWARM_CONFIG_FILE", "/cfg/config.yml"),
             ("SWARM_WORKER_REPORT", "/tmp/report"),
         ])
         .complete()
         .unwrap();
         assert_eq!(settings.config_map, "jobs");
-        assert_eq!(settings.config_file, PathBuf::from("/cfg/config.yml"));
         assert_eq!(settings.report, Some(PathBuf::from("/tmp/report")));
     }
 

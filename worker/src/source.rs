@@ -1,7 +1,8 @@
 //! Where the worker reads its entry: the pool's ConfigMap through the API (GET, then WATCH by
-//! name from that GET's resourceVersion), or the mounted file while the API has never answered.
+//! name from that GET's resourceVersion). There is no fallback to a mounted file: a worker
+//! that cannot reach the API cannot renew its Lease either, so the operator hands its jobs to
+//! others, and it must run none of them (see [`crate::fence`]).
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -18,15 +19,13 @@ pub const CONFIG_KEY: &str = "config.yml";
 /// How long to wait before reading the ConfigMap again after a failed read.
 const RETRY: Duration = Duration::from_secs(2);
 
-/// One version of this worker's entry, and where it was read.
+/// One version of this worker's entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Observed {
     /// The config version.
     pub version: u64,
     /// The jobs of this pod's entry; empty when the config has none for it.
     pub entry: Vec<String>,
-    /// Whether it came from the API: only such a version may be acknowledged.
-    pub from_api: bool,
 }
 
 impl Observed {
@@ -34,7 +33,6 @@ impl Observed {
     pub fn parse(
         text: &str,
         pod: &str,
-        from_api: bool,
     ) -> Result<Observed, swarm_assign::worker_config::ParseError> {
         let config = WorkerConfig::parse(text)?;
         Ok(Observed {
@@ -43,22 +41,19 @@ impl Observed {
                 .workload(pod)
                 .map(|workload| workload.jobs.clone())
                 .unwrap_or_default(),
-            from_api,
         })
     }
 }
 
 /// Follows the ConfigMap `name` and publishes this pod's entry on `out` until `out` has no
-/// receiver left. Until the API first answers, the mounted `file` stands in, once.
+/// receiver left.
 pub(crate) async fn follow(
     api: Api<ConfigMap>,
     name: String,
     pod: String,
-    file: PathBuf,
     out: watch::Sender<Option<Observed>>,
 ) {
     let mut answered = false;
-    let mut file_read = false;
     while !out.is_closed() {
         match api.get_opt(&name).await {
             Ok(found) => {
@@ -80,18 +75,11 @@ pub(crate) async fn follow(
                     None => debug!(config_map = %name, "no ConfigMap yet"),
                 }
             }
-            // The API answered, with a refusal: the file is no better than nothing.
             Err(kube::Error::Api(status)) => {
                 answered = true;
                 warn!(config_map = %name, error = %status, "cannot read the ConfigMap");
             }
-            Err(error) => {
-                warn!(config_map = %name, %error, "API not reachable");
-                if !answered && !file_read {
-                    file_read = true;
-                    read_file(&file, &pod, &out);
-                }
-            }
+            Err(error) => warn!(config_map = %name, %error, "API not reachable"),
         }
         tokio::time::sleep(RETRY).await;
     }
@@ -189,23 +177,9 @@ fn observe(config_map: &ConfigMap, pod: &str) -> Option<Observed> {
         warn!(key = CONFIG_KEY, "the ConfigMap has no worker config");
         return None;
     };
-    Observed::parse(text, pod, true)
+    Observed::parse(text, pod)
         .inspect_err(|error| warn!(%error, "cannot read the ConfigMap's worker config"))
         .ok()
-}
-
-fn read_file(file: &Path, pod: &str, out: &watch::Sender<Option<Observed>>) {
-    // A few bytes from a local volume: a blocking read costs nothing worth a thread.
-    match std::fs::read_to_string(file) {
-        Ok(text) => match Observed::parse(&text, pod, false) {
-            Ok(observed) => {
-                info!(file = %file.display(), version = observed.version, "running the mounted config until the API answers");
-                out.send_replace(Some(observed));
-            }
-            Err(error) => warn!(file = %file.display(), %error, "cannot read the mounted config"),
-        },
-        Err(error) => warn!(file = %file.display(), %error, "no mounted config"),
-    }
 }
 
 #[cfg(test)]
@@ -216,28 +190,26 @@ mod tests {
 
     #[test]
     fn a_pod_reads_its_own_entry_and_the_config_version() {
-        let observed = Observed::parse(CONFIG, "w-0", true).unwrap();
+        let observed = Observed::parse(CONFIG, "w-0").unwrap();
         assert_eq!(
             observed,
             Observed {
                 version: 3,
                 entry: vec!["a".into(), "b".into()],
-                from_api: true
             }
         );
     }
 
     #[test]
     fn a_missing_entry_means_no_jobs() {
-        let observed = Observed::parse(CONFIG, "w-7", false).unwrap();
+        let observed = Observed::parse(CONFIG, "w-7").unwrap();
         assert_eq!(observed.version, 3);
         assert!(observed.entry.is_empty());
-        assert!(!observed.from_api);
     }
 
     #[test]
     fn an_unreadable_config_is_an_error() {
-        assert!(Observed::parse("{{{ not yaml", "w-0", true).is_err());
-        assert!(Observed::parse("", "w-0", true).is_err());
+        assert!(Observed::parse("{{{ not yaml", "w-0").is_err());
+        assert!(Observed::parse("", "w-0").is_err());
     }
 }

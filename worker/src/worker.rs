@@ -53,8 +53,8 @@ pub struct WorkerBuilder {
 }
 
 impl WorkerBuilder {
-    /// Reads `POD_NAME`, `POD_NAMESPACE`, `POD_UID`, `SWARM_POOL`, `SWARM_CONFIG_MAP`,
-    /// `SWARM_CONFIG_FILE` and `SWARM_WORKER_REPORT`.
+    /// Reads `POD_NAME`, `POD_NAMESPACE`, `POD_UID`, `SWARM_POOL`, `SWARM_CONFIG_MAP` and
+    /// `SWARM_WORKER_REPORT`.
     pub fn from_env() -> Self {
         Self {
             settings: PartialSettings::from_vars(|name| std::env::var(name).ok()),
@@ -98,12 +98,6 @@ impl WorkerBuilder {
     /// Sets the ConfigMap (`SWARM_CONFIG_MAP`).
     pub fn config_map(mut self, name: impl Into<String>) -> Self {
         self.settings.config_map = Some(name.into());
-        self
-    }
-
-    /// Sets the mounted config file (`SWARM_CONFIG_FILE`).
-    pub fn config_file(mut self, path: impl Into<PathBuf>) -> Self {
-        self.settings.config_file = Some(path.into());
         self
     }
 
@@ -330,7 +324,6 @@ impl Worker {
                 Api::namespaced(client, &settings.namespace),
                 settings.config_map.clone(),
                 settings.pod_name.clone(),
-                settings.config_file.clone(),
                 config_tx,
             )),
             tokio::spawn(async move {
@@ -446,10 +439,7 @@ impl<J: Jobs> Shell<J> {
     /// Applies one observed version: stops, a report line, then (unless terminating or fenced)
     /// a report line and starts.
     async fn apply(&mut self, observed: &Observed) {
-        let Some(change) = self
-            .core
-            .offer(observed.version, &observed.entry, observed.from_api)
-        else {
+        let Some(change) = self.core.offer(observed.version, &observed.entry) else {
             debug!(version = observed.version, "version ignored");
             return;
         };

@@ -91,6 +91,9 @@ pub struct Cluster {
     /// Under Lease faults, whether workers fence themselves (false: a deliberately wrong
     /// worker, to show the simulation notices).
     pub fencing: bool,
+    /// Under Lease faults, a deliberately wrong worker process that runs its entry as soon as
+    /// it starts, its start counting as a renewal.
+    pub starts_live: bool,
     /// Real time, in milliseconds: a tick is a second, and time also passes between ticks.
     pub millis: u64,
     next_uid: u64,
@@ -120,6 +123,7 @@ impl Cluster {
             leases: BTreeMap::new(),
             lease_faults: false,
             fencing: true,
+            starts_live: false,
             millis: 0,
             next_uid: 0,
         };
@@ -141,15 +145,22 @@ impl Cluster {
         self.pods.retain(|p| p.gone_at.is_none_or(|at| at > step));
         let config = self.config();
         let (lease_faults, millis) = (self.lease_faults, self.millis);
+        let starts_live = self.starts_live;
         for pod in &mut self.pods {
             if pod.runs.is_none() && pod.gone_at.is_none() && pod.starts_at <= step {
+                if lease_faults && starts_live {
+                    let rate = process::rate(pod.uid_number());
+                    pod.process = Some(Process::start_live(rate, millis));
+                } else if lease_faults {
+                    // It starts fenced: nothing runs before its first renewal and a read.
+                    let rate = process::rate(pod.uid_number());
+                    pod.process = Some(Process::start(rate, millis));
+                    pod.runs = Some(BTreeSet::new());
+                    continue;
+                }
                 let entry = own_jobs(config.as_ref(), &pod.name());
                 pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
                 pod.runs = Some(entry);
-                if lease_faults {
-                    let rate = process::rate(pod.uid_number());
-                    pod.process = Some(Process::start(rate, millis));
-                }
             }
         }
         self.controller();
@@ -475,25 +486,34 @@ impl Cluster {
     pub fn restart_container(&mut self, index: usize) {
         let config = self.config();
         let uid = self.pod_at(index).map(|p| p.uid.clone());
-        let millis = self.millis;
+        let (millis, starts_live) = (self.millis, self.starts_live);
         for pod in self
             .pods
             .iter_mut()
             .filter(|p| Some(&p.uid) == uid.as_ref())
         {
-            if pod.runs.is_some() {
-                // A new process: a fresh clock and fence, the same network; cut off from the
-                // API server, it reads nothing and runs nothing.
-                let cut = pod.process.as_ref().is_some_and(|p| p.partitioned);
-                if let Some(process) = &mut pod.process {
-                    *process = Process::start(process.rate, millis);
-                    process.partitioned = cut;
-                }
-                let config = config.as_ref().filter(|_| !cut);
-                let entry = own_jobs(config, &pod.name());
-                pod.applied = config.map(|c| (c.version, entry.clone()));
-                pod.runs = Some(entry);
+            if pod.runs.is_none() {
+                continue;
             }
+            // A new process, on the same network: it starts fenced, so it runs nothing before
+            // its first renewal and a read after it (the worker library's rule).
+            if let Some(process) = &mut pod.process {
+                let cut = process.partitioned;
+                *process = if starts_live {
+                    Process::start_live(process.rate, millis)
+                } else {
+                    Process::start(process.rate, millis)
+                };
+                process.partitioned = cut;
+                if !starts_live || cut {
+                    pod.runs = Some(BTreeSet::new());
+                    pod.applied = None;
+                    continue;
+                }
+            }
+            let entry = own_jobs(config.as_ref(), &pod.name());
+            pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
+            pod.runs = Some(entry);
         }
     }
 

@@ -67,6 +67,16 @@ impl Process {
         }
     }
 
+    /// A process started the way the worker library did before it started fenced: its start
+    /// counts as a renewal, and it runs its entry at once.
+    pub fn start_live(rate: u64, millis: u64) -> Process {
+        let mut process = Process::start(rate, millis);
+        let now = process.now(millis);
+        let read = process.fence.renewed(now, now, now).read.expect("a read");
+        assert!(process.fence.read(read, now));
+        process
+    }
+
     pub fn now(&self, millis: u64) -> Instant {
         instant(self.rate, millis)
     }
