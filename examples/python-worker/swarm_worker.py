@@ -9,13 +9,16 @@ Jobs are simulated: each runs in a thread until it is told to stop.
 
 It fences itself: once its last successful Lease write was sent longer ago than the Lease
 duration less a margin (time.monotonic()), it stops every job, and runs them again only after a
-Lease write has succeeded and a ConfigMap GET issued after it has been read.
+Lease write has succeeded and a ConfigMap GET issued after it has been read. It starts fenced:
+a restarted container keeps its pod's uid, so the operator cannot tell this process's start
+from the last renewal of the one before, which it may have judged expired and whose jobs it may
+have handed to others. Nothing runs before this process's own first Lease write succeeds and a
+fresh GET answers; a worker that cannot reach the API runs nothing.
 
 Environment: POD_NAME, POD_NAMESPACE, POD_UID, SWARM_POOL, SWARM_CONFIG_MAP (required);
-SWARM_CONFIG_FILE (default /etc/swarm/config.yml), SWARM_LEASE_DURATION_SECONDS (default 10),
-SWARM_FENCE_MARGIN_SECONDS (default max(2, duration / 5), at most half the duration),
-SWARM_TERMINATION_SECONDS (default 25), SWARM_WORKER_REPORT (optional), KUBECONFIG when run
-outside a cluster.
+SWARM_LEASE_DURATION_SECONDS (default 10), SWARM_FENCE_MARGIN_SECONDS (default
+max(2, duration / 5), at most half the duration), SWARM_TERMINATION_SECONDS (default 25),
+SWARM_WORKER_REPORT (optional), KUBECONFIG when run outside a cluster.
 """
 
 import copy
@@ -85,17 +88,19 @@ class Fence:
     """When to stop every job because the Lease may look expired to the operator, and when to
     run again; no I/O. Times are time.monotonic() seconds.
 
-    Live until `limit` passes since the last successful Lease write was sent (the start counts
-    as one). Fenced, a renewal in time asks for a fresh ConfigMap read (`renewed` returns its
-    tag), and only that read, answered in time, lifts the fence (`read`).
+    Starts fenced: the start is no renewal, since the operator cannot tell it from the last
+    renewal of a previous process of the same pod, which it may have judged expired. Fenced, a
+    renewal in time asks for a fresh ConfigMap read (`renewed` returns its tag), and only that
+    read, answered in time, lifts the fence (`read`); at the start exactly as after a pause.
+    Live, it fences again once `limit` passes since the last successful Lease write was sent.
     """
 
     LIVE, FENCED, READING = "live", "fenced", "reading"
 
     def __init__(self, limit, start):
         self.limit = limit
-        self.last_renewal = start
-        self.state = Fence.LIVE
+        self.last_renewal = start  # when the last successful Lease write was sent, or the start
+        self.state = Fence.FENCED
         self.awaited = None  # the tag of the read that may lift the fence
         self.reads = 0
 
@@ -197,7 +202,8 @@ class LeaseWriter:
         self._version = None  # the version to acknowledge; None until the first one
         self._lease = None  # the Lease as last read or written, with its resourceVersion
         self.written_version = None  # the version the Lease carries after a successful write
-        self._last_sent = self._streak = start  # the start counts as the first renewal
+        # A run of renewals begins at the start; the fence, fenced at the start, ignores it.
+        self._last_sent = self._streak = start
 
     def acknowledge(self, version):
         """Writes `version` into the Lease; True once the API has stored it."""
@@ -381,7 +387,7 @@ class Worker:
             job.join()
         self.jobs.clear()
 
-    def handle_config(self, text, acknowledge=True, read=None):
+    def handle_config(self, text, read=None):
         """Applies a config.yml text and acknowledges it. `read` tags a read the fence asked
         for; fenced, nothing else is applied. False if the text was not used."""
         parsed = parse_config(text, self.pod_name)
@@ -404,8 +410,6 @@ class Worker:
                     return True
             elif not self._apply(version, entry):
                 return True
-        if not acknowledge:
-            return True
         if self.terminating:
             self._acknowledge_while_terminating(version)
         elif not self.lease.acknowledge(version):
@@ -413,9 +417,9 @@ class Worker:
         return True
 
     def _stale(self, version):
-        # Acknowledged or older: a watch may replay. A version applied from the mounted file
-        # but not acknowledged yet is acknowledged once the API delivers it; after a fence the
-        # version applied is applied again.
+        # Acknowledged or older: a watch may replay. A version applied whose acknowledgement
+        # failed is applied (no change) and acknowledged again when delivered again; after a
+        # fence the version applied is applied again.
         applied = self.applied_version
         if self.reapply:
             return applied is not None and version < applied
@@ -483,20 +487,18 @@ def read_config_map(core, env):
     return (config_map.get("data") or {}).get(CONFIG_KEY), config_map["metadata"]["resourceVersion"]
 
 
-def follow_config(core, env, worker, config_file):
-    """GET, then WATCH the ConfigMap by name from that resourceVersion; GET again on any error."""
-    api_answered = fell_back = expired = False
+def follow_config(core, env, worker):
+    """GET, then WATCH the ConfigMap by name from that resourceVersion; GET again on any error.
+    Fenced (at the start too), the worker ignores what this delivers: the fence's own read
+    lifts the fence and applies the entry."""
+    expired = False
     while True:
         try:
             text, resource_version = read_config_map(core, env)
         except (ApiException, *CONNECTION_ERRORS) as error:
             log.warning("reading ConfigMap %s failed: %s", env["SWARM_CONFIG_MAP"], error)
-            if not api_answered and not fell_back:
-                run_mounted_file(worker, config_file)
-                fell_back = True
             time.sleep(RETRY_SECONDS)
             continue
-        api_answered = True
         if text is not None:
             worker.handle_config(text)
         if expired:
@@ -529,15 +531,6 @@ def follow_config(core, env, worker, config_file):
             time.sleep(RETRY_SECONDS)
 
 
-def run_mounted_file(worker, path):
-    """Runs the entry of the mounted ConfigMap while the API is unreachable, acknowledging nothing."""
-    try:
-        with open(path, encoding="utf-8") as config_file:
-            worker.handle_config(config_file.read(), acknowledge=False)
-    except OSError as error:
-        log.info("no mounted config at %s: %s", path, error)
-
-
 def main():
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -551,7 +544,6 @@ def main():
     lease_seconds = int(os.environ.get("SWARM_LEASE_DURATION_SECONDS", "10"))
     margin = float(os.environ.get("SWARM_FENCE_MARGIN_SECONDS") or default_margin(lease_seconds))
     grace_seconds = float(os.environ.get("SWARM_TERMINATION_SECONDS", "25"))
-    config_file = os.environ.get("SWARM_CONFIG_FILE", "/etc/swarm/config.yml")
 
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()
@@ -572,7 +564,7 @@ def main():
     threading.Thread(target=worker.supervise, args=(lambda: read_config_map(core, env),),
                      name="fence", daemon=True).start()
     threading.Thread(target=lease.renew_forever, name="lease", daemon=True).start()
-    threading.Thread(target=follow_config, args=(core, env, worker, config_file),
+    threading.Thread(target=follow_config, args=(core, env, worker),
                      name="config", daemon=True).start()
 
     # A timed wait keeps the main thread responsive to signals.

@@ -160,10 +160,10 @@ class SwarmWorkerTest(unittest.TestCase):
             self.worker.kill()
             self.worker.wait()
 
-    def start_worker(self, kubeconfig=None, config_file="/nonexistent/config.yml", lease_seconds=3):
+    def start_worker(self, kubeconfig=None, lease_seconds=3):
         env = {**os.environ, "POD_NAME": POD, "POD_NAMESPACE": self.namespace,
                "POD_UID": self.pod_uid, "SWARM_POOL": "swarm", "SWARM_CONFIG_MAP": CONFIG_MAP,
-               "SWARM_CONFIG_FILE": config_file, "SWARM_WORKER_REPORT": self.report,
+               "SWARM_WORKER_REPORT": self.report,
                "SWARM_LEASE_DURATION_SECONDS": str(lease_seconds), "SWARM_TERMINATION_SECONDS": "15",
                "KUBECONFIG": kubeconfig or self.kubeconfig}
         env.pop("KUBERNETES_SERVICE_HOST", None)
@@ -305,23 +305,31 @@ class SwarmWorkerTest(unittest.TestCase):
                 if request["path"] == f"/api/v1/namespaces/{self.namespace}/configmaps"
                 and "watch=true" in request["query"]]
 
-    def test_runs_the_mounted_file_while_the_api_is_unreachable_and_acknowledges_once_it_answers(self):
+    def test_runs_nothing_without_the_api_and_starts_only_after_its_first_lease_write_and_a_read(self):
         proxy, kubeconfig = self.proxied_kubeconfig()
-        mounted = os.path.join(self.tmp.name, f"{self.namespace}.config.yml")
-        with open(mounted, "w", encoding="utf-8") as out:
-            out.write(config_yml(1, {POD: ["a"]}))
         self.write_config(1, {POD: ["a"]})
-        # A Lease long enough that the worker does not fence itself while the API is away.
-        self.start_worker(kubeconfig=kubeconfig, config_file=mounted, lease_seconds=10)
-        eventually(lambda: len(self.report_lines()) == 2, what="the jobs of the mounted file")
-        self.assertEqual(self.report_lines()[1]["running"], ["a"])
-        time.sleep(1.5)
-        self.assertIsNone(self.lease(), "acknowledged before the API answered")
+        # A Lease long enough that a start that counted as a renewal would leave time to run.
+        self.start_worker(kubeconfig=kubeconfig, lease_seconds=10)
+        eventually(lambda: len(self.report_lines()) == 1, what="the start line")
+        time.sleep(2.0)
+        self.assertIsNone(self.worker.poll())
+        self.assertEqual([line["running"] for line in self.report_lines()], [[]],
+                         "a job ran without the API")
+        self.assertIsNone(self.lease())
 
         self.watch_lease()
         proxy.open()
-        self.wait_acked(1)
-        self.assertEqual(len(self.report_lines()), 2)
+        acked_1 = self.wait_acked(1)
+        first = self.lease_events[0]
+        self.assertNotIn(ACKED, first["metadata"].get("annotations") or {},
+                         "the Lease is written at start, not only with the first acknowledgement")
+        self.assertEqual(first["spec"]["holderIdentity"], self.pod_uid)
+        start, started = self.report_lines()
+        self.assertEqual((start["running"], started["version"], started["running"]),
+                         ([], 1, ["a"]))
+        self.assertLess(nanos(first["spec"]["renewTime"]), nanos(started["at"]),
+                        "a job started before the first Lease write")
+        self.assertLess(nanos(started["at"]), acked_1)
 
     def test_a_paused_worker_fences_itself_at_once_and_runs_again_only_after_a_renewal_and_a_read(self):
         self.watch_lease()
@@ -376,12 +384,39 @@ class FenceTest(unittest.TestCase):
         sys.path.insert(0, HERE)
         import swarm_worker  # noqa: PLC0415 - needs the path above
         self.sw = swarm_worker
+        # Started at 100 s, renewed and read at once: live, with read 1 used.
         self.fence = swarm_worker.Fence(8.0, 100.0)
+        self.assertEqual(self.fence.renewed(100.0, 100.0, 100.0), (False, 1))
+        self.assertTrue(self.fence.read(1, 100.0))
 
     def test_the_margin_is_at_least_two_seconds_a_fifth_and_at_most_half_the_duration(self):
         self.assertEqual(self.sw.fence_limit(10, self.sw.default_margin(10)), 8.0)
         self.assertEqual(self.sw.fence_limit(30, self.sw.default_margin(30)), 24.0)
         self.assertEqual(self.sw.fence_limit(3, self.sw.default_margin(3)), 1.5)
+
+    def test_a_new_fence_is_fenced_until_a_renewal_and_the_read_it_asked_for(self):
+        fence = self.sw.Fence(8.0, 100.0)
+        self.assertFalse(fence.is_live(), "the start is no renewal")
+        self.assertIsNone(fence.deadline())
+        self.assertFalse(fence.check(100.0), "fenced from the start, not newly")
+        self.assertFalse(fence.read(1, 100.5), "no read was asked for")
+        self.assertFalse(fence.is_live())
+        self.assertEqual(fence.renewed(101.0, 100.0, 109.5), (False, None),
+                         "answered after the limit: no read")
+        self.assertEqual(fence.renewed(110.0, 110.0, 110.2), (False, 1))
+        self.assertFalse(fence.is_live(), "renewed but not read")
+        self.assertFalse(fence.read(2, 110.3), "not the awaited read")
+        self.assertTrue(fence.read(1, 110.4))
+        self.assertTrue(fence.is_live())
+        self.assertEqual(fence.deadline(), 118.0)
+
+    def test_a_read_after_the_first_renewal_answered_too_late_keeps_a_new_fence(self):
+        fence = self.sw.Fence(8.0, 100.0)
+        self.assertEqual(fence.renewed(100.5, 100.0, 100.6), (False, 1))
+        self.assertFalse(fence.read(1, 108.5))
+        self.assertFalse(fence.is_live())
+        self.assertEqual(fence.renewed(109.0, 109.0, 109.1), (False, 2))
+        self.assertTrue(fence.read(2, 109.2))
 
     def test_no_renewal_within_the_limit_fences_once(self):
         self.assertFalse(self.fence.check(107.9))
@@ -392,10 +427,10 @@ class FenceTest(unittest.TestCase):
         self.assertIsNone(self.fence.deadline())
 
     def test_a_renewal_after_a_pause_fences_before_anything_else_then_asks_for_a_read(self):
-        self.assertEqual(self.fence.renewed(130.0, 130.0, 130.1), (True, 1))
+        self.assertEqual(self.fence.renewed(130.0, 130.0, 130.1), (True, 2))
         self.assertFalse(self.fence.is_live())
-        self.assertFalse(self.fence.read(2, 130.2), "not the awaited read")
-        self.assertTrue(self.fence.read(1, 130.3))
+        self.assertFalse(self.fence.read(3, 130.2), "not the awaited read")
+        self.assertTrue(self.fence.read(2, 130.3))
         self.assertTrue(self.fence.is_live())
 
     def test_a_renewal_answered_after_the_limit_fences_and_waits(self):
@@ -403,12 +438,57 @@ class FenceTest(unittest.TestCase):
 
     def test_a_late_or_failed_read_keeps_the_fence(self):
         self.fence.check(109.0)
-        self.assertEqual(self.fence.renewed(110.0, 110.0, 110.0), (False, 1))
+        self.assertEqual(self.fence.renewed(110.0, 110.0, 110.0), (False, 2))
         self.assertEqual(self.fence.renewed(111.0, 110.0, 111.0), (False, None), "one at a time")
-        self.fence.read_failed(1)
-        self.assertEqual(self.fence.renewed(112.0, 110.0, 112.0), (False, 2))
-        self.assertFalse(self.fence.read(2, 120.5), "the renewal expired again")
+        self.fence.read_failed(2)
+        self.assertEqual(self.fence.renewed(112.0, 110.0, 112.0), (False, 3))
+        self.assertFalse(self.fence.read(3, 120.5), "the renewal expired again")
         self.assertFalse(self.fence.is_live())
+
+
+class WorkerStartTest(unittest.TestCase):
+    """A new worker's start, with the Lease writer and the ConfigMap read faked."""
+
+    class FakeLease:
+        def __init__(self):
+            self.written_version = None
+            self.acknowledged = []
+
+        def acknowledge(self, version):
+            self.acknowledged.append(version)
+            self.written_version = version
+            return True
+
+    def setUp(self):
+        sys.path.insert(0, HERE)
+        import swarm_worker  # noqa: PLC0415 - needs the path above
+        self.sw = swarm_worker
+        self.lease = self.FakeLease()
+        self.start = time.monotonic()
+        self.worker = swarm_worker.Worker(POD, swarm_worker.Report(None, POD, "uid"), self.lease,
+                                          swarm_worker.Fence(8.0, self.start))
+        self.addCleanup(self.worker.terminate, time.monotonic())
+
+    def test_runs_nothing_until_its_first_lease_write_and_the_read_after_it(self):
+        reads = []
+
+        def read_config():
+            reads.append(time.monotonic())
+            return config_yml(2, {POD: ["a", "b"]}), "7"
+
+        # What the config thread's GET or WATCH delivers before any renewal is ignored.
+        self.assertFalse(self.worker.handle_config(config_yml(1, {POD: ["a"]})))
+        threading.Thread(target=self.worker.supervise, args=(read_config,), daemon=True).start()
+        time.sleep(0.3)
+        self.assertEqual((self.worker.jobs, reads, self.lease.acknowledged), ({}, [], []))
+
+        renewed = time.monotonic()
+        self.worker.on_renewed(renewed, self.start)
+        eventually(lambda: self.lease.acknowledged == [2], timeout=5, what="version 2 acked")
+        self.assertEqual(list(self.worker.jobs), ["a", "b"])
+        self.assertEqual(len(reads), 1)
+        self.assertGreater(reads[0], renewed, "the read lifting the fence follows the renewal")
+        self.assertTrue(self.worker.fence.is_live())
 
 
 if __name__ == "__main__":
