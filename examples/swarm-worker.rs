@@ -5,7 +5,7 @@
 //! it reads its entry of the pool's ConfigMap through the API, runs each job as a task that
 //! logs, stops and starts them as new config versions ask, and acknowledges each version on
 //! its Lease. Its settings are the library's (`POD_NAME`, `POD_NAMESPACE`, `POD_UID`,
-//! `SWARM_POOL`, `SWARM_CONFIG_MAP`, `SWARM_CONFIG_FILE`, `SWARM_WORKER_REPORT`).
+//! `SWARM_POOL`, `SWARM_CONFIG_MAP`, `SWARM_WORKER_REPORT`).
 //!
 //! Without `POD_UID`, for the rollout policies that deliver changes through the mounted file,
 //! it reads its own entry of the mounted `config.yml`, logs its jobs and the config version,

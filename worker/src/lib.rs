@@ -11,7 +11,7 @@
 //! - [`fence`]: when to stop every job because the Lease may look expired, and when to run
 //!   again (pure).
 //! - [`lease`]: the Lease to write (pure) and the task that keeps it renewed.
-//! - [`source`]: the ConfigMap GET and WATCH, and the mounted file as a fallback.
+//! - [`source`]: the ConfigMap GET and WATCH.
 //! - [`report`]: the optional JSON-lines report of what runs.
 //! - [`settings`]: who the worker is, from the pod's environment.
 

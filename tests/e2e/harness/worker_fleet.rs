@@ -362,7 +362,6 @@ fn spawn(program: Program, pod: &str, uid: &str, spec: &FleetSpec, reports: &Rep
         .env("SWARM_POOL", &spec.pool)
         .env("SWARM_CONFIG_MAP", &spec.config_map)
         // No mounted file: these workers must read their entry through the API.
-        .env("SWARM_CONFIG_FILE", spec.dir.join("no-mounted-config.yml"))
         .env("SWARM_WORKER_REPORT", reports.path(uid))
         .env("SWARM_LEASE_DURATION_SECONDS", LEASE_SECONDS)
         .env("KUBECONFIG", &spec.kubeconfig)
