@@ -6,6 +6,10 @@
 //! shared with the workers, only their rates must agree within the grace. An operator that
 //! (re)starts has seen nothing yet, so it observes every Lease for a full duration before it
 //! calls one expired.
+//!
+//! Renewals are recorded as the watch delivers them ([`LeaseClock::observe`]), so that a renewal
+//! need not wake its pool: with thousands of workers renewing every few seconds, only a new
+//! holder, a new acknowledgement or the renewal of an expired Lease does.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -15,22 +19,79 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
+use crate::names::POOL_LABEL;
 use crate::state::lease::{Acks, Renewal};
 
-/// What one Lease said when last seen, and since when this operator has seen it say that.
+/// What one Lease said when last seen, since when this operator has seen it say that, and
+/// whether it was last judged expired.
 #[derive(Debug)]
 struct Seen {
     said: Renewal,
     since: Instant,
+    expired: bool,
+}
+
+type Key = (String, String, String);
+
+/// A worker Lease's key: namespace, pool (its label) and name.
+fn key_of(lease: &Lease) -> Option<Key> {
+    Some((
+        lease.metadata.namespace.clone()?,
+        lease.labels().get(POOL_LABEL)?.clone(),
+        lease.name_any(),
+    ))
 }
 
 /// The observations of every worker Lease, by namespace, pool and name.
 #[derive(Debug, Default)]
 pub struct LeaseClock {
-    seen: Mutex<HashMap<(String, String, String), Seen>>,
+    seen: Mutex<HashMap<Key, Seen>>,
 }
 
 impl LeaseClock {
+    /// Records what `lease` says as the watch delivers it at `now`; returns whether its pool
+    /// needs a look: a new Lease, a new holder or acknowledgement, or the renewal of a Lease
+    /// last judged expired (its worker is a member again). A renewal alone needs none.
+    pub fn observe(&self, lease: &Lease, now: Instant) -> bool {
+        let (Some(key), Some(said)) = (key_of(lease), Renewal::of(lease)) else {
+            return true;
+        };
+        let mut seen = self.seen.lock().expect("lease clock lock poisoned");
+        let Some(entry) = seen.get_mut(&key) else {
+            let expired = false;
+            seen.insert(
+                key,
+                Seen {
+                    said,
+                    since: now,
+                    expired,
+                },
+            );
+            return true;
+        };
+        if entry.said == said {
+            return false;
+        }
+        let wake =
+            entry.expired || entry.said.holder != said.holder || entry.said.acked != said.acked;
+        *entry = Seen {
+            said,
+            since: now,
+            expired: false,
+        };
+        wake
+    }
+
+    /// Forgets a deleted Lease.
+    pub fn forget(&self, lease: &Lease) {
+        if let Some(key) = key_of(lease) {
+            self.seen
+                .lock()
+                .expect("lease clock lock poisoned")
+                .remove(&key);
+        }
+    }
+
     /// Marks in `acks` the Leases of pool `pool` in `namespace` (all of them `leases`) that
     /// expired by `now`, and notes when the next one will; forgets Leases no longer there.
     pub fn judge<'a>(
@@ -54,13 +115,19 @@ impl LeaseClock {
             let entry = seen.entry(key).or_insert_with(|| Seen {
                 said: said.clone(),
                 since: now,
+                expired: false,
             });
             if entry.said != said {
-                *entry = Seen { said, since: now };
+                *entry = Seen {
+                    said,
+                    since: now,
+                    expired: false,
+                };
             }
             let lasts = Duration::from_secs(u64::try_from(duration).unwrap_or(0)) + grace;
-            let left = lasts.saturating_sub(now.duration_since(entry.since));
-            if left.is_zero() {
+            let left = lasts.saturating_sub(now.saturating_duration_since(entry.since));
+            entry.expired = left.is_zero();
+            if entry.expired {
                 acks.mark_expired(name.clone(), entry.said.clone());
             } else if let Ok(left) = SignedDuration::try_from(left) {
                 acks.note_expiry(Timestamp::now() + left);
@@ -81,6 +148,8 @@ mod tests {
         Lease {
             metadata: ObjectMeta {
                 name: Some("w-0".into()),
+                namespace: Some("ns".into()),
+                labels: Some([(POOL_LABEL.to_owned(), "p".to_owned())].into()),
                 ..ObjectMeta::default()
             },
             spec: Some(LeaseSpec {
@@ -116,6 +185,49 @@ mod tests {
         assert!(
             !judge(&clock, &renewed, at + Duration::from_secs(12)).is_expired("w-0", "uid-1"),
             "only the holder's instance is expired"
+        );
+    }
+
+    #[test]
+    fn a_renewal_alone_wakes_no_pool_but_is_timed_from_its_delivery() {
+        let clock = LeaseClock::default();
+        let t0 = Instant::now();
+        let expired =
+            |lease: &Lease, at: Instant| judge(&clock, lease, at).is_expired("w-0", "uid-0");
+        assert!(clock.observe(&lease(1_000), t0), "a new Lease");
+        let at = t0 + Duration::from_secs(3);
+        assert!(!clock.observe(&lease(1_003), at));
+        // Timed from the delivery at 3 s, though nothing judged it then.
+        assert!(!expired(&lease(1_003), at + Duration::from_secs(11)));
+        assert!(expired(&lease(1_003), at + Duration::from_secs(12)));
+
+        // Judged expired, its next renewal wakes the pool: the worker is a member again.
+        assert!(clock.observe(&lease(1_020), at + Duration::from_secs(13)));
+        assert!(!clock.observe(&lease(1_022), at + Duration::from_secs(15)));
+
+        let mut acked = lease(1_024);
+        acked.metadata.annotations = Some(
+            [(
+                crate::names::ACKED_VERSION_ANNOTATION.to_owned(),
+                "4".to_owned(),
+            )]
+            .into(),
+        );
+        assert!(
+            clock.observe(&acked, at + Duration::from_secs(17)),
+            "a new acknowledgement"
+        );
+        let mut taken_over = acked.clone();
+        taken_over.spec.as_mut().unwrap().holder_identity = Some("uid-1".into());
+        assert!(
+            clock.observe(&taken_over, at + Duration::from_secs(18)),
+            "a new holder"
+        );
+
+        clock.forget(&taken_over);
+        assert!(
+            clock.observe(&taken_over, at + Duration::from_secs(19)),
+            "new again"
         );
     }
 }

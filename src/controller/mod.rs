@@ -88,7 +88,7 @@ pub struct Context {
     /// The workers' Leases (label `swarm.io/pool`).
     leases: Store<Lease>,
     /// When each worker Lease was last seen renewed, for expiry.
-    lease_clock: LeaseClock,
+    lease_clock: Arc<LeaseClock>,
     /// Whether each cache has completed its initial list and follows the cluster: reconciles
     /// wait for the first list, so an empty cache right after start is never taken for "no
     /// StatefulSet, no pods", and decide nothing while a watch fails.
@@ -406,7 +406,7 @@ pub async fn run(
         failures: Mutex::default(),
         deleting: Mutex::default(),
         written: Mutex::default(),
-        lease_clock: LeaseClock::default(),
+        lease_clock: caches.lease_clock,
         lease,
     });
     controller
@@ -436,6 +436,7 @@ struct Caches {
     replica_sets: Store<ReplicaSet>,
     pods: PodCaches,
     leases: Store<Lease>,
+    lease_clock: Arc<LeaseClock>,
 }
 
 /// Starts the watches of the pools, of the ConfigMaps they own and of every workload and pod
@@ -478,8 +479,25 @@ fn watch(
         Cache::Leases,
         health,
     );
-    // A worker's Lease names its pool; an acknowledgement may free jobs in transit.
-    let controller = controller.watches_stream(leases.touched_objects(), |lease| {
+    // A worker's Lease names its pool; an acknowledgement may free jobs in transit, and a
+    // renewal of an expired Lease makes its worker a member again. Renewals alone are timed as
+    // they arrive and wake nothing: the pool looks again when the next Lease would expire.
+    let lease_clock = Arc::new(LeaseClock::default());
+    let clock = lease_clock.clone();
+    let lease_changes = leases.filter_map(move |event| {
+        let lease = match event {
+            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
+                clock.observe(&lease, Instant::now()).then_some(lease)
+            }
+            Ok(watcher::Event::Delete(lease)) => {
+                clock.forget(&lease);
+                Some(lease)
+            }
+            _ => None,
+        };
+        std::future::ready(lease.map(Ok::<_, watcher::Error>))
+    });
+    let controller = controller.watches_stream(lease_changes, |lease| {
         let pool = lease.labels().get(POOL_LABEL)?;
         Some(ObjectRef::new(pool).within(lease.namespace()?.as_str()))
     });
@@ -507,6 +525,7 @@ fn watch(
             deployment: deployment_pod_store,
         },
         leases: lease_store,
+        lease_clock,
     };
     (controller, caches)
 }
