@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_worker::{Jobs, Worker};
+use swarm_worker::{Jobs, Permit, Worker};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
@@ -113,14 +113,22 @@ struct LoggingJobs {
 }
 
 impl Jobs for LoggingJobs {
-    async fn start(&mut self, job: &str) {
+    async fn start(&mut self, job: &str, permit: Permit) {
         let (stop, mut stopped) = oneshot::channel::<()>();
         let name = job.to_string();
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(10));
             loop {
                 tokio::select! {
-                    _ = tick.tick() => info!(job = %name, "working"),
+                    // Each unit of work first checks the permit: after a pause, this task may
+                    // run before the worker's fence stops it.
+                    _ = tick.tick() => {
+                        if permit.holds() {
+                            info!(job = %name, "working");
+                        } else {
+                            warn!(job = %name, "not working: the Lease may have expired");
+                        }
+                    }
                     _ = &mut stopped => break,
                 }
             }
@@ -236,7 +244,7 @@ mod tests {
     #[tokio::test]
     async fn a_stopped_job_has_ended_when_stop_returns() {
         let mut jobs = LoggingJobs::default();
-        jobs.start("a").await;
+        jobs.start("a", Permit::default()).await;
         let (_, task) = jobs.running.get("a").expect("a runs");
         assert!(!task.is_finished());
         jobs.stop("a").await;

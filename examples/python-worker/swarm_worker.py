@@ -53,10 +53,24 @@ def micro_time():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def nano_time():
-    """Now in RFC 3339 with nanoseconds, UTC, as the report lines carry it."""
-    seconds, nanos = divmod(time.time_ns(), 1_000_000_000)
+def nano_time(ns=None):
+    """Now (or `ns` since the epoch) in RFC 3339 with nanoseconds, UTC, as report lines carry it."""
+    seconds, nanos = divmod(time.time_ns() if ns is None else ns, 1_000_000_000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{nanos:09d}Z"
+
+
+class Permit:
+    """What a job checks before each unit of work: held until the fence's deadline (a
+    time.monotonic() value), not at all while fenced. After SIGCONT any thread may run first; a
+    job that checks its permit does no work once the Lease may look expired, before the fence's
+    own thread has stopped it."""
+
+    def __init__(self):
+        self.until = None  # one attribute, read and written whole
+
+    def holds(self):
+        until = self.until
+        return until is not None and time.monotonic() < until
 
 
 def parse_config(text, pod_name):
@@ -153,29 +167,40 @@ class Fence:
 class Report:
     """The JSON lines file that tests read (SWARM_WORKER_REPORT); does nothing when unset."""
 
-    def __init__(self, path, pod_name, pod_uid):
+    def __init__(self, path, pod_name, pod_uid, permit=None):
         self.path, self.pod_name, self.pod_uid = path, pod_name, pod_uid
+        self.permit = permit or Permit()
 
     def write(self, version, running):
         if not self.path:
             return
         line = {"pod": self.pod_name, "uid": self.pod_uid, "version": version,
                 "running": list(running), "at": nano_time()}
+        until = self.permit.until
+        if until is not None:
+            # The permit's deadline on the wall clock: the jobs do no work after it.
+            line["until"] = nano_time(time.time_ns() + int((until - time.monotonic()) * 1e9))
         with open(self.path, "a", encoding="utf-8") as report:
             report.write(json.dumps(line) + "\n")
 
 
 class Job:
-    """A simulated job: a thread that works until it is told to stop."""
+    """A simulated job: a thread that works until it is told to stop, a unit of work a second,
+    each only while the worker's permit holds."""
 
-    def __init__(self, name):
+    def __init__(self, name, permit):
         self.name = name
+        self.permit = permit
         self._stop_requested = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"job {name}", daemon=True)
 
     def _run(self):
         log.info("job %s running", self.name)
-        self._stop_requested.wait()
+        while not self._stop_requested.wait(1.0):
+            if self.permit.holds():
+                log.debug("job %s working", self.name)
+            else:
+                log.info("job %s not working: the Lease may have expired", self.name)
         log.info("job %s stopped", self.name)
 
     def start(self):
@@ -309,6 +334,7 @@ class Worker:
         self.report = report
         self.lease = lease
         self.fence = fence
+        self.permit = report.permit  # the jobs' permit, which the report lines carry
         self.jobs = {}  # name -> Job, in the order they were started
         self.applied_version = None
         self.applied_entry_empty = False
@@ -362,14 +388,26 @@ class Worker:
         if renewal is not None:
             sent, streak = renewal
             newly_fenced, read = self.fence.renewed(sent, streak, time.monotonic())
+            self._follow_fence()
             if newly_fenced:
                 self._fence_jobs()
             if read is not None:
                 self._read_wanted = read
                 self._wake.set()
         if self.fence.check(time.monotonic()):
+            self._follow_fence()
             self._fence_jobs()
         return not self.fence.is_live()
+
+    def _follow_fence(self):
+        """Moves the jobs' permit to the fence's deadline; a report line says when a renewal
+        extended it for running jobs. Holds _lock."""
+        until = self.fence.deadline()
+        if until == self.permit.until:
+            return
+        self.permit.until = until
+        if until is not None and self.jobs:
+            self.report.write(self.applied_version, self.jobs)
 
     def _fence_jobs(self):
         stopped = list(self.jobs)
@@ -397,7 +435,9 @@ class Worker:
         version, entry = parsed
         with self._lock:
             if read is not None:
-                if not self.fence.read(read, time.monotonic()):
+                lifted = self.fence.read(read, time.monotonic())
+                self._follow_fence()
+                if not lifted:
                     return False
                 log.info("Lease renewed and config read again: running")
             elif not self.fence.is_live():
@@ -444,7 +484,7 @@ class Worker:
         if added:
             self.report.write(version, list(self.jobs) + added)
             for name in added:
-                self.jobs[name] = Job(name)
+                self.jobs[name] = Job(name, self.permit)
                 self.jobs[name].start()
         self.applied_version = version
         self.applied_entry_empty = not entry

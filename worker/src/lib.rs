@@ -18,12 +18,14 @@
 pub mod fence;
 pub mod handoff;
 pub mod lease;
+pub mod permit;
 pub mod report;
 pub mod settings;
 pub mod source;
 mod worker;
 
 pub use handoff::{Change, Handoff};
+pub use permit::Permit;
 pub use settings::Settings;
 pub use worker::{Exit, Jobs, Worker, WorkerBuilder};
 

@@ -1,11 +1,14 @@
 //! The report file (`SWARM_WORKER_REPORT`): one JSON line each time the set of jobs the worker
-//! runs changes, and one at start, so tests can check what every pod instance ran and when.
+//! runs changes or its permit is extended, and one at start, so tests can check what every pod
+//! instance ran and when.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
+
+use crate::permit::Permit;
 
 /// One line of the report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -20,6 +23,10 @@ pub struct ReportLine<'a> {
     pub running: &'a [String],
     /// When the line was written: RFC 3339 in UTC with nanoseconds.
     pub at: String,
+    /// Until when the jobs' permit holds (same format), if it is held: the jobs do no work
+    /// after it, though they may still run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<String>,
 }
 
 impl ReportLine<'_> {
@@ -40,14 +47,16 @@ pub(crate) struct Report {
     path: Option<PathBuf>,
     pod: String,
     uid: String,
+    permit: Permit,
 }
 
 impl Report {
-    pub(crate) fn new(path: Option<PathBuf>, pod: &str, uid: &str) -> Self {
+    pub(crate) fn new(path: Option<PathBuf>, pod: &str, uid: &str, permit: Permit) -> Self {
         Self {
             path,
             pod: pod.to_string(),
             uid: uid.to_string(),
+            permit,
         }
     }
 
@@ -57,12 +66,18 @@ impl Report {
         let Some(path) = &self.path else {
             return;
         };
+        let now = Timestamp::now();
+        let until = self.permit.until().map(|until| {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            timestamp(now + SignedDuration::try_from(left).unwrap_or(SignedDuration::MAX))
+        });
         let line = ReportLine {
             pod: &self.pod,
             uid: &self.uid,
             version,
             running,
-            at: timestamp(Timestamp::now()),
+            at: timestamp(now),
+            until,
         }
         .render();
         // One write of the whole line with O_APPEND, so lines of pods sharing a file do not
@@ -92,6 +107,7 @@ mod tests {
             version: Some(4),
             running: &running,
             at: timestamp(at),
+            until: None,
         };
         assert_eq!(
             line.render(),
@@ -107,6 +123,7 @@ mod tests {
             version: None,
             running: &[],
             at: timestamp(Timestamp::UNIX_EPOCH),
+            until: None,
         };
         let value: serde_json::Value = serde_json::from_str(&line.render()).unwrap();
         assert_eq!(value["version"], serde_json::Value::Null);
@@ -118,7 +135,7 @@ mod tests {
     fn lines_are_appended() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("report.jsonl");
-        let report = Report::new(Some(path.clone()), "w-0", "u-1");
+        let report = Report::new(Some(path.clone()), "w-0", "u-1", Permit::default());
         report.write(None, &[]);
         report.write(Some(1), &["a".to_string()]);
         let text = std::fs::read_to_string(&path).unwrap();

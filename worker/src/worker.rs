@@ -17,6 +17,7 @@ use crate::Error;
 use crate::fence::Fence;
 use crate::handoff::Handoff;
 use crate::lease::{self, Holder, Written};
+use crate::permit::Permit;
 use crate::report::Report;
 use crate::settings::{PartialSettings, Settings};
 use crate::source::{self, Observed};
@@ -24,8 +25,11 @@ use crate::source::{self, Observed};
 /// What the application does with its jobs. The worker calls these one at a time, never for a
 /// job in a state it is not in: `stop` only for a job it started.
 pub trait Jobs: Send {
-    /// Starts `job`; returns once it is launched (it then runs until stopped).
-    fn start(&mut self, job: &str) -> impl Future<Output = ()> + Send;
+    /// Starts `job`; returns once it is launched (it then runs until stopped). The job checks
+    /// `permit` before each unit of work and does none while it does not hold: that keeps a
+    /// resumed process from working on a job the operator gave to another worker before this
+    /// worker's fence stops it.
+    fn start(&mut self, job: &str, permit: Permit) -> impl Future<Output = ()> + Send;
     /// Stops `job`; returns only once it no longer runs anywhere in this pod, since the
     /// acknowledgement that follows lets the operator grant it to another pod.
     fn stop(&mut self, job: &str) -> impl Future<Output = ()> + Send;
@@ -216,10 +220,12 @@ impl Worker {
     /// whose entry has no jobs, or at the termination deadline.
     pub async fn run<J: Jobs>(self, jobs: J) -> Exit {
         let settings = self.settings.clone();
+        let permit = Permit::default();
         let report = Report::new(
             settings.report.clone(),
             &settings.pod_name,
             &settings.pod_uid,
+            permit.clone(),
         );
         report.write(None, &[]);
         let config_maps = Api::namespaced(self.client.clone(), &settings.namespace);
@@ -235,6 +241,7 @@ impl Worker {
         let mut shell = Shell {
             core: Handoff::new(),
             fence: Fence::new(settings.fence_after(), start),
+            permit,
             jobs,
             report,
             ack,
@@ -359,6 +366,8 @@ struct Shell<J> {
     fence: Fence,
     jobs: J,
     report: Report,
+    /// What the jobs check before each unit of work: held until the fence's deadline.
+    permit: Permit,
     /// To the Lease keeper: the version to acknowledge.
     ack: watch::Sender<Option<u64>>,
     /// From the Lease keeper: its last success, read before each fence decision.
@@ -376,9 +385,23 @@ impl<J: Jobs> Shell<J> {
     async fn check_fence(&mut self) -> bool {
         self.sync_fence().await;
         if self.fence.check(Instant::now()) {
+            self.permit.set(None);
             self.fence_jobs().await;
         }
         !self.fence.is_live()
+    }
+
+    /// Moves the jobs' permit to the fence's deadline; a report line says when a renewal
+    /// extended it for running jobs.
+    fn follow_fence(&mut self) {
+        let until = self.fence.deadline();
+        if self.permit.until() == until {
+            return;
+        }
+        self.permit.set(until);
+        if until.is_some() && !self.core.running().is_empty() {
+            self.report.write(self.core.applied(), self.core.running());
+        }
     }
 
     /// Brings the fence and the acknowledgement up to date with the Lease keeper's last
@@ -397,6 +420,7 @@ impl<J: Jobs> Shell<J> {
         let renewal = self
             .fence
             .renewed(written.sent, written.streak, Instant::now());
+        self.follow_fence();
         if renewal.newly_fenced {
             self.fence_jobs().await;
         }
@@ -414,6 +438,7 @@ impl<J: Jobs> Shell<J> {
     async fn read_afresh(&mut self, read: u64, result: Result<Observed, ReadError>) {
         match result {
             Ok(observed) if self.fence.read(read, Instant::now()) => {
+                self.follow_fence();
                 info!(
                     version = observed.version,
                     "Lease renewed and config read again: running"
@@ -424,6 +449,7 @@ impl<J: Jobs> Shell<J> {
             Err(error) => {
                 warn!(%error, "cannot read the ConfigMap again; still fenced");
                 self.fence.read_failed(read);
+                self.follow_fence();
             }
         }
     }
@@ -467,7 +493,7 @@ impl<J: Jobs> Shell<J> {
         if !start.is_empty() {
             self.report.write(Some(version), self.core.running());
             for job in &start {
-                self.jobs.start(job).await;
+                self.jobs.start(job, self.permit.clone()).await;
                 self.core.started(job);
             }
         }

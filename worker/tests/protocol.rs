@@ -17,7 +17,7 @@ use kube::{Client, Config};
 use kube_sim::{Sim, SimConfig};
 use swarm_assign::worker_config::{WorkerConfig, Workload};
 use swarm_worker::lease::{ACKED_VERSION_ANNOTATION, POOL_LABEL, acked_version};
-use swarm_worker::{Exit, Jobs, WorkerBuilder};
+use swarm_worker::{Exit, Jobs, Permit, WorkerBuilder};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot, watch};
 
@@ -50,7 +50,9 @@ impl Recorder {
 }
 
 impl Jobs for Recorder {
-    async fn start(&mut self, job: &str) {
+    async fn start(&mut self, job: &str, permit: Permit) {
+        // A job starts only while the worker holds its Lease.
+        assert!(permit.holds(), "{job} started without a permit");
         self.record(format!("start {job}"));
     }
 
@@ -144,19 +146,31 @@ fn report_lines(path: &Path) -> Vec<serde_json::Value> {
 }
 
 /// The running jobs of each report line after the first, with its version.
+/// What the report says the worker ran, a line per change: the lines a renewal adds (the same
+/// jobs, a later `until`) are left out once checked.
 fn reported(path: &Path) -> Vec<(Option<u64>, Vec<String>)> {
-    report_lines(path)
-        .iter()
-        .map(|line| {
-            let running = line["running"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|job| job.as_str().unwrap().to_string())
-                .collect();
-            (line["version"].as_u64(), running)
-        })
-        .collect()
+    let mut changes: Vec<(Option<u64>, Vec<String>)> = Vec::new();
+    let mut until = None;
+    for line in report_lines(path) {
+        let running: Vec<String> = line["running"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|job| job.as_str().unwrap().to_string())
+            .collect();
+        let this = (line["version"].as_u64(), running);
+        let this_until = line["until"].as_str().map(str::to_owned);
+        if changes.last() == Some(&this) {
+            assert!(
+                this_until > until,
+                "a repeated line extends the permit: {line}"
+            );
+        } else {
+            changes.push(this);
+        }
+        until = this_until;
+    }
+    changes
 }
 
 fn strings(jobs: &[&str]) -> Vec<String> {

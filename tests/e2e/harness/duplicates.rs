@@ -44,8 +44,6 @@ pub struct HandoffStats {
     pub duplicated_jobs: BTreeSet<String>,
     /// Whether the pool ever used the Overlap handoff (duplicates are its documented cost).
     pub overlap: bool,
-    /// Why the scenario accepts the duplicates seen so far, if it does (a cost it measures).
-    pub accepted: Option<String>,
 }
 
 #[derive(Default)]
@@ -165,19 +163,11 @@ impl DuplicateWatch {
         }
     }
 
-    /// Accepts the duplicates seen so far, for `why` (a scenario that measures them).
-    pub fn accept_duplicates(&self, why: &str) {
-        self.state.lock().expect("watch state").stats.accepted = Some(why.to_owned());
-    }
-
     /// Why the scenario fails, if a job was ever on two live pods while the pool used the
     /// Exclusive handoff.
     pub fn failure(&self) -> Option<String> {
         let stats = self.stats();
-        match (
-            &stats.first_duplicate,
-            stats.overlap || stats.accepted.is_some(),
-        ) {
+        match (&stats.first_duplicate, stats.overlap) {
             (Some(first), false) => Some(format!(
                 "a job ran on two live pods at once ({} jobs, {:.2} duplicate job-seconds over {} samples); first seen: {first}",
                 stats.duplicated_jobs.len(),

@@ -298,13 +298,6 @@ impl Env {
         self.duplicates.stats()
     }
 
-    /// Accepts the duplicates the watch has seen so far, for `why`: a scenario that measures a
-    /// documented cost asserts its bound itself.
-    pub fn accept_duplicates(&self, why: &str) {
-        eprintln!("note: {}: duplicates accepted: {why}", self.name);
-        self.duplicates.accept_duplicates(why);
-    }
-
     /// Makes [`HandoffStats::longest_unheld_seconds`] measure from now on.
     pub fn restart_longest_unheld(&self) {
         self.duplicates.restart_longest_unheld();

@@ -161,7 +161,8 @@ impl Fleet {
     ///
     /// A stopped process executes nothing, so its report says it runs nothing while stopped;
     /// once continued it may run again what it last reported, until it reports otherwise (a
-    /// worker that fences reports that it stopped everything).
+    /// worker that fences reports that it stopped everything) or the permit it last reported
+    /// lapses (its jobs check it before each unit of work).
     pub fn signal(&self, pod: &str, signal: &str) {
         let state = self.state.lock().expect("fleet state");
         let (uid, process) = state
@@ -450,9 +451,25 @@ struct Line {
     uid: String,
     running: Vec<String>,
     at: String,
+    /// Until when the jobs' permit holds: they do no work after it (they check it before each
+    /// unit of work), though they may still run.
+    #[serde(default)]
+    until: Option<String>,
     /// Set on the lines the fleet writes, not the worker.
     #[serde(default)]
     by: Option<String>,
+}
+
+impl Line {
+    /// The jobs this line says work at `at`: none once its permit has lapsed.
+    fn working_at(self, at: Timestamp) -> Vec<String> {
+        let lapsed = self
+            .until
+            .as_deref()
+            .and_then(|until| Timestamp::from_str(until).ok())
+            .is_some_and(|until| until < at);
+        if lapsed { Vec::new() } else { self.running }
+    }
 }
 
 impl Reports {
@@ -474,22 +491,34 @@ impl Reports {
         self.append(pod, uid, &[], "paused");
     }
 
-    /// Appends, for a process about to continue (SIGCONT), the jobs it last reported itself.
+    /// Appends, for a process about to continue (SIGCONT), the jobs it last reported itself,
+    /// with the permit it last reported: they may work again until it lapses.
     fn record_resume(&self, pod: &str, uid: &str) {
         let text = std::fs::read_to_string(self.path(uid)).unwrap_or_default();
-        let running = text
+        let last = text
             .lines()
             .rev()
             .filter_map(|line| serde_json::from_str::<Line>(line).ok())
-            .find(|line| line.by.is_none())
-            .map(|line| line.running)
-            .unwrap_or_default();
-        self.append(pod, uid, &running, "resumed");
+            .find(|line| line.by.is_none());
+        let until = last.as_ref().and_then(|line| line.until.clone());
+        let running = last.map(|line| line.running).unwrap_or_default();
+        self.append_until(pod, uid, &running, until, "resumed");
     }
 
     /// Appends a line the fleet writes on the process's behalf (`by` says why).
     fn append(&self, pod: &str, uid: &str, running: &[String], by: &str) {
-        let line = serde_json::json!({
+        self.append_until(pod, uid, running, None, by);
+    }
+
+    fn append_until(
+        &self,
+        pod: &str,
+        uid: &str,
+        running: &[String],
+        until: Option<String>,
+        by: &str,
+    ) {
+        let mut line = serde_json::json!({
             "pod": pod,
             "uid": uid,
             "version": null,
@@ -497,6 +526,9 @@ impl Reports {
             "at": format!("{:.9}", Timestamp::now()),
             "by": format!("e2e fleet: {by}"),
         });
+        if let Some(until) = until {
+            line["until"] = until.into();
+        }
         let appended = File::options()
             .create(true)
             .append(true)
@@ -517,10 +549,9 @@ impl Reports {
                 continue;
             };
             if let Some(line) = latest_before(&text, at) {
-                for job in line.running {
-                    held.entry(job)
-                        .or_default()
-                        .push(format!("{} ({})", line.pod, line.uid));
+                let (pod, uid) = (line.pod.clone(), line.uid.clone());
+                for job in line.working_at(at) {
+                    held.entry(job).or_default().push(format!("{pod} ({uid})"));
                 }
             }
         }
@@ -570,5 +601,14 @@ mod tests {
         assert!(running("2026-01-01T00:00:01Z").is_empty());
         assert_eq!(running("2026-01-01T00:00:02Z"), ["a", "b"]);
         assert_eq!(running("2026-01-01T00:00:09Z"), ["b"]);
+    }
+
+    #[test]
+    fn jobs_whose_permit_lapsed_do_no_work() {
+        let text = r#"{"pod":"w-0","uid":"u","version":3,"running":["a"],"at":"2026-01-01T00:00:01Z","until":"2026-01-01T00:00:09Z"}"#;
+        let at = |s: &str| Timestamp::from_str(s).unwrap();
+        let working = |s: &str| latest_before(text, at(s)).unwrap().working_at(at(s));
+        assert_eq!(working("2026-01-01T00:00:08Z"), ["a"]);
+        assert!(working("2026-01-01T00:00:10Z").is_empty());
     }
 }

@@ -193,8 +193,8 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() 
 
 /// A worker cut off for three Lease durations (its process frozen with SIGSTOP, as in a network
 /// partition or a long pause): its jobs move once its Lease expires; once continued it fences
-/// itself, starts none of them again, renews, and is a member again. Its old jobs may overlap
-/// their new holders only while it stops them after resuming (measured, bounded).
+/// itself, works on none of them again (its jobs check their permit), renews, and is a member
+/// again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
     let mut env = Env::start_with("acknowledge-partition", SimSpeed::FAST).await;
@@ -248,18 +248,14 @@ async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
         stats.duplicate_job_seconds,
     );
     assert_no_pod_deleted(&env, mark).await;
-    // A process continued after its Lease expired runs its old jobs until it notices and stops
-    // them (the README's Fence step): that window, and only it, may overlap the new holders.
-    assert!(
-        stats.duplicate_job_seconds < held.len() as f64 * RESUME_WINDOW.as_secs_f64(),
-        "{:.3} duplicate job-seconds: more than {held:?} for {RESUME_WINDOW:?}",
-        stats.duplicate_job_seconds
+    // Continued after its Lease expired, its job tasks may run before its fence stops them,
+    // but each checks its permit before any work: the duplicate watch, which counts a job only
+    // while its worker's reported permit holds, must see none run twice.
+    assert_eq!(
+        stats.duplicate_job_seconds, 0.0,
+        "{paused} overlapped after resuming"
     );
-    env.accept_duplicates("a resumed worker runs its old jobs until it has stopped them");
 }
-
-/// How long a worker continued after its Lease expired may take to stop its old jobs.
-const RESUME_WINDOW: Duration = Duration::from_millis(500);
 
 /// A Deployment pool of Python workers under `kubectl rollout restart`: each new pod's worker
 /// reads its entry through the API at once, each old one stops its jobs on SIGTERM, and the jobs
