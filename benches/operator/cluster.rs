@@ -49,12 +49,7 @@ impl Cluster {
                 (ControlPlane::Sim(sim), path)
             }
         };
-        let options = kube::config::KubeConfigOptions::default();
-        let kubeconfig_file =
-            kube::config::Kubeconfig::read_from(&kubeconfig).expect("read the kubeconfig");
-        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig_file, &options)
-            .await
-            .expect("load the kubeconfig");
+        let mut config = load_config(&kubeconfig).await;
         config.headers.push((
             http::header::USER_AGENT,
             http::HeaderValue::from_static(MANAGER),
@@ -196,9 +191,17 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("create StatefulSet {name}: {e}"));
     }
 
-    /// Applies pool `name` selecting StatefulSet `workers`, sharing `jobs`.
-    pub async fn apply_pool(&self, name: &str, workers: &str, config_map: &str, jobs: &[String]) {
-        let pool = json!({
+    /// Applies pool `name` selecting StatefulSet `workers`, sharing `jobs`; under
+    /// `rollout.policy: Acknowledge` if `acknowledge`, else under the default (`DeletePods`).
+    pub async fn apply_pool(
+        &self,
+        name: &str,
+        workers: &str,
+        config_map: &str,
+        jobs: &[String],
+        acknowledge: bool,
+    ) {
+        let mut pool = json!({
             "apiVersion": "swarm.io/v1alpha1",
             "kind": "SwarmPool",
             "metadata": {"name": name},
@@ -208,6 +211,9 @@ impl Cluster {
                 "jobs": jobs,
             },
         });
+        if acknowledge {
+            pool["spec"]["rollout"] = json!({"policy": "Acknowledge"});
+        }
         self.pools()
             .patch(name, &apply_params(), &Patch::Apply(&pool))
             .await
@@ -261,13 +267,23 @@ pub fn settled(pool: &SwarmPool, expected_workers: usize) -> bool {
         && status.version.is_some_and(|v| v > 0)
 }
 
-fn is_ready(pod: &Pod) -> bool {
+/// Whether `pod` is Ready and not terminating.
+pub fn is_ready(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none()
         && pod
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// The client configuration of `kubeconfig`.
+pub async fn load_config(kubeconfig: &Path) -> kube::Config {
+    let options = kube::config::KubeConfigOptions::default();
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).expect("read the kubeconfig");
+    kube::Config::from_custom_kubeconfig(file, &options)
+        .await
+        .expect("load the kubeconfig")
 }
 
 fn apply_params() -> PatchParams {

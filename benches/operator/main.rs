@@ -13,10 +13,19 @@
 //! 5. full rollout: add a job per worker to every pool (every worker restarts), time until all
 //!    settle; the RSS after it is read after the same idle time as the RSS after step 3.
 //!
+//! A cell with the suffix `:ack` (`10x10x50:ack`) creates its pools under `rollout.policy:
+//! Acknowledge`, and this process runs the load driver of `driver.rs`: a `swarm-worker` Worker
+//! per worker pod, started once the pod is Ready, all sharing one client, with the library's
+//! Lease duration unless `SWARM_BENCH_LEASE_SECONDS` sets one. Nothing restarts: step 2 waits
+//! for every worker's acknowledgement as well, and the cell also reports how long after the
+//! last worker pod was Ready every pool was Balanced, how many pods the operator deleted, and
+//! the load driver's requests (its Lease writes above all).
+//!
 //! Requests come from the operator's own `swarm_operator_api_requests_total`; memory and CPU
 //! from `/proc`.
 
 mod cluster;
+mod driver;
 mod process;
 
 use std::collections::HashMap;
@@ -24,6 +33,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cluster::{Cluster, poll, settled, wait_for};
+use driver::LoadDriver;
 use process::{OperatorProcess, Requests};
 
 /// The grid of the README's Performance table.
@@ -39,11 +49,18 @@ struct Cell {
     pools: usize,
     workers: usize,
     jobs: usize,
+    /// Pools under `rollout.policy: Acknowledge`, workers run by the load driver.
+    ack: bool,
 }
 
 impl Cell {
     fn parse(text: &str) -> Result<Cell, String> {
-        let parts: Vec<usize> = text
+        let (grid, ack) = match text.split_once(':') {
+            None => (text, false),
+            Some((grid, "ack")) => (grid, true),
+            Some(_) => return Err(format!("{text}: the only suffix is :ack")),
+        };
+        let parts: Vec<usize> = grid
             .split('x')
             .map(|n| {
                 n.parse()
@@ -55,13 +72,15 @@ impl Cell {
                 pools: *pools,
                 workers: *workers,
                 jobs: *jobs,
+                ack,
             }),
             _ => Err(format!("{text}: expected POOLSxWORKERSxJOBS, each above 0")),
         }
     }
 
     fn label(&self) -> String {
-        format!("{} x {} x {}", self.pools, self.workers, self.jobs)
+        let policy = if self.ack { " (Acknowledge)" } else { "" };
+        format!("{} x {} x {}{policy}", self.pools, self.workers, self.jobs)
     }
 }
 
@@ -83,6 +102,27 @@ struct Measured {
     scale_latency_ms: Vec<f64>,
     full_rollout: Duration,
     full_rollout_requests: Requests,
+    /// Only for `:ack` cells.
+    ack: Option<AckMeasured>,
+}
+
+/// What an `:ack` cell measured besides.
+struct AckMeasured {
+    lease_seconds: Option<u64>,
+    /// From the moment the last worker pod was Ready (its worker started) to all pools Balanced.
+    balanced_after_running: Duration,
+    /// How long before the pools were created the last worker pod was Ready.
+    running_before_pools: Duration,
+    /// Per scale sample: from the new pod Ready (its worker started) to its pool settled.
+    scale_balanced_ms: Vec<f64>,
+    /// Pods the operator deleted over the whole cell.
+    pod_deletes: u64,
+    workers_started: u64,
+    /// The load driver's requests per phase.
+    first_rollout: Requests,
+    idle: Requests,
+    scale: Requests,
+    full_rollout: Requests,
 }
 
 fn main() {
@@ -111,6 +151,9 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(15);
+    let lease_seconds: Option<u64> = std::env::var("SWARM_BENCH_LEASE_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -118,20 +161,38 @@ fn main() {
     let mut results = Vec::new();
     for (i, cell) in cells.iter().enumerate() {
         eprintln!("cell {}: {}", i + 1, cell.label());
-        let measured = runtime.block_on(run_cell(*cell, real.clone(), i, idle_seconds));
+        let measured = runtime.block_on(run_cell(
+            *cell,
+            real.clone(),
+            i,
+            idle_seconds,
+            lease_seconds,
+        ));
         print_detail(&measured);
         results.push(measured);
     }
     print_table(&results);
 }
 
-async fn run_cell(cell: Cell, real: Option<PathBuf>, index: usize, idle_seconds: u64) -> Measured {
+async fn run_cell(
+    cell: Cell,
+    real: Option<PathBuf>,
+    index: usize,
+    idle_seconds: u64,
+    lease_seconds: Option<u64>,
+) -> Measured {
     let dir = tempfile::tempdir().expect("scratch directory");
     let cluster = Cluster::start(dir.path(), real.as_deref(), &format!("bench-{index}")).await;
     let http = reqwest::Client::new();
     let name = |i: usize| format!("pool-{i:03}");
     let config_map = |i: usize| format!("pool-{i:03}-config");
 
+    let driver = if cell.ack {
+        let lease = lease_seconds.map(Duration::from_secs);
+        Some(LoadDriver::start(&cluster.kubeconfig, &cluster.namespace, lease).await)
+    } else {
+        None
+    };
     for i in 0..cell.pools {
         cluster
             .create_workers(&name(i), cell.workers, &config_map(i))
@@ -141,6 +202,15 @@ async fn run_cell(cell: Cell, real: Option<PathBuf>, index: usize, idle_seconds:
         .wait_workers_ready(cell.pools * cell.workers, PHASE_LIMIT)
         .await;
     eprintln!("  {} worker pods Ready", cell.pools * cell.workers);
+    if let Some(driver) = &driver {
+        let expected = cell.pools * cell.workers;
+        wait_for("a worker for every pod", PHASE_LIMIT, || async {
+            (driver.running() == expected).then_some(())
+        })
+        .await;
+        eprintln!("  {expected} workers running in the load driver");
+    }
+    let driver_started = driver.as_ref().map(LoadDriver::requests);
 
     let log = dir.path().join("operator.log");
     let mut operator = OperatorProcess::spawn(&cluster.kubeconfig, &log);
@@ -159,13 +229,17 @@ async fn run_cell(cell: Cell, real: Option<PathBuf>, index: usize, idle_seconds:
     let mut workers: HashMap<String, usize> =
         (0..cell.pools).map(|i| (name(i), cell.workers)).collect();
     let began = Instant::now();
+    let began_pools = began;
     for (i, pool_jobs) in jobs.iter().enumerate() {
         cluster
-            .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs)
+            .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs, cell.ack)
             .await;
     }
     wait_settled(&cluster, &workers, "every pool to converge").await;
     let converge = began.elapsed();
+    let converged_at = Instant::now();
+    let driver_converged = driver.as_ref().map(LoadDriver::requests);
+    let last_running = driver.as_ref().and_then(LoadDriver::last_start);
     let cpu_first_rollout = operator.cpu_seconds() - cpu_start;
     let converged = operator.requests(&http).await;
     let rss_converged = operator.rss_mib();
@@ -174,12 +248,14 @@ async fn run_cell(cell: Cell, real: Option<PathBuf>, index: usize, idle_seconds:
     // 2. Idle.
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
     let after_idle = operator.requests(&http).await;
+    let driver_after_idle = driver.as_ref().map(LoadDriver::requests);
     let rss_idle = operator.rss_mib();
     let mut rss_peak = operator.take_peak_mib();
 
     // 3. Scale one pool at a time.
     let scale_samples = cell.pools.min(SCALE_SAMPLES);
     let mut scale_latency_ms = Vec::new();
+    let mut scale_balanced_ms = Vec::new();
     for i in 0..scale_samples {
         let before = cluster.config_version(&config_map(i)).await.unwrap_or(0);
         let replicas = cell.workers + 1;
@@ -213,8 +289,14 @@ async fn run_cell(cell: Cell, real: Option<PathBuf>, index: usize, idle_seconds:
             }
         })
         .await;
+        // The new pod is the StatefulSet's next ordinal.
+        let new_pod = format!("{}-{}", name(i), cell.workers);
+        if let Some(started) = driver.as_ref().and_then(|d| d.started_at(&new_pod)) {
+            scale_balanced_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
     }
     let after_scale = operator.requests(&http).await;
+    let driver_after_scale = driver.as_ref().map(LoadDriver::requests);
     rss_peak = rss_peak.max(operator.take_peak_mib());
 
     // 4. Full rollout: one more job per worker in every pool.
@@ -224,17 +306,36 @@ async fn run_cell(cell: Cell, real: Option<PathBuf>, index: usize, idle_seconds:
         let base = pool_jobs.len();
         pool_jobs.extend((0..extra).map(|j| format!("stream:p{i:03}-new{:05}", base + j)));
         cluster
-            .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs)
+            .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs, cell.ack)
             .await;
     }
     wait_settled(&cluster, &workers, "every pool to finish its rollout").await;
     let full_rollout = began.elapsed();
     let after_rollout = operator.requests(&http).await;
+    let driver_after_rollout = driver.as_ref().map(LoadDriver::requests);
     rss_peak = rss_peak.max(operator.take_peak_mib());
     // Measured after the same quiet time as the idle RSS, so the two compare like for like.
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
     let rss_after_rollout = operator.rss_mib();
 
+    let ack = driver.map(|driver| {
+        let last_running = last_running.expect("the load driver started every worker");
+        let requests = |r: &Option<Requests>| r.clone().unwrap_or_default();
+        let measured = AckMeasured {
+            lease_seconds,
+            balanced_after_running: converged_at - last_running,
+            running_before_pools: began_pools.saturating_duration_since(last_running),
+            scale_balanced_ms,
+            pod_deletes: after_rollout.since(&started).of("delete", "pods"),
+            workers_started: driver.starts(),
+            first_rollout: requests(&driver_converged).since(&requests(&driver_started)),
+            idle: requests(&driver_after_idle).since(&requests(&driver_converged)),
+            scale: requests(&driver_after_scale).since(&requests(&driver_after_idle)),
+            full_rollout: requests(&driver_after_rollout).since(&requests(&driver_after_scale)),
+        };
+        driver.stop();
+        measured
+    });
     let measured = Measured {
         plane: cluster.name(),
         cell,
@@ -252,6 +353,7 @@ async fn run_cell(cell: Cell, real: Option<PathBuf>, index: usize, idle_seconds:
         scale_latency_ms,
         full_rollout,
         full_rollout_requests: after_rollout.since(&after_scale),
+        ack,
     };
     drop(operator);
     cluster.finish().await;
@@ -324,6 +426,52 @@ fn print_detail(m: &Measured) {
         "  operator RSS MiB: converged {:.1}, after idle {:.1}, after full rollout {:.1}, peak {:.1}",
         m.rss_converged, m.rss_idle, m.rss_after_rollout, m.rss_peak
     );
+    if let Some(ack) = &m.ack {
+        print_ack_detail(ack, m.idle_seconds);
+    }
+}
+
+fn print_ack_detail(ack: &AckMeasured, idle_seconds: u64) {
+    let lease_writes = |r: &Requests| {
+        ["create", "update", "patch"]
+            .iter()
+            .map(|verb| r.of(verb, "leases"))
+            .sum::<u64>()
+    };
+    println!(
+        "  Acknowledge: Balanced {:.1} s after all worker pods were running (the last was Ready {:.1} s before the pools were created); scale, new pod Ready -> Balanced ms {:?}",
+        ack.balanced_after_running.as_secs_f64(),
+        ack.running_before_pools.as_secs_f64(),
+        ack.scale_balanced_ms
+            .iter()
+            .map(|ms| ms.round() as u64)
+            .collect::<Vec<_>>(),
+    );
+    println!(
+        "  pods deleted by the operator: {}; load driver: {} workers started, Lease {}",
+        ack.pod_deletes,
+        ack.workers_started,
+        ack.lease_seconds
+            .map_or("duration the library's default (10 s)".to_owned(), |s| {
+                format!("duration {s} s (SWARM_BENCH_LEASE_SECONDS)")
+            }),
+    );
+    println!(
+        "  load driver Lease writes: first rollout {}, idle {} ({:.1}/s), scale {}, full rollout {}",
+        lease_writes(&ack.first_rollout),
+        lease_writes(&ack.idle),
+        lease_writes(&ack.idle) as f64 / idle_seconds.max(1) as f64,
+        lease_writes(&ack.scale),
+        lease_writes(&ack.full_rollout),
+    );
+    for (phase, requests) in [
+        ("first rollout", &ack.first_rollout),
+        ("idle", &ack.idle),
+        ("scale", &ack.scale),
+        ("full rollout", &ack.full_rollout),
+    ] {
+        println!("  load driver requests, {phase}: {}", requests.describe());
+    }
 }
 
 fn print_table(results: &[Measured]) {
