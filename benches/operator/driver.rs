@@ -14,7 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use prometheus_client::registry::Registry;
 use swarm_operator::api_requests::{RequestCounter, counting_layer};
-use swarm_worker::{Jobs, WorkerBuilder};
+use swarm_worker::{Jobs, Permit, WorkerBuilder};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -30,7 +30,7 @@ const POOL_LABEL: &str = "app";
 struct NoJobs;
 
 impl Jobs for NoJobs {
-    async fn start(&mut self, _job: &str) {}
+    async fn start(&mut self, _job: &str, _permit: Permit) {}
     async fn stop(&mut self, _job: &str) {}
 }
 
