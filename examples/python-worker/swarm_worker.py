@@ -348,6 +348,7 @@ class Worker:
         self._renewal = None  # (sent, streak) of the last Lease write not yet given to the fence
         self._renewal_lock = threading.Lock()
         self._read_wanted = None  # the tag of a ConfigMap read the fence asks for
+        self._latest_text = None  # the newest config.yml the watch delivered while fenced
         self._wake = threading.Event()
 
     def on_renewed(self, sent, streak):
@@ -373,13 +374,29 @@ class Worker:
 
     def _read_afresh(self, read, read_config):
         try:
-            text, _ = read_config()
+            text, version = read_config()
         except (ApiException, *CONNECTION_ERRORS) as error:
             log.warning("cannot read the ConfigMap again (%s); still fenced", error)
-            text = None
-        if text is None or not self.handle_config(text, read=read):
+            text = version = None
+            missing = False
+        else:
+            missing = text is None and version is None
+        if missing:
+            # No ConfigMap yet: whatever the watch delivers later was written after this read.
+            with self._lock:
+                lifted = self.fence.read(read, time.monotonic())
+                self._follow_fence()
+            if lifted:
+                log.info("Lease renewed; no ConfigMap yet: running nothing until it comes")
+        elif text is None or not self.handle_config(text, read=read):
             with self._lock:
                 self.fence.read_failed(read)
+            return
+        # What the watch delivered while fenced was ignored; now live, the newest of it applies
+        # (a version older than the one read is ignored).
+        latest, self._latest_text = self._latest_text, None
+        if latest is not None and self.fence.is_live():
+            self.handle_config(latest)
 
     def _check_fence(self):
         """Brings the fence up to date and fences if due; True while fenced. Holds _lock."""
@@ -441,6 +458,7 @@ class Worker:
                     return False
                 log.info("Lease renewed and config read again: running")
             elif not self.fence.is_live():
+                self._latest_text = text
                 return False
             if self._stale(version):
                 return True

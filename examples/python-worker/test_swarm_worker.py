@@ -502,6 +502,22 @@ class WorkerStartTest(unittest.TestCase):
         self.assertGreater(reads[0], renewed, "the read lifting the fence follows the renewal")
         self.assertTrue(self.worker.fence.is_live())
 
+    def test_started_before_its_config_it_runs_the_config_as_soon_as_it_comes(self):
+        created = threading.Event()
+
+        def read_config():
+            return (config_yml(3, {POD: ["a"]}), "9") if created.is_set() else (None, None)
+
+        threading.Thread(target=self.worker.supervise, args=(read_config,), daemon=True).start()
+        self.worker.on_renewed(time.monotonic(), self.start)
+        # The read after the renewal finds no ConfigMap: the fence lifts, with nothing to run.
+        eventually(self.worker.fence.is_live, timeout=5, what="the fence lifted")
+        self.assertEqual(self.worker.jobs, {})
+        # The ConfigMap comes, delivered by the watch: written after that read, it applies.
+        created.set()
+        self.assertTrue(self.worker.handle_config(config_yml(3, {POD: ["a"]})))
+        self.assertEqual((list(self.worker.jobs), self.lease.acknowledged), (["a"], [3]))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -152,23 +152,13 @@ async fn watch_from(
     }
 }
 
-/// GETs the ConfigMap once: this pod's entry, or `None` when there is no usable config.
-pub(crate) async fn read(
-    api: &Api<ConfigMap>,
-    name: &str,
-    pod: &str,
-) -> Result<Option<Observed>, kube::Error> {
-    let found = api.get_opt(name).await?;
-    Ok(found.and_then(|config_map| observe(&config_map, pod)))
-}
-
 fn publish(config_map: &ConfigMap, pod: &str, out: &watch::Sender<Option<Observed>>) {
     if let Some(observed) = observe(config_map, pod) {
         out.send_replace(Some(observed));
     }
 }
 
-fn observe(config_map: &ConfigMap, pod: &str) -> Option<Observed> {
+pub(crate) fn observe(config_map: &ConfigMap, pod: &str) -> Option<Observed> {
     let text = config_map
         .data
         .as_ref()

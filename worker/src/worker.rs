@@ -267,7 +267,15 @@ impl Worker {
                     written.borrow_and_update();
                     shell.sync_fence().await;
                 }
-                Some((read, result)) = reads.recv() => shell.read_afresh(read, result).await,
+                Some((read, result)) = reads.recv() => {
+                    shell.read_afresh(read, result).await;
+                    // What the watch delivered while fenced was ignored; now live, the newest of
+                    // it applies (an older version than the one read is ignored as a replay).
+                    let latest = config.borrow_and_update().clone();
+                    if let Some(observed) = latest.filter(|_| shell.fence.is_live()) {
+                        shell.handle(&observed).await;
+                    }
+                }
                 Ok(()) = config.changed() => {
                     let observed = config.borrow_and_update().clone();
                     // Fenced, only a read issued after a renewal counts.
@@ -376,7 +384,7 @@ struct Shell<J> {
     config_maps: Api<ConfigMap>,
     settings: Settings,
     /// To the event loop: the answers of the reads after a fence.
-    read_tx: mpsc::UnboundedSender<(u64, Result<Observed, ReadError>)>,
+    read_tx: mpsc::UnboundedSender<(u64, Result<Option<Observed>, ReadError>)>,
     fresh_reads: Tasks,
 }
 
@@ -435,15 +443,22 @@ impl<J: Jobs> Shell<J> {
     }
 
     /// The answer to a read after a fence: the fence lifts if it is the awaited one, in time.
-    async fn read_afresh(&mut self, read: u64, result: Result<Observed, ReadError>) {
+    async fn read_afresh(&mut self, read: u64, result: Result<Option<Observed>, ReadError>) {
         match result {
-            Ok(observed) if self.fence.read(read, Instant::now()) => {
+            Ok(found) if self.fence.read(read, Instant::now()) => {
                 self.follow_fence();
-                info!(
-                    version = observed.version,
-                    "Lease renewed and config read again: running"
-                );
-                self.handle(&observed).await;
+                match found {
+                    Some(observed) => {
+                        info!(
+                            version = observed.version,
+                            "Lease renewed and config read again: running"
+                        );
+                        self.handle(&observed).await;
+                    }
+                    None => {
+                        info!("Lease renewed; no ConfigMap yet: running nothing until it comes")
+                    }
+                }
             }
             Ok(_) => {}
             Err(error) => {
@@ -526,18 +541,22 @@ impl<J: Jobs> Shell<J> {
     }
 }
 
-/// GETs the ConfigMap for the fence's read `read` and sends the answer to the event loop;
-/// no entry or no answer in time is a failed read.
+/// GETs the ConfigMap for the fence's read `read` and sends the answer to the event loop: its
+/// entry, or `None` when there is no ConfigMap yet (whatever the watch delivers later was
+/// written after this read); a config without a usable entry, or no answer in time, is a failed
+/// read.
 async fn read_afresh(
     api: Api<ConfigMap>,
     settings: Settings,
     read: u64,
-    out: mpsc::UnboundedSender<(u64, Result<Observed, ReadError>)>,
+    out: mpsc::UnboundedSender<(u64, Result<Option<Observed>, ReadError>)>,
 ) {
-    let get = source::read(&api, &settings.config_map, &settings.pod_name);
+    let get = api.get_opt(&settings.config_map);
     let result = match tokio::time::timeout(settings.fence_after(), get).await {
-        Ok(Ok(Some(observed))) => Ok(observed),
-        Ok(Ok(None)) => Err(ReadError::NoConfig),
+        Ok(Ok(None)) => Ok(None),
+        Ok(Ok(Some(config_map))) => source::observe(&config_map, &settings.pod_name)
+            .map(Some)
+            .ok_or(ReadError::NoConfig),
         Ok(Err(error)) => Err(ReadError::Api(error)),
         Err(_) => Err(ReadError::TimedOut),
     };

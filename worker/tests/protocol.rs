@@ -575,3 +575,56 @@ impl<T> Drop for AbortOnDrop<T> {
         self.0.abort();
     }
 }
+
+/// A worker that starts before its pool's ConfigMap exists: its read after its first Lease
+/// write finds none, so whatever the watch delivers later is newer, and it runs its entry as
+/// soon as the ConfigMap comes, not at its next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_before_its_config_runs_it_as_soon_as_it_comes() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let uid = create_pod(&pods).await;
+    let app = Recorder::new();
+    // Renewed every 15 s: a start that waited for the next renewal would take that long.
+    let worker = WorkerBuilder::empty()
+        .pod_name(POD)
+        .namespace("default")
+        .pod_uid(&uid)
+        .pool("pool")
+        .config_map(CONFIG_MAP)
+        .lease_duration(Duration::from_secs(60))
+        .client(client.clone())
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .unwrap();
+    let run = tokio::spawn(worker.run(app.clone()));
+    eventually("the first Lease write", async || leases.get(POD).await.ok()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(app.calls().is_empty(), "no config, no job");
+
+    let created = tokio::time::Instant::now();
+    config_maps
+        .create(&PostParams::default(), &config(1, &["a"], &[]))
+        .await
+        .unwrap();
+    eventually("a started", async || {
+        app.calls().contains(&"start a".to_string()).then_some(())
+    })
+    .await;
+    assert!(
+        created.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        created.elapsed()
+    );
+    eventually("version 1 acknowledged", async || {
+        let lease = leases.get(POD).await.ok()?;
+        (acked_version(&lease) == Some(1)).then_some(())
+    })
+    .await;
+    run.abort();
+    sim.shutdown().await;
+}
