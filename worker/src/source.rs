@@ -72,7 +72,17 @@ pub(crate) async fn follow(
                             continue;
                         }
                     }
-                    None => debug!(config_map = %name, "no ConfigMap yet"),
+                    // No ConfigMap yet: watch for its creation rather than GET it again later.
+                    // A watch without a resourceVersion starts with the object as it is, so one
+                    // created since the GET is not missed.
+                    None => {
+                        debug!(config_map = %name, "no ConfigMap yet; watching for it");
+                        if watch_from(&api, &name, &pod, String::new(), &out).await
+                            == WatchEnd::Expired
+                        {
+                            continue;
+                        }
+                    }
                 }
             }
             Err(kube::Error::Api(status)) => {
