@@ -31,6 +31,17 @@ struct Seen {
     expired: bool,
 }
 
+impl Seen {
+    /// First seen saying `said` at `now`.
+    fn new(said: Renewal, now: Instant) -> Seen {
+        Seen {
+            said,
+            since: now,
+            expired: false,
+        }
+    }
+}
+
 type Key = (String, String, String);
 
 /// A worker Lease's key: namespace, pool (its label) and name.
@@ -58,15 +69,7 @@ impl LeaseClock {
         };
         let mut seen = self.seen.lock().expect("lease clock lock poisoned");
         let Some(entry) = seen.get_mut(&key) else {
-            let expired = false;
-            seen.insert(
-                key,
-                Seen {
-                    said,
-                    since: now,
-                    expired,
-                },
-            );
+            seen.insert(key, Seen::new(said, now));
             return true;
         };
         if entry.said == said {
@@ -74,11 +77,7 @@ impl LeaseClock {
         }
         let wake =
             entry.expired || entry.said.holder != said.holder || entry.said.acked != said.acked;
-        *entry = Seen {
-            said,
-            since: now,
-            expired: false,
-        };
+        *entry = Seen::new(said, now);
         wake
     }
 
@@ -112,17 +111,11 @@ impl LeaseClock {
                 continue;
             };
             let key = (namespace.to_owned(), pool.to_owned(), name.clone());
-            let entry = seen.entry(key).or_insert_with(|| Seen {
-                said: said.clone(),
-                since: now,
-                expired: false,
-            });
+            let entry = seen
+                .entry(key)
+                .or_insert_with(|| Seen::new(said.clone(), now));
             if entry.said != said {
-                *entry = Seen {
-                    said,
-                    since: now,
-                    expired: false,
-                };
+                *entry = Seen::new(said, now);
             }
             let lasts = Duration::from_secs(u64::try_from(duration).unwrap_or(0)) + grace;
             let left = lasts.saturating_sub(now.saturating_duration_since(entry.since));
