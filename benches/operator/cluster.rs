@@ -201,6 +201,28 @@ impl Cluster {
         jobs: &[String],
         acknowledge: bool,
     ) {
+        // A SwarmPool holds at most about 1.5 MiB: a long job list goes into ConfigMaps the
+        // pool takes its jobs from (`spec.jobsFrom`), as its users would.
+        let (inline, sources) = if jobs.len() > INLINE_JOBS {
+            let mut sources = Vec::new();
+            for (k, chunk) in jobs.chunks(JOBS_PER_SOURCE).enumerate() {
+                let source = format!("{name}-jobs-{k}");
+                let cm = json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": source, "labels": {"swarm.io/jobs-source": "true"}},
+                    "data": {"jobs": chunk.join("\n")},
+                });
+                self.config_maps()
+                    .patch(&source, &apply_params(), &Patch::Apply(&cm))
+                    .await
+                    .unwrap_or_else(|e| panic!("apply ConfigMap {source}: {e}"));
+                sources.push(json!({"configMapRef": {"name": source}}));
+            }
+            (&[][..], sources)
+        } else {
+            (jobs, Vec::new())
+        };
         let mut pool = json!({
             "apiVersion": "swarm.io/v1alpha1",
             "kind": "SwarmPool",
@@ -208,7 +230,8 @@ impl Cluster {
             "spec": {
                 "selector": {"matchLabels": {"app": workers}},
                 "configMap": config_map,
-                "jobs": jobs,
+                "jobs": inline,
+                "jobsFrom": sources,
             },
         });
         if acknowledge {
@@ -285,6 +308,58 @@ pub async fn load_config(kubeconfig: &Path) -> kube::Config {
         .await
         .expect("load the kubeconfig")
 }
+
+/// The bytes the API server has sent to ConfigMap watchers so far, from its own
+/// `apiserver_watch_events_sizes` histogram; `None` where it serves no metrics (kube-sim).
+pub async fn configmap_watch_bytes(client: &Client) -> Option<f64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).ok()?;
+    let text = client.request_text(request).await.ok()?;
+    let sum = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_watch_events_sizes_sum{")
+                && l.contains("resource=\"configmaps\"")
+        })
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    Some(sum)
+}
+
+/// The resourceVersion of each worker's own ConfigMap (the per-worker layout), by name.
+pub async fn worker_config_map_versions(
+    api: &Api<ConfigMap>,
+) -> std::collections::HashMap<String, String> {
+    let listed = api
+        .list(&ListParams::default().labels("swarm.io/worker"))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    listed
+        .into_iter()
+        .map(|cm| {
+            (
+                cm.name_any(),
+                cm.metadata.resource_version.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// How many of `after` are new or changed since `before`.
+pub fn changed(
+    before: &std::collections::HashMap<String, String>,
+    after: &std::collections::HashMap<String, String>,
+) -> usize {
+    after
+        .iter()
+        .filter(|(name, version)| before.get(*name) != Some(*version))
+        .count()
+}
+
+/// The most jobs a pool lists inline; more go into ConfigMaps it takes its jobs from.
+const INLINE_JOBS: usize = 20_000;
+/// Jobs per such ConfigMap: well within its 1 MiB.
+const JOBS_PER_SOURCE: usize = 25_000;
 
 fn apply_params() -> PatchParams {
     PatchParams::apply(MANAGER).force()

@@ -32,7 +32,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use cluster::{Cluster, poll, settled, wait_for};
+use cluster::{
+    Cluster, changed, configmap_watch_bytes, poll, settled, wait_for, worker_config_map_versions,
+};
 use driver::LoadDriver;
 use process::{OperatorProcess, Requests};
 
@@ -118,6 +120,9 @@ struct AckMeasured {
     /// Pods the operator deleted over the whole cell.
     pod_deletes: u64,
     workers_started: u64,
+    /// ConfigMap watch bytes the API server sent (all watchers, the operator's too) and the
+    /// workers' own ConfigMaps written, in the scale phase and in the full rollout.
+    watch_bytes: Option<(f64, usize, f64, usize)>,
     /// The load driver's requests per phase.
     first_rollout: Requests,
     idle: Requests,
@@ -252,6 +257,9 @@ async fn run_cell(
     let rss_idle = operator.rss_mib();
     let mut rss_peak = operator.take_peak_mib();
 
+    let client = &cluster.client;
+    let slices_before_scale = worker_config_map_versions(&cluster.config_maps()).await;
+    let bytes_before_scale = configmap_watch_bytes(client).await;
     // 3. Scale one pool at a time.
     let scale_samples = cell.pools.min(SCALE_SAMPLES);
     let mut scale_latency_ms = Vec::new();
@@ -299,6 +307,8 @@ async fn run_cell(
     let driver_after_scale = driver.as_ref().map(LoadDriver::requests);
     rss_peak = rss_peak.max(operator.take_peak_mib());
 
+    let slices_after_scale = worker_config_map_versions(&cluster.config_maps()).await;
+    let bytes_after_scale = configmap_watch_bytes(client).await;
     // 4. Full rollout: one more job per worker in every pool.
     let began = Instant::now();
     for (i, pool_jobs) in jobs.iter_mut().enumerate() {
@@ -311,6 +321,17 @@ async fn run_cell(
     }
     wait_settled(&cluster, &workers, "every pool to finish its rollout").await;
     let full_rollout = began.elapsed();
+    let slices_after_rollout = worker_config_map_versions(&cluster.config_maps()).await;
+    let bytes_after_rollout = configmap_watch_bytes(client).await;
+    let watch_bytes = match (bytes_before_scale, bytes_after_scale, bytes_after_rollout) {
+        (Some(a), Some(b), Some(c)) => Some((
+            b - a,
+            changed(&slices_before_scale, &slices_after_scale),
+            c - b,
+            changed(&slices_after_scale, &slices_after_rollout),
+        )),
+        _ => None,
+    };
     let after_rollout = operator.requests(&http).await;
     let driver_after_rollout = driver.as_ref().map(LoadDriver::requests);
     rss_peak = rss_peak.max(operator.take_peak_mib());
@@ -328,6 +349,7 @@ async fn run_cell(
             scale_balanced_ms,
             pod_deletes: after_rollout.since(&started).of("delete", "pods"),
             workers_started: driver.starts(),
+            watch_bytes,
             first_rollout: requests(&driver_converged).since(&requests(&driver_started)),
             idle: requests(&driver_after_idle).since(&requests(&driver_converged)),
             scale: requests(&driver_after_scale).since(&requests(&driver_after_idle)),
@@ -456,6 +478,16 @@ fn print_ack_detail(ack: &AckMeasured, idle_seconds: u64) {
                 format!("duration {s} s (SWARM_BENCH_LEASE_SECONDS)")
             }),
     );
+    match ack.watch_bytes {
+        Some((scale, scale_written, rollout, rollout_written)) => println!(
+            "  ConfigMap watch bytes sent (API server metric, all watchers): scale {:.0} KiB for {scale_written} workers' ConfigMaps written ({:.1} KiB each); full rollout {:.0} KiB for {rollout_written} ({:.1} KiB each)",
+            scale / 1024.0,
+            scale / 1024.0 / scale_written.max(1) as f64,
+            rollout / 1024.0,
+            rollout / 1024.0 / rollout_written.max(1) as f64,
+        ),
+        None => println!("  ConfigMap watch bytes: the control plane serves no metrics"),
+    }
     println!(
         "  load driver Lease writes: first rollout {}, idle {} ({:.1}/s), scale {}, full rollout {}",
         lease_writes(&ack.first_rollout),

@@ -1,21 +1,25 @@
 """A swarm-operator worker in Python: the worker side of the acknowledged handoff protocol.
 
-Under `rollout.policy: Acknowledge` a worker reads its entry of the pool's `config.yml` through
-the API, applies each new config version (stop the jobs its entry no longer lists, then start
-the new ones) and acknowledges the version in a Lease of its own. It uses only the official
-`kubernetes` client, to show that the protocol needs nothing from the operator's Rust crates.
+Under `rollout.policy: Acknowledge` a worker reads its entry of `config.yml` through the API
+from a ConfigMap of its own, `<SWARM_CONFIG_MAP>.<POD_NAME>` (see `worker_config_map`), which
+the operator writes with this pod's entry only. It applies each new config version (stop the
+jobs its entry no longer lists, then start the new ones) and acknowledges the version in a
+Lease of its own. It never reads the pool's ConfigMap `SWARM_CONFIG_MAP` itself. It uses only
+the official `kubernetes` client, to show that the protocol needs nothing from the operator's
+Rust crates.
 
 Jobs are simulated: each runs in a thread until it is told to stop.
 
 It fences itself: once its last successful Lease write was sent longer ago than the Lease
 duration less a margin (time.monotonic()), it stops every job, and runs them again only after a
-Lease write has succeeded and a ConfigMap GET issued after it has been read. It starts fenced:
-a restarted container keeps its pod's uid, so the operator cannot tell this process's start
-from the last renewal of the one before, which it may have judged expired and whose jobs it may
-have handed to others. Nothing runs before this process's own first Lease write succeeds and a
-fresh GET answers; a worker that cannot reach the API runs nothing.
+Lease write has succeeded and a GET of its ConfigMap issued after it has been read. It starts
+fenced: a restarted container keeps its pod's uid, so the operator cannot tell this process's
+start from the last renewal of the one before, which it may have judged expired and whose jobs
+it may have handed to others. Nothing runs before this process's own first Lease write
+succeeds and a fresh GET answers; a worker that cannot reach the API runs nothing.
 
-Environment: POD_NAME, POD_NAMESPACE, POD_UID, SWARM_POOL, SWARM_CONFIG_MAP (required);
+Environment: POD_NAME, POD_NAMESPACE, POD_UID, SWARM_POOL, SWARM_CONFIG_MAP (required; the
+pool's ConfigMap, whose name this worker's own ConfigMap name starts with);
 SWARM_LEASE_DURATION_SECONDS (default 10), SWARM_FENCE_MARGIN_SECONDS (default
 max(2, duration / 5), at most half the duration), SWARM_TERMINATION_SECONDS (default 25),
 SWARM_WORKER_REPORT (optional), KUBECONFIG when run outside a cluster.
@@ -73,8 +77,18 @@ class Permit:
         return until is not None and time.monotonic() < until
 
 
+def worker_config_map(env):
+    """The name of this worker's own ConfigMap: the pool's ConfigMap name, a dot, the pod name
+    (`swarm-worker-config.swarm-worker-0`). The operator writes each worker only its own slice
+    of the config (its entry; the top-level version is the one at which that slice last
+    changed), so a new config version sends watch traffic only to the workers whose jobs
+    changed, not to every worker of the pool."""
+    return f"{env['SWARM_CONFIG_MAP']}.{env['POD_NAME']}"
+
+
 def parse_config(text, pod_name):
-    """Returns (config version, this worker's jobs) of a config.yml, or None if unusable."""
+    """Returns (config version, this worker's jobs) of a config.yml, or None if unusable. Keys
+    other than `version` and this pod's entry of `workloads` (e.g. `transit`) are ignored."""
     try:
         document = yaml.safe_load(text or "")
     except yaml.YAMLError:
@@ -376,7 +390,7 @@ class Worker:
         try:
             text, version = read_config()
         except (ApiException, *CONNECTION_ERRORS) as error:
-            log.warning("cannot read the ConfigMap again (%s); still fenced", error)
+            log.warning("cannot read this worker's ConfigMap again (%s); still fenced", error)
             text = version = None
             missing = False
         else:
@@ -387,7 +401,8 @@ class Worker:
                 lifted = self.fence.read(read, time.monotonic())
                 self._follow_fence()
             if lifted:
-                log.info("Lease renewed; no ConfigMap yet: running nothing until it comes")
+                log.info("Lease renewed; no ConfigMap of this worker yet: running nothing "
+                         "until it comes")
         elif text is None or not self.handle_config(text, read=read):
             with self._lock:
                 self.fence.read_failed(read)
@@ -532,10 +547,11 @@ class Worker:
 
 
 def read_config_map(core, env):
-    """GETs the ConfigMap: (config.yml text or None, resourceVersion); (None, None) if missing."""
+    """GETs this worker's ConfigMap: (config.yml text or None, resourceVersion); (None, None) if
+    it does not exist (yet)."""
     try:
         response = core.read_namespaced_config_map(
-            env["SWARM_CONFIG_MAP"], env["POD_NAMESPACE"],
+            worker_config_map(env), env["POD_NAMESPACE"],
             _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
     except ApiException as error:
         if error.status == 404:
@@ -546,15 +562,18 @@ def read_config_map(core, env):
 
 
 def follow_config(core, env, worker):
-    """GET, then WATCH the ConfigMap by name from that resourceVersion; GET again on any error.
+    """GET, then WATCH this worker's ConfigMap by name from that resourceVersion; GET again on
+    any error. A ConfigMap not created yet (404) is watched without a resourceVersion, which
+    starts with the object as it is, so one created after the GET is not missed (no polling).
     Fenced (at the start too), the worker ignores what this delivers: the fence's own read
     lifts the fence and applies the entry."""
+    name = worker_config_map(env)
     expired = False
     while True:
         try:
             text, resource_version = read_config_map(core, env)
         except (ApiException, *CONNECTION_ERRORS) as error:
-            log.warning("reading ConfigMap %s failed: %s", env["SWARM_CONFIG_MAP"], error)
+            log.warning("reading ConfigMap %s failed: %s", name, error)
             time.sleep(RETRY_SECONDS)
             continue
         if text is not None:
@@ -568,7 +587,7 @@ def follow_config(core, env, worker):
                 stream = watch.Watch()
                 for event in stream.stream(
                         core.list_namespaced_config_map, env["POD_NAMESPACE"],
-                        field_selector=f"metadata.name={env['SWARM_CONFIG_MAP']}",
+                        field_selector=f"metadata.name={name}",
                         resource_version=resource_version, timeout_seconds=WATCH_SECONDS,
                         _request_timeout=(REQUEST_TIMEOUT[0], WATCH_SECONDS + 30)):
                     if event["type"] in ("ADDED", "MODIFIED"):
@@ -577,15 +596,16 @@ def follow_config(core, env, worker):
                 resource_version = stream.resource_version
         except ApiException as error:
             # 410 Gone arrives as an ERROR event when the history no longer reaches back.
-            log.info("watch ended (%s %s); reading the ConfigMap again", error.status, error.reason)
+            log.info("watch of ConfigMap %s ended (%s %s); reading it again",
+                     name, error.status, error.reason)
             expired = error.status == 410
             if not expired:
                 time.sleep(RETRY_SECONDS)
         except CONNECTION_ERRORS as error:
-            log.warning("watch failed: %s; reading the ConfigMap again", error)
+            log.warning("watch of ConfigMap %s failed: %s; reading it again", name, error)
             time.sleep(RETRY_SECONDS)
         except Exception:  # noqa: BLE001 - this thread must outlive any surprise to keep acking
-            log.exception("unexpected error following the ConfigMap; reading it again")
+            log.exception("unexpected error following ConfigMap %s; reading it again", name)
             time.sleep(RETRY_SECONDS)
 
 
@@ -608,6 +628,8 @@ def main():
     else:
         config.load_kube_config()
     core, coordination = client.CoreV1Api(), client.CoordinationV1Api()
+    log.info("following ConfigMap %s (this worker's own slice of pool ConfigMap %s)",
+             worker_config_map(env), env["SWARM_CONFIG_MAP"])
 
     report = Report(os.environ.get("SWARM_WORKER_REPORT"), env["POD_NAME"], env["POD_UID"])
     start, limit = time.monotonic(), fence_limit(lease_seconds, margin)

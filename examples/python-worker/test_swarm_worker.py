@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.parse
 import urllib.request
 
 import yaml
@@ -28,8 +29,13 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 WORKER = os.path.join(HERE, "swarm_worker.py")
 POD = "swarm-worker-0"
 OTHER_POD = "swarm-worker-1"
-CONFIG_MAP = "swarm-config"
+CONFIG_MAP = "swarm-config"  # the pool's ConfigMap (SWARM_CONFIG_MAP), which a worker never reads
 ACKED = "swarm.io/acked-version"
+
+
+def worker_config_map(pod=POD):
+    """The ConfigMap the operator writes for one worker: `<pool ConfigMap>.<pod>`."""
+    return f"{CONFIG_MAP}.{pod}"
 
 
 def find_kube_sim():
@@ -62,9 +68,12 @@ def nanos(rfc3339):
     return int(seconds) * 1_000_000_000 + int((fraction or "0").ljust(9, "0")[:9])
 
 
-def config_yml(version, workloads):
-    return yaml.safe_dump({"version": version, "workloads": {
-        pod: {"version": version, "jobs": jobs} for pod, jobs in workloads.items()}})
+def config_yml(version, workloads, transit=None):
+    document = {"version": version, "workloads": {
+        pod: {"version": version, "jobs": jobs} for pod, jobs in workloads.items()}}
+    if transit is not None:
+        document["transit"] = transit
+    return yaml.safe_dump(document)
 
 
 class Proxy:
@@ -180,11 +189,16 @@ class SwarmWorkerTest(unittest.TestCase):
                 self.lease_events.append(event["raw_object"])
         threading.Thread(target=follow, daemon=True).start()
 
-    def write_config(self, version, workloads):
-        body = {"metadata": {"name": CONFIG_MAP},
-                "data": {"config.yml": config_yml(version, workloads)}}
+    def write_config(self, version, workloads, transit=None):
+        """Writes what the operator writes for POD: its own ConfigMap with only POD's entry of
+        `workloads` (the pool's view, given whole to keep each test's story readable)."""
+        own = {pod: jobs for pod, jobs in workloads.items() if pod == POD}
+        self.write_config_map(worker_config_map(), config_yml(version, own, transit))
+
+    def write_config_map(self, name, text):
+        body = {"metadata": {"name": name}, "data": {"config.yml": text}}
         try:
-            self.core.replace_namespaced_config_map(CONFIG_MAP, self.namespace, body)
+            self.core.replace_namespaced_config_map(name, self.namespace, body)
         except client.ApiException as error:
             if error.status != 404:
                 raise
@@ -282,6 +296,31 @@ class SwarmWorkerTest(unittest.TestCase):
         self.wait_acked(6)
         self.assertEqual(self.worker.wait(10), 0)
         self.assertEqual(len(self.report_lines()), 5)
+
+    def test_reads_only_its_own_config_map_never_the_pools_shared_one(self):
+        self.watch_lease()
+        # The pool's ConfigMap, in the old shared format, offers jobs this worker must not run.
+        self.write_config_map(CONFIG_MAP, config_yml(1, {POD: ["x"], OTHER_POD: ["y"]}))
+        self.write_config(1, {POD: ["a"]}, transit={POD: ["c"]})
+        self.start_worker()
+        self.wait_acked(1)
+        self.assertEqual([line["running"] for line in self.report_lines()], [[], ["a"]])
+
+        # A newer version in the shared ConfigMap is neither run nor acknowledged.
+        self.write_config_map(CONFIG_MAP, config_yml(5, {POD: ["x", "z"], OTHER_POD: ["y"]}))
+        time.sleep(1.5)
+        self.assertEqual(self.lease().metadata.annotations[ACKED], "1")
+        self.assertEqual([line["running"] for line in self.report_lines()], [[], ["a"]])
+
+        # Its own ConfigMap is followed; its every watch selects it by name.
+        self.write_config(2, {POD: ["b"]})
+        self.wait_acked(2)
+        self.assertEqual([line["running"] for line in self.report_lines()][-1], ["b"])
+        watches = self.config_map_watches()
+        self.assertTrue(watches)
+        for query in watches:
+            self.assertIn(f"fieldSelector=metadata.name={worker_config_map()}",
+                          urllib.parse.unquote(query))
 
     def test_takes_over_a_lease_left_by_a_previous_pod_of_the_same_name(self):
         self.coordination.create_namespaced_lease(self.namespace, {

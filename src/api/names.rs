@@ -36,3 +36,9 @@ pub const DEPLOYMENT_POD_LABEL: &str = "pod-template-hash";
 /// Label a ConfigMap named in a pool's `spec.jobsFrom` must carry (any value): the operator
 /// watches only ConfigMaps with it, so it never caches the namespace's other ConfigMaps.
 pub const JOBS_SOURCE_LABEL: &str = "swarm.io/jobs-source";
+/// Label of a worker's own ConfigMap (`rollout.policy: Acknowledge`): the pod whose slice of
+/// the config it holds.
+pub const WORKER_LABEL: &str = "swarm.io/worker";
+/// Annotation of a worker's own ConfigMap: the index version it was fenced at, when a write of
+/// that version never landed (see [`crate::state::worker_slices`]).
+pub const FENCED_AT_ANNOTATION: &str = "swarm.io/fenced-at";

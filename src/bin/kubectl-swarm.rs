@@ -11,12 +11,13 @@ use clap::{Args, Parser, Subcommand};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client, Config, ResourceExt as _};
 use swarm_operator::crd::SwarmPool;
+use swarm_operator::names::{POOL_LABEL, WORKER_LABEL};
 use swarm_operator::plugin::output::{self, Format};
 use swarm_operator::plugin::{self, PluginError, PoolView, locate, scale_plan, status};
 use swarm_operator::pod_summary::PodSummary;
-use swarm_operator::state::jobs_source;
+use swarm_operator::state::{jobs_source, worker_slices};
 
 /// Inspect SwarmPools: where each job runs, what each worker holds, what a scale would move.
 #[derive(Parser, Debug)]
@@ -136,13 +137,12 @@ async fn run(cli: Cli) -> Result<String, PluginError> {
                     Err(error) => return Err(error),
                 };
                 let ns = pool.metadata.namespace.clone().unwrap_or_default();
-                let config_map = Api::<ConfigMap>::namespaced(client.clone(), &ns)
-                    .get_opt(&pool.config_map_name())
-                    .await
-                    .map_err(|e| cluster.error(&e, "read a pool's ConfigMap"))?;
+                let (config_map, worker_config_maps) =
+                    read_config_maps(&cluster, &ns, &pool).await?;
                 views.push(PoolView {
                     pool,
                     config_map,
+                    worker_config_maps,
                     pods: Vec::new(),
                 });
             }
@@ -252,10 +252,7 @@ async fn fetch(cluster: &Cluster, namespace: &str, name: &str) -> Result<PoolVie
         Err(e) => return Err(cluster.error(&e, "read the SwarmPool")),
     };
     let pool = resolve_jobs(cluster, pool).await?;
-    let config_map = Api::<ConfigMap>::namespaced(client.clone(), namespace)
-        .get_opt(&pool.config_map_name())
-        .await
-        .map_err(|e| cluster.error(&e, "read the pool's ConfigMap"))?;
+    let (config_map, worker_config_maps) = read_config_maps(cluster, namespace, &pool).await?;
     let pods = Api::<PodSummary>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
@@ -264,8 +261,35 @@ async fn fetch(cluster: &Cluster, namespace: &str, name: &str) -> Result<PoolVie
     Ok(PoolView {
         pool,
         config_map,
+        worker_config_maps,
         pods,
     })
+}
+
+/// The pool's ConfigMap, and in the per-worker layout (an `index.yml`) the workers' own.
+async fn read_config_maps(
+    cluster: &Cluster,
+    namespace: &str,
+    pool: &SwarmPool,
+) -> Result<(Option<ConfigMap>, Vec<ConfigMap>), PluginError> {
+    let api = Api::<ConfigMap>::namespaced(cluster.client.clone(), namespace);
+    let config_map = api
+        .get_opt(&pool.config_map_name())
+        .await
+        .map_err(|e| cluster.error(&e, "read the pool's ConfigMap"))?;
+    let indexed = config_map
+        .as_ref()
+        .is_some_and(|cm| worker_slices::Index::of(cm).is_some());
+    if !indexed {
+        return Ok((config_map, Vec::new()));
+    }
+    let selector = format!("{POOL_LABEL}={},{WORKER_LABEL}", pool.name_any());
+    let workers = api
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| cluster.error(&e, "list the workers' ConfigMaps"))?
+        .items;
+    Ok((config_map, workers))
 }
 
 /// The pool with its `spec.jobsFrom` resolved into `spec.jobs`, from the ConfigMaps as the API

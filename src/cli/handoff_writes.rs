@@ -51,16 +51,22 @@ pub fn handoff_writes(
         statefulset,
         &running,
         config_map,
+        Vec::new(),
         Timestamp::UNIX_EPOCH,
     );
     whatif.scale(replicas);
     let transcript = whatif.settle()?;
+    // One config per version: the last of each run is the write complete.
+    let mut written: Vec<WorkerConfig> = Vec::new();
+    for config in transcript.configs {
+        match written.last_mut() {
+            Some(last) if last.version == config.version => *last = config,
+            _ => written.push(config),
+        }
+    }
     let mut steps = Vec::new();
     let mut last = previous.cloned();
-    for write in &transcript.writes {
-        let Some(config) = config_map::worker_config(write) else {
-            continue;
-        };
+    for config in written {
         if last.as_ref().is_some_and(|l| l.version == config.version) {
             continue;
         }

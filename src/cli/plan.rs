@@ -169,7 +169,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     let size = CONFIG_KEY.len() + text.len();
     if size > CONFIG_MAP_MAX_BYTES {
         eprintln!(
-            "warning: config.yml is {size} bytes; a ConfigMap holds at most {CONFIG_MAP_MAX_BYTES}, so the operator will refuse to write it"
+            "warning: config.yml is {size} bytes, more than the {CONFIG_MAP_MAX_BYTES} the operator writes into one ConfigMap: only a pool with rollout.policy: Acknowledge (one ConfigMap per worker) can have it"
         );
     }
     if args.explain {

@@ -6,20 +6,21 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Preconditions};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info};
 
 use super::{Context, DEPLOYMENT_POD_LABEL, fenced_write, live_pods_selector, trim};
 use crate::Error;
 use crate::crd::{RolloutPolicy, SwarmPool, WorkloadKind};
-use crate::drive::{Cluster, Deleted, Written};
-use crate::names::POOL_LABEL;
+use crate::drive::{Cluster, Deleted, SliceWrite, SliceWritten, Written};
+use crate::names::{MANAGER, POOL_LABEL, WORKER_LABEL};
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, Observed};
 use crate::pod_summary::PodSummary;
@@ -27,6 +28,69 @@ use crate::pool_metrics::PoolCounter;
 use crate::rollout::{PENDING_REFRESH_ANNOTATION, PodDelete};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
+
+/// How many workers' ConfigMaps are written at once.
+const SLICE_WRITES_AT_ONCE: usize = 16;
+
+/// One write of a worker's own ConfigMap, fenced by the copy it was planned on: a create when
+/// there was none (which fails if one exists by then), else an apply over that copy's
+/// resourceVersion, or a delete with it as precondition. A conflict reads what is there now.
+async fn write_slice(api: &Api<ConfigMap>, write: SliceWrite) -> Result<SliceWritten, Error> {
+    let SliceWrite {
+        name,
+        current,
+        desired,
+    } = write;
+    let based_on = current.and_then(|cm| cm.metadata.resource_version);
+    let result = match (desired, based_on) {
+        (Some(desired), None) => {
+            let params = PostParams {
+                field_manager: Some(MANAGER.to_owned()),
+                ..PostParams::default()
+            };
+            api.create(&params, &desired).await.map(Some)
+        }
+        (Some(mut desired), Some(version)) => {
+            desired.metadata.resource_version = Some(version);
+            let params = PatchParams::apply(MANAGER).force();
+            api.patch(&name, &params, &Patch::Apply(&desired))
+                .await
+                .map(Some)
+        }
+        (None, version) => {
+            let params = DeleteParams::default().preconditions(Preconditions {
+                uid: None,
+                resource_version: version,
+            });
+            match api.delete(&name, &params).await {
+                Ok(_) => Ok(None),
+                Err(kube::Error::Api(status)) if status.is_not_found() => Ok(None),
+                Err(error) => Err(error),
+            }
+        }
+    };
+    match result {
+        Ok(now) => Ok(SliceWritten::Applied(now.map(|mut cm| {
+            trim::config_map(&mut cm);
+            cm
+        }))),
+        Err(kube::Error::Api(status)) if status.is_conflict() || status.is_already_exists() => {
+            debug!(configmap = %name, "worker's ConfigMap changed since read; planning again");
+            let now = api
+                .get_opt(&name)
+                .await
+                .map_err(|source| Error::GetConfigMap {
+                    name: name.clone(),
+                    source,
+                })?;
+            Ok(SliceWritten::Conflict(now.map(|mut cm| {
+                trim::config_map(&mut cm);
+                cm
+            })))
+        }
+        Err(source) => Err(Error::ApplyConfigMap { name, source }),
+    }
+}
 
 /// What the caches hold for one pool's namespace, for the planner.
 pub(super) struct Snapshot<'a> {
@@ -38,6 +102,7 @@ pub(super) struct Snapshot<'a> {
     pods: Vec<Arc<PodSummary>>,
     other_pools: Vec<Arc<SwarmPool>>,
     config_map: Option<ConfigMap>,
+    worker_config_maps: Vec<Arc<ConfigMap>>,
     deleting: BTreeSet<String>,
     acks: Acks,
 }
@@ -63,6 +128,14 @@ impl<'a> Snapshot<'a> {
                 .pools
                 .state_filter(|p| here(&p.metadata) && p.metadata.uid != pool.metadata.uid),
             config_map,
+            worker_config_maps: {
+                let name = pool.name_any();
+                ctx.config_maps.state_filter(|cm| {
+                    here(&cm.metadata)
+                        && cm.labels().contains_key(WORKER_LABEL)
+                        && cm.labels().get(POOL_LABEL) == Some(&name)
+                })
+            },
             deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
             acks: if pool.spec.rollout.policy == RolloutPolicy::Acknowledge {
                 let grace = pool.spec.rollout.lease_grace_seconds.max(0) as u64;
@@ -84,6 +157,8 @@ impl<'a> Snapshot<'a> {
             other_pools: self.other_pools.iter().map(AsRef::as_ref).collect(),
             pods_are_live: false,
             config_map: self.config_map.as_ref(),
+            worker_config_maps: self.worker_config_maps.iter().map(AsRef::as_ref).collect(),
+            slices_are_live: false,
             deleting: &self.deleting,
             acks: &self.acks,
             now: Timestamp::now(),
@@ -248,6 +323,45 @@ impl Cluster for KubeCluster<'_> {
                 source,
             })?;
         Ok(list.items)
+    }
+
+    async fn list_slices(&mut self) -> Result<Vec<ConfigMap>, Error> {
+        let selector = format!("{POOL_LABEL}={},{WORKER_LABEL}", self.pool.name_any());
+        let list = self
+            .config_maps
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|source| Error::GetConfigMap {
+                name: selector,
+                source,
+            })?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|mut cm| {
+                trim::config_map(&mut cm);
+                cm
+            })
+            .collect())
+    }
+
+    /// Up to [`SLICE_WRITES_AT_ONCE`] at a time: a first rollout writes one per worker.
+    async fn write_slices(&mut self, batch: Vec<SliceWrite>) -> Result<Vec<SliceWritten>, Error> {
+        self.ctx.may_write()?;
+        let api = &self.config_maps;
+        let results: Vec<Result<SliceWritten, Error>> = futures::stream::iter(batch)
+            .map(|write| write_slice(api, write))
+            .buffered(SLICE_WRITES_AT_ONCE)
+            .collect()
+            .await;
+        let results = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let applied = results
+            .iter()
+            .filter(|r| matches!(r, SliceWritten::Applied(_)))
+            .count();
+        self.ctx.metrics.config_writes.inc_by(applied as u64);
+        debug!(configmap = %self.config_map_name, applied, "wrote workers' ConfigMaps");
+        Ok(results)
     }
 
     async fn delete(&mut self, delete: &PodDelete) -> Result<Deleted, Error> {

@@ -10,9 +10,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::{Cluster, Deleted, Unsettled, Written};
+use super::{Cluster, Deleted, SliceWrite, SliceWritten, Unsettled, Written};
 use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
+use crate::state::config_map::{CONFIG_KEY, pool_config};
+use crate::state::worker_slices::INDEX_KEY;
+use swarm_assign::worker_config::WorkerConfig;
 
 /// The API objects one pool's reconcile touches.
 #[derive(Clone, Debug, Default)]
@@ -23,12 +26,18 @@ pub struct MemoryCluster {
     pub pool_exists: bool,
     /// The pool's ConfigMap.
     pub config_map: Option<ConfigMap>,
+    /// The workers' own ConfigMaps.
+    pub slices: Vec<ConfigMap>,
     /// The pods of the pool's namespace as the API server has them.
     pub pods: Vec<PodSummary>,
     /// The pool's worker Leases as the API server has them.
     pub leases: Vec<Lease>,
-    /// Every ConfigMap write that went through, as written, in order.
+    /// Every write of the pool's ConfigMap that went through, as written, in order.
     pub written: Vec<ConfigMap>,
+    /// Every write of a worker's own ConfigMap that went through, in order (`None`: a delete).
+    pub slices_written: Vec<(String, Option<ConfigMap>)>,
+    /// The worker config after each write or batch of writes that went through.
+    pub configs: Vec<WorkerConfig>,
     /// Every delete asked for, whether or not it found its pod.
     pub delete_requests: Vec<PodDelete>,
     /// Live lists served.
@@ -73,11 +82,59 @@ impl MemoryCluster {
     fn next_resource_version(&self) -> String {
         let last = self
             .config_map
-            .as_ref()
-            .and_then(|cm| cm.metadata.resource_version.as_deref())
-            .and_then(|v| v.parse::<u64>().ok())
+            .iter()
+            .chain(&self.slices)
+            .filter_map(|cm| cm.metadata.resource_version.as_deref()?.parse::<u64>().ok())
+            .max()
             .unwrap_or(0);
         (last + 1).to_string()
+    }
+
+    /// Records the worker config as it now is.
+    fn record_config(&mut self) {
+        let config = self
+            .config_map
+            .as_ref()
+            .and_then(|cm| pool_config(cm, &self.slices));
+        self.configs.extend(config);
+    }
+
+    /// One slice write, as the API server would take it.
+    fn write_slice(&mut self, write: SliceWrite) -> Result<SliceWritten, MemoryError> {
+        let at = self
+            .slices
+            .iter()
+            .position(|cm| cm.metadata.name.as_deref() == Some(write.name.as_str()));
+        let now = at.map(|i| self.slices[i].clone());
+        let version =
+            |cm: Option<&ConfigMap>| cm.and_then(|cm| cm.metadata.resource_version.clone());
+        if version(write.current.as_ref()) != version(now.as_ref()) {
+            return Ok(SliceWritten::Conflict(now));
+        }
+        let resource_version = self.next_resource_version();
+        let result = match write.desired {
+            Some(desired) => {
+                let mut applied = now;
+                server_side_apply(&mut applied, desired);
+                let mut applied = applied.expect("just applied");
+                applied.metadata.resource_version = Some(resource_version);
+                match at {
+                    Some(i) => self.slices[i] = applied.clone(),
+                    None => self.slices.push(applied.clone()),
+                }
+                self.slices_written
+                    .push((write.name, Some(applied.clone())));
+                SliceWritten::Applied(Some(applied))
+            }
+            None => {
+                if let Some(i) = at {
+                    self.slices.remove(i);
+                }
+                self.slices_written.push((write.name, None));
+                SliceWritten::Applied(None)
+            }
+        };
+        self.survive().map(|()| result)
     }
 }
 
@@ -111,6 +168,7 @@ impl Cluster for MemoryCluster {
                 cm.metadata.resource_version = Some(version);
             }
             let applied = self.config_map.clone().expect("just applied");
+            self.record_config();
             self.survive().map(|()| Written::Applied(applied))
         };
         ready(result)
@@ -144,6 +202,23 @@ impl Cluster for MemoryCluster {
         ready(Ok(self.leases.clone()))
     }
 
+    fn list_slices(&mut self) -> impl Future<Output = Result<Vec<ConfigMap>, MemoryError>> + Send {
+        self.live_lists += 1;
+        ready(Ok(self.slices.clone()))
+    }
+
+    fn write_slices(
+        &mut self,
+        batch: Vec<SliceWrite>,
+    ) -> impl Future<Output = Result<Vec<SliceWritten>, MemoryError>> + Send {
+        let results = batch
+            .into_iter()
+            .map(|write| self.write_slice(write))
+            .collect();
+        self.record_config();
+        ready(results)
+    }
+
     fn delete(
         &mut self,
         delete: &PodDelete,
@@ -171,8 +246,8 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 }
 
 /// The API server's server-side apply of the operator's fields onto `current` (created when
-/// there is none): data, labels and annotations merge by key, owner references by uid, and
-/// everything else is kept.
+/// there is none): data, labels and annotations merge by key (the config keys the operator
+/// stops setting are removed), owner references by uid, and everything else is kept.
 pub fn server_side_apply(current: &mut Option<ConfigMap>, desired: ConfigMap) {
     let cm = current.get_or_insert_with(|| ConfigMap {
         metadata: ObjectMeta {
@@ -182,9 +257,16 @@ pub fn server_side_apply(current: &mut Option<ConfigMap>, desired: ConfigMap) {
         },
         ..ConfigMap::default()
     });
-    cm.data
-        .get_or_insert_default()
-        .extend(desired.data.unwrap_or_default());
+    let data = cm.data.get_or_insert_default();
+    // The keys that hold the config are the operator's: one it no longer sets is removed, as
+    // server-side apply removes a field its manager stops applying.
+    let desired_data = desired.data.unwrap_or_default();
+    for key in [CONFIG_KEY, INDEX_KEY] {
+        if !desired_data.contains_key(key) {
+            data.remove(key);
+        }
+    }
+    data.extend(desired_data);
     cm.metadata
         .labels
         .get_or_insert_default()

@@ -27,6 +27,7 @@ use crate::planner::{self, Observed, Outcome, PlannedEvent, Step};
 use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
 use crate::state::lease::Acks;
+use crate::state::worker_slices::SliceWrites;
 
 /// Planning rounds in one reconcile: confirm holders gone live, write the grant, list live,
 /// resolve, write, plan deletes (and a spare).
@@ -65,6 +66,16 @@ pub trait Cluster {
     /// live pod list whenever the cache judged a Lease expired, to confirm it.
     fn live_leases(&mut self) -> impl Future<Output = Result<Vec<Lease>, Self::Error>> + Send;
 
+    /// The workers' own ConfigMaps labelled with the pool, listed from the API server.
+    fn list_slices(&mut self) -> impl Future<Output = Result<Vec<ConfigMap>, Self::Error>> + Send;
+
+    /// Writes (or deletes) workers' own ConfigMaps, each fenced like [`Cluster::write`] by the
+    /// copy it was planned on; they may go out at once, in any order.
+    fn write_slices(
+        &mut self,
+        batch: Vec<SliceWrite>,
+    ) -> impl Future<Output = Result<Vec<SliceWritten>, Self::Error>> + Send;
+
     /// Deletes the pod if it still has the given uid.
     fn delete(
         &mut self,
@@ -84,6 +95,26 @@ pub enum Written {
     /// The ConfigMap changed since the copy the write was planned on (or one now exists where
     /// none was seen): nothing was written.
     Conflict,
+}
+
+/// One write of a worker's own ConfigMap.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SliceWrite {
+    /// Its name.
+    pub name: String,
+    /// The copy the write was planned on; `None`: there was none, and it is created.
+    pub current: Option<ConfigMap>,
+    /// What to apply; `None`: delete it.
+    pub desired: Option<ConfigMap>,
+}
+
+/// The result of a [`SliceWrite`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum SliceWritten {
+    /// Written; the ConfigMap as it now is (`None`: deleted or already gone).
+    Applied(Option<ConfigMap>),
+    /// It changed since the copy the write was planned on: nothing was written; it is now this.
+    Conflict(Option<ConfigMap>),
 }
 
 /// The result of a uid-preconditioned delete.
@@ -137,6 +168,12 @@ pub async fn drive<C: Cluster + Send>(
 ) -> Result<Driven, C::Error> {
     let mut round = Round {
         config_map: cached.config_map.cloned(),
+        slices: cached
+            .worker_config_maps
+            .iter()
+            .map(|&cm| cm.clone())
+            .collect(),
+        slices_are_live: false,
         listed_pods: None,
         pods_are_live: false,
         live_acks: None,
@@ -153,6 +190,10 @@ pub async fn drive<C: Cluster + Send>(
                     return Ok(Driven::PoolGone);
                 }
                 round.write(cluster, write, journal).await?;
+            }
+            Step::ListSlices => {
+                round.slices = cluster.list_slices().await?;
+                round.slices_are_live = true;
             }
             Step::ListLive(names) => {
                 round.listed_pods = Some(cluster.list_live(&names).await?);
@@ -178,6 +219,10 @@ pub async fn drive<C: Cluster + Send>(
 struct Round {
     /// The ConfigMap as last written or read.
     config_map: Option<ConfigMap>,
+    /// The workers' own ConfigMaps as last written or read.
+    slices: Vec<ConfigMap>,
+    /// Whether `slices` were listed live (and kept up to date by the writes since).
+    slices_are_live: bool,
     /// The pods of the last live list, if there was one: fresher than the cache even once a
     /// write made them unreliable for resolving stale workers.
     listed_pods: Option<Vec<PodSummary>>,
@@ -205,6 +250,8 @@ impl Round {
             },
             pods_are_live: self.pods_are_live,
             config_map: self.config_map.as_ref(),
+            worker_config_maps: self.slices.iter().collect(),
+            slices_are_live: self.slices_are_live,
             acks: self.live_acks.as_ref().unwrap_or(cached.acks),
             now,
             ..cached.clone()
@@ -226,33 +273,116 @@ impl Round {
         write: planner::Write,
         journal: &mut Journal,
     ) -> Result<(), C::Error> {
-        let unresolved = planner::records_unresolved(&write.config_map);
-        match cluster
-            .write(self.config_map.as_ref(), write.config_map)
-            .await?
-        {
-            Written::Applied(applied) => {
-                journal.events.extend(write.events);
-                journal
-                    .granted_after_seconds
-                    .extend(write.granted_after_seconds);
-                self.config_map = Some(applied);
-                // Pods listed before this write cannot tell which instances saw the old content;
-                // a Lease read before it cannot tell whether its worker renewed after it (and so
-                // read this content before running anything again).
-                let mut expiring = false;
-                if let Some(acks) = &mut self.live_acks {
-                    acks.written();
-                    expiring = acks.has_expired();
+        if let Some(config_map) = write.config_map {
+            let unresolved = planner::records_unresolved(&config_map);
+            match cluster.write(self.config_map.as_ref(), config_map).await? {
+                Written::Applied(applied) => {
+                    self.config_map = Some(applied);
+                    self.wrote(unresolved);
                 }
-                if unresolved || expiring {
-                    self.pods_are_live = false;
+                // Planned on a copy that is no longer current: read it and plan again.
+                Written::Conflict => {
+                    self.config_map = cluster.read().await?;
+                    return Ok(());
                 }
             }
-            // Planned on a copy that is no longer current: read it and plan again.
-            Written::Conflict => self.config_map = cluster.read().await?,
+        }
+        journal.events.extend(write.events);
+        journal
+            .granted_after_seconds
+            .extend(write.granted_after_seconds);
+        // The index is written; then the slices that lose jobs, and only once every one of
+        // them went through, the slices that gain some.
+        let SliceWrites {
+            first,
+            deletes,
+            then,
+        } = write.slices;
+        let first = first
+            .into_iter()
+            .map(|cm| self.slice_write(Some(cm), None))
+            .chain(
+                deletes
+                    .into_iter()
+                    .map(|cm| self.slice_write(None, Some(cm))),
+            )
+            .collect();
+        if self.write_slices(cluster, first).await? {
+            let then = then
+                .into_iter()
+                .map(|cm| self.slice_write(Some(cm), None))
+                .collect();
+            self.write_slices(cluster, then).await?;
         }
         Ok(())
+    }
+
+    /// After a write: pods listed before it cannot tell which instances saw the old content;
+    /// a Lease read before it cannot tell whether its worker renewed after it (and so read
+    /// this content before running anything again).
+    fn wrote(&mut self, unresolved: bool) {
+        let mut expiring = false;
+        if let Some(acks) = &mut self.live_acks {
+            acks.written();
+            expiring = acks.has_expired();
+        }
+        if unresolved || expiring {
+            self.pods_are_live = false;
+        }
+    }
+
+    /// The write of `desired` (or the delete of `gone`), planned on the copy this round holds.
+    fn slice_write(&self, desired: Option<ConfigMap>, gone: Option<ConfigMap>) -> SliceWrite {
+        let name = desired
+            .as_ref()
+            .or(gone.as_ref())
+            .and_then(|cm| cm.metadata.name.clone())
+            .unwrap_or_default();
+        let current = self
+            .slices
+            .iter()
+            .find(|cm| cm.metadata.name.as_deref() == Some(name.as_str()))
+            .cloned();
+        SliceWrite {
+            name,
+            current,
+            desired,
+        }
+    }
+
+    /// Sends one batch of slice writes and keeps what they left. Returns false when one was
+    /// planned on a copy that is no longer current: plan again on what it is now.
+    async fn write_slices<C: Cluster>(
+        &mut self,
+        cluster: &mut C,
+        batch: Vec<SliceWrite>,
+    ) -> Result<bool, C::Error> {
+        if batch.is_empty() {
+            return Ok(true);
+        }
+        let names: Vec<String> = batch.iter().map(|w| w.name.clone()).collect();
+        let results = cluster.write_slices(batch).await?;
+        let mut settled = true;
+        let mut applied = false;
+        for (name, result) in names.into_iter().zip(results) {
+            let now = match result {
+                SliceWritten::Applied(now) => {
+                    applied = true;
+                    now
+                }
+                SliceWritten::Conflict(now) => {
+                    settled = false;
+                    now
+                }
+            };
+            self.slices
+                .retain(|cm| cm.metadata.name.as_deref() != Some(name.as_str()));
+            self.slices.extend(now);
+        }
+        if applied {
+            self.wrote(false);
+        }
+        Ok(settled)
     }
 }
 

@@ -26,8 +26,9 @@ use super::{Driven, Journal, drive};
 use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::names::STATEFULSET_POD_LABEL;
 use crate::pod_summary::{PodSummary, ReadyCondition};
-use crate::state::config_map::worker_config;
+use crate::state::config_map::pool_config;
 use crate::state::lease::{Ack, Acks};
+use swarm_assign::worker_config::WorkerConfig;
 
 /// The label that ties the what-if workload to the pool's selector.
 const WORKLOAD_LABEL: &str = "swarm.io/what-if";
@@ -48,8 +49,12 @@ pub struct WhatIf {
 /// What the operator did until the pool settled.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Transcript {
-    /// Every ConfigMap write, as written, in order.
+    /// Every write of the pool's ConfigMap, as written, in order.
     pub writes: Vec<ConfigMap>,
+    /// The worker config after each write (of the pool's ConfigMap or workers' own), in
+    /// order; a write of the per-worker layout shows under one version several times, the last
+    /// one complete.
+    pub configs: Vec<WorkerConfig>,
     /// The pods deleted so they restart, in the order of their deletion.
     pub restarted: Vec<String>,
     /// The status the pool settled on.
@@ -70,6 +75,7 @@ impl WhatIf {
         workload: &str,
         running: &[(String, String)],
         config_map: Option<ConfigMap>,
+        worker_config_maps: Vec<ConfigMap>,
         now: Timestamp,
     ) -> Self {
         pool.spec.selector = LabelSelector {
@@ -79,6 +85,7 @@ impl WhatIf {
         pool.metadata.deletion_timestamp = None;
         let mut cluster = MemoryCluster::new(now);
         cluster.config_map = config_map;
+        cluster.slices = worker_config_maps;
         let mut whatif = WhatIf {
             pool,
             workload: workload.to_owned(),
@@ -108,6 +115,7 @@ impl WhatIf {
             let outcome = self.reconcile()?;
             let quiet = self.cluster.written.is_empty() && self.cluster.delete_requests.is_empty();
             transcript.writes.append(&mut self.cluster.written);
+            transcript.configs.append(&mut self.cluster.configs);
             for delete in self.cluster.delete_requests.drain(..) {
                 self.deleting.insert(delete.uid);
                 transcript.restarted.push(delete.name);
@@ -131,16 +139,23 @@ impl WhatIf {
         self.cluster.config_map.as_ref()
     }
 
+    /// The worker config now, in either layout.
+    pub fn config(&self) -> Option<WorkerConfig> {
+        pool_config(self.cluster.config_map.as_ref()?, &self.cluster.slices)
+    }
+
     /// The pods now, terminating ones included.
     pub fn pods(&self) -> &[PodSummary] {
         &self.cluster.pods
     }
 
-    /// One reconcile, with a cache that follows the API.
-    fn reconcile(&mut self) -> Result<crate::planner::Outcome, NotSettled> {
+    /// One reconcile, with a cache that follows the API: every write it makes lands in the
+    /// what-if cluster (and in the next [`WhatIf::settle`]'s transcript).
+    pub fn reconcile(&mut self) -> Result<crate::planner::Outcome, NotSettled> {
         let (statefulset, deployment, replica_set) = self.workload_objects();
         let cached = self.cluster.pods.clone();
         let config_map = self.cluster.config_map.clone();
+        let slices = self.cluster.slices.clone();
         let acks = self.acks();
         let observed = crate::planner::Observed {
             pool: &self.pool,
@@ -152,6 +167,8 @@ impl WhatIf {
             other_pools: Vec::new(),
             pods_are_live: false,
             config_map: config_map.as_ref(),
+            worker_config_maps: slices.iter().collect(),
+            slices_are_live: false,
             deleting: &self.deleting,
             acks: &acks,
             now: self.cluster.now,
@@ -171,7 +188,8 @@ impl WhatIf {
         if self.pool.spec.rollout.policy != RolloutPolicy::Acknowledge {
             return Acks::default();
         }
-        let Some(config) = self.cluster.config_map.as_ref().and_then(worker_config) else {
+        let config = self.cluster.config_map.as_ref();
+        let Some(config) = config.and_then(|cm| pool_config(cm, &self.cluster.slices)) else {
             return Acks::default();
         };
         Acks::new(self.cluster.pods.iter().filter_map(|pod| {

@@ -32,6 +32,7 @@ use crate::pod_summary::PodSummary;
 use crate::state::config_map::{self, Previous};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
+use crate::state::worker_slices::{self, SliceWrites};
 use acknowledge::{AckProgress, AwaitingAcks};
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
 use rollout::{PendingRefresh, PodDelete, Priorities};
@@ -85,6 +86,12 @@ pub struct Observed<'a> {
     pub pods_are_live: bool,
     /// The ConfigMap named by the pool, if it exists.
     pub config_map: Option<&'a ConfigMap>,
+    /// The workers' own ConfigMaps labelled with the pool (the per-worker layout; others are
+    /// ignored, see [`worker_slices::Observed::of`]).
+    pub worker_config_maps: Vec<&'a ConfigMap>,
+    /// Whether `worker_config_maps` was listed from the API server (rather than the cache)
+    /// since the last write.
+    pub slices_are_live: bool,
     /// Uids of pods this operator already asked to delete (terminating, whatever the cache says).
     pub deleting: &'a BTreeSet<String>,
     /// What the workers' Leases acknowledge (read under `rollout.policy: Acknowledge` only).
@@ -98,6 +105,11 @@ pub struct Observed<'a> {
 pub struct Decision {
     /// The ConfigMap to server-side apply (only when it differs from the observed one).
     pub apply: Option<ConfigMap>,
+    /// The workers' own ConfigMaps to write after it (the per-worker layout).
+    pub slices: SliceWrites,
+    /// The workers' ConfigMaps in the cache do not match the index: list them live and plan
+    /// again.
+    pub needs_live_slices: bool,
     /// The rollout bookkeeping must be checked against pods listed live (the cache may lag
     /// behind pods created, replaced or gone around a ConfigMap write): list the pods named in
     /// `live_pods` and plan again.
@@ -129,6 +141,8 @@ pub struct Decision {
 pub enum Step {
     /// Write this ConfigMap, fenced by the copy it was planned on, then plan again.
     Write(Write),
+    /// List the workers' own ConfigMaps from the API server, then plan again.
+    ListSlices,
     /// List these pods (by name) from the API server, not the cache, then plan again.
     ListLive(BTreeSet<String>),
     /// Nothing left to write or list: delete, then report.
@@ -138,8 +152,10 @@ pub enum Step {
 /// A ConfigMap write and what it does.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Write {
-    /// The ConfigMap to server-side apply.
-    pub config_map: ConfigMap,
+    /// The pool's ConfigMap to server-side apply, if it changes.
+    pub config_map: Option<ConfigMap>,
+    /// Then the workers' own ConfigMaps, in their order.
+    pub slices: SliceWrites,
     /// Events to publish once it is written.
     pub events: Vec<PlannedEvent>,
     /// Seconds each job this write grants spent in transit, for the handoff histogram.
@@ -164,12 +180,16 @@ impl Decision {
     /// The step this plan asks for: its write, else its live list (unless `pods_are_live`
     /// already), else its outcome.
     pub fn into_step(self, pods_are_live: bool) -> Step {
-        if let Some(config_map) = self.apply {
+        if self.apply.is_some() || !self.slices.is_empty() {
             return Step::Write(Write {
-                config_map,
+                config_map: self.apply,
+                slices: self.slices,
                 events: self.events,
                 granted_after_seconds: self.granted_after_seconds,
             });
+        }
+        if self.needs_live_slices {
+            return Step::ListSlices;
         }
         if self.needs_live_pods && !pods_are_live {
             return Step::ListLive(self.live_pods);
@@ -215,7 +235,12 @@ pub fn decide(observed: &Observed) -> Decision {
 /// The pipeline for a pool that may pass validation.
 fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     let valid = validate::validate(o, facts)?;
-    let previous = Previous::read(o.config_map);
+    let slices =
+        worker_slices::Observed::of(&valid.config_map_name, o.worker_config_maps.iter().copied());
+    let previous = Previous::read(o.config_map, &slices);
+    if !previous.unsettled.is_empty() {
+        return settle_slices(o, &valid, &previous, &slices);
+    }
     let looked_up = pods_looked_up(&valid, &previous);
     let pods = index_pods(o, &looked_up);
     let acknowledge = o.pool.spec.rollout.policy == RolloutPolicy::Acknowledge;
@@ -267,16 +292,34 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         pods_are_live: o.pods_are_live,
         now: o.now,
     });
-    let publication = swarm_assign::publish(
+    let mut publication = swarm_assign::publish(
         &valid.roster,
         previous.config.as_ref(),
         &handoff.held,
         handoff.transit.clone(),
     );
+    // Slices to write at the new version even if their content stays: unsettled ones, and
+    // those of holders waiting for the acknowledgement of a version their slice never got.
+    let mut rewrite = previous.unsettled.clone();
     if acknowledge {
+        rewrite.extend(worker_slices::lagging(&handoff.holders, &slices));
+        // A slice rewritten carries a version the index has not recorded for it before.
+        if !publication.changed
+            && worker_slices::changes_slices(&publication.config, &slices, &rewrite)
+        {
+            publication.config.version += 1;
+        }
         handoff.holders.stamp_version(publication.config.version);
     }
-    let rollout = roll_out(o, &valid, &previous, &publication, &handoff)?;
+    let rollout = roll_out(
+        o,
+        &valid,
+        &previous,
+        &slices,
+        &rewrite,
+        &publication,
+        &handoff,
+    )?;
     let mut plan = report::decision(
         o,
         &valid,
@@ -291,6 +334,39 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         plan.live_pods = looked_up;
     }
     Ok(plan)
+}
+
+/// The plan while some worker's slice does not show what the index records: list the slices
+/// live (the cache may only lag), and if they still do not, fence them before anything else
+/// is decided on them.
+fn settle_slices(
+    o: &Observed,
+    valid: &Valid,
+    previous: &Previous,
+    slices: &worker_slices::Observed,
+) -> Result<Decision, Failure> {
+    let fences = match (&previous.index, o.slices_are_live) {
+        (Some(index), true) => worker_slices::fences(
+            o.pool,
+            &valid.config_map_name,
+            index,
+            slices,
+            &previous.unsettled,
+        )?,
+        _ => SliceWrites::default(),
+    };
+    Ok(Decision {
+        apply: None,
+        slices: fences,
+        needs_live_slices: !o.slices_are_live,
+        needs_live_pods: false,
+        live_pods: BTreeSet::new(),
+        deletes: Vec::new(),
+        status: o.pool.status.clone().unwrap_or_default(),
+        events: Vec::new(),
+        granted_after_seconds: Vec::new(),
+        requeue_after: REQUEUE_ROLLING,
+    })
 }
 
 /// The uids of the pods of the pool's namespace named in `names`: the namespace may hold many
@@ -378,6 +454,8 @@ fn ran_jobs(previous: &Previous, pod: &str) -> bool {
 struct Rollout {
     /// The ConfigMap to write, if it differs from the observed one (and the pool is not paused).
     apply: Option<ConfigMap>,
+    /// The workers' own ConfigMaps to write after it.
+    slices: SliceWrites,
     /// Whether the written config differs from the observed one at all.
     outdated: bool,
     /// The stale-worker records after this plan.
@@ -395,6 +473,8 @@ fn roll_out(
     o: &Observed,
     valid: &Valid,
     previous: &Previous,
+    observed_slices: &worker_slices::Observed,
+    rewrite: &BTreeSet<String>,
     publication: &swarm_assign::Publication,
     handoff: &HandoffOutcome,
 ) -> Result<Rollout, Failure> {
@@ -413,25 +493,52 @@ fn roll_out(
         table.prune(|pod| handoff.transit.contains_key(pod));
         table
     });
+    // Under `Acknowledge` each worker reads a ConfigMap of its own; a pool that left that
+    // policy has its workers' ConfigMaps deleted.
+    let (index, slices) = if spec.rollout.policy == RolloutPolicy::Acknowledge {
+        let (index, writes) = worker_slices::desired(
+            o.pool,
+            &valid.config_map_name,
+            &publication.config,
+            observed_slices,
+            rewrite,
+        )?;
+        (Some(index), writes)
+    } else {
+        let deletes = observed_slices.iter().map(|(_, cm)| cm.clone()).collect();
+        let writes = SliceWrites {
+            deletes,
+            ..SliceWrites::default()
+        };
+        (None, writes)
+    };
     let desired = config_map::desired(
         o.pool,
         &valid.config_map_name,
         &publication.config,
+        index.as_ref(),
         &pending,
         &handoff.holders,
         (spec.rollout.policy == RolloutPolicy::Acknowledge).then_some(&awaiting),
         slots.as_ref(),
     )?;
-    let outdated = o
+    let main_outdated = o
         .config_map
         .is_none_or(|cm| !config_map::is_current(cm, &desired));
+    let outdated = main_outdated || !slices.is_empty();
     let paused = spec.paused;
-    let apply = (outdated && !paused).then_some(desired);
+    let apply = (main_outdated && !paused).then_some(desired);
+    let slices = if paused {
+        SliceWrites::default()
+    } else {
+        slices
+    };
     if paused {
         needs_live_pods = false;
     }
     let deletes = if paused
         || apply.is_some()
+        || !slices.is_empty()
         || needs_live_pods
         || spec.rollout.policy == RolloutPolicy::None
     {
@@ -449,6 +556,7 @@ fn roll_out(
     };
     Ok(Rollout {
         apply,
+        slices,
         outdated,
         pending,
         awaiting,

@@ -19,6 +19,7 @@ use super::{
 use crate::conditions::{self, Verdict, reason};
 use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::rollout::{PendingRefresh, PodDelete, Workers};
+use crate::state::worker_slices::{self, SliceWrites};
 
 /// The plan of a valid pool: what the roll-out step does, reported.
 pub(super) fn decision(
@@ -36,6 +37,7 @@ pub(super) fn decision(
     let workers = &valid.workers;
     let Rollout {
         apply,
+        slices,
         outdated,
         pending,
         awaiting,
@@ -96,6 +98,8 @@ pub(super) fn decision(
     };
     Decision {
         apply,
+        slices,
+        needs_live_slices: false,
         needs_live_pods,
         live_pods: BTreeSet::new(),
         deletes,
@@ -397,7 +401,11 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Decision
     };
     let verdict = Verdict::new(Phase::Failed, failure.reason.as_str(), failure.message);
     let workers = facts.workers.as_ref();
-    let written = Previous::read(o.config_map);
+    let slices = worker_slices::Observed::of(
+        &pool.config_map_name(),
+        o.worker_config_maps.iter().copied(),
+    );
+    let written = Previous::read(o.config_map, &slices);
     let stale = match workers {
         Some(workers) => {
             let mut p = written.pending.clone();
@@ -429,6 +437,8 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Decision
     };
     Decision {
         apply: None,
+        slices: SliceWrites::default(),
+        needs_live_slices: false,
         needs_live_pods: false,
         live_pods: BTreeSet::new(),
         deletes: Vec::new(),

@@ -1,6 +1,7 @@
 //! `kubectl swarm`: the kubectl plugin's reports (`status`, `where`, `plan`), computed from what
-//! the cluster holds with the operator's own readers: the ConfigMap's `config.yml` and
-//! bookkeeping, and the planner's assignment for `plan`.
+//! the cluster holds with the operator's own readers: the ConfigMap's `config.yml` (or, in the
+//! per-worker layout, its index and the workers' own ConfigMaps) and bookkeeping, and the
+//! planner's assignment for `plan`.
 //!
 //! Pure: the `kubectl-swarm` binary fetches a [`PoolView`] per pool and prints a report with
 //! [`output`]; everything here is tested without a cluster.
@@ -16,7 +17,7 @@ use swarm_assign::worker_config::WorkerConfig;
 
 use crate::crd::SwarmPool;
 use crate::pod_summary::PodSummary;
-use crate::state::config_map;
+use crate::state::{config_map, worker_slices};
 
 /// A pool as the cluster holds it: the pool, its ConfigMap, and the pods of its namespace.
 #[derive(Clone, Debug)]
@@ -26,6 +27,8 @@ pub struct PoolView {
     pub pool: SwarmPool,
     /// The ConfigMap the pool names, if it exists.
     pub config_map: Option<ConfigMap>,
+    /// The workers' own ConfigMaps (the per-worker layout of `rollout.policy: Acknowledge`).
+    pub worker_config_maps: Vec<ConfigMap>,
     /// Pods of the pool's namespace (looked up by name).
     pub pods: Vec<PodSummary>,
 }
@@ -49,12 +52,28 @@ impl PoolView {
             config_map: self.pool.config_map_name(),
         };
         let cm = self.config_map.as_ref().ok_or_else(missing)?;
-        let text = config_map::config_text(cm).ok_or_else(missing)?;
-        WorkerConfig::parse(text).map_err(|error| PluginError::UnreadableConfig {
+        let unreadable = |detail: String| PluginError::UnreadableConfig {
             namespace: self.namespace(),
             config_map: self.pool.config_map_name(),
-            detail: error.to_string(),
-        })
+            detail,
+        };
+        if let Some(text) = config_map::config_text(cm) {
+            return WorkerConfig::parse(text).map_err(|error| unreadable(error.to_string()));
+        }
+        match worker_slices::Index::of(cm) {
+            Some(Ok(index)) => {
+                let slices = worker_slices::Observed::of(
+                    &self.pool.config_map_name(),
+                    &self.worker_config_maps,
+                );
+                Ok(worker_slices::assemble(&index, &slices).config)
+            }
+            Some(Err(error)) => Err(unreadable(format!(
+                "{} is unreadable: {error}",
+                worker_slices::INDEX_KEY
+            ))),
+            None => Err(missing()),
+        }
     }
 
     /// The workers that still have to restart: recorded by the operator and not yet replaced

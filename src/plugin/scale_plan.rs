@@ -78,6 +78,7 @@ pub fn predict(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginErro
         &workload,
         &now.running(view),
         view.config_map.clone(),
+        view.worker_config_maps.clone(),
         Timestamp::now(),
     );
     whatif.scale(replicas);
@@ -86,7 +87,7 @@ pub fn predict(view: &PoolView, replicas: usize) -> Result<ScalePlan, PluginErro
         pool: view.name(),
         detail: e.to_string(),
     })?;
-    let after = Positions::settled(view, &workload, whatif.config_map());
+    let after = Positions::settled(view, &workload, whatif.config_map(), whatif.config());
     let rows = rows(view, &now, &after, replicas, &transcript.restarted);
     let workers_restarted: Vec<String> = rows
         .iter()
@@ -142,10 +143,13 @@ impl Positions {
     }
 
     /// The positions the what-if settled on.
-    fn settled(view: &PoolView, workload: &str, cm: Option<&ConfigMap>) -> Positions {
-        let config = cm
-            .and_then(config_map::worker_config)
-            .unwrap_or_else(|| WorkerConfig::new(0, []));
+    fn settled(
+        view: &PoolView,
+        workload: &str,
+        cm: Option<&ConfigMap>,
+        config: Option<WorkerConfig>,
+    ) -> Positions {
+        let config = config.unwrap_or_else(|| WorkerConfig::new(0, []));
         Positions::of(view, &config, workload, cm, None)
     }
 

@@ -1,7 +1,7 @@
 //! The pool's ConfigMap on the cluster: `config.yml` and the `swarm.io/*` annotations, read
 //! (what it says now), written (what to write) and the rules on them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -18,11 +18,15 @@ use crate::planner::acknowledge::AwaitingAcks;
 use crate::planner::handoff::Holders;
 use crate::planner::validate::{Failure, FailureReason};
 use crate::rollout::PendingRefresh;
+use crate::state::worker_slices::{self, INDEX_KEY, Index};
 
 /// The ConfigMap key the workers read.
 pub const CONFIG_KEY: &str = "config.yml";
-/// The most data a ConfigMap can hold (keys plus values), as the API server enforces it.
-pub const CONFIG_MAP_MAX_BYTES: usize = 1024 * 1024;
+/// The most data the operator writes into one ConfigMap (keys plus values): half of what the
+/// API server accepts, so that no write of the operator's is a large object for etcd and the
+/// watchers. A pool whose whole config is larger uses the per-worker layout
+/// ([`crate::state::worker_slices`]).
+pub const CONFIG_MAP_MAX_BYTES: usize = 512 * 1024;
 /// The most annotation data an object can hold (keys plus values), as the API server enforces it.
 pub const ANNOTATIONS_MAX_BYTES: usize = 256 * 1024;
 
@@ -39,11 +43,16 @@ pub(crate) struct Previous {
     pub holders: Option<Holders>,
     /// The workers that owe an acknowledgement; unreadable records count as none.
     pub awaiting: AwaitingAcks,
+    /// In the per-worker layout: the index, and the workers whose slice is unsettled.
+    pub index: Option<Index>,
+    /// Workers whose slice does not show what the index records (see
+    /// [`worker_slices::Assembled`]).
+    pub unsettled: BTreeSet<String>,
 }
 
 impl Previous {
-    /// Reads the ConfigMap, if there is one.
-    pub fn read(cm: Option<&ConfigMap>) -> Previous {
+    /// Reads the ConfigMap, if there is one, with the workers' slices when it holds an index.
+    pub fn read(cm: Option<&ConfigMap>, slices: &worker_slices::Observed) -> Previous {
         let Some(cm) = cm else {
             return Previous {
                 holders: Some(Holders::default()),
@@ -55,12 +64,26 @@ impl Previous {
             PendingRefresh::parse(annotation(PENDING_REFRESH_ANNOTATION)).unwrap_or_default();
         let holders = Holders::parse(annotation(HANDOFF_ANNOTATION)).ok();
         let awaiting = AwaitingAcks::parse(annotation(AWAITING_ACK_ANNOTATION)).unwrap_or_default();
+        let mut index = None;
+        let mut unsettled = BTreeSet::new();
         let text = cm.data.as_ref().and_then(|d| d.get(CONFIG_KEY));
-        let (config, error) = match text.map(|t| WorkerConfig::parse(t)) {
+        let parsed = match (text, Index::of(cm)) {
+            (None, Some(Ok(read))) => {
+                let assembled = worker_slices::assemble(&read, slices);
+                unsettled = assembled.unsettled;
+                index = Some(read);
+                Some(Ok(assembled.config))
+            }
+            (None, Some(Err(e))) => Some(Err(format!("{INDEX_KEY} is unreadable ({e})"))),
+            (text, _) => text.map(|t| {
+                WorkerConfig::parse(t).map_err(|e| format!("{CONFIG_KEY} is unreadable ({e})"))
+            }),
+        };
+        let (config, error) = match parsed {
             Some(Ok(config)) => (Some(config), None),
             parsed => {
                 let error = match parsed {
-                    Some(Err(e)) => Some(format!("{CONFIG_KEY} is unreadable ({e})")),
+                    Some(Err(e)) => Some(e),
                     _ => None,
                 };
                 // Keep the version moving forward from what the annotation says, with no
@@ -75,6 +98,8 @@ impl Previous {
             pending,
             holders,
             awaiting,
+            index,
+            unsettled,
         }
     }
 }
@@ -96,6 +121,20 @@ pub fn config_text(cm: &ConfigMap) -> Option<&str> {
 /// The worker config, if the ConfigMap holds a readable one.
 pub fn worker_config(cm: &ConfigMap) -> Option<WorkerConfig> {
     WorkerConfig::parse(config_text(cm)?).ok()
+}
+
+/// The worker config a pool's ConfigMaps hold: the `config.yml` of `main`, or in the
+/// per-worker layout its index with the workers' own ConfigMaps among `others`.
+pub fn pool_config<'a>(
+    main: &ConfigMap,
+    others: impl IntoIterator<Item = &'a ConfigMap>,
+) -> Option<WorkerConfig> {
+    if let Some(config) = worker_config(main) {
+        return Some(config);
+    }
+    let index = Index::of(main)?.ok()?;
+    let slices = worker_slices::Observed::of(main.metadata.name.as_deref()?, others);
+    Some(worker_slices::assemble(&index, &slices).config)
 }
 
 /// The config version the ConfigMap records in its annotation.
@@ -149,28 +188,41 @@ fn annotation_version(cm: &ConfigMap) -> Option<u64> {
         .ok()
 }
 
-/// The ConfigMap to write: `config.yml`, our labels, the version and the rollout bookkeeping
-/// (with the workers that owe an acknowledgement under `Acknowledge`, and the slot table of a
-/// Deployment pool), and the pool as controller. Fails when it would not fit.
+/// The ConfigMap to write: `config.yml` (or, in the per-worker layout, the `index`), our
+/// labels, the version and the rollout bookkeeping (with the workers that owe an
+/// acknowledgement under `Acknowledge`, and the slot table of a Deployment pool), and the pool
+/// as controller. Fails when it would not fit.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one input per record the ConfigMap holds"
+)]
 pub(crate) fn desired(
     pool: &SwarmPool,
     name: &str,
     config: &WorkerConfig,
+    index: Option<&Index>,
     pending: &PendingRefresh,
     holders: &Holders,
     awaiting: Option<&AwaitingAcks>,
     slots: Option<&SlotTable>,
 ) -> Result<ConfigMap, Failure> {
-    let text = config.render();
-    let size = CONFIG_KEY.len() + text.len();
+    let (key, text) = match index {
+        Some(index) => (INDEX_KEY, index.render()),
+        None => (CONFIG_KEY, config.render()),
+    };
+    let size = key.len() + text.len();
     if size > CONFIG_MAP_MAX_BYTES {
-        return Err(Failure::new(
-            FailureReason::ConfigMapTooLarge,
-            format!(
-                "config.yml would be {size} bytes for {} jobs; a ConfigMap holds at most {CONFIG_MAP_MAX_BYTES}",
+        let message = match index {
+            Some(index) => format!(
+                "{INDEX_KEY} would be {size} bytes for {} workers; a ConfigMap holds at most {CONFIG_MAP_MAX_BYTES}",
+                index.workers.len()
+            ),
+            None => format!(
+                "config.yml would be {size} bytes for {} jobs; a ConfigMap holds at most {CONFIG_MAP_MAX_BYTES}: set rollout.policy: Acknowledge to give each worker a ConfigMap of its own",
                 pool.spec.jobs.len()
             ),
-        ));
+        };
+        return Err(Failure::new(FailureReason::ConfigMapTooLarge, message));
     }
     let slots = slots.map(|table| serde_json::to_string(table).expect("slots always serialize"));
     let bookkeeping = PENDING_REFRESH_ANNOTATION.len()
@@ -216,7 +268,7 @@ pub(crate) fn desired(
             owner_references: pool.controller_owner_ref(&()).map(|r| vec![r]),
             ..ObjectMeta::default()
         },
-        data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), text)])),
+        data: Some(BTreeMap::from([(key.to_owned(), text)])),
         ..ConfigMap::default()
     })
 }

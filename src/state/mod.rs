@@ -7,3 +7,4 @@ pub mod jobs_source;
 pub mod lease;
 pub mod pod_summary;
 pub mod records;
+pub mod worker_slices;

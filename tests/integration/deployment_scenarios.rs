@@ -21,8 +21,9 @@ use swarm_operator::conditions::reason;
 use swarm_operator::crd::{Handoff, Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
-use swarm_operator::planner::{CONFIG_KEY, Observed, Outcome, PlannedEvent, SLOTS_ANNOTATION};
+use swarm_operator::planner::{Observed, Outcome, PlannedEvent, SLOTS_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::lease::Acks;
 
 const NS: &str = "swarm";
@@ -68,6 +69,8 @@ struct World {
     statefulsets: Vec<StatefulSet>,
     pods: Vec<Pod>,
     config_map: Option<ConfigMap>,
+    /// The workers' own ConfigMaps (the per-worker layout).
+    slices: Vec<ConfigMap>,
     deleting: BTreeSet<String>,
     /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`).
     acks: Acks,
@@ -125,6 +128,7 @@ impl World {
             },
             replica_set,
             statefulsets: Vec::new(),
+            slices: Vec::new(),
             pods: Vec::new(),
             config_map: None,
             deleting: BTreeSet::new(),
@@ -226,6 +230,7 @@ impl World {
         let pods: Vec<PodSummary> = self.pods.iter().map(PodSummary::from).collect();
         let mut cluster = MemoryCluster {
             config_map: self.config_map.clone(),
+            slices: self.slices.clone(),
             pods: pods.clone(),
             ..MemoryCluster::new(self.now)
         };
@@ -244,6 +249,8 @@ impl World {
                 other_pools: self.other_pools.iter().collect(),
                 pods_are_live: false,
                 config_map: self.config_map.as_ref(),
+                worker_config_maps: self.slices.iter().collect(),
+                slices_are_live: false,
                 deleting: &self.deleting,
                 acks: &self.acks,
                 now: self.now,
@@ -254,6 +261,7 @@ impl World {
             panic!("the reconcile did not finish: {driven:?}");
         };
         self.config_map = cluster.config_map;
+        self.slices = cluster.slices;
         self.events = journal.events;
         for delete in cluster.delete_requests {
             let pod = self
@@ -289,7 +297,7 @@ impl World {
 
     fn config(&self) -> WorkerConfig {
         let cm = self.config_map.as_ref().expect("a ConfigMap");
-        WorkerConfig::parse(&cm.data.as_ref().unwrap()[CONFIG_KEY]).unwrap()
+        pool_config(cm, &self.slices).expect("a config")
     }
 
     fn slots(&self) -> String {

@@ -29,6 +29,7 @@ use swarm_operator::planner::{
 use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
+use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::jobs_source::{self, Found};
 use swarm_operator::state::lease::{Ack, Acks, Renewal};
 
@@ -150,6 +151,8 @@ struct World {
     /// Pods as the watch cache has them, when it lags behind.
     stale_cache: Option<Vec<Pod>>,
     config_map: Option<ConfigMap>,
+    /// The workers' own ConfigMaps (the per-worker layout).
+    slices: Vec<ConfigMap>,
     deleting: BTreeSet<String>,
     /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`), as the
     /// operator's Lease cache and clock judge them.
@@ -184,6 +187,7 @@ impl World {
             other_pools: Vec::new(),
             stale_cache: None,
             config_map: None,
+            slices: Vec::new(),
             deleting: BTreeSet::new(),
             acks: Acks::default(),
             live_leases: Vec::new(),
@@ -235,6 +239,7 @@ impl World {
         let cached: Vec<PodSummary> = self.cached_pods().iter().map(PodSummary::from).collect();
         let mut cluster = MemoryCluster {
             config_map: self.config_map.clone(),
+            slices: self.slices.clone(),
             pods: self.pods.iter().map(PodSummary::from).collect(),
             leases: self.live_leases.clone(),
             ..MemoryCluster::new(self.now)
@@ -258,6 +263,8 @@ impl World {
                 other_pools: self.other_pools.iter().collect(),
                 pods_are_live: false,
                 config_map: self.config_map.as_ref(),
+                worker_config_maps: self.slices.iter().collect(),
+                slices_are_live: false,
                 deleting: &self.deleting,
                 acks: &self.acks,
                 now: self.now,
@@ -271,6 +278,7 @@ impl World {
         self.writes += cluster.written.len();
         self.live_lists += cluster.live_lists;
         self.config_map = cluster.config_map;
+        self.slices = cluster.slices;
         for delete in cluster.delete_requests {
             let pod = self.pods.iter_mut().find(|p| {
                 p.name_any() == delete.name && p.metadata.uid.as_deref() == Some(&delete.uid)
@@ -319,8 +327,7 @@ impl World {
     }
 
     fn config(&self) -> WorkerConfig {
-        WorkerConfig::parse(&self.config_map.as_ref().unwrap().data.as_ref().unwrap()[CONFIG_KEY])
-            .unwrap()
+        pool_config(self.config_map.as_ref().unwrap(), &self.slices).expect("a config")
     }
 
     fn pending(&self) -> BTreeMap<String, String> {
@@ -1308,19 +1315,20 @@ fn a_malformed_max_unavailable_fails() {
 }
 
 #[test]
-fn a_config_over_one_mebibyte_fails_naming_its_size_and_the_limit() {
-    let jobs: Vec<String> = (0..40_000)
+fn a_config_over_half_a_mebibyte_fails_naming_its_size_and_the_limit() {
+    let jobs: Vec<String> = (0..20_000)
         .map(|i| format!("stream:a-rather-long-job-name-{i:08}"))
         .collect();
     let mut world = World::new(jobs, 2);
     assert_failed(&mut world, reason::CONFIG_MAP_TOO_LARGE);
     let message = &world.ready_condition().message;
-    assert!(message.contains("1048576"), "{message}");
+    assert!(message.contains("524288"), "{message}");
+    assert!(message.contains("rollout.policy: Acknowledge"), "{message}");
     let size: usize = message
         .split_whitespace()
         .find_map(|w| w.parse().ok())
         .expect("the size in bytes");
-    assert!(size > 1_048_576, "{message}");
+    assert!(size > 524_288, "{message}");
 }
 
 #[test]
@@ -1564,6 +1572,7 @@ fn plugin_view(world: &World) -> PoolView {
     PoolView {
         pool: world.pool.clone(),
         config_map: world.config_map.clone(),
+        worker_config_maps: world.slices.clone(),
         pods: world.pods.iter().map(PodSummary::from).collect(),
     }
 }

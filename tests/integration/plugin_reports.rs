@@ -56,6 +56,7 @@ fn rolling_view() -> PoolView {
             "version: 7\nworkloads:\n  w-0:\n    version: 7\n    jobs: [a, b]\n  w-1:\n    version: 3\n    jobs: [c]\n  w-2:\n    version: 7\n    jobs: []\ntransit:\n  w-0: [d, e]\n",
             json!({"swarm.io/pending-refresh": "{\"w-0\":\"uid-0\"}"}),
         )),
+        worker_config_maps: Vec::new(),
         pods: vec![pod("w-0", "uid-0", true), pod("w-1", "uid-1", false)],
     }
 }
@@ -123,6 +124,7 @@ fn weighted_pools_get_a_weight_column() {
             "version: 1\nworkloads:\n  w-0:\n    version: 1\n    jobs: [a]\n  w-1:\n    version: 1\n    jobs: [b, c]\n",
             json!({}),
         )),
+        worker_config_maps: Vec::new(),
         pods: vec![pod("w-0", "u0", true), pod("w-1", "u1", true)],
     };
     let text = status::render(&status::report(&view).unwrap());
@@ -141,6 +143,7 @@ fn a_pool_without_a_config_yet_is_a_one_line_error_with_exit_code_1() {
     let view = PoolView {
         pool: pool(json!({"jobs": ["a"]}), json!({})),
         config_map: None,
+        worker_config_maps: Vec::new(),
         pods: Vec::new(),
     };
     let error = status::report(&view).expect_err("no ConfigMap");
@@ -195,6 +198,7 @@ fn balanced_view(replicas: usize) -> PoolView {
             json!({"phase": "Balanced", "workload": "w", "workers": replicas}),
         ),
         config_map: Some(config_map(&config, json!({}))),
+        worker_config_maps: Vec::new(),
         pods: (0..replicas)
             .map(|i| pod(&format!("w-{i}"), &format!("u{i}"), true))
             .collect(),
@@ -287,6 +291,7 @@ fn plan_of_a_deployment_pool_keeps_each_slots_jobs_on_its_pod_and_adds_new_pods(
             "version: 2\nworkloads:\n  d-5f7-abcde:\n    version: 1\n    jobs: [a, b]\n  d-5f7-xyz12:\n    version: 2\n    jobs: [c, d]\n",
             json!({"swarm.io/slots": "[[\"d-5f7-abcde\"],[\"d-5f7-xyz12\"]]"}),
         )),
+        worker_config_maps: Vec::new(),
         pods: vec![
             pod("d-5f7-abcde", "u1", true),
             pod("d-5f7-xyz12", "u2", true),
@@ -362,6 +367,7 @@ fn plan_of_a_deployment_scale_down_waits_for_the_replica_set_to_remove_pods() {
             json!({"phase": "Balanced", "workload": "d", "workers": 5}),
         ),
         config_map: Some(config_map),
+        worker_config_maps: Vec::new(),
         pods: pods
             .iter()
             .enumerate()
@@ -389,6 +395,7 @@ fn plan_without_a_workload_says_why() {
     let view = PoolView {
         pool: pool(json!({"jobs": ["a"]}), json!({"phase": "Failed"})),
         config_map: Some(config_map("version: 1\nworkloads: {}\n", json!({}))),
+        worker_config_maps: Vec::new(),
         pods: Vec::new(),
     };
     let error = scale_plan::predict(&view, 2).expect_err("no workload");

@@ -23,7 +23,8 @@ pub struct Settings {
     pub pod_uid: String,
     /// `SWARM_POOL`: the SwarmPool's name, the Lease's `swarm.io/pool` label.
     pub pool: String,
-    /// `SWARM_CONFIG_MAP`: the pool's ConfigMap, by default `<pool>-config`.
+    /// `SWARM_CONFIG_MAP`: the pool's ConfigMap, by default `<pool>-config`; the worker reads
+    /// its own, [`Settings::own_config_map`].
     pub config_map: String,
     /// `SWARM_WORKER_REPORT`: the report file, if any.
     pub report: Option<PathBuf>,
@@ -38,6 +39,13 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The ConfigMap this worker reads, `<config_map>.<pod_name>`: the operator gives each
+    /// worker its own slice of the config, so a version change reaches only the workers whose
+    /// jobs it changes.
+    pub fn own_config_map(&self) -> String {
+        format!("{}.{}", self.config_map, self.pod_name)
+    }
+
     /// How long after its last successful Lease write the worker may run jobs.
     pub fn fence_after(&self) -> Duration {
         fence::limit(self.lease_duration, self.fence_margin)
@@ -123,6 +131,7 @@ mod tests {
         .complete()
         .unwrap();
         assert_eq!(settings.config_map, "pool-config");
+        assert_eq!(settings.own_config_map(), "pool-config.w-0");
         assert_eq!(settings.report, None);
         assert_eq!(settings.lease_duration, Duration::from_secs(10));
         assert_eq!(settings.fence_margin, Duration::from_secs(2));

@@ -1,5 +1,5 @@
-//! Where the worker reads its entry: the pool's ConfigMap through the API (GET, then WATCH by
-//! name from that GET's resourceVersion). There is no fallback to a mounted file: a worker
+//! Where the worker reads its entry: its own ConfigMap, `<pool's ConfigMap>.<pod>`, through the
+//! API (GET, then WATCH by name from that GET's resourceVersion). There is no fallback to a mounted file: a worker
 //! that cannot reach the API cannot renew its Lease either, so the operator hands its jobs to
 //! others, and it must run none of them (see [`crate::fence`]).
 

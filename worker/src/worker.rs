@@ -337,7 +337,7 @@ impl Worker {
             )),
             tokio::spawn(source::follow(
                 Api::namespaced(client, &settings.namespace),
-                settings.config_map.clone(),
+                settings.own_config_map(),
                 settings.pod_name.clone(),
                 config_tx,
             )),
@@ -551,7 +551,8 @@ async fn read_afresh(
     read: u64,
     out: mpsc::UnboundedSender<(u64, Result<Option<Observed>, ReadError>)>,
 ) {
-    let get = api.get_opt(&settings.config_map);
+    let name = settings.own_config_map();
+    let get = api.get_opt(&name);
     let result = match tokio::time::timeout(settings.fence_after(), get).await {
         Ok(Ok(None)) => Ok(None),
         Ok(Ok(Some(config_map))) => source::observe(&config_map, &settings.pod_name)

@@ -23,6 +23,8 @@ use tokio::sync::{Semaphore, oneshot, watch};
 
 const POD: &str = "w-0";
 const CONFIG_MAP: &str = "pool-config";
+/// The ConfigMap the worker of `POD` reads: its own slice of the pool's config.
+const OWN_CONFIG_MAP: &str = "pool-config.w-0";
 
 /// The application: records every call; each stop waits for a permit, so the test decides when
 /// a stop has finished.
@@ -79,7 +81,7 @@ fn config(version: u64, jobs: &[&str], others: &[&str]) -> ConfigMap {
     .render();
     ConfigMap {
         metadata: ObjectMeta {
-            name: Some(CONFIG_MAP.into()),
+            name: Some(OWN_CONFIG_MAP.into()),
             ..ObjectMeta::default()
         },
         data: Some(BTreeMap::from([("config.yml".to_string(), text)])),
@@ -88,9 +90,9 @@ fn config(version: u64, jobs: &[&str], others: &[&str]) -> ConfigMap {
 }
 
 async fn write_config(api: &Api<ConfigMap>, desired: ConfigMap) {
-    let mut current = api.get(CONFIG_MAP).await.unwrap();
+    let mut current = api.get(OWN_CONFIG_MAP).await.unwrap();
     current.data = desired.data;
-    api.replace(CONFIG_MAP, &PostParams::default(), &current)
+    api.replace(OWN_CONFIG_MAP, &PostParams::default(), &current)
         .await
         .unwrap();
 }
@@ -371,7 +373,7 @@ async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stop
     assert!(
         watches[0]
             .1
-            .contains("fieldSelector=metadata.name%3Dpool-config"),
+            .contains("fieldSelector=metadata.name%3Dpool-config.w-0"),
         "{watches:?}"
     );
     let gets = config_map_calls

@@ -36,6 +36,7 @@ use manifests::Example;
 use operator::Operator;
 use real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, RealCluster};
 use sim_inspect::{HARNESS_USER_AGENT, PodMounts, RequestRecord, SimInspector};
+use worker_config::WorkerConfig;
 use worker_fleet::{Fleet, FleetSpec, Workers};
 
 /// Names a file each scenario appends its timing to (see [`Env::record_timing`]).
@@ -665,6 +666,54 @@ impl Env {
     pub async fn config_map(&self, name: &str) -> Option<ConfigMap> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.example.namespace());
         api.get_opt(name).await.expect("GET the ConfigMap")
+    }
+
+    /// The worker config of pool `pool` from its ConfigMap `config_map` (`main`, as read):
+    /// its `config.yml`, or in the per-worker layout its `index.yml` and the workers' own
+    /// ConfigMaps. `Ok(None)` when there is no config yet.
+    pub async fn pool_config(
+        &self,
+        pool: &str,
+        config_map: &str,
+        main: Option<&ConfigMap>,
+    ) -> Result<Option<WorkerConfig>, String> {
+        let data = main.and_then(|cm| cm.data.as_ref());
+        if let Some(text) = data.and_then(|d| d.get("config.yml")) {
+            return WorkerConfig::parse(text)
+                .map(Some)
+                .map_err(|e| format!("{config_map} holds an unreadable config.yml: {e}"));
+        }
+        let Some(index) = data.and_then(|d| d.get("index.yml")) else {
+            return Ok(None);
+        };
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &self.example.namespace());
+        let selector = format!("swarm.io/pool={pool},swarm.io/worker");
+        let listed = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| format!("LIST the workers' ConfigMaps: {e}"))?;
+        let slices: Vec<(String, String, String)> = listed
+            .items
+            .iter()
+            .map(|cm| {
+                let name = cm.metadata.name.clone().unwrap_or_default();
+                let pod = cm
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("swarm.io/worker"))
+                    .cloned()
+                    .unwrap_or_default();
+                let text = cm
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("config.yml"))
+                    .cloned()
+                    .unwrap_or_default();
+                (name, pod, text)
+            })
+            .collect();
+        WorkerConfig::assemble(config_map, index, &slices).map(Some)
     }
 
     /// Every pod in the example namespace.

@@ -127,13 +127,10 @@ pub async fn observe(env: &Env) -> Result<Observed, String> {
         .map(str::to_string)
         .unwrap_or_else(|| env.example.config_map_name());
     let config_map = env.config_map(&config_map_name).await;
-    let config = match config_map.as_ref().and_then(config_text) {
-        Some(text) => Some(
-            WorkerConfig::parse(&text)
-                .map_err(|e| format!("{config_map_name} holds an unreadable {CONFIG_KEY}: {e}"))?,
-        ),
-        None => None,
-    };
+    let pool_name = pool["metadata"]["name"].as_str().unwrap_or_default();
+    let config = env
+        .pool_config(pool_name, &config_map_name, config_map.as_ref())
+        .await?;
     let pods = worker_pods(&env.pods().await, &env.example.statefulset_name());
     Ok(Observed {
         pool,

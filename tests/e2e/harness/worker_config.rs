@@ -84,6 +84,54 @@ impl WorkerConfig {
         })
     }
 
+    /// The config of the per-worker layout (`rollout.policy: Acknowledge`): `index.yml` of the
+    /// pool's ConfigMap `config_map`, and `slices`, each worker's own ConfigMap as (name, the
+    /// pod its `swarm.io/worker` label names, its `config.yml`). Checks what the README
+    /// promises of each: it is named `<config_map>.<pod>` and holds that pod's entry only.
+    pub fn assemble(
+        config_map: &str,
+        index: &str,
+        slices: &[(String, String, String)],
+    ) -> Result<WorkerConfig, String> {
+        let doc: Value = serde_yaml::from_str(index).map_err(|e| format!("index.yml: {e}"))?;
+        let version = doc
+            .get("version")
+            .and_then(Value::as_u64)
+            .ok_or("index.yml: missing integer `version`")?;
+        let mut assembled = WorkerConfig {
+            version,
+            workloads: Vec::new(),
+            transit: Vec::new(),
+        };
+        for (name, pod, text) in slices {
+            if *name != format!("{config_map}.{pod}") {
+                return Err(format!(
+                    "worker ConfigMap {name} is not named {config_map}.{pod}"
+                ));
+            }
+            let slice = WorkerConfig::parse(text).map_err(|e| format!("{name}: {e}"))?;
+            let others = slice
+                .workloads
+                .iter()
+                .map(|(p, _)| p)
+                .chain(slice.transit.iter().map(|(p, _)| p))
+                .find(|p| *p != pod);
+            if let Some(other) = others {
+                return Err(format!("{name} holds an entry of {other}"));
+            }
+            assembled.workloads.extend(slice.workloads);
+            assembled.transit.extend(slice.transit);
+        }
+        // Ordinal order, as in the whole config.
+        let key = |pod: &str| {
+            let (stem, tail) = pod.rsplit_once('-').unwrap_or((pod, ""));
+            (stem.to_owned(), tail.parse::<u64>().ok(), pod.to_owned())
+        };
+        assembled.workloads.sort_by_key(|(pod, _)| key(pod));
+        assembled.transit.sort_by_key(|(pod, _)| key(pod));
+        Ok(assembled)
+    }
+
     /// The entry of `pod`, if it has one.
     pub fn workload(&self, pod: &str) -> Option<&Workload> {
         self.workloads

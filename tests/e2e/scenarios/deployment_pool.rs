@@ -374,12 +374,10 @@ async fn settle_replaced(env: &Env, replicas: usize, before: &Settled) -> Settle
 async fn read(env: &Env) -> Result<Settled, String> {
     let pool = env.pool_named(POOL).await.ok_or("no pool yet")?;
     let cm = env.config_map(CONFIG_MAP).await.ok_or("no ConfigMap yet")?;
-    let text = cm
-        .data
-        .as_ref()
-        .and_then(|d| d.get("config.yml"))
-        .ok_or("no config.yml")?;
-    let config = WorkerConfig::parse(text)?;
+    let config = env
+        .pool_config(POOL, CONFIG_MAP, Some(&cm))
+        .await?
+        .ok_or("no config yet")?;
     let pods = deployment_pods(&env.pods().await);
     Ok(Settled { pool, config, pods })
 }

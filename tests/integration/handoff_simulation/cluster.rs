@@ -16,6 +16,8 @@ use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::controller::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_operator::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
 use swarm_operator::planner::CONFIG_KEY;
+use swarm_operator::state::config_map::pool_config;
+use swarm_operator::state::worker_slices::slice_name;
 
 use super::process::{self, LEASE_SECONDS, Process};
 
@@ -79,6 +81,8 @@ pub struct Cluster {
     pub revision: usize,
     pub pods: Vec<PodInstance>,
     pub config_map: Option<ConfigMap>,
+    /// The workers' own ConfigMaps (the per-worker layout of `Acknowledge`).
+    pub slices: Vec<ConfigMap>,
     /// Workers follow `rollout.policy: Acknowledge`: they read the ConfigMap through the API
     /// (each when its watch delivers, see [`Cluster::sync`]) and acknowledge what they run in
     /// a Lease per pod name (see [`Cluster::ack`]).
@@ -119,6 +123,7 @@ impl Cluster {
             revision: 1,
             pods: Vec::new(),
             config_map: None,
+            slices: Vec::new(),
             acknowledge: false,
             leases: BTreeMap::new(),
             lease_faults: false,
@@ -143,7 +148,7 @@ impl Cluster {
         self.elapse(1000);
         let step = self.step;
         self.pods.retain(|p| p.gone_at.is_none_or(|at| at > step));
-        let config = self.config();
+        let configs = self.configs();
         let (lease_faults, millis) = (self.lease_faults, self.millis);
         let starts_live = self.starts_live;
         for pod in &mut self.pods {
@@ -158,6 +163,7 @@ impl Cluster {
                     pod.runs = Some(BTreeSet::new());
                     continue;
                 }
+                let config = &configs[&pod.name()];
                 let entry = own_jobs(config.as_ref(), &pod.name());
                 pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
                 pod.runs = Some(entry);
@@ -238,15 +244,16 @@ impl Cluster {
     }
 
     fn sync_where(&mut self, synced: impl Fn(usize) -> bool) {
-        let Some(config) = self.config().filter(|_| self.acknowledge) else {
+        if !self.acknowledge {
             return;
-        };
+        }
+        let configs = self.configs();
         let (fencing, millis) = (self.fencing, self.millis);
         for (i, pod) in self.pods.iter_mut().enumerate() {
             if pod.runs.is_none() || !synced(i) {
                 continue;
             }
-            let mut config = Some(config.clone());
+            let mut config = configs[&pod.name].clone();
             if pod.process.as_ref().is_some_and(|p| !p.connected()) {
                 continue;
             }
@@ -285,9 +292,10 @@ impl Cluster {
         if !self.acknowledge {
             return;
         }
-        let config = self.config();
+        let configs = self.configs();
         let (fencing, millis) = (self.fencing, self.millis);
         for (i, pod) in self.pods.iter_mut().enumerate() {
+            let config = &configs[&pod.name];
             let Some(runs) = pod.runs.as_mut() else {
                 continue;
             };
@@ -420,11 +428,11 @@ impl Cluster {
         if self.kind != Kind::Deployment || self.acknowledge {
             return;
         }
-        let config = self.config();
+        let configs = self.configs();
         for (i, pod) in self.pods.iter_mut().enumerate() {
             let waiting = pod.runs.as_ref().is_some_and(BTreeSet::is_empty);
             if waiting && refreshed(i) {
-                pod.runs = Some(own_jobs(config.as_ref(), &pod.name()));
+                pod.runs = Some(own_jobs(configs[&pod.name].as_ref(), &pod.name()));
             }
         }
     }
@@ -484,7 +492,7 @@ impl Cluster {
     /// The worker process of pod `index` restarts inside its pod and reads the mounted file
     /// again, which the kubelet may have refreshed to the newest content.
     pub fn restart_container(&mut self, index: usize) {
-        let config = self.config();
+        let configs = self.configs();
         let uid = self.pod_at(index).map(|p| p.uid.clone());
         let (millis, starts_live) = (self.millis, self.starts_live);
         for pod in self
@@ -511,16 +519,39 @@ impl Cluster {
                     continue;
                 }
             }
+            let config = &configs[&pod.name];
             let entry = own_jobs(config.as_ref(), &pod.name());
             pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
             pod.runs = Some(entry);
         }
     }
 
-    /// The config in the ConfigMap, if it has one.
+    /// The pool's config as the operator wrote it, in either layout.
     pub fn config(&self) -> Option<WorkerConfig> {
-        let text = self.config_map.as_ref()?.data.as_ref()?.get(CONFIG_KEY)?;
-        WorkerConfig::parse(text).ok()
+        pool_config(self.config_map.as_ref()?, &self.slices)
+    }
+
+    /// What each pod reads: under `Acknowledge` its own ConfigMap, else the pool's `config.yml`.
+    fn configs(&self) -> BTreeMap<String, Option<WorkerConfig>> {
+        self.pods
+            .iter()
+            .map(|pod| {
+                let config = if self.acknowledge {
+                    let name = slice_name("pool-config", &pod.name);
+                    self.slices
+                        .iter()
+                        .find(|cm| cm.metadata.name.as_deref() == Some(name.as_str()))
+                        .and_then(|cm| cm.data.as_ref()?.get(CONFIG_KEY))
+                        .and_then(|text| WorkerConfig::parse(text).ok())
+                } else {
+                    self.config_map
+                        .as_ref()
+                        .and_then(|cm| cm.data.as_ref()?.get(CONFIG_KEY))
+                        .and_then(|text| WorkerConfig::parse(text).ok())
+                };
+                (pod.name.clone(), config)
+            })
+            .collect()
     }
 
     /// What every pod of the API runs, for pods that started: job -> pod instances. A paused

@@ -173,6 +173,7 @@ impl Operator {
         let acks = self.acks(cluster);
         let mut api = MemoryCluster {
             config_map: cluster.config_map.clone(),
+            slices: cluster.slices.clone(),
             pods: cluster.api_pods().iter().map(PodSummary::from).collect(),
             leases: if self.trusts_lease_cache {
                 self.leases.values().cloned().collect()
@@ -194,6 +195,8 @@ impl Operator {
                 other_pools: Vec::new(),
                 pods_are_live: false,
                 config_map: cluster.config_map.as_ref(),
+                worker_config_maps: cluster.slices.iter().collect(),
+                slices_are_live: false,
                 deleting: &self.deleting,
                 acks: &acks,
                 now: cluster.now(),
@@ -207,6 +210,7 @@ impl Operator {
             record.versions.push(version);
         }
         cluster.config_map = api.config_map;
+        cluster.slices = api.slices;
         for delete in &api.delete_requests {
             if cluster.delete(&delete.uid) {
                 *record.deletes.entry(delete.uid.clone()).or_default() += 1;

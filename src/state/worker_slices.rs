@@ -1,0 +1,554 @@
+//! The per-worker layout of a pool's config (`rollout.policy: Acknowledge`): each worker reads
+//! only its own slice, so a version change sends watch traffic only to the workers whose slice
+//! changed, and no object grows with the pool.
+//!
+//! - The pool's ConfigMap `<name>` holds the rollout records (annotations) and `index.yml`: the
+//!   config version and, for every worker with a slice, the version its slice was written at.
+//! - Worker `<pod>` reads ConfigMap `<name>.<pod>` (labels `swarm.io/pool`, `swarm.io/worker`),
+//!   whose `config.yml` is the whole config's format cut to that pod: its entry of `workloads`
+//!   and of `transit`, and as `version` the config version the slice last changed at.
+//!
+//! The index is written first and the slices after it, so a crash or a deposed leader can leave
+//! a slice behind its index entry, with a write of it possibly still in flight. Such a slice is
+//! *unsettled*: it is fenced (re-applied over the resourceVersion read, so an older write in
+//! flight can no longer land) before the planner trusts what it shows. Within one write, slices
+//! that lose jobs are written before slices that gain any: a crash in between leaves a job in
+//! nobody's slice, never in two.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
+use serde::{Deserialize, Serialize};
+use swarm_assign::worker_config::{WorkerConfig, Workload};
+
+use crate::crd::SwarmPool;
+use crate::names::{FENCED_AT_ANNOTATION, MANAGED_BY_LABEL, MANAGER, POOL_LABEL, WORKER_LABEL};
+use crate::planner::handoff::Holders;
+use crate::planner::validate::{Failure, FailureReason};
+use crate::state::config_map::{CONFIG_KEY, CONFIG_MAP_MAX_BYTES};
+
+/// The pool ConfigMap's key holding the index.
+pub const INDEX_KEY: &str = "index.yml";
+
+/// The ConfigMap worker `pod` reads its slice from.
+pub fn slice_name(config_map: &str, pod: &str) -> String {
+    format!("{config_map}.{pod}")
+}
+
+/// `index.yml`: the config version, and the version each worker's slice was written at.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Index {
+    /// The config version.
+    pub version: u64,
+    /// Pod name to the version of its slice.
+    #[serde(default)]
+    pub workers: BTreeMap<String, u64>,
+}
+
+impl Index {
+    /// The index of a pool ConfigMap in this layout, if it is one.
+    pub fn of(main: &ConfigMap) -> Option<Result<Index, serde_yaml::Error>> {
+        let text = main.data.as_ref()?.get(INDEX_KEY)?;
+        Some(serde_yaml::from_str(text))
+    }
+
+    /// The YAML text.
+    pub fn render(&self) -> String {
+        serde_yaml::to_string(self).expect("strings and integers always serialize to YAML")
+    }
+}
+
+/// One worker's slice as a ConfigMap shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slice {
+    /// The config version the slice was written at.
+    pub version: u64,
+    /// The pod's workload, if the slice has one.
+    pub workload: Option<Workload>,
+    /// The jobs in transit from the pod.
+    pub transit: Vec<String>,
+    /// The index version a write of which this slice was fenced against.
+    pub fenced_at: Option<u64>,
+}
+
+impl Slice {
+    /// The slice in `cm` for `pod`; an unreadable one holds nothing at version 0.
+    pub fn read(cm: &ConfigMap, pod: &str) -> Slice {
+        let config = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get(CONFIG_KEY))
+            .and_then(|text| WorkerConfig::parse(text).ok());
+        let fenced_at = cm
+            .annotations()
+            .get(FENCED_AT_ANNOTATION)
+            .and_then(|v| v.parse().ok());
+        match config {
+            Some(config) => Slice::of(&config, pod, config.version, fenced_at),
+            None => Slice {
+                version: 0,
+                workload: None,
+                transit: Vec::new(),
+                fenced_at,
+            },
+        }
+    }
+
+    /// The slice of `config` for `pod`, at `version`.
+    fn of(config: &WorkerConfig, pod: &str, version: u64, fenced_at: Option<u64>) -> Slice {
+        Slice {
+            version,
+            workload: config.workload(pod).cloned(),
+            transit: config
+                .transit()
+                .find(|(from, _)| *from == pod)
+                .map(|(_, jobs)| jobs.to_vec())
+                .unwrap_or_default(),
+            fenced_at,
+        }
+    }
+
+    /// Whether two slices list the same jobs, whatever their versions.
+    fn same_content(&self, other: &Slice) -> bool {
+        self.workload == other.workload && self.transit == other.transit
+    }
+
+    /// Whether this slice lists a job (run or in transit) that `before` does not.
+    fn gains_over(&self, before: Option<&Slice>) -> bool {
+        let had: BTreeSet<&str> = before
+            .into_iter()
+            .flat_map(|s| s.jobs())
+            .map(String::as_str)
+            .collect();
+        self.jobs().any(|job| !had.contains(job.as_str()))
+    }
+
+    fn jobs(&self) -> impl Iterator<Item = &String> {
+        self.workload
+            .iter()
+            .flat_map(|w| w.jobs.iter())
+            .chain(&self.transit)
+    }
+
+    /// The `config.yml` text of this slice for `pod`.
+    pub fn render(&self, pod: &str) -> String {
+        WorkerConfig::new(
+            self.version,
+            self.workload.clone().map(|w| (pod.to_owned(), w)),
+        )
+        .with_transit([(pod.to_owned(), self.transit.clone())])
+        .render()
+    }
+}
+
+/// The slices of one pool as observed: pod name to its ConfigMap.
+#[derive(Clone, Debug, Default)]
+pub struct Observed<'a> {
+    by_pod: BTreeMap<String, &'a ConfigMap>,
+}
+
+impl<'a> Observed<'a> {
+    /// The slices among `config_maps` that belong to the pool's ConfigMap `name`: labelled
+    /// with a worker and named after it.
+    pub fn of(name: &str, config_maps: impl IntoIterator<Item = &'a ConfigMap>) -> Self {
+        let by_pod = config_maps
+            .into_iter()
+            .filter_map(|cm| {
+                let pod = cm.labels().get(WORKER_LABEL)?;
+                (cm.metadata.name.as_deref() == Some(slice_name(name, pod).as_str()))
+                    .then(|| (pod.clone(), cm))
+            })
+            .collect();
+        Observed { by_pod }
+    }
+
+    /// The ConfigMap of `pod`'s slice, if there is one.
+    pub fn get(&self, pod: &str) -> Option<&'a ConfigMap> {
+        self.by_pod.get(pod).copied()
+    }
+
+    /// Every slice: pod name and ConfigMap.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &'a ConfigMap)> {
+        self.by_pod.iter().map(|(pod, cm)| (pod.as_str(), *cm))
+    }
+}
+
+/// The config the slices make up with their index.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Assembled {
+    /// The config: the index's version, and every observed slice's workload and transit.
+    pub config: WorkerConfig,
+    /// Workers whose slice shows neither the version the index records nor a fence at it: a
+    /// write of theirs may have been lost or may still land.
+    pub unsettled: BTreeSet<String>,
+}
+
+/// The config of `index` and the observed `slices`. A slice the index does not list still
+/// counts (its worker may run what it shows), and is deleted or rewritten by the next write.
+pub fn assemble(index: &Index, slices: &Observed) -> Assembled {
+    let mut workloads = Vec::new();
+    let mut transit = Vec::new();
+    for (pod, cm) in slices.iter() {
+        let slice = Slice::read(cm, pod);
+        if let Some(workload) = slice.workload {
+            workloads.push((pod.to_owned(), workload));
+        }
+        transit.push((pod.to_owned(), slice.transit));
+    }
+    let unsettled = index
+        .workers
+        .iter()
+        .filter(|(pod, version)| {
+            slices.get(pod).is_none_or(|cm| {
+                let slice = Slice::read(cm, pod);
+                slice.version != **version && slice.fenced_at != Some(**version)
+            })
+        })
+        .map(|(pod, _)| pod.clone())
+        .collect();
+    Assembled {
+        config: WorkerConfig::new(index.version, workloads).with_transit(transit),
+        unsettled,
+    }
+}
+
+/// Pods whose holder record waits for the acknowledgement of a version later than their slice
+/// shows (the write of that version never landed, and its slice was fenced as it was): their
+/// slice must be written again, at a new version the worker can acknowledge.
+pub fn lagging(holders: &Holders, slices: &Observed) -> BTreeSet<String> {
+    holders
+        .entries()
+        .iter()
+        .filter(|(_, holder)| !holder.gone)
+        .filter_map(|(pod, holder)| {
+            let cm = slices.get(pod)?;
+            (Slice::read(cm, pod).version < holder.version?).then(|| pod.clone())
+        })
+        .collect()
+}
+
+/// The slices `config` is made of, by pod: every pod with a workload or jobs in transit.
+fn slices_of(config: &WorkerConfig) -> BTreeMap<String, Slice> {
+    let pods = config
+        .workloads()
+        .map(|(pod, _)| pod)
+        .chain(config.transit().map(|(pod, _)| pod));
+    pods.map(|pod| (pod.to_owned(), Slice::of(config, pod, config.version, None)))
+        .collect()
+}
+
+/// Whether writing `config` changes some observed slice (or one of `rewrite` must be written
+/// again), which must then carry a new version.
+pub fn changes_slices(
+    config: &WorkerConfig,
+    observed: &Observed,
+    rewrite: &BTreeSet<String>,
+) -> bool {
+    let desired = slices_of(config);
+    rewrite.iter().any(|pod| desired.contains_key(pod))
+        || observed.iter().any(|(pod, _)| !desired.contains_key(pod))
+        || desired.iter().any(|(pod, slice)| {
+            observed
+                .get(pod)
+                .is_none_or(|cm| !Slice::read(cm, pod).same_content(slice))
+        })
+}
+
+/// The writes that bring the slices to `config`, in their order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SliceWrites {
+    /// Written first: fences, and slices that gain no job.
+    pub first: Vec<ConfigMap>,
+    /// Slices no worker needs any more (their observed copies), deleted with the first.
+    pub deletes: Vec<ConfigMap>,
+    /// Written once all of `first` and `deletes` went through: slices that gain a job.
+    pub then: Vec<ConfigMap>,
+}
+
+impl SliceWrites {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.first.is_empty() && self.deletes.is_empty() && self.then.is_empty()
+    }
+
+    /// How many objects it writes or deletes.
+    pub fn len(&self) -> usize {
+        self.first.len() + self.deletes.len() + self.then.len()
+    }
+}
+
+/// The index and the slice writes for `config` over the observed slices. A slice whose content
+/// is unchanged (and not in `rewrite`) keeps its version; any other is written at
+/// `config.version`, which the caller made new when some slice changes (see
+/// [`changes_slices`]).
+pub(crate) fn desired(
+    pool: &SwarmPool,
+    name: &str,
+    config: &WorkerConfig,
+    observed: &Observed,
+    rewrite: &BTreeSet<String>,
+) -> Result<(Index, SliceWrites), Failure> {
+    let mut index = Index {
+        version: config.version,
+        workers: BTreeMap::new(),
+    };
+    let mut writes = SliceWrites::default();
+    for (pod, slice) in slices_of(config) {
+        let before = observed.get(&pod).map(|cm| Slice::read(cm, &pod));
+        if let Some(before) = before
+            .as_ref()
+            .filter(|b| b.same_content(&slice) && !rewrite.contains(&pod))
+        {
+            index.workers.insert(pod, before.version);
+            continue;
+        }
+        index.workers.insert(pod.clone(), slice.version);
+        let cm = slice_config_map(pool, name, &pod, &slice)?;
+        if slice.gains_over(before.as_ref()) {
+            writes.then.push(cm);
+        } else {
+            writes.first.push(cm);
+        }
+    }
+    writes.deletes = observed
+        .iter()
+        .filter(|(pod, _)| !index.workers.contains_key(*pod))
+        .map(|(_, cm)| cm.clone())
+        .collect();
+    Ok((index, writes))
+}
+
+/// The fences the unsettled slices need: each re-applied as observed (a missing one created
+/// empty) with the index version it is fenced at, so that a write of that version still in
+/// flight, made over an older resourceVersion, can no longer land.
+pub(crate) fn fences(
+    pool: &SwarmPool,
+    name: &str,
+    index: &Index,
+    observed: &Observed,
+    unsettled: &BTreeSet<String>,
+) -> Result<SliceWrites, Failure> {
+    let first = unsettled
+        .iter()
+        .filter_map(|pod| Some((pod, *index.workers.get(pod)?)))
+        .map(|(pod, at)| {
+            let mut slice = observed.get(pod).map_or(
+                Slice {
+                    version: 0,
+                    workload: None,
+                    transit: Vec::new(),
+                    fenced_at: None,
+                },
+                |cm| Slice::read(cm, pod),
+            );
+            slice.fenced_at = Some(at);
+            slice_config_map(pool, name, pod, &slice)
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(SliceWrites {
+        first,
+        ..SliceWrites::default()
+    })
+}
+
+/// The ConfigMap of `pod`'s slice, owned by the pool.
+fn slice_config_map(
+    pool: &SwarmPool,
+    name: &str,
+    pod: &str,
+    slice: &Slice,
+) -> Result<ConfigMap, Failure> {
+    let text = slice.render(pod);
+    let size = CONFIG_KEY.len() + text.len();
+    if size > CONFIG_MAP_MAX_BYTES {
+        return Err(Failure::new(
+            FailureReason::ConfigMapTooLarge,
+            format!(
+                "worker {pod}'s config.yml would be {size} bytes; one worker's ConfigMap holds at most {CONFIG_MAP_MAX_BYTES}: add workers"
+            ),
+        ));
+    }
+    let annotations = slice
+        .fenced_at
+        .map(|at| BTreeMap::from([(FENCED_AT_ANNOTATION.to_owned(), at.to_string())]));
+    Ok(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(slice_name(name, pod)),
+            namespace: pool.namespace(),
+            labels: Some(BTreeMap::from([
+                (MANAGED_BY_LABEL.to_owned(), MANAGER.to_owned()),
+                (POOL_LABEL.to_owned(), pool.name_any()),
+                (WORKER_LABEL.to_owned(), pod.to_owned()),
+            ])),
+            annotations,
+            owner_references: pool.controller_owner_ref(&()).map(|r| vec![r]),
+            ..ObjectMeta::default()
+        },
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_owned(), text)])),
+        ..ConfigMap::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool() -> SwarmPool {
+        let mut pool = SwarmPool::new(
+            "p",
+            serde_json::from_value(serde_json::json!({
+                "selector": {"matchLabels": {"app": "w"}},
+                "jobs": ["a", "b", "c"],
+            }))
+            .unwrap(),
+        );
+        pool.metadata.namespace = Some("ns".into());
+        pool.metadata.uid = Some("pool-uid".into());
+        pool
+    }
+
+    fn workload(version: u64, jobs: &[&str]) -> Workload {
+        Workload {
+            version,
+            jobs: jobs.iter().map(|j| j.to_string()).collect(),
+        }
+    }
+
+    /// `w-0` runs `a`, `w-1` runs `b` and has `c` in transit, at version `version`.
+    fn config(version: u64) -> WorkerConfig {
+        WorkerConfig::new(
+            version,
+            [
+                ("w-0".to_owned(), workload(version, &["a"])),
+                ("w-1".to_owned(), workload(version, &["b"])),
+            ],
+        )
+        .with_transit([("w-1".to_owned(), vec!["c".to_owned()])])
+    }
+
+    /// The ConfigMaps a write of `config` over nothing creates, as the API server holds them.
+    fn written(config: &WorkerConfig) -> (Index, Vec<ConfigMap>) {
+        let (index, writes) = desired(
+            &pool(),
+            "p-config",
+            config,
+            &Observed::default(),
+            &BTreeSet::new(),
+        )
+        .unwrap();
+        (index, writes.first.into_iter().chain(writes.then).collect())
+    }
+
+    #[test]
+    fn each_worker_gets_its_own_slice_and_the_slices_make_up_the_config() {
+        let (index, cms) = written(&config(3));
+        let names: Vec<_> = cms.iter().map(|cm| cm.name_any()).collect();
+        assert_eq!(names, ["p-config.w-0", "p-config.w-1"]);
+        assert_eq!(
+            index.workers,
+            BTreeMap::from([("w-0".into(), 3), ("w-1".into(), 3)])
+        );
+        let w1 = &cms[1].data.as_ref().unwrap()[CONFIG_KEY];
+        assert!(!w1.contains("w-0"), "{w1}");
+        let assembled = assemble(&index, &Observed::of("p-config", &cms));
+        assert_eq!(assembled.config, config(3));
+        assert!(assembled.unsettled.is_empty());
+        // Another pool's ConfigMaps, and ones not named after their worker, are not slices.
+        let mut stray = cms[0].clone();
+        stray.metadata.name = Some("other.w-0".into());
+        assert!(Observed::of("p-config", [&stray]).get("w-0").is_none());
+    }
+
+    #[test]
+    fn only_changed_slices_are_written_and_those_that_gain_a_job_go_last() {
+        let (_, cms) = written(&config(3));
+        let observed = Observed::of("p-config", &cms);
+        // `c` goes from transit to w-0: w-1 loses it, w-0 gains it.
+        let next = WorkerConfig::new(
+            4,
+            [
+                ("w-0".to_owned(), workload(4, &["a", "c"])),
+                ("w-1".to_owned(), workload(3, &["b"])),
+            ],
+        );
+        assert!(changes_slices(&next, &observed, &BTreeSet::new()));
+        let (index, writes) =
+            desired(&pool(), "p-config", &next, &observed, &BTreeSet::new()).unwrap();
+        let names = |cms: &[ConfigMap]| cms.iter().map(|cm| cm.name_any()).collect::<Vec<_>>();
+        assert_eq!(names(&writes.first), ["p-config.w-1"]);
+        assert_eq!(names(&writes.then), ["p-config.w-0"]);
+        assert!(writes.deletes.is_empty());
+        assert_eq!(index.workers["w-0"], 4);
+
+        // Unchanged: nothing to write, and each slice keeps its version.
+        assert!(!changes_slices(&config(3), &observed, &BTreeSet::new()));
+        let (index, writes) =
+            desired(&pool(), "p-config", &config(3), &observed, &BTreeSet::new()).unwrap();
+        assert!(writes.is_empty());
+        assert_eq!(index.workers["w-1"], 3);
+    }
+
+    #[test]
+    fn a_worker_with_nothing_left_has_its_slice_deleted() {
+        let (_, cms) = written(&config(3));
+        let observed = Observed::of("p-config", &cms);
+        let next = WorkerConfig::new(4, [("w-0".to_owned(), workload(4, &["a", "b", "c"]))]);
+        let (index, writes) =
+            desired(&pool(), "p-config", &next, &observed, &BTreeSet::new()).unwrap();
+        assert_eq!(writes.deletes.len(), 1);
+        assert_eq!(writes.deletes[0].name_any(), "p-config.w-1");
+        assert!(!index.workers.contains_key("w-1"));
+    }
+
+    #[test]
+    fn a_slice_behind_its_index_is_unsettled_until_fenced_and_then_counts_as_it_shows() {
+        let (mut index, cms) = written(&config(3));
+        // A write of version 4 to w-1 was recorded in the index but never landed (yet).
+        index.workers.insert("w-1".into(), 4);
+        index.version = 4;
+        // w-2's first slice never landed at all.
+        index.workers.insert("w-2".into(), 4);
+        let observed = Observed::of("p-config", &cms);
+        let assembled = assemble(&index, &observed);
+        assert_eq!(
+            assembled.unsettled,
+            BTreeSet::from(["w-1".to_owned(), "w-2".to_owned()])
+        );
+        let fences = fences(&pool(), "p-config", &index, &observed, &assembled.unsettled).unwrap();
+        assert_eq!(fences.first.len(), 2);
+        // The fence keeps what the slice shows: a worker must not acknowledge the version it
+        // never read.
+        let fenced_w1 = Slice::read(&fences.first[0], "w-1");
+        assert_eq!(fenced_w1.version, 3);
+        assert_eq!(fenced_w1.transit, ["c"]);
+        assert_eq!(fenced_w1.fenced_at, Some(4));
+        let fenced_w2 = Slice::read(&fences.first[1], "w-2");
+        assert_eq!((fenced_w2.version, fenced_w2.workload), (0, None));
+
+        let after: Vec<ConfigMap> = vec![
+            cms[0].clone(),
+            fences.first[0].clone(),
+            fences.first[1].clone(),
+        ];
+        let settled = assemble(&index, &Observed::of("p-config", &after));
+        assert!(settled.unsettled.is_empty());
+        assert_eq!(settled.config.workload("w-1"), Some(&workload(3, &["b"])));
+    }
+
+    #[test]
+    fn a_slice_too_large_for_one_config_map_fails_naming_the_worker() {
+        let jobs: Vec<String> = (0..40_000).map(|i| format!("job-{i:012}")).collect();
+        let big = WorkerConfig::new(1, [("w-0".to_owned(), Workload { version: 1, jobs })]);
+        let error = desired(
+            &pool(),
+            "p-config",
+            &big,
+            &Observed::default(),
+            &BTreeSet::new(),
+        )
+        .unwrap_err();
+        assert!(error.message.contains("worker w-0"), "{}", error.message);
+    }
+}
