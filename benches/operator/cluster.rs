@@ -275,7 +275,9 @@ impl Cluster {
 
 /// Whether a pool reports what the benchmark waits for: Balanced on its current generation,
 /// every job held by exactly one Ready worker, no worker left to refresh.
-pub fn settled(pool: &SwarmPool, expected_workers: usize) -> bool {
+/// Whether `pool` is Balanced over `expected_workers` with all `expected_jobs` held (counted by
+/// the caller: jobs in ConfigMaps the pool reads change no generation).
+pub fn settled(pool: &SwarmPool, expected_workers: usize, expected_jobs: usize) -> bool {
     let Some(status) = &pool.status else {
         return false;
     };
@@ -283,7 +285,7 @@ pub fn settled(pool: &SwarmPool, expected_workers: usize) -> bool {
         && status.observed_generation == pool.metadata.generation
         && status.workers as usize == expected_workers
         && status.ready_workers as usize == expected_workers
-        && status.jobs as usize == pool.spec.jobs.len()
+        && status.jobs as usize == expected_jobs
         && status.unassigned_jobs == 0
         && status.jobs_in_transit == 0
         && status.stale_workers.is_empty()

@@ -11,7 +11,11 @@
 //! 4. scale: one pool at a time (up to 20), scale its StatefulSet up by one and time until the
 //!    ConfigMap's version changes, then wait for the pool to settle;
 //! 5. full rollout: add a job per worker to every pool (every worker restarts), time until all
-//!    settle; the RSS after it is read after the same idle time as the RSS after step 3.
+//!    settle; the RSS after it is read after the same idle time as the RSS after step 3;
+//!    `SWARM_BENCH_ROLLOUTS=N` runs N of them, each with the RSS after it.
+//!
+//! A pool of more than 20,000 jobs takes them from ConfigMaps (`spec.jobsFrom`), as a SwarmPool
+//! object holds at most about 1.5 MiB.
 //!
 //! A cell with the suffix `:ack` (`10x10x50:ack`) creates its pools under `rollout.policy:
 //! Acknowledge`, and this process runs the load driver of `driver.rs`: a `swarm-worker` Worker
@@ -103,6 +107,8 @@ struct Measured {
     scale_samples: usize,
     scale_latency_ms: Vec<f64>,
     full_rollout: Duration,
+    /// Each further full rollout: how long it took, and the RSS after it (after the idle time).
+    more_rollouts: Vec<(Duration, f64)>,
     full_rollout_requests: Requests,
     /// Only for `:ack` cells.
     ack: Option<AckMeasured>,
@@ -189,8 +195,12 @@ async fn run_cell(
     let dir = tempfile::tempdir().expect("scratch directory");
     let cluster = Cluster::start(dir.path(), real.as_deref(), &format!("bench-{index}")).await;
     let http = reqwest::Client::new();
-    let name = |i: usize| format!("pool-{i:03}");
+    let name = pool_name;
     let config_map = |i: usize| format!("pool-{i:03}-config");
+    let rollouts: usize = std::env::var("SWARM_BENCH_ROLLOUTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
 
     let driver = if cell.ack {
         let lease = lease_seconds.map(Duration::from_secs);
@@ -240,7 +250,7 @@ async fn run_cell(
             .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs, cell.ack)
             .await;
     }
-    wait_settled(&cluster, &workers, "every pool to converge").await;
+    wait_settled(&cluster, &workers, &jobs, "every pool to converge").await;
     let converge = began.elapsed();
     let converged_at = Instant::now();
     let driver_converged = driver.as_ref().map(LoadDriver::requests);
@@ -264,7 +274,7 @@ async fn run_cell(
     let scale_samples = cell.pools.min(SCALE_SAMPLES);
     let mut scale_latency_ms = Vec::new();
     let mut scale_balanced_ms = Vec::new();
-    for i in 0..scale_samples {
+    for (i, pool_jobs) in jobs.iter().enumerate().take(scale_samples) {
         let before = cluster.config_version(&config_map(i)).await.unwrap_or(0);
         let replicas = cell.workers + 1;
         let t = Instant::now();
@@ -288,12 +298,13 @@ async fn run_cell(
         scale_latency_ms.push(t.elapsed().as_secs_f64() * 1000.0);
         workers.insert(name(i), replicas);
         let pool = name(i);
+        let jobs_now = pool_jobs.len();
         wait_for("the scaled pool to settle", PHASE_LIMIT, || {
             let pools = cluster.pools();
             let pool = pool.clone();
             async move {
                 let pool = pools.get(&pool).await.ok()?;
-                settled(&pool, replicas).then_some(())
+                settled(&pool, replicas, jobs_now).then_some(())
             }
         })
         .await;
@@ -319,7 +330,13 @@ async fn run_cell(
             .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs, cell.ack)
             .await;
     }
-    wait_settled(&cluster, &workers, "every pool to finish its rollout").await;
+    wait_settled(
+        &cluster,
+        &workers,
+        &jobs,
+        "every pool to finish its rollout",
+    )
+    .await;
     let full_rollout = began.elapsed();
     let slices_after_rollout = worker_config_map_versions(&cluster.config_maps()).await;
     let bytes_after_rollout = configmap_watch_bytes(client).await;
@@ -338,6 +355,31 @@ async fn run_cell(
     // Measured after the same quiet time as the idle RSS, so the two compare like for like.
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
     let rss_after_rollout = operator.rss_mib();
+    // More full rollouts (`SWARM_BENCH_ROLLOUTS`, 1 by default): whether memory stays flat.
+    let mut more_rollouts = Vec::new();
+    for round in 1..rollouts {
+        let began = Instant::now();
+        for (i, pool_jobs) in jobs.iter_mut().enumerate() {
+            let extra = workers[&name(i)];
+            let base = pool_jobs.len();
+            pool_jobs
+                .extend((0..extra).map(|j| format!("stream:p{i:03}-r{round}-{:05}", base + j)));
+            cluster
+                .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs, cell.ack)
+                .await;
+        }
+        wait_settled(
+            &cluster,
+            &workers,
+            &jobs,
+            "every pool to finish its rollout",
+        )
+        .await;
+        let took = began.elapsed();
+        rss_peak = rss_peak.max(operator.take_peak_mib());
+        tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
+        more_rollouts.push((took, operator.rss_mib()));
+    }
 
     let ack = driver.map(|driver| {
         let last_running = last_running.expect("the load driver started every worker");
@@ -365,6 +407,7 @@ async fn run_cell(
         rss_converged,
         rss_idle,
         rss_after_rollout,
+        more_rollouts,
         rss_peak,
         cpu_first_rollout,
         first_rollout: converged.since(&started),
@@ -382,7 +425,17 @@ async fn run_cell(
     measured
 }
 
-async fn wait_settled(cluster: &Cluster, workers: &HashMap<String, usize>, what: &str) {
+/// The name of pool `i` (and of its StatefulSet).
+fn pool_name(i: usize) -> String {
+    format!("pool-{i:03}")
+}
+
+async fn wait_settled(
+    cluster: &Cluster,
+    workers: &HashMap<String, usize>,
+    jobs: &[Vec<String>],
+    what: &str,
+) {
     wait_for(what, PHASE_LIMIT, || async {
         let list = cluster
             .pools()
@@ -392,7 +445,11 @@ async fn wait_settled(cluster: &Cluster, workers: &HashMap<String, usize>, what:
         let all = list.items.len() == workers.len()
             && list.items.iter().all(|pool| {
                 let expected = workers.get(&kube::ResourceExt::name_any(pool)).copied();
-                expected.is_some_and(|n| settled(pool, n))
+                let index =
+                    (0..jobs.len()).find(|&i| pool_name(i) == kube::ResourceExt::name_any(pool));
+                expected
+                    .zip(index)
+                    .is_some_and(|(n, i)| settled(pool, n, jobs[i].len()))
             });
         all.then_some(())
     })
@@ -448,6 +505,13 @@ fn print_detail(m: &Measured) {
         "  operator RSS MiB: converged {:.1}, after idle {:.1}, after full rollout {:.1}, peak {:.1}",
         m.rss_converged, m.rss_idle, m.rss_after_rollout, m.rss_peak
     );
+    for (i, (took, rss)) in m.more_rollouts.iter().enumerate() {
+        println!(
+            "  full rollout {}: {:.1} s; operator RSS after it {rss:.1} MiB",
+            i + 2,
+            took.as_secs_f64()
+        );
+    }
     if let Some(ack) = &m.ack {
         print_ack_detail(ack, m.idle_seconds);
     }

@@ -1012,12 +1012,19 @@ async fn publish_events(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEven
     let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
     let reference = pool.object_ref(&());
     let namespace = pool.namespace().unwrap_or_default();
-    for event in events {
+    let acknowledged = events
+        .iter()
+        .filter(|e| e.reason == conditions::reason::WORKER_ACKNOWLEDGED)
+        .count();
+    for _ in 0..acknowledged {
+        let counter = PoolCounter::Acknowledgements;
+        ctx.metrics.count(counter, &namespace, &pool.name_any());
+    }
+    for event in crate::planner::coalesce_acknowledgements(events) {
         if event.warning {
             ctx.metrics.warned(event.reason);
         }
         let counted: &[PoolCounter] = match (event.reason, event.action) {
-            (conditions::reason::WORKER_ACKNOWLEDGED, _) => &[PoolCounter::Acknowledgements],
             (conditions::reason::ACK_TIMED_OUT, _) => &[PoolCounter::AckTimeouts],
             (conditions::reason::WORKER_LEASE_EXPIRED, crate::planner::FAILOVER) => {
                 &[PoolCounter::LeaseExpiries, PoolCounter::Failovers]

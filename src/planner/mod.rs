@@ -15,7 +15,7 @@
 pub mod acknowledge;
 pub mod handoff;
 mod report;
-pub use report::FAILOVER;
+pub use report::{FAILOVER, coalesce_acknowledgements};
 pub mod rollout;
 pub(crate) mod validate;
 
@@ -298,28 +298,37 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         &handoff.held,
         handoff.transit.clone(),
     );
-    // Slices to write at the new version even if their content stays: unsettled ones, and
-    // those of holders waiting for the acknowledgement of a version their slice never got.
-    let mut rewrite = previous.unsettled.clone();
-    if acknowledge {
+    // Under `Acknowledge` each worker reads a ConfigMap of its own (a pool that left that
+    // policy has its workers' ConfigMaps deleted). Slices are rewritten at a new version even
+    // if their content stays when unsettled, or when a holder waits for the acknowledgement of
+    // a version its slice never got.
+    let slice_writes = if acknowledge {
+        let mut rewrite = previous.unsettled.clone();
         rewrite.extend(worker_slices::lagging(&handoff.holders, &slices));
-        // A slice rewritten carries a version the index has not recorded for it before.
-        if !publication.changed
-            && worker_slices::changes_slices(&publication.config, &slices, &rewrite)
-        {
-            publication.config.version += 1;
+        let next = publication.config.version + u64::from(!publication.changed);
+        let (mut index, writes) = worker_slices::desired(
+            o.pool,
+            &valid.config_map_name,
+            &publication.config,
+            &slices,
+            &rewrite,
+            next,
+        )?;
+        if !writes.first.is_empty() || !writes.then.is_empty() {
+            publication.config.version = next;
         }
+        index.version = publication.config.version;
         handoff.holders.stamp_version(publication.config.version);
-    }
-    let rollout = roll_out(
-        o,
-        &valid,
-        &previous,
-        &slices,
-        &rewrite,
-        &publication,
-        &handoff,
-    )?;
+        (Some(index), writes)
+    } else {
+        let deletes = slices.iter().map(|(_, cm)| cm.clone()).collect();
+        let writes = SliceWrites {
+            deletes,
+            ..SliceWrites::default()
+        };
+        (None, writes)
+    };
+    let rollout = roll_out(o, &valid, &previous, slice_writes, &publication, &handoff)?;
     let mut plan = report::decision(
         o,
         &valid,
@@ -473,8 +482,7 @@ fn roll_out(
     o: &Observed,
     valid: &Valid,
     previous: &Previous,
-    observed_slices: &worker_slices::Observed,
-    rewrite: &BTreeSet<String>,
+    (index, slices): (Option<worker_slices::Index>, SliceWrites),
     publication: &swarm_assign::Publication,
     handoff: &HandoffOutcome,
 ) -> Result<Rollout, Failure> {
@@ -493,25 +501,6 @@ fn roll_out(
         table.prune(|pod| handoff.transit.contains_key(pod));
         table
     });
-    // Under `Acknowledge` each worker reads a ConfigMap of its own; a pool that left that
-    // policy has its workers' ConfigMaps deleted.
-    let (index, slices) = if spec.rollout.policy == RolloutPolicy::Acknowledge {
-        let (index, writes) = worker_slices::desired(
-            o.pool,
-            &valid.config_map_name,
-            &publication.config,
-            observed_slices,
-            rewrite,
-        )?;
-        (Some(index), writes)
-    } else {
-        let deletes = observed_slices.iter().map(|(_, cm)| cm.clone()).collect();
-        let writes = SliceWrites {
-            deletes,
-            ..SliceWrites::default()
-        };
-        (None, writes)
-    };
     let desired = config_map::desired(
         o.pool,
         &valid.config_map_name,

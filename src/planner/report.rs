@@ -217,6 +217,31 @@ fn ack_events(acks: &AckProgress, timeout_seconds: i64) -> Vec<PlannedEvent> {
     acknowledged.chain(timed_out).collect()
 }
 
+/// The acknowledgement events of one reconcile as one event, naming the first few: a first
+/// rollout of 1,000 workers would otherwise publish 1,000 events. The other events pass as
+/// they are.
+pub fn coalesce_acknowledgements(events: Vec<PlannedEvent>) -> Vec<PlannedEvent> {
+    const NAMED: usize = 5;
+    let (acks, mut rest): (Vec<_>, Vec<_>) = events
+        .into_iter()
+        .partition(|e| e.reason == reason::WORKER_ACKNOWLEDGED);
+    if acks.len() <= 1 {
+        rest.extend(acks);
+        return rest;
+    }
+    let named: Vec<&str> = acks.iter().take(NAMED).map(|e| e.note.as_str()).collect();
+    let more = acks.len().saturating_sub(NAMED);
+    let mut note = format!("{} workers acknowledged: {}", acks.len(), named.join("; "));
+    if more > 0 {
+        note.push_str(&format!("; and {more} more"));
+    }
+    rest.push(PlannedEvent {
+        note,
+        ..acks.into_iter().next().expect("more than one")
+    });
+    rest
+}
+
 /// The action of a [`reason::WORKER_LEASE_EXPIRED`] event whose worker held jobs.
 pub const FAILOVER: &str = "Failover";
 
@@ -693,4 +718,44 @@ fn statefulset_of(pool: &SwarmPool, workload: Option<&String>) -> Option<String>
     (pool.spec.workload_kind == WorkloadKind::StatefulSet)
         .then(|| workload.cloned())
         .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acknowledged(pod: &str) -> PlannedEvent {
+        let progress = AckProgress {
+            acknowledged: vec![(pod.to_owned(), format!("uid-{pod}"), 3)],
+            timed_out: Vec::new(),
+        };
+        ack_events(&progress, 60).remove(0)
+    }
+
+    #[test]
+    fn the_acknowledgements_of_a_reconcile_make_one_event_naming_the_first_five() {
+        let other = PlannedEvent {
+            warning: true,
+            reason: reason::ACK_TIMED_OUT,
+            action: "Acknowledge",
+            note: "late".into(),
+            related_pod: None,
+        };
+        let mut events: Vec<PlannedEvent> =
+            (0..7).map(|i| acknowledged(&format!("w-{i}"))).collect();
+        events.push(other.clone());
+        let published = coalesce_acknowledgements(events);
+        assert_eq!(published.len(), 2);
+        assert_eq!(published[0], other);
+        let note = &published[1].note;
+        assert!(
+            note.starts_with("7 workers acknowledged: pod w-0 (uid uid-w-0)"),
+            "{note}"
+        );
+        assert!(note.contains("w-4") && !note.contains("w-5"), "{note}");
+        assert!(note.ends_with("; and 2 more"), "{note}");
+        // One alone is published as it is.
+        let one = coalesce_acknowledgements(vec![acknowledged("w-0")]);
+        assert_eq!(one, vec![acknowledged("w-0")]);
+    }
 }

@@ -146,32 +146,48 @@ impl Slice {
 /// The slices of one pool as observed: pod name to its ConfigMap.
 #[derive(Clone, Debug, Default)]
 pub struct Observed<'a> {
-    by_pod: BTreeMap<String, &'a ConfigMap>,
+    /// Each slice's ConfigMap, and what it says (read once: a pool may have thousands).
+    by_pod: BTreeMap<String, (&'a ConfigMap, Slice)>,
+    /// The others given, by name: not this pool's slices, never written over.
+    others: BTreeMap<String, &'a ConfigMap>,
 }
 
 impl<'a> Observed<'a> {
     /// The slices among `config_maps` that belong to the pool's ConfigMap `name`: labelled
     /// with a worker and named after it.
     pub fn of(name: &str, config_maps: impl IntoIterator<Item = &'a ConfigMap>) -> Self {
-        let by_pod = config_maps
-            .into_iter()
-            .filter_map(|cm| {
-                let pod = cm.labels().get(WORKER_LABEL)?;
-                (cm.metadata.name.as_deref() == Some(slice_name(name, pod).as_str()))
-                    .then(|| (pod.clone(), cm))
-            })
-            .collect();
-        Observed { by_pod }
+        let mut observed = Observed::default();
+        for cm in config_maps {
+            let pod = cm
+                .labels()
+                .get(WORKER_LABEL)
+                .filter(|pod| cm.metadata.name.as_deref() == Some(slice_name(name, pod).as_str()));
+            match pod {
+                Some(pod) => {
+                    let slice = Slice::read(cm, pod);
+                    observed.by_pod.insert(pod.clone(), (cm, slice));
+                }
+                None => {
+                    observed.others.insert(cm.name_any(), cm);
+                }
+            }
+        }
+        observed
     }
 
     /// The ConfigMap of `pod`'s slice, if there is one.
     pub fn get(&self, pod: &str) -> Option<&'a ConfigMap> {
-        self.by_pod.get(pod).copied()
+        self.by_pod.get(pod).map(|(cm, _)| *cm)
+    }
+
+    /// What `pod`'s slice says, if there is one.
+    pub fn slice(&self, pod: &str) -> Option<&Slice> {
+        self.by_pod.get(pod).map(|(_, slice)| slice)
     }
 
     /// Every slice: pod name and ConfigMap.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &'a ConfigMap)> {
-        self.by_pod.iter().map(|(pod, cm)| (pod.as_str(), *cm))
+        self.by_pod.iter().map(|(pod, (cm, _))| (pod.as_str(), *cm))
     }
 }
 
@@ -190,19 +206,17 @@ pub struct Assembled {
 pub fn assemble(index: &Index, slices: &Observed) -> Assembled {
     let mut workloads = Vec::new();
     let mut transit = Vec::new();
-    for (pod, cm) in slices.iter() {
-        let slice = Slice::read(cm, pod);
-        if let Some(workload) = slice.workload {
-            workloads.push((pod.to_owned(), workload));
+    for (pod, (_, slice)) in &slices.by_pod {
+        if let Some(workload) = &slice.workload {
+            workloads.push((pod.to_owned(), workload.clone()));
         }
-        transit.push((pod.to_owned(), slice.transit));
+        transit.push((pod.to_owned(), slice.transit.clone()));
     }
     let unsettled = index
         .workers
         .iter()
         .filter(|(pod, version)| {
-            slices.get(pod).is_none_or(|cm| {
-                let slice = Slice::read(cm, pod);
+            slices.slice(pod).is_none_or(|slice| {
                 slice.version != **version && slice.fenced_at != Some(**version)
             })
         })
@@ -222,10 +236,13 @@ pub fn lagging(holders: &Holders, slices: &Observed) -> BTreeSet<String> {
         .entries()
         .iter()
         .filter(|(_, holder)| !holder.gone)
-        .filter_map(|(pod, holder)| {
-            let cm = slices.get(pod)?;
-            (Slice::read(cm, pod).version < holder.version?).then(|| pod.clone())
+        .filter(|(pod, holder)| {
+            let shown = slices.slice(pod).map(|slice| slice.version);
+            shown
+                .zip(holder.version)
+                .is_some_and(|(shown, waited)| shown < waited)
         })
+        .map(|(pod, _)| pod.clone())
         .collect()
 }
 
@@ -237,23 +254,6 @@ fn slices_of(config: &WorkerConfig) -> BTreeMap<String, Slice> {
         .chain(config.transit().map(|(pod, _)| pod));
     pods.map(|pod| (pod.to_owned(), Slice::of(config, pod, config.version, None)))
         .collect()
-}
-
-/// Whether writing `config` changes some observed slice (or one of `rewrite` must be written
-/// again), which must then carry a new version.
-pub fn changes_slices(
-    config: &WorkerConfig,
-    observed: &Observed,
-    rewrite: &BTreeSet<String>,
-) -> bool {
-    let desired = slices_of(config);
-    rewrite.iter().any(|pod| desired.contains_key(pod))
-        || observed.iter().any(|(pod, _)| !desired.contains_key(pod))
-        || desired.iter().any(|(pod, slice)| {
-            observed
-                .get(pod)
-                .is_none_or(|cm| !Slice::read(cm, pod).same_content(slice))
-        })
 }
 
 /// The writes that bring the slices to `config`, in their order.
@@ -280,33 +280,33 @@ impl SliceWrites {
 }
 
 /// The index and the slice writes for `config` over the observed slices. A slice whose content
-/// is unchanged (and not in `rewrite`) keeps its version; any other is written at
-/// `config.version`, which the caller made new when some slice changes (see
-/// [`changes_slices`]).
+/// is unchanged (and not in `rewrite`) keeps its version; any other is written at `version`,
+/// which must be new: the caller makes it `config`'s version when some slice changes (a slice
+/// rewritten carries a version the index has not recorded for it before).
 pub(crate) fn desired(
     pool: &SwarmPool,
     name: &str,
     config: &WorkerConfig,
     observed: &Observed,
     rewrite: &BTreeSet<String>,
+    version: u64,
 ) -> Result<(Index, SliceWrites), Failure> {
     let mut index = Index {
         version: config.version,
         workers: BTreeMap::new(),
     };
     let mut writes = SliceWrites::default();
-    for (pod, slice) in slices_of(config) {
-        let before = observed.get(&pod).map(|cm| Slice::read(cm, &pod));
-        if let Some(before) = before
-            .as_ref()
-            .filter(|b| b.same_content(&slice) && !rewrite.contains(&pod))
-        {
+    for (pod, mut slice) in slices_of(config) {
+        check_ownership(pool, name, &pod, observed)?;
+        let before = observed.slice(&pod);
+        if let Some(before) = before.filter(|b| b.same_content(&slice) && !rewrite.contains(&pod)) {
             index.workers.insert(pod, before.version);
             continue;
         }
-        index.workers.insert(pod.clone(), slice.version);
+        slice.version = version;
+        index.workers.insert(pod.clone(), version);
         let cm = slice_config_map(pool, name, &pod, &slice)?;
-        if slice.gains_over(before.as_ref()) {
+        if slice.gains_over(before) {
             writes.then.push(cm);
         } else {
             writes.first.push(cm);
@@ -334,15 +334,12 @@ pub(crate) fn fences(
         .iter()
         .filter_map(|pod| Some((pod, *index.workers.get(pod)?)))
         .map(|(pod, at)| {
-            let mut slice = observed.get(pod).map_or(
-                Slice {
-                    version: 0,
-                    workload: None,
-                    transit: Vec::new(),
-                    fenced_at: None,
-                },
-                |cm| Slice::read(cm, pod),
-            );
+            let mut slice = observed.slice(pod).cloned().unwrap_or(Slice {
+                version: 0,
+                workload: None,
+                transit: Vec::new(),
+                fenced_at: None,
+            });
             slice.fenced_at = Some(at);
             slice_config_map(pool, name, pod, &slice)
         })
@@ -351,6 +348,36 @@ pub(crate) fn fences(
         first,
         ..SliceWrites::default()
     })
+}
+
+/// A ConfigMap at the name of `pod`'s slice that is not the pool's is never written over.
+fn check_ownership(
+    pool: &SwarmPool,
+    name: &str,
+    pod: &str,
+    observed: &Observed,
+) -> Result<(), Failure> {
+    let slice = slice_name(name, pod);
+    let controller = |cm: &ConfigMap| {
+        cm.owner_references()
+            .iter()
+            .find(|r| r.controller == Some(true))
+            .map(|r| r.uid.clone())
+    };
+    let foreign = match (observed.get(pod), observed.others.get(&slice)) {
+        (_, Some(_)) => true,
+        (Some(cm), None) => controller(cm).is_some_and(|uid| Some(uid) != pool.metadata.uid),
+        (None, None) => false,
+    };
+    if foreign {
+        return Err(Failure::new(
+            FailureReason::ConfigMapConflict,
+            format!(
+                "ConfigMap {slice}, worker {pod}'s own under rollout.policy: Acknowledge, exists and is not this pool's; delete or rename it"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The ConfigMap of `pod`'s slice, owned by the pool.
@@ -436,6 +463,7 @@ mod tests {
             config,
             &Observed::default(),
             &BTreeSet::new(),
+            config.version,
         )
         .unwrap();
         (index, writes.first.into_iter().chain(writes.then).collect())
@@ -459,6 +487,20 @@ mod tests {
         let mut stray = cms[0].clone();
         stray.metadata.name = Some("other.w-0".into());
         assert!(Observed::of("p-config", [&stray]).get("w-0").is_none());
+        // A ConfigMap of someone else's at a slice's name is never written over.
+        let mut theirs = cms[0].clone();
+        theirs.metadata.labels = None;
+        let error = desired(
+            &pool(),
+            "p-config",
+            &config(4),
+            &Observed::of("p-config", [&theirs]),
+            &BTreeSet::new(),
+            4,
+        )
+        .unwrap_err();
+        assert_eq!(error.reason, FailureReason::ConfigMapConflict);
+        assert!(error.message.contains("p-config.w-0"), "{}", error.message);
     }
 
     #[test]
@@ -473,9 +515,8 @@ mod tests {
                 ("w-1".to_owned(), workload(3, &["b"])),
             ],
         );
-        assert!(changes_slices(&next, &observed, &BTreeSet::new()));
         let (index, writes) =
-            desired(&pool(), "p-config", &next, &observed, &BTreeSet::new()).unwrap();
+            desired(&pool(), "p-config", &next, &observed, &BTreeSet::new(), 4).unwrap();
         let names = |cms: &[ConfigMap]| cms.iter().map(|cm| cm.name_any()).collect::<Vec<_>>();
         assert_eq!(names(&writes.first), ["p-config.w-1"]);
         assert_eq!(names(&writes.then), ["p-config.w-0"]);
@@ -483,9 +524,15 @@ mod tests {
         assert_eq!(index.workers["w-0"], 4);
 
         // Unchanged: nothing to write, and each slice keeps its version.
-        assert!(!changes_slices(&config(3), &observed, &BTreeSet::new()));
-        let (index, writes) =
-            desired(&pool(), "p-config", &config(3), &observed, &BTreeSet::new()).unwrap();
+        let (index, writes) = desired(
+            &pool(),
+            "p-config",
+            &config(3),
+            &observed,
+            &BTreeSet::new(),
+            4,
+        )
+        .unwrap();
         assert!(writes.is_empty());
         assert_eq!(index.workers["w-1"], 3);
     }
@@ -496,7 +543,7 @@ mod tests {
         let observed = Observed::of("p-config", &cms);
         let next = WorkerConfig::new(4, [("w-0".to_owned(), workload(4, &["a", "b", "c"]))]);
         let (index, writes) =
-            desired(&pool(), "p-config", &next, &observed, &BTreeSet::new()).unwrap();
+            desired(&pool(), "p-config", &next, &observed, &BTreeSet::new(), 4).unwrap();
         assert_eq!(writes.deletes.len(), 1);
         assert_eq!(writes.deletes[0].name_any(), "p-config.w-1");
         assert!(!index.workers.contains_key("w-1"));
@@ -547,6 +594,7 @@ mod tests {
             &big,
             &Observed::default(),
             &BTreeSet::new(),
+            1,
         )
         .unwrap_err();
         assert!(error.message.contains("worker w-0"), "{}", error.message);

@@ -404,3 +404,72 @@ fn plan_without_a_workload_says_why() {
         "SwarmPool ns/p has no workload yet (phase Failed); `kubectl describe swarmpool p -n ns` says why"
     );
 }
+
+/// The same mid-handoff pool as [`rolling_view`], in the per-worker layout of `Acknowledge`:
+/// the pool's ConfigMap holds the index, each worker's own ConfigMap its entry.
+fn rolling_view_per_worker() -> PoolView {
+    let worker = |pod: &str, config: &str| -> k8s_openapi::api::core::v1::ConfigMap {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("p-config.{pod}"),
+                "namespace": "ns",
+                "labels": {"swarm.io/pool": "p", "swarm.io/worker": pod},
+            },
+            "data": {"config.yml": config},
+        }))
+        .expect("a valid ConfigMap")
+    };
+    let mut view = rolling_view();
+    view.pool.spec.rollout.policy = swarm_operator::crd::RolloutPolicy::Acknowledge;
+    view.config_map = Some(
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "p-config",
+                "namespace": "ns",
+                "annotations": {"swarm.io/pending-refresh": "{\"w-0\":\"uid-0\"}"},
+            },
+            "data": {"index.yml": "version: 7\nworkers:\n  w-0: 7\n  w-1: 3\n  w-2: 7\n"},
+        }))
+        .expect("a valid ConfigMap"),
+    );
+    view.worker_config_maps = vec![
+        worker(
+            "w-0",
+            "version: 7\nworkloads:\n  w-0:\n    version: 7\n    jobs: [a, b]\ntransit:\n  w-0: [d, e]\n",
+        ),
+        worker(
+            "w-1",
+            "version: 3\nworkloads:\n  w-1:\n    version: 3\n    jobs: [c]\n",
+        ),
+        worker(
+            "w-2",
+            "version: 7\nworkloads:\n  w-2:\n    version: 7\n    jobs: []\n",
+        ),
+        // Another pool's worker ConfigMap is not this pool's.
+        serde_json::from_value(json!({
+            "metadata": {"name": "q-config.w-0", "labels": {"swarm.io/pool": "q", "swarm.io/worker": "w-0"}},
+            "data": {"config.yml": "version: 1\nworkloads:\n  w-0:\n    version: 1\n    jobs: [zz]\n"},
+        }))
+        .expect("a valid ConfigMap"),
+    ];
+    view
+}
+
+#[test]
+fn status_and_where_read_the_per_worker_layout_as_they_read_one_config() {
+    let whole = rolling_view();
+    let split = rolling_view_per_worker();
+    assert_eq!(split.config().unwrap(), whole.config().unwrap());
+    assert_eq!(
+        status::render(&status::report(&split).unwrap()),
+        status::render(&status::report(&whole).unwrap())
+    );
+    for job in ["b", "d", "f"] {
+        assert_eq!(
+            locate::render(&locate::locate(std::slice::from_ref(&split), job)),
+            locate::render(&locate::locate(std::slice::from_ref(&whole), job)),
+            "{job}"
+        );
+    }
+    assert!(locate::locate(std::slice::from_ref(&split), "zz").is_empty());
+}
