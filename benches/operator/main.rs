@@ -196,7 +196,7 @@ async fn run_cell(
     let cluster = Cluster::start(dir.path(), real.as_deref(), &format!("bench-{index}")).await;
     let http = reqwest::Client::new();
     let name = pool_name;
-    let config_map = |i: usize| format!("pool-{i:03}-config");
+    let config_map = config_map_name;
     let rollouts: usize = std::env::var("SWARM_BENCH_ROLLOUTS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -322,21 +322,7 @@ async fn run_cell(
     let bytes_after_scale = configmap_watch_bytes(client).await;
     // 4. Full rollout: one more job per worker in every pool.
     let began = Instant::now();
-    for (i, pool_jobs) in jobs.iter_mut().enumerate() {
-        let extra = workers[&name(i)];
-        let base = pool_jobs.len();
-        pool_jobs.extend((0..extra).map(|j| format!("stream:p{i:03}-new{:05}", base + j)));
-        cluster
-            .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs, cell.ack)
-            .await;
-    }
-    wait_settled(
-        &cluster,
-        &workers,
-        &jobs,
-        "every pool to finish its rollout",
-    )
-    .await;
+    full_rollout_of(&cluster, &mut jobs, &workers, cell.ack, "new").await;
     let full_rollout = began.elapsed();
     let slices_after_rollout = worker_config_map_versions(&cluster.config_maps()).await;
     let bytes_after_rollout = configmap_watch_bytes(client).await;
@@ -359,20 +345,12 @@ async fn run_cell(
     let mut more_rollouts = Vec::new();
     for round in 1..rollouts {
         let began = Instant::now();
-        for (i, pool_jobs) in jobs.iter_mut().enumerate() {
-            let extra = workers[&name(i)];
-            let base = pool_jobs.len();
-            pool_jobs
-                .extend((0..extra).map(|j| format!("stream:p{i:03}-r{round}-{:05}", base + j)));
-            cluster
-                .apply_pool(&name(i), &name(i), &config_map(i), pool_jobs, cell.ack)
-                .await;
-        }
-        wait_settled(
+        full_rollout_of(
             &cluster,
+            &mut jobs,
             &workers,
-            &jobs,
-            "every pool to finish its rollout",
+            cell.ack,
+            &format!("r{round}-"),
         )
         .await;
         let took = began.elapsed();
@@ -423,6 +401,37 @@ async fn run_cell(
     drop(operator);
     cluster.finish().await;
     measured
+}
+
+/// A full rollout: one more job per worker in every pool (named with `tag`), applied, until
+/// every pool has settled on it.
+async fn full_rollout_of(
+    cluster: &Cluster,
+    jobs: &mut [Vec<String>],
+    workers: &HashMap<String, usize>,
+    acknowledge: bool,
+    tag: &str,
+) {
+    for (i, pool_jobs) in jobs.iter_mut().enumerate() {
+        let extra = workers[&pool_name(i)];
+        let base = pool_jobs.len();
+        pool_jobs.extend((0..extra).map(|j| format!("stream:p{i:03}-{tag}{:05}", base + j)));
+        cluster
+            .apply_pool(
+                &pool_name(i),
+                &pool_name(i),
+                &config_map_name(i),
+                pool_jobs,
+                acknowledge,
+            )
+            .await;
+    }
+    wait_settled(cluster, workers, jobs, "every pool to finish its rollout").await;
+}
+
+/// The ConfigMap of pool `i`.
+fn config_map_name(i: usize) -> String {
+    format!("pool-{i:03}-config")
 }
 
 /// The name of pool `i` (and of its StatefulSet).

@@ -272,11 +272,6 @@ impl SliceWrites {
     pub fn is_empty(&self) -> bool {
         self.first.is_empty() && self.deletes.is_empty() && self.then.is_empty()
     }
-
-    /// How many objects it writes or deletes.
-    pub fn len(&self) -> usize {
-        self.first.len() + self.deletes.len() + self.then.len()
-    }
 }
 
 /// The index and the slice writes for `config` over the observed slices. A slice whose content
