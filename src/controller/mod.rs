@@ -15,6 +15,7 @@
 //! reconcile reads the ConfigMap again and decides anew.
 
 pub mod cache_health;
+pub mod changes;
 pub mod fenced_write;
 pub mod jobs_sources;
 mod kube_cluster;
@@ -99,8 +100,9 @@ pub struct Context {
     /// Pod deletions requested, per pool, by uid, until the cache shows them (see
     /// [`Context::deleting`]).
     deleting: Mutex<HashMap<ObjectRef<SwarmPool>, BTreeMap<String, RequestedDelete>>>,
-    /// This operator's last writes, per pool.
-    written: Mutex<HashMap<ObjectRef<SwarmPool>, LastWrites>>,
+    /// This operator's last writes, per pool (shared with the pool watch, which leaves out
+    /// this operator's own status writes coming back).
+    written: Written,
     /// Checked before every write: a leader that may have lost its lease writes nothing.
     lease: LeaseGuard,
 }
@@ -154,6 +156,9 @@ fn deletion_observed(uid: &str, cached: Option<&PodSummary>) -> bool {
         pod.metadata.uid.as_deref() != Some(uid) || pod.metadata.deletion_timestamp.is_some()
     })
 }
+
+/// This operator's last writes, per pool.
+type Written = Arc<Mutex<HashMap<ObjectRef<SwarmPool>, LastWrites>>>;
 
 /// What this operator last wrote for one pool, to tell its own writes from a cache that has
 /// not caught up with them.
@@ -371,7 +376,8 @@ pub async fn run(
     let health = metrics.caches.clone();
     http.follow_caches(health.clone());
 
-    let (controller, caches) = watch(&client, ns, &metrics, &health, concurrency);
+    let written = Written::default();
+    let (controller, caches) = watch(&client, ns, &metrics, &health, concurrency, &written);
 
     {
         let health = health.clone();
@@ -405,7 +411,7 @@ pub async fn run(
         metrics,
         failures: Mutex::default(),
         deleting: Mutex::default(),
-        written: Mutex::default(),
+        written,
         lease_clock: caches.lease_clock,
         lease,
     });
@@ -448,6 +454,7 @@ fn watch(
     metrics: &Metrics,
     health: &CacheHealth,
     concurrency: u16,
+    written: &Written,
 ) -> (Controller<SwarmPool>, Caches) {
     let (pool_store, pools) = cached_watch(
         scoped::<SwarmPool>(client, ns),
@@ -456,7 +463,8 @@ fn watch(
         Cache::Pools,
         health,
     );
-    let pools = pools.applied_objects();
+    let written = written.clone();
+    let pools = changes_only(pools, move |pool| pool_fingerprint(pool, &written)).applied_objects();
     metrics.pools.watch(pool_store.clone());
     let (cm_store, config_maps) = cached_watch(
         scoped::<ConfigMap>(client, ns),
@@ -555,6 +563,8 @@ fn watch_statefulsets(
     );
     let by_sts = pools.clone();
     let by_pod = (pools.clone(), sts_store.clone());
+    let statefulsets = changes_only(statefulsets, changes::content);
+    let pods = changes_only(pods, changes::pod);
     let controller = controller
         .watches_stream(statefulsets.touched_objects(), move |sts| {
             pools_for_statefulset(&by_sts.state(), &sts)
@@ -602,6 +612,9 @@ fn watch_deployments(
         Cache::DeploymentPods,
         health,
     );
+    let deployments = changes_only(deployments, changes::content);
+    let replica_sets = changes_only(replica_sets, changes::content);
+    let deployment_pods = changes_only(deployment_pods, changes::pod);
     let by_deployment = pools.clone();
     let by_rs = (pools.clone(), deployment_store.clone());
     let by_deployment_pod = (pools.clone(), deployment_store.clone(), rs_store.clone());
@@ -651,6 +664,32 @@ where
         // after an API server restart, while nothing looked wrong.
         .filter_map(|event| std::future::ready(event.ok().map(Ok)));
     (store, events)
+}
+
+/// The events of a watch (see [`cached_watch`]) that may change a plan, by `fingerprint`
+/// ([`changes::only_changes`]).
+fn changes_only<K: Resource>(
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>>,
+    fingerprint: impl Fn(&K) -> u64,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> {
+    let mut keep = changes::only_changes(fingerprint);
+    events.filter(move |event| std::future::ready(event.as_ref().is_ok_and(&mut keep)))
+}
+
+/// What a pool's reconcile reads of it: its metadata (its `generation` stands for its spec) and
+/// its status, unless that is the status this operator last wrote, whose arrival changes
+/// nothing.
+fn pool_fingerprint(pool: &SwarmPool, written: &Written) -> u64 {
+    let mut meta = pool.metadata.clone();
+    meta.resource_version = None;
+    let own_status = written
+        .lock()
+        .expect("written lock poisoned")
+        .get(&ObjectRef::from_obj(pool))
+        .and_then(|last| last.status.as_ref())
+        .is_some_and(|last| pool.status.as_ref() == Some(&last.status));
+    let status = (!own_status).then(|| changes::hash_json(&pool.status));
+    changes::hash_json(&(meta, status))
 }
 
 /// Logs a failed list or watch (the watcher retries with backoff); a missing SwarmPool
@@ -1116,6 +1155,43 @@ mod tests {
             ..SwarmPoolStatus::default()
         });
         Arc::new(pool)
+    }
+
+    #[test]
+    fn the_operators_own_status_coming_back_wakes_no_pool_but_anyone_elses_does() {
+        let written = Written::default();
+        let mut keep = changes::only_changes(|p: &SwarmPool| pool_fingerprint(p, &written));
+        let version = |rv: &str, status: &str| {
+            let mut p = pool("p", "web", Some(status)).as_ref().clone();
+            p.metadata.uid = Some("u".into());
+            p.metadata.resource_version = Some(rv.into());
+            p
+        };
+        let operator_writes = |p: &SwarmPool| {
+            written.lock().unwrap().insert(
+                ObjectRef::from_obj(p),
+                LastWrites {
+                    config_map: None,
+                    status: Some(StatusWrite {
+                        based_on: None,
+                        status: p.status.clone().unwrap(),
+                    }),
+                },
+            );
+        };
+        operator_writes(&version("1", "web-1"));
+        assert!(
+            keep(&watcher::Event::Apply(version("1", "web-1"))),
+            "first sight"
+        );
+        operator_writes(&version("2", "web-2"));
+        assert!(!keep(&watcher::Event::Apply(version("2", "web-2"))));
+        // Someone else writes another status.
+        assert!(keep(&watcher::Event::Apply(version("3", "other"))));
+        // A new generation (the spec changed) wakes the pool whatever its status.
+        let mut edited = version("4", "other");
+        edited.metadata.generation = Some(2);
+        assert!(keep(&watcher::Event::Apply(edited)));
     }
 
     fn sts(name: &str, app: &str) -> StatefulSet {
