@@ -88,7 +88,7 @@ pub fn next_config(request: &ConfigRequest) -> Result<NextConfig, ConfigError> {
         Vec::new()
     };
     let roster = Roster::statefulset(request.statefulset, next.replicas());
-    let published = publish(&roster, previous, next.workers(), []);
+    let published = publish(&roster, previous, next.workers().to_vec(), []);
     let movement = Movement::with_touched(
         request.jobs,
         current.as_ref(),
@@ -125,20 +125,25 @@ pub struct Publication {
 pub fn publish(
     roster: &Roster,
     previous: Option<&WorkerConfig>,
-    held: &[Vec<String>],
+    held: Vec<Vec<String>>,
     transit: impl IntoIterator<Item = (String, Vec<String>)>,
 ) -> Publication {
     debug_assert!(
         (0..held.len()).all(|i| roster.pod(i).is_some() || held[i].is_empty()),
         "jobs published for a position without a pod"
     );
-    let listed: Vec<(&str, &[String])> = (0..held.len())
-        .filter_map(|i| Some((roster.pod(i)?, held[i].as_slice())))
-        .chain(roster.idle().iter().map(|pod| (pod.as_str(), &[][..])))
+    // Each listed pod with its jobs, taken from `held` (moved, not copied: a pool of 100,000
+    // jobs would hold them twice) or none for an idle pod.
+    let listed: Vec<(&str, Vec<String>)> = held
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, jobs)| Some((roster.pod(i)?, jobs)))
+        .chain(roster.idle().iter().map(|pod| (pod.as_str(), Vec::new())))
         .collect();
     let mut kept_versions: Vec<Option<u64>> = Vec::with_capacity(listed.len());
     let mut touched = Vec::new();
-    for &(pod, jobs) in &listed {
+    for (pod, jobs) in &listed {
+        let pod = *pod;
         let unchanged = previous
             .and_then(|config| config.workload(pod))
             .filter(|workload| same_job_set(&workload.jobs, jobs));
@@ -170,7 +175,7 @@ pub fn publish(
                 .unwrap_or(version);
             let workload = Workload {
                 version: worker_version,
-                jobs: jobs.to_vec(),
+                jobs,
             };
             (pod.to_owned(), workload)
         });

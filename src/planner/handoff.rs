@@ -30,6 +30,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{Assignment, Roster};
 
@@ -273,7 +274,7 @@ fn overlap(input: &HandoffInput) -> HandoffOutcome {
                 .get(job.as_str())
                 .into_iter()
                 .flatten()
-                .map(String::as_str)
+                .copied()
                 .chain(
                     previous_transit
                         .get(job.as_str())
@@ -318,7 +319,7 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
         .iter()
         .filter(|_| input.acks.is_none())
         .filter_map(|(_, d)| match d {
-            Decision::Wait { to, .. } => to.clone(),
+            Decision::Wait { to, .. } => to.map(str::to_owned),
             _ => None,
         })
         .collect();
@@ -361,9 +362,9 @@ fn observed_holders(
 fn decide_jobs<'a>(
     input: &HandoffInput<'a>,
     previous_transit: &BTreeMap<&str, Vec<&str>>,
-    published: &BTreeMap<&str, Vec<String>>,
+    published: &BTreeMap<&str, Pods<'a>>,
     live_holders: &BTreeSet<String>,
-) -> Vec<(&'a String, Decision)> {
+) -> Vec<(&'a String, Decision<'a>)> {
     let live_holder = |pod: &str| live_holders.contains(pod);
     let owner_of = target_owners(input.target);
     let ordinal_of: BTreeMap<&str, usize> = (0..input.roster.len())
@@ -376,8 +377,7 @@ fn decide_jobs<'a>(
         // terminating pod under `Acknowledge`: its worker runs nothing any more.
         let to = destination
             .and_then(|ordinal| input.roster.pod(ordinal))
-            .filter(|pod| !input.terminating.contains(*pod))
-            .map(str::to_owned);
+            .filter(|pod| !input.terminating.contains(*pod));
         let held_by = published.get(job.as_str()).cloned().unwrap_or_default();
         let was_in_transit = previous_transit.contains_key(job.as_str());
         let live_senders: Vec<&str> = previous_transit
@@ -390,18 +390,17 @@ fn decide_jobs<'a>(
         // Pods other than the destination that may run the job: it waits until they are gone.
         let blocked = held_by
             .iter()
-            .map(String::as_str)
-            .chain(live_senders.iter().copied())
-            .any(|pod| Some(pod) != to.as_deref());
+            .chain(live_senders.iter())
+            .any(|pod| Some(*pod) != to);
         // Under `Acknowledge`, a job whose destination has not started stays with the worker
         // that runs it, or goes back to the one it was revoked from.
         let destination_waits = input.acks.is_some()
             && destination.is_some()
-            && to.as_deref().is_none_or(|pod| input.unready.contains(pod));
+            && to.is_none_or(|pod| input.unready.contains(pod));
         let last_ran_at: Vec<&str> = if was_in_transit {
             previous_transit[job.as_str()].clone()
         } else {
-            held_by.iter().map(String::as_str).collect()
+            held_by.to_vec()
         };
         let stays_at = match last_ran_at.as_slice() {
             [pod] if destination_waits && !input.terminating.contains(*pod) => {
@@ -409,7 +408,7 @@ fn decide_jobs<'a>(
             }
             _ => None,
         };
-        let decision = match (destination, to.as_deref()) {
+        let decision = match (destination, to) {
             _ if let Some(ordinal) = stays_at => {
                 if was_in_transit {
                     Decision::Grant(ordinal)
@@ -417,9 +416,7 @@ fn decide_jobs<'a>(
                     Decision::Publish(ordinal)
                 }
             }
-            (Some(ordinal), Some(pod))
-                if !blocked && was_in_transit && !held_by.iter().any(|p| p == pod) =>
-            {
+            (Some(ordinal), Some(pod)) if !blocked && was_in_transit && !held_by.contains(&pod) => {
                 Decision::Grant(ordinal)
             }
             (Some(ordinal), Some(_)) if !blocked => Decision::Publish(ordinal),
@@ -509,11 +506,14 @@ impl<'a> ExclusiveDraft<'a> {
             Decision::Unassigned => {}
             Decision::Wait { revoke_from, to } => {
                 // Revoke from every pod that holds it now; keep waiting for the live holders.
-                for pod in &revoke_from {
-                    transit.entry(pod.clone()).or_default().push(job.to_owned());
+                for pod in revoke_from {
+                    transit
+                        .entry(pod.to_owned())
+                        .or_default()
+                        .push(job.to_owned());
                     holders.mark(pod, input.now);
                     newly_revoked.insert(job);
-                    revoked_from.insert(pod.clone());
+                    revoked_from.insert(pod.to_owned());
                 }
                 for pod in previous_transit.get(job).into_iter().flatten() {
                     if holders.entries.contains_key(*pod) {
@@ -521,7 +521,7 @@ impl<'a> ExclusiveDraft<'a> {
                     }
                 }
                 out.jobs_in_transit += 1;
-                out.awaiting_grants.extend(to);
+                out.awaiting_grants.extend(to.map(str::to_owned));
             }
         }
     }
@@ -531,7 +531,7 @@ impl<'a> ExclusiveDraft<'a> {
         &mut self,
         input: &HandoffInput,
         spec: &BTreeSet<&str>,
-        published: &BTreeMap<&str, Vec<String>>,
+        published: &BTreeMap<&str, Pods>,
         previous_transit: &BTreeMap<&str, Vec<&str>>,
         live_holders: &BTreeSet<String>,
     ) {
@@ -544,7 +544,7 @@ impl<'a> ExclusiveDraft<'a> {
             }
             for pod in pods {
                 self.transit
-                    .entry(pod.clone())
+                    .entry((*pod).to_owned())
                     .or_default()
                     .push((*job).to_owned());
                 self.holders.mark(pod, input.now);
@@ -595,7 +595,7 @@ impl<'a> ExclusiveDraft<'a> {
 }
 
 /// Where one job of the spec goes in this step.
-enum Decision {
+enum Decision<'a> {
     /// Stays with (or goes at once to) this ordinal: nobody else may run it.
     Publish(usize),
     /// Was in transit and is free now: granted to this ordinal, unless that worker still waits
@@ -605,8 +605,8 @@ enum Decision {
     Unassigned,
     /// Stays in (or goes into) transit: revoked from `revoke_from`, for worker `to`.
     Wait {
-        revoke_from: Vec<String>,
-        to: Option<String>,
+        revoke_from: Pods<'a>,
+        to: Option<&'a str>,
     },
 }
 
@@ -647,14 +647,18 @@ fn current_holders(
     (holders, unresolved)
 }
 
+/// The pods that list one job: nearly always one, kept inline (a pool of 100,000 jobs would
+/// otherwise make as many allocations on every plan).
+type Pods<'a> = SmallVec<[&'a str; 1]>;
+
 /// Every job of the previous config's `workloads` and the pods that list it.
-fn published_by_job(previous: Option<&WorkerConfig>) -> BTreeMap<&str, Vec<String>> {
-    let mut by_job: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+fn published_by_job(previous: Option<&WorkerConfig>) -> BTreeMap<&str, Pods<'_>> {
+    let mut by_job: BTreeMap<&str, Pods> = BTreeMap::new();
     for (pod, workload) in previous.into_iter().flat_map(WorkerConfig::workloads) {
         for job in &workload.jobs {
             let pods = by_job.entry(job.as_str()).or_default();
-            if !pods.iter().any(|p| p == pod) {
-                pods.push(pod.to_owned());
+            if !pods.contains(&pod) {
+                pods.push(pod);
             }
         }
     }

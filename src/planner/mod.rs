@@ -295,7 +295,7 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     let mut publication = swarm_assign::publish(
         &valid.roster,
         previous.config.as_ref(),
-        &handoff.held,
+        std::mem::take(&mut handoff.held),
         handoff.transit.clone(),
     );
     // Under `Acknowledge` each worker reads a ConfigMap of its own (a pool that left that
