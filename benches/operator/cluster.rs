@@ -152,10 +152,6 @@ impl Cluster {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    pub fn pods(&self) -> Api<Pod> {
-        Api::namespaced(self.client.clone(), &self.namespace)
-    }
-
     /// Creates StatefulSet `name` with `replicas` workers mounting ConfigMap `config_map`.
     pub async fn create_workers(&self, name: &str, replicas: usize, config_map: &str) {
         let sts: StatefulSet = serde_json::from_value(json!({
@@ -252,25 +248,41 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("scale StatefulSet {name}: {e}"));
     }
 
-    /// Waits until every StatefulSet of the namespace has all its replicas Ready.
+    /// Waits until the StatefulSets of the namespace count `expected_pods` Ready replicas. Their
+    /// status, not a list of the pods: listing 10,000 pods every poll would load the very
+    /// control plane being timed.
     pub async fn wait_workers_ready(&self, expected_pods: usize, limit: Duration) {
-        let pods = self.pods();
-        wait_for("every worker pod to be Ready", limit, || {
-            let pods = pods.clone();
-            async move {
-                let list = pods.list(&ListParams::default()).await.ok()?;
-                let ready = list.items.iter().filter(|p| is_ready(p)).count();
-                (ready == expected_pods).then_some(())
-            }
-        })
+        let sets = self.statefulsets();
+        poll(
+            "every worker pod to be Ready",
+            limit,
+            Duration::from_millis(250),
+            || {
+                let sets = sets.clone();
+                async move {
+                    let list = sets.list(&ListParams::default()).await.ok()?;
+                    let ready: i32 = list
+                        .items
+                        .iter()
+                        .filter_map(|s| s.status.as_ref()?.ready_replicas)
+                        .sum();
+                    (ready as usize == expected_pods).then_some(())
+                }
+            },
+        )
         .await;
     }
 
     /// The config version written into `config_map`, if it exists.
     pub async fn config_version(&self, config_map: &str) -> Option<u64> {
-        let cm = self.config_maps().get_opt(config_map).await.ok()??;
-        cm.annotations().get(VERSION_ANNOTATION)?.parse().ok()
+        config_version(&self.config_maps(), config_map).await
     }
+}
+
+/// The config version written into `config_map`, if it exists.
+pub async fn config_version(config_maps: &Api<ConfigMap>, config_map: &str) -> Option<u64> {
+    let cm = config_maps.get_opt(config_map).await.ok()??;
+    cm.annotations().get(VERSION_ANNOTATION)?.parse().ok()
 }
 
 /// Whether a pool reports what the benchmark waits for: Balanced on its current generation,
