@@ -52,7 +52,8 @@ struct RunArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
     /// Most pools reconciled at once: bounds the memory a burst of reconciles can take (each
-    /// holds its pool's live pod list and plan), whatever the number of pools.
+    /// holds its pool's live pod list and plan), whatever the number of pools. The others wait
+    /// their turn in the order they were triggered.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     max_concurrent_reconciles: u16,
     /// Address of the /healthz, /readyz and /metrics endpoints.

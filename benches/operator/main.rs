@@ -25,6 +25,9 @@
 //! last worker pod was Ready every pool was Balanced, how many pods the operator deleted, and
 //! the load driver's requests (its Lease writes above all).
 //!
+//! `SWARM_BENCH_OPERATOR_LOG=<path>` keeps the operator's log there, at `info` (each write and
+//! delete with its time), instead of warnings in a scratch file.
+//!
 //! Requests come from the operator's own `swarm_operator_api_requests_total`; memory and CPU
 //! from `/proc`.
 
@@ -106,7 +109,10 @@ struct Measured {
     rss_converged: f64,
     rss_idle: f64,
     rss_after_rollout: f64,
+    /// The most RSS seen at any time of the cell.
     rss_peak: f64,
+    /// The most RSS seen in each full rollout (from its start until every pool settled).
+    rss_peak_full_rollouts: Vec<f64>,
     cpu_first_rollout: f64,
     first_rollout: Requests,
     idle: Requests,
@@ -241,8 +247,12 @@ async fn run_cell(
     }
     let driver_started = driver.as_ref().map(LoadDriver::requests);
 
-    let log = dir.path().join("operator.log");
-    let mut operator = OperatorProcess::spawn(&cluster.kubeconfig, &log);
+    let kept_log = std::env::var_os("SWARM_BENCH_OPERATOR_LOG").map(PathBuf::from);
+    let (log, level) = match kept_log {
+        Some(path) => (path, "info"),
+        None => (dir.path().join("operator.log"), "warn"),
+    };
+    let mut operator = OperatorProcess::spawn(&cluster.kubeconfig, &log, level);
     operator.wait_ready(&http).await;
     let started = operator.requests(&http).await;
     let cpu_start = operator.cpu_seconds();
@@ -357,7 +367,8 @@ async fn run_cell(
     };
     let after_rollout = operator.requests(&http).await;
     let driver_after_rollout = driver.as_ref().map(LoadDriver::requests);
-    rss_peak = rss_peak.max(operator.take_peak_mib());
+    let mut rss_peak_full_rollouts = vec![operator.take_peak_mib()];
+    rss_peak = rss_peak.max(rss_peak_full_rollouts[0]);
     // Measured after the same quiet time as the idle RSS, so the two compare like for like.
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
     let rss_after_rollout = operator.rss_mib();
@@ -374,7 +385,9 @@ async fn run_cell(
         )
         .await;
         let took = began.elapsed();
-        rss_peak = rss_peak.max(operator.take_peak_mib());
+        let peak = operator.take_peak_mib();
+        rss_peak_full_rollouts.push(peak);
+        rss_peak = rss_peak.max(peak);
         tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
         more_rollouts.push((took, operator.rss_mib()));
     }
@@ -409,6 +422,7 @@ async fn run_cell(
         rss_after_rollout,
         more_rollouts,
         rss_peak,
+        rss_peak_full_rollouts,
         cpu_first_rollout,
         first_rollout: converged.since(&started),
         idle: after_idle.since(&converged),
@@ -584,6 +598,15 @@ fn print_detail(m: &Measured) {
             took.as_secs_f64()
         );
     }
+    let peaks: Vec<String> = m
+        .rss_peak_full_rollouts
+        .iter()
+        .map(|p| format!("{p:.1}"))
+        .collect();
+    println!(
+        "  operator RSS peak MiB in each full rollout: {}",
+        peaks.join(" / ")
+    );
     if let Some(ack) = &m.ack {
         print_ack_detail(ack, m.idle_seconds);
     }

@@ -22,8 +22,8 @@ pub struct OperatorProcess {
 }
 
 impl OperatorProcess {
-    /// Starts the release binary against `kubeconfig`, logging warnings to `log`.
-    pub fn spawn(kubeconfig: &Path, log: &Path) -> OperatorProcess {
+    /// Starts the release binary against `kubeconfig`, logging at `level` to `log`.
+    pub fn spawn(kubeconfig: &Path, log: &Path, level: &str) -> OperatorProcess {
         let http_addr = {
             let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
             listener.local_addr().expect("local address")
@@ -32,7 +32,7 @@ impl OperatorProcess {
         let child = Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
             .args(["run", "--http-addr", &http_addr.to_string()])
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", level)
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(out.try_clone().expect("log handle"))

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -28,6 +27,7 @@ use crate::pool_metrics::PoolCounter;
 use crate::rollout::{PENDING_REFRESH_ANNOTATION, PodDelete};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
+use crate::state::lease_summary::LeaseSummary;
 
 /// How many workers' ConfigMaps are written at once.
 const SLICE_WRITES_AT_ONCE: usize = 16;
@@ -312,8 +312,8 @@ impl Cluster for KubeCluster<'_> {
 
     /// The Leases labelled with the pool's name: the workers', and any forged ones, which the
     /// holder check ignores as the cache's copies are.
-    async fn live_leases(&mut self) -> Result<Vec<Lease>, Error> {
-        let leases: Api<Lease> = Api::namespaced(self.ctx.client.clone(), self.namespace);
+    async fn live_leases(&mut self) -> Result<Vec<LeaseSummary>, Error> {
+        let leases: Api<LeaseSummary> = Api::namespaced(self.ctx.client.clone(), self.namespace);
         let selector = format!("{POOL_LABEL}={}", self.pool.name_any());
         let list = leases
             .list(&ListParams::default().labels(&selector))

@@ -15,12 +15,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
-use crate::names::POOL_LABEL;
 use crate::state::lease::{Acks, Renewal};
+use crate::state::lease_summary::LeaseSummary;
 
 /// What one Lease said when last seen, since when this operator has seen it say that, and
 /// whether it was last judged expired.
@@ -45,10 +44,10 @@ impl Seen {
 type Key = (String, String, String);
 
 /// A worker Lease's key: namespace, pool (its label) and name.
-fn key_of(lease: &Lease) -> Option<Key> {
+fn key_of(lease: &LeaseSummary) -> Option<Key> {
     Some((
         lease.metadata.namespace.clone()?,
-        lease.labels().get(POOL_LABEL)?.clone(),
+        lease.pool.clone()?,
         lease.name_any(),
     ))
 }
@@ -63,7 +62,7 @@ impl LeaseClock {
     /// Records what `lease` says as the watch delivers it at `now`; returns whether its pool
     /// needs a look: a new Lease, a new holder or acknowledgement, or the renewal of a Lease
     /// last judged expired (its worker is a member again). A renewal alone needs none.
-    pub fn observe(&self, lease: &Lease, now: Instant) -> bool {
+    pub fn observe(&self, lease: &LeaseSummary, now: Instant) -> bool {
         let (Some(key), Some(said)) = (key_of(lease), Renewal::of(lease)) else {
             return true;
         };
@@ -82,7 +81,7 @@ impl LeaseClock {
     }
 
     /// Forgets a deleted Lease.
-    pub fn forget(&self, lease: &Lease) {
+    pub fn forget(&self, lease: &LeaseSummary) {
         if let Some(key) = key_of(lease) {
             self.seen
                 .lock()
@@ -97,7 +96,7 @@ impl LeaseClock {
         &self,
         namespace: &str,
         pool: &str,
-        leases: impl IntoIterator<Item = &'a Lease>,
+        leases: impl IntoIterator<Item = &'a LeaseSummary>,
         grace: Duration,
         now: Instant,
         acks: &mut Acks,
@@ -106,8 +105,7 @@ impl LeaseClock {
         let mut present = BTreeSet::new();
         for lease in leases {
             let name = lease.name_any();
-            let duration = lease.spec.as_ref().and_then(|s| s.lease_duration_seconds);
-            let (Some(said), Some(duration)) = (Renewal::of(lease), duration) else {
+            let (Some(said), Some(duration)) = (Renewal::of(lease), lease.duration_seconds) else {
                 continue;
             };
             let key = (namespace.to_owned(), pool.to_owned(), name.clone());
@@ -134,11 +132,12 @@ impl LeaseClock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use crate::names::POOL_LABEL;
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 
-    fn lease(renewed: i64) -> Lease {
-        Lease {
+    fn lease(renewed: i64) -> LeaseSummary {
+        LeaseSummary::from(&Lease {
             metadata: ObjectMeta {
                 name: Some("w-0".into()),
                 namespace: Some("ns".into()),
@@ -151,10 +150,10 @@ mod tests {
                 renew_time: Some(MicroTime(Timestamp::from_second(renewed).unwrap())),
                 ..LeaseSpec::default()
             }),
-        }
+        })
     }
 
-    fn judge(clock: &LeaseClock, lease: &Lease, at: Instant) -> Acks {
+    fn judge(clock: &LeaseClock, lease: &LeaseSummary, at: Instant) -> Acks {
         let mut acks = Acks::default();
         clock.judge("ns", "p", [lease], Duration::from_secs(2), at, &mut acks);
         acks
@@ -186,7 +185,7 @@ mod tests {
         let clock = LeaseClock::default();
         let t0 = Instant::now();
         let expired =
-            |lease: &Lease, at: Instant| judge(&clock, lease, at).is_expired("w-0", "uid-0");
+            |lease: &LeaseSummary, at: Instant| judge(&clock, lease, at).is_expired("w-0", "uid-0");
         assert!(clock.observe(&lease(1_000), t0), "a new Lease");
         let at = t0 + Duration::from_secs(3);
         assert!(!clock.observe(&lease(1_003), at));
@@ -199,19 +198,13 @@ mod tests {
         assert!(!clock.observe(&lease(1_022), at + Duration::from_secs(15)));
 
         let mut acked = lease(1_024);
-        acked.metadata.annotations = Some(
-            [(
-                crate::names::ACKED_VERSION_ANNOTATION.to_owned(),
-                "4".to_owned(),
-            )]
-            .into(),
-        );
+        acked.acked = Some("4".to_owned());
         assert!(
             clock.observe(&acked, at + Duration::from_secs(17)),
             "a new acknowledgement"
         );
         let mut taken_over = acked.clone();
-        taken_over.spec.as_mut().unwrap().holder_identity = Some("uid-1".into());
+        taken_over.holder = Some("uid-1".into());
         assert!(
             clock.observe(&taken_over, at + Duration::from_secs(18)),
             "a new holder"

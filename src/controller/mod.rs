@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
@@ -42,6 +41,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use tokio::sync::Semaphore;
 use tracing::{debug, info, instrument, warn};
 
 use crate::Error;
@@ -58,6 +58,7 @@ use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
 use crate::state::jobs_source::{self, Found};
 use crate::state::lease::Acks;
+use crate::state::lease_summary::LeaseSummary;
 use jobs_sources::Source;
 use kube_cluster::{KubeCluster, Snapshot};
 use lease_clock::LeaseClock;
@@ -87,7 +88,7 @@ pub struct Context {
     /// The ConfigMaps pools read jobs from (label `swarm.io/jobs-source`).
     jobs_sources: Store<ConfigMap>,
     /// The workers' Leases (label `swarm.io/pool`).
-    leases: Store<Lease>,
+    leases: Store<LeaseSummary>,
     /// When each worker Lease was last seen renewed, for expiry.
     lease_clock: Arc<LeaseClock>,
     /// Whether each cache has completed its initial list and follows the cluster: reconciles
@@ -105,6 +106,9 @@ pub struct Context {
     written: Written,
     /// Checked before every write: a leader that may have lost its lease writes nothing.
     lease: LeaseGuard,
+    /// The turns of reconciles (`--max-concurrent-reconciles` of them), handed out in the
+    /// order asked (see [`reconcile`]).
+    turns: Semaphore,
 }
 
 impl Context {
@@ -203,7 +207,7 @@ impl Context {
     fn acks(&self, namespace: &str, pool: &str, grace: Duration) -> Acks {
         let leases = self.leases.state_filter(|lease| {
             lease.metadata.namespace.as_deref() == Some(namespace)
-                && lease.labels().get(POOL_LABEL).map(String::as_str) == Some(pool)
+                && lease.pool.as_deref() == Some(pool)
         });
         let mut acks = Acks::from_leases(leases.iter().map(AsRef::as_ref));
         self.lease_clock.judge(
@@ -377,7 +381,7 @@ pub async fn run(
     http.follow_caches(health.clone());
 
     let written = Written::default();
-    let (controller, caches) = watch(&client, ns, &metrics, &health, concurrency, &written);
+    let (controller, caches) = watch(&client, ns, &metrics, &health, &written);
 
     {
         let health = health.clone();
@@ -414,6 +418,7 @@ pub async fn run(
         written,
         lease_clock: caches.lease_clock,
         lease,
+        turns: Semaphore::new(usize::from(concurrency)),
     });
     controller
         .reconcile_all_on(health_changes)
@@ -441,19 +446,18 @@ struct Caches {
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
     pods: PodCaches,
-    leases: Store<Lease>,
+    leases: Store<LeaseSummary>,
     lease_clock: Arc<LeaseClock>,
 }
 
 /// Starts the watches of the pools, of the ConfigMaps they own and of every workload and pod
-/// mapped to them: the controller they trigger (reconciling at most `concurrency` pools at
-/// once), and the caches they fill.
+/// mapped to them: the controller they trigger (which starts every triggered reconcile at once:
+/// each waits for its turn in [`reconcile`]), and the caches they fill.
 fn watch(
     client: &Client,
     ns: Option<&str>,
     metrics: &Metrics,
     health: &CacheHealth,
-    concurrency: u16,
     written: &Written,
 ) -> (Controller<SwarmPool>, Caches) {
     let (pool_store, pools) = cached_watch(
@@ -474,14 +478,14 @@ fn watch(
         health,
     );
     let controller = Controller::for_stream(pools, pool_store.clone())
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .owns_stream(config_maps.touched_objects());
     let (controller, sts_store, pod_store) =
         watch_statefulsets(controller, client, ns, health, &pool_store);
     let (controller, deployment_store, rs_store, deployment_pod_store) =
         watch_deployments(controller, client, ns, health, &pool_store);
     let (lease_store, leases) = cached_watch(
-        scoped::<Lease>(client, ns),
+        scoped::<LeaseSummary>(client, ns),
         watcher::Config::default().labels(POOL_LABEL),
         trim::lease,
         Cache::Leases,
@@ -506,7 +510,7 @@ fn watch(
         std::future::ready(lease.map(Ok::<_, watcher::Error>))
     });
     let controller = controller.watches_stream(lease_changes, |lease| {
-        let pool = lease.labels().get(POOL_LABEL)?;
+        let pool = lease.pool.as_deref()?;
         Some(ObjectRef::new(pool).within(lease.namespace()?.as_str()))
     });
     // The ConfigMaps pools read jobs from, in a watch of their own (see [`jobs_sources`]).
@@ -891,6 +895,20 @@ pub fn pools_for_deployment_pod(
 /// later step fails.
 #[instrument(skip(pool, ctx), fields(pool = %pool.name_any(), namespace = pool.namespace().unwrap_or_default()))]
 async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // Turns first come, first served. kube-runtime's own bound on concurrent reconciles keeps
+    // the pools waiting for a slot in a hash set and takes the first in its iteration order, so
+    // under load the same pools won every free slot: 100 pools created during each other's
+    // rollouts waited up to a minute for their first reconcile. Its controller now starts
+    // every reconcile at once, and tokio's semaphore queues them fairly.
+    let _turn = ctx
+        .turns
+        .acquire()
+        .await
+        .expect("the turns are never closed");
+    // The pool as it is now: it may have changed while this reconcile waited.
+    let Some(pool) = ctx.pools.get(&ObjectRef::from_obj(pool.as_ref())) else {
+        return Ok(Action::await_change());
+    };
     let _timer = ctx.metrics.reconcile_started();
     let mut journal = Journal::default();
     let result = reconcile_pool(&pool, &ctx, &mut journal).await;

@@ -6,15 +6,12 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
 };
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use kube::ResourceExt;
-
 use crate::crd::SwarmPool;
-use crate::names::ACKED_VERSION_ANNOTATION;
 use crate::pod_summary::PodSummary;
+use crate::state::lease_summary::LeaseSummary;
 
 /// A pod as the planner reads it: identity, controlling owner, creation and deletion (its
 /// Ready condition is all [`PodSummary`] keeps of the rest). Labels are matched by the watch's
@@ -79,25 +76,10 @@ pub fn jobs_source(cm: &mut ConfigMap) {
     });
 }
 
-/// A worker's Lease as the planner reads it: its name, pool label, holder and acknowledged
-/// version; renewals change nothing else the planner reads, but each is an update the watch
-/// delivers, so the object kept is as small as it can be.
-pub fn lease(lease: &mut Lease) {
-    let acked = lease
-        .annotations()
-        .get(ACKED_VERSION_ANNOTATION)
-        .map(|v| (ACKED_VERSION_ANNOTATION.to_owned(), v.clone()));
+/// A worker's Lease as the planner reads it: its name and what [`LeaseSummary`] keeps.
+pub fn lease(lease: &mut LeaseSummary) {
     trim_meta(&mut lease.metadata);
     lease.metadata.owner_references = None;
-    lease.metadata.annotations = acked.map(|a| [a].into());
-    // The holder and version for acknowledgements; the renewal and duration for expiry.
-    let spec = lease.spec.take().unwrap_or_default();
-    lease.spec = Some(LeaseSpec {
-        holder_identity: spec.holder_identity,
-        renew_time: spec.renew_time,
-        lease_duration_seconds: spec.lease_duration_seconds,
-        ..LeaseSpec::default()
-    });
 }
 
 fn trim_meta(meta: &mut ObjectMeta) {

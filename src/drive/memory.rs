@@ -14,6 +14,7 @@ use super::{Cluster, Deleted, SliceWrite, SliceWritten, Unsettled, Written};
 use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
 use crate::state::config_map::{CONFIG_KEY, pool_config};
+use crate::state::lease_summary::LeaseSummary;
 use crate::state::worker_slices::INDEX_KEY;
 use swarm_assign::worker_config::WorkerConfig;
 
@@ -197,9 +198,11 @@ impl Cluster for MemoryCluster {
         ready(Ok(pods))
     }
 
-    fn live_leases(&mut self) -> impl Future<Output = Result<Vec<Lease>, MemoryError>> + Send {
+    fn live_leases(
+        &mut self,
+    ) -> impl Future<Output = Result<Vec<LeaseSummary>, MemoryError>> + Send {
         self.live_lists += 1;
-        ready(Ok(self.leases.clone()))
+        ready(Ok(self.leases.iter().map(LeaseSummary::from).collect()))
     }
 
     fn list_slices(&mut self) -> impl Future<Output = Result<Vec<ConfigMap>, MemoryError>> + Send {

@@ -20,13 +20,13 @@ pub mod whatif;
 use std::collections::BTreeSet;
 use std::future::Future;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::planner::{self, Observed, Outcome, PlannedEvent, Step};
 use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
 use crate::state::lease::Acks;
+use crate::state::lease_summary::LeaseSummary;
 use crate::state::worker_slices::SliceWrites;
 
 /// Planning rounds in one reconcile: confirm holders gone live, write the grant, list live,
@@ -64,7 +64,9 @@ pub trait Cluster {
 
     /// The pool's worker Leases, listed from the API server (a quorum read): asked with the
     /// live pod list whenever the cache judged a Lease expired, to confirm it.
-    fn live_leases(&mut self) -> impl Future<Output = Result<Vec<Lease>, Self::Error>> + Send;
+    fn live_leases(
+        &mut self,
+    ) -> impl Future<Output = Result<Vec<LeaseSummary>, Self::Error>> + Send;
 
     /// The workers' own ConfigMaps labelled with the pool, listed from the API server.
     fn list_slices(&mut self) -> impl Future<Output = Result<Vec<ConfigMap>, Self::Error>> + Send;

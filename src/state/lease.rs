@@ -4,11 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::names::ACKED_VERSION_ANNOTATION;
+use crate::state::lease_summary::LeaseSummary;
 
 /// What one worker's Lease says: the pod instance that wrote it, and the version it runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,12 +31,11 @@ pub struct Renewal {
 
 impl Renewal {
     /// The renewal a Lease records; `None` without a holder.
-    pub fn of(lease: &Lease) -> Option<Renewal> {
-        let spec = lease.spec.as_ref()?;
+    pub fn of(lease: &LeaseSummary) -> Option<Renewal> {
         Some(Renewal {
-            holder: spec.holder_identity.clone()?,
-            renew_time: spec.renew_time.as_ref().map(|t| t.0),
-            acked: lease.annotations().get(ACKED_VERSION_ANNOTATION).cloned(),
+            holder: lease.holder.clone()?,
+            renew_time: lease.renew_time,
+            acked: lease.acked.clone(),
         })
     }
 }
@@ -75,7 +73,7 @@ pub struct Acks {
 impl Acks {
     /// The acknowledgements of these Leases; a Lease without a holder or a readable version
     /// acknowledges nothing.
-    pub fn from_leases<'a>(leases: impl IntoIterator<Item = &'a Lease>) -> Self {
+    pub fn from_leases<'a>(leases: impl IntoIterator<Item = &'a LeaseSummary>) -> Self {
         Self::new(leases.into_iter().filter_map(|lease| {
             let ack = ack_of(lease)?;
             Some((lease.name_any(), ack))
@@ -108,7 +106,7 @@ impl Acks {
     /// a live read returns them: a Lease renewed since it was judged expired (the cache lagged)
     /// is not expired; the others are confirmed. A Lease the read does not return was not
     /// renewed either (its worker would have created it).
-    pub fn confirmed_by<'a>(&self, live: impl IntoIterator<Item = &'a Lease>) -> Acks {
+    pub fn confirmed_by<'a>(&self, live: impl IntoIterator<Item = &'a LeaseSummary>) -> Acks {
         let live: BTreeMap<String, Option<Renewal>> = live
             .into_iter()
             .map(|lease| (lease.name_any(), Renewal::of(lease)))
@@ -189,23 +187,19 @@ impl Acks {
 }
 
 /// The acknowledgement a Lease carries.
-pub fn ack_of(lease: &Lease) -> Option<Ack> {
-    let holder = lease.spec.as_ref()?.holder_identity.clone()?;
-    let version = lease
-        .annotations()
-        .get(ACKED_VERSION_ANNOTATION)?
-        .trim()
-        .parse()
-        .ok()?;
+pub fn ack_of(lease: &LeaseSummary) -> Option<Ack> {
+    let holder = lease.holder.clone()?;
+    let version = lease.acked.as_deref()?.trim().parse().ok()?;
     Some(Ack { holder, version })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::ACKED_VERSION_ANNOTATION;
     use serde_json::json;
 
-    fn lease(name: &str, holder: Option<&str>, version: Option<&str>) -> Lease {
+    fn lease(name: &str, holder: Option<&str>, version: Option<&str>) -> LeaseSummary {
         let mut annotations = serde_json::Map::new();
         if let Some(v) = version {
             annotations.insert(ACKED_VERSION_ANNOTATION.into(), json!(v));
@@ -217,7 +211,7 @@ mod tests {
         .unwrap()
     }
 
-    fn renewed(name: &str, holder: &str, second: i64) -> Lease {
+    fn renewed(name: &str, holder: &str, second: i64) -> LeaseSummary {
         serde_json::from_value(json!({
             "metadata": {"name": name, "annotations": {ACKED_VERSION_ANNOTATION: "3"}},
             "spec": {"holderIdentity": holder, "renewTime": format!("{}", Timestamp::from_second(second).unwrap())},

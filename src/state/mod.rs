@@ -1,10 +1,11 @@
 //! The objects as the operator reads and writes them: the ConfigMap's on-cluster format (its
 //! `config.yml` and the rollout records in its annotations), the ConfigMaps a pool reads jobs
-//! from, the workers' Leases, and the summary of a pod it caches.
+//! from, and the summaries of a worker Lease and of a pod it caches.
 
 pub mod config_map;
 pub mod jobs_source;
 pub mod lease;
+pub mod lease_summary;
 pub mod pod_summary;
 pub mod records;
 pub mod worker_slices;

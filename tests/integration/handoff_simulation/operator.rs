@@ -15,6 +15,7 @@ use swarm_operator::names::ACKED_VERSION_ANNOTATION;
 use swarm_operator::planner::{Observed, VERSION_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::state::lease::Acks;
+use swarm_operator::state::lease_summary::LeaseSummary;
 
 use super::cluster::{Cluster, NS};
 use super::process;
@@ -132,7 +133,11 @@ impl Operator {
     /// What the Lease cache acknowledges, and which Leases expired on this operator's clock,
     /// as the controller judges them.
     fn acks(&self, cluster: &Cluster) -> Acks {
-        let leases: Vec<Lease> = self.leases.values().map(|l| self.skewed(l)).collect();
+        let leases: Vec<LeaseSummary> = self
+            .leases
+            .values()
+            .map(|l| LeaseSummary::from(&self.skewed(l)))
+            .collect();
         let mut acks = Acks::from_leases(&leases);
         let grace = Duration::from_secs(self.pool.spec.rollout.lease_grace_seconds as u64);
         let now = process::instant(self.clock_rate, cluster.millis);
