@@ -34,6 +34,8 @@ pub enum Cache {
     Pods,
     /// The pools' ConfigMaps.
     ConfigMaps,
+    /// The workers' own ConfigMaps (`rollout.policy: Acknowledge`).
+    WorkerConfigMaps,
     /// Deployments.
     Deployments,
     /// ReplicaSets.
@@ -48,11 +50,12 @@ pub enum Cache {
 
 impl Cache {
     /// Every cache, in the order the metrics list them.
-    pub const ALL: [Cache; 9] = [
+    pub const ALL: [Cache; 10] = [
         Cache::Pools,
         Cache::StatefulSets,
         Cache::Pods,
         Cache::ConfigMaps,
+        Cache::WorkerConfigMaps,
         Cache::Deployments,
         Cache::ReplicaSets,
         Cache::DeploymentPods,
@@ -67,6 +70,7 @@ impl Cache {
             Cache::StatefulSets => "statefulsets",
             Cache::Pods => "statefulset-pods",
             Cache::ConfigMaps => "configmaps",
+            Cache::WorkerConfigMaps => "worker-configmaps",
             Cache::Deployments => "deployments",
             Cache::ReplicaSets => "replicasets",
             Cache::DeploymentPods => "deployment-pods",

@@ -28,6 +28,7 @@ use crate::rollout::{PENDING_REFRESH_ANNOTATION, PodDelete};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::slice_summary::SliceSummary;
 
 /// How many workers' ConfigMaps are written at once.
 const SLICE_WRITES_AT_ONCE: usize = 16;
@@ -35,7 +36,12 @@ const SLICE_WRITES_AT_ONCE: usize = 16;
 /// One write of a worker's own ConfigMap, fenced by the copy it was planned on: a create when
 /// there was none (which fails if one exists by then), else an apply over that copy's
 /// resourceVersion, or a delete with it as precondition. A conflict reads what is there now.
-async fn write_slice(api: &Api<ConfigMap>, write: SliceWrite) -> Result<SliceWritten, Error> {
+/// Responses are read as [`SliceSummary`]: a pool's first rollout writes one per worker.
+async fn write_slice(
+    config_maps: &Api<ConfigMap>,
+    api: &Api<SliceSummary>,
+    write: SliceWrite,
+) -> Result<SliceWritten, Error> {
     let SliceWrite {
         name,
         current,
@@ -48,7 +54,10 @@ async fn write_slice(api: &Api<ConfigMap>, write: SliceWrite) -> Result<SliceWri
                 field_manager: Some(MANAGER.to_owned()),
                 ..PostParams::default()
             };
-            api.create(&params, &desired).await.map(Some)
+            config_maps
+                .create(&params, &desired)
+                .await
+                .map(|cm| Some(SliceSummary::from(&cm)))
         }
         (Some(mut desired), Some(version)) => {
             desired.metadata.resource_version = Some(version);
@@ -71,7 +80,7 @@ async fn write_slice(api: &Api<ConfigMap>, write: SliceWrite) -> Result<SliceWri
     };
     match result {
         Ok(now) => Ok(SliceWritten::Applied(now.map(|mut cm| {
-            trim::config_map(&mut cm);
+            trim::slice(&mut cm);
             cm
         }))),
         Err(kube::Error::Api(status)) if status.is_conflict() || status.is_already_exists() => {
@@ -84,7 +93,7 @@ async fn write_slice(api: &Api<ConfigMap>, write: SliceWrite) -> Result<SliceWri
                     source,
                 })?;
             Ok(SliceWritten::Conflict(now.map(|mut cm| {
-                trim::config_map(&mut cm);
+                trim::slice(&mut cm);
                 cm
             })))
         }
@@ -102,7 +111,7 @@ pub(super) struct Snapshot<'a> {
     pods: Vec<Arc<PodSummary>>,
     other_pools: Vec<Arc<SwarmPool>>,
     config_map: Option<ConfigMap>,
-    worker_config_maps: Vec<Arc<ConfigMap>>,
+    worker_config_maps: Vec<Arc<SliceSummary>>,
     deleting: BTreeSet<String>,
     acks: Acks,
 }
@@ -130,11 +139,8 @@ impl<'a> Snapshot<'a> {
             config_map,
             worker_config_maps: {
                 let name = pool.name_any();
-                ctx.config_maps.state_filter(|cm| {
-                    here(&cm.metadata)
-                        && cm.labels().contains_key(WORKER_LABEL)
-                        && cm.labels().get(POOL_LABEL) == Some(&name)
-                })
+                ctx.worker_config_maps
+                    .state_filter(|cm| here(&cm.metadata) && cm.pool.as_ref() == Some(&name))
             },
             deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
             acks: if pool.spec.rollout.policy == RolloutPolicy::Acknowledge {
@@ -175,6 +181,7 @@ pub(super) struct KubeCluster<'a> {
     namespace: &'a str,
     config_map_name: String,
     config_maps: Api<ConfigMap>,
+    slices: Api<SliceSummary>,
     pods: Api<PodSummary>,
 }
 
@@ -187,6 +194,7 @@ impl<'a> KubeCluster<'a> {
             namespace,
             config_map_name: pool.config_map_name(),
             config_maps: Api::namespaced(ctx.client.clone(), namespace),
+            slices: Api::namespaced(ctx.client.clone(), namespace),
             pods: Api::namespaced(ctx.client.clone(), namespace),
         }
     }
@@ -325,10 +333,10 @@ impl Cluster for KubeCluster<'_> {
         Ok(list.items)
     }
 
-    async fn list_slices(&mut self) -> Result<Vec<ConfigMap>, Error> {
+    async fn list_slices(&mut self) -> Result<Vec<SliceSummary>, Error> {
         let selector = format!("{POOL_LABEL}={},{WORKER_LABEL}", self.pool.name_any());
         let list = self
-            .config_maps
+            .slices
             .list(&ListParams::default().labels(&selector))
             .await
             .map_err(|source| Error::GetConfigMap {
@@ -339,7 +347,7 @@ impl Cluster for KubeCluster<'_> {
             .items
             .into_iter()
             .map(|mut cm| {
-                trim::config_map(&mut cm);
+                trim::slice(&mut cm);
                 cm
             })
             .collect())
@@ -348,9 +356,9 @@ impl Cluster for KubeCluster<'_> {
     /// Up to [`SLICE_WRITES_AT_ONCE`] at a time: a first rollout writes one per worker.
     async fn write_slices(&mut self, batch: Vec<SliceWrite>) -> Result<Vec<SliceWritten>, Error> {
         self.ctx.may_write()?;
-        let api = &self.config_maps;
+        let (config_maps, slices) = (&self.config_maps, &self.slices);
         let results: Vec<Result<SliceWritten, Error>> = futures::stream::iter(batch)
-            .map(|write| write_slice(api, write))
+            .map(|write| write_slice(config_maps, slices, write))
             .buffered(SLICE_WRITES_AT_ONCE)
             .collect()
             .await;

@@ -52,13 +52,14 @@ use crate::drive::{Driven, Journal, drive};
 use crate::http::HttpState;
 use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
-use crate::names::JOBS_SOURCE_LABEL;
+use crate::names::{JOBS_SOURCE_LABEL, WORKER_LABEL};
 use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
 use crate::state::jobs_source::{self, Found};
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::slice_summary::SliceSummary;
 use jobs_sources::Source;
 use kube_cluster::{KubeCluster, Snapshot};
 use lease_clock::LeaseClock;
@@ -84,7 +85,10 @@ pub struct Context {
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
     pods: PodCaches,
+    /// The pools' ConfigMaps.
     config_maps: Store<ConfigMap>,
+    /// The workers' own ConfigMaps (labels `swarm.io/pool` and `swarm.io/worker`).
+    worker_config_maps: Store<SliceSummary>,
     /// The ConfigMaps pools read jobs from (label `swarm.io/jobs-source`).
     jobs_sources: Store<ConfigMap>,
     /// The workers' Leases (label `swarm.io/pool`).
@@ -409,6 +413,7 @@ pub async fn run(
         replica_sets: caches.replica_sets,
         pods: caches.pods,
         config_maps: caches.config_maps,
+        worker_config_maps: caches.worker_config_maps,
         jobs_sources: caches.jobs_sources,
         leases: caches.leases,
         health,
@@ -441,6 +446,7 @@ pub async fn run(
 struct Caches {
     pools: Store<SwarmPool>,
     config_maps: Store<ConfigMap>,
+    worker_config_maps: Store<SliceSummary>,
     jobs_sources: Store<ConfigMap>,
     statefulsets: Store<StatefulSet>,
     deployments: Store<Deployment>,
@@ -470,16 +476,26 @@ fn watch(
     let written = written.clone();
     let pools = changes_only(pools, move |pool| pool_fingerprint(pool, &written)).applied_objects();
     metrics.pools.watch(pool_store.clone());
+    // The pools' ConfigMaps and the workers' own in two caches: a pool of 1,000 workers under
+    // `Acknowledge` has 1,000 of the latter, kept as the smaller `SliceSummary`.
     let (cm_store, config_maps) = cached_watch(
         scoped::<ConfigMap>(client, ns),
-        watcher::Config::default().labels(POOL_LABEL),
+        watcher::Config::default().labels(&format!("{POOL_LABEL},!{WORKER_LABEL}")),
         trim::config_map,
         Cache::ConfigMaps,
         health,
     );
+    let (slice_store, slices) = cached_watch(
+        scoped::<SliceSummary>(client, ns),
+        watcher::Config::default().labels(&format!("{POOL_LABEL},{WORKER_LABEL}")),
+        trim::slice,
+        Cache::WorkerConfigMaps,
+        health,
+    );
     let controller = Controller::for_stream(pools, pool_store.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(0))
-        .owns_stream(config_maps.touched_objects());
+        .owns_stream(config_maps.touched_objects())
+        .owns_stream(slices.touched_objects());
     let (controller, sts_store, pod_store) =
         watch_statefulsets(controller, client, ns, health, &pool_store);
     let (controller, deployment_store, rs_store, deployment_pod_store) =
@@ -528,6 +544,7 @@ fn watch(
     let caches = Caches {
         pools: pool_store,
         config_maps: cm_store,
+        worker_config_maps: slice_store,
         jobs_sources: jobs_source_store,
         statefulsets: sts_store,
         deployments: deployment_store,

@@ -12,6 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::crd::SwarmPool;
 use crate::pod_summary::PodSummary;
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::slice_summary::SliceSummary;
 
 /// A pod as the planner reads it: identity, controlling owner, creation and deletion (its
 /// Ready condition is all [`PodSummary`] keeps of the rest). Labels are matched by the watch's
@@ -61,6 +62,12 @@ pub fn pool(pool: &mut SwarmPool) {
 /// A ConfigMap without the server-side apply bookkeeping, which can be as large as its data.
 pub fn config_map(cm: &mut ConfigMap) {
     cm.metadata.managed_fields = None;
+}
+
+/// A worker's own ConfigMap as the planner reads it: what [`SliceSummary`] keeps, and owner
+/// references (the trigger maps it to its pool by them).
+pub fn slice(cm: &mut SliceSummary) {
+    trim_meta(&mut cm.metadata);
 }
 
 /// A ConfigMap a pool reads jobs from: its identity, labels and data, and only the keys of its

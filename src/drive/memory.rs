@@ -15,6 +15,7 @@ use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
 use crate::state::config_map::{CONFIG_KEY, pool_config};
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices::INDEX_KEY;
 use swarm_assign::worker_config::WorkerConfig;
 
@@ -96,8 +97,13 @@ impl MemoryCluster {
         let config = self
             .config_map
             .as_ref()
-            .and_then(|cm| pool_config(cm, &self.slices));
+            .and_then(|cm| pool_config(cm, &self.slice_summaries()));
         self.configs.extend(config);
+    }
+
+    /// The workers' own ConfigMaps as the operator reads them.
+    pub fn slice_summaries(&self) -> Vec<SliceSummary> {
+        self.slices.iter().map(SliceSummary::from).collect()
     }
 
     /// One slice write, as the API server would take it.
@@ -107,10 +113,16 @@ impl MemoryCluster {
             .iter()
             .position(|cm| cm.metadata.name.as_deref() == Some(write.name.as_str()));
         let now = at.map(|i| self.slices[i].clone());
-        let version =
-            |cm: Option<&ConfigMap>| cm.and_then(|cm| cm.metadata.resource_version.clone());
-        if version(write.current.as_ref()) != version(now.as_ref()) {
-            return Ok(SliceWritten::Conflict(now));
+        let version = write
+            .current
+            .as_ref()
+            .and_then(|cm| cm.metadata.resource_version.as_ref());
+        if version
+            != now
+                .as_ref()
+                .and_then(|cm| cm.metadata.resource_version.as_ref())
+        {
+            return Ok(SliceWritten::Conflict(now.as_ref().map(SliceSummary::from)));
         }
         let resource_version = self.next_resource_version();
         let result = match write.desired {
@@ -125,7 +137,7 @@ impl MemoryCluster {
                 }
                 self.slices_written
                     .push((write.name, Some(applied.clone())));
-                SliceWritten::Applied(Some(applied))
+                SliceWritten::Applied(Some(SliceSummary::from(&applied)))
             }
             None => {
                 if let Some(i) = at {
@@ -205,9 +217,11 @@ impl Cluster for MemoryCluster {
         ready(Ok(self.leases.iter().map(LeaseSummary::from).collect()))
     }
 
-    fn list_slices(&mut self) -> impl Future<Output = Result<Vec<ConfigMap>, MemoryError>> + Send {
+    fn list_slices(
+        &mut self,
+    ) -> impl Future<Output = Result<Vec<SliceSummary>, MemoryError>> + Send {
         self.live_lists += 1;
-        ready(Ok(self.slices.clone()))
+        ready(Ok(self.slice_summaries()))
     }
 
     fn write_slices(

@@ -27,6 +27,7 @@ use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices::SliceWrites;
 
 /// Planning rounds in one reconcile: confirm holders gone live, write the grant, list live,
@@ -69,7 +70,9 @@ pub trait Cluster {
     ) -> impl Future<Output = Result<Vec<LeaseSummary>, Self::Error>> + Send;
 
     /// The workers' own ConfigMaps labelled with the pool, listed from the API server.
-    fn list_slices(&mut self) -> impl Future<Output = Result<Vec<ConfigMap>, Self::Error>> + Send;
+    fn list_slices(
+        &mut self,
+    ) -> impl Future<Output = Result<Vec<SliceSummary>, Self::Error>> + Send;
 
     /// Writes (or deletes) workers' own ConfigMaps, each fenced like [`Cluster::write`] by the
     /// copy it was planned on; they may go out at once, in any order.
@@ -105,7 +108,7 @@ pub struct SliceWrite {
     /// Its name.
     pub name: String,
     /// The copy the write was planned on; `None`: there was none, and it is created.
-    pub current: Option<ConfigMap>,
+    pub current: Option<SliceSummary>,
     /// What to apply; `None`: delete it.
     pub desired: Option<ConfigMap>,
 }
@@ -114,9 +117,9 @@ pub struct SliceWrite {
 #[derive(Clone, Debug, PartialEq)]
 pub enum SliceWritten {
     /// Written; the ConfigMap as it now is (`None`: deleted or already gone).
-    Applied(Option<ConfigMap>),
+    Applied(Option<SliceSummary>),
     /// It changed since the copy the write was planned on: nothing was written; it is now this.
-    Conflict(Option<ConfigMap>),
+    Conflict(Option<SliceSummary>),
 }
 
 /// The result of a uid-preconditioned delete.
@@ -222,7 +225,7 @@ struct Round {
     /// The ConfigMap as last written or read.
     config_map: Option<ConfigMap>,
     /// The workers' own ConfigMaps as last written or read.
-    slices: Vec<ConfigMap>,
+    slices: Vec<SliceSummary>,
     /// Whether `slices` were listed live (and kept up to date by the writes since).
     slices_are_live: bool,
     /// The pods of the last live list, if there was one: fresher than the cache even once a
@@ -334,16 +337,17 @@ impl Round {
     }
 
     /// The write of `desired` (or the delete of `gone`), planned on the copy this round holds.
-    fn slice_write(&self, desired: Option<ConfigMap>, gone: Option<ConfigMap>) -> SliceWrite {
+    fn slice_write(&self, desired: Option<ConfigMap>, gone: Option<SliceSummary>) -> SliceWrite {
         let name = desired
             .as_ref()
-            .or(gone.as_ref())
-            .and_then(|cm| cm.metadata.name.clone())
-            .unwrap_or_default();
+            .and_then(|cm| cm.metadata.name.as_deref())
+            .or(gone.as_ref().and_then(SliceSummary::name))
+            .unwrap_or_default()
+            .to_owned();
         let current = self
             .slices
             .iter()
-            .find(|cm| cm.metadata.name.as_deref() == Some(name.as_str()))
+            .find(|cm| cm.name() == Some(name.as_str()))
             .cloned();
         SliceWrite {
             name,
@@ -377,8 +381,7 @@ impl Round {
                     now
                 }
             };
-            self.slices
-                .retain(|cm| cm.metadata.name.as_deref() != Some(name.as_str()));
+            self.slices.retain(|cm| cm.name() != Some(name.as_str()));
             self.slices.extend(now);
         }
         if applied {

@@ -141,7 +141,10 @@ impl WhatIf {
 
     /// The worker config now, in either layout.
     pub fn config(&self) -> Option<WorkerConfig> {
-        pool_config(self.cluster.config_map.as_ref()?, &self.cluster.slices)
+        pool_config(
+            self.cluster.config_map.as_ref()?,
+            &self.cluster.slice_summaries(),
+        )
     }
 
     /// The pods now, terminating ones included.
@@ -155,7 +158,7 @@ impl WhatIf {
         let (statefulset, deployment, replica_set) = self.workload_objects();
         let cached = self.cluster.pods.clone();
         let config_map = self.cluster.config_map.clone();
-        let slices = self.cluster.slices.clone();
+        let slices = self.cluster.slice_summaries();
         let acks = self.acks();
         let observed = crate::planner::Observed {
             pool: &self.pool,
@@ -189,7 +192,8 @@ impl WhatIf {
             return Acks::default();
         }
         let config = self.cluster.config_map.as_ref();
-        let Some(config) = config.and_then(|cm| pool_config(cm, &self.cluster.slices)) else {
+        let slices = self.cluster.slice_summaries();
+        let Some(config) = config.and_then(|cm| pool_config(cm, &slices)) else {
             return Acks::default();
         };
         Acks::new(self.cluster.pods.iter().filter_map(|pod| {

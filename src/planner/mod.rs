@@ -32,6 +32,7 @@ use crate::pod_summary::PodSummary;
 use crate::state::config_map::{self, Previous};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
+use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices::{self, SliceWrites};
 use acknowledge::{AckProgress, AwaitingAcks};
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
@@ -88,7 +89,7 @@ pub struct Observed<'a> {
     pub config_map: Option<&'a ConfigMap>,
     /// The workers' own ConfigMaps labelled with the pool (the per-worker layout; others are
     /// ignored, see [`worker_slices::Observed::of`]).
-    pub worker_config_maps: Vec<&'a ConfigMap>,
+    pub worker_config_maps: Vec<&'a SliceSummary>,
     /// Whether `worker_config_maps` was listed from the API server (rather than the cache)
     /// since the last write.
     pub slices_are_live: bool,

@@ -17,6 +17,7 @@ use swarm_assign::worker_config::WorkerConfig;
 
 use crate::crd::SwarmPool;
 use crate::pod_summary::PodSummary;
+use crate::state::slice_summary::SliceSummary;
 use crate::state::{config_map, worker_slices};
 
 /// A pool as the cluster holds it: the pool, its ConfigMap, and the pods of its namespace.
@@ -62,10 +63,12 @@ impl PoolView {
         }
         match worker_slices::Index::of(cm) {
             Some(Ok(index)) => {
-                let slices = worker_slices::Observed::of(
-                    &self.pool.config_map_name(),
-                    &self.worker_config_maps,
-                );
+                let read: Vec<SliceSummary> = self
+                    .worker_config_maps
+                    .iter()
+                    .map(SliceSummary::from)
+                    .collect();
+                let slices = worker_slices::Observed::of(&self.pool.config_map_name(), &read);
                 Ok(worker_slices::assemble(&index, &slices).config)
             }
             Some(Err(error)) => Err(unreadable(format!(

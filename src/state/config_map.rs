@@ -18,6 +18,7 @@ use crate::planner::acknowledge::AwaitingAcks;
 use crate::planner::handoff::Holders;
 use crate::planner::validate::{Failure, FailureReason};
 use crate::rollout::PendingRefresh;
+use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices::{self, INDEX_KEY, Index};
 
 /// The ConfigMap key the workers read.
@@ -127,7 +128,7 @@ pub fn worker_config(cm: &ConfigMap) -> Option<WorkerConfig> {
 /// per-worker layout its index with the workers' own ConfigMaps among `others`.
 pub fn pool_config<'a>(
     main: &ConfigMap,
-    others: impl IntoIterator<Item = &'a ConfigMap>,
+    others: impl IntoIterator<Item = &'a SliceSummary>,
 ) -> Option<WorkerConfig> {
     if let Some(config) = worker_config(main) {
         return Some(config);

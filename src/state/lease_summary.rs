@@ -6,16 +6,13 @@
 //! node for eleven (about 640 bytes each), so the cache and the live reads deserialize Leases
 //! straight into this summary instead, with the label and the annotation as plain fields.
 
-use std::borrow::Cow;
-
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
-use kube::Resource;
 use serde::Deserialize;
 
 use crate::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
+use crate::state::served_as::served_as;
 
 /// A worker Lease: identity in `metadata` (without labels and annotations), and what the
 /// operator reads of the rest.
@@ -51,30 +48,8 @@ impl From<&Lease> for LeaseSummary {
     }
 }
 
-/// Served as Leases: the API is the Leases' API, only the Rust type is smaller.
-impl Resource for LeaseSummary {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Lease::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        Lease::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        Lease::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Lease::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+// Served as Leases: the API is the Leases' API, only the Rust type is smaller.
+served_as!(LeaseSummary, Lease);
 
 /// What a Lease is read as: `metadata`, and of `spec` the holder, renewal and duration.
 #[derive(Deserialize)]

@@ -1,6 +1,6 @@
 //! The objects as the operator reads and writes them: the ConfigMap's on-cluster format (its
 //! `config.yml` and the rollout records in its annotations), the ConfigMaps a pool reads jobs
-//! from, and the summaries of a worker Lease and of a pod it caches.
+//! from, and the summaries of a worker Lease, a worker's ConfigMap and a pod it caches.
 
 pub mod config_map;
 pub mod jobs_source;
@@ -8,4 +8,6 @@ pub mod lease;
 pub mod lease_summary;
 pub mod pod_summary;
 pub mod records;
+mod served_as;
+pub mod slice_summary;
 pub mod worker_slices;

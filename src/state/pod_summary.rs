@@ -7,13 +7,11 @@
 //! fields of a pod's spec and status other than the phase and the conditions are skipped as
 //! they are read, never allocated.
 
-use std::borrow::Cow;
-
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::Resource;
 use serde::Deserialize;
+
+use crate::state::served_as::served_as;
 
 /// A pod: identity, owners, creation and deletion in `metadata`, its Ready condition, and
 /// whether it has finished.
@@ -59,30 +57,8 @@ impl From<&Pod> for PodSummary {
     }
 }
 
-/// Served as pods: the API is the pods' API, only the Rust type is smaller.
-impl Resource for PodSummary {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Pod::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        Pod::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        Pod::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Pod::plural(dt)
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+// Served as pods: the API is the pods' API, only the Rust type is smaller.
+served_as!(PodSummary, Pod);
 
 /// Whether a pod phase is terminal.
 fn is_finished(phase: Option<&str>) -> bool {
@@ -139,7 +115,7 @@ impl From<PodFields> for PodSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::ResourceExt;
+    use kube::{Resource, ResourceExt};
     use serde_json::json;
 
     fn pod_json(conditions: serde_json::Value) -> serde_json::Value {

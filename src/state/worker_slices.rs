@@ -28,6 +28,7 @@ use crate::names::{FENCED_AT_ANNOTATION, MANAGED_BY_LABEL, MANAGER, POOL_LABEL, 
 use crate::planner::handoff::Holders;
 use crate::planner::validate::{Failure, FailureReason};
 use crate::state::config_map::{CONFIG_KEY, CONFIG_MAP_MAX_BYTES};
+use crate::state::slice_summary::SliceSummary;
 
 /// The pool ConfigMap's key holding the index.
 pub const INDEX_KEY: &str = "index.yml";
@@ -75,16 +76,12 @@ pub struct Slice {
 
 impl Slice {
     /// The slice in `cm` for `pod`; an unreadable one holds nothing at version 0.
-    pub fn read(cm: &ConfigMap, pod: &str) -> Slice {
+    pub fn read(cm: &SliceSummary, pod: &str) -> Slice {
         let config = cm
-            .data
-            .as_ref()
-            .and_then(|d| d.get(CONFIG_KEY))
+            .config
+            .as_deref()
             .and_then(|text| WorkerConfig::parse(text).ok());
-        let fenced_at = cm
-            .annotations()
-            .get(FENCED_AT_ANNOTATION)
-            .and_then(|v| v.parse().ok());
+        let fenced_at = cm.fenced_at;
         match config {
             Some(config) => Slice::of(&config, pod, config.version, fenced_at),
             None => Slice {
@@ -147,21 +144,21 @@ impl Slice {
 #[derive(Clone, Debug, Default)]
 pub struct Observed<'a> {
     /// Each slice's ConfigMap, and what it says (read once: a pool may have thousands).
-    by_pod: BTreeMap<String, (&'a ConfigMap, Slice)>,
+    by_pod: BTreeMap<String, (&'a SliceSummary, Slice)>,
     /// The others given, by name: not this pool's slices, never written over.
-    others: BTreeMap<String, &'a ConfigMap>,
+    others: BTreeMap<String, &'a SliceSummary>,
 }
 
 impl<'a> Observed<'a> {
     /// The slices among `config_maps` that belong to the pool's ConfigMap `name`: labelled
     /// with a worker and named after it.
-    pub fn of(name: &str, config_maps: impl IntoIterator<Item = &'a ConfigMap>) -> Self {
+    pub fn of(name: &str, config_maps: impl IntoIterator<Item = &'a SliceSummary>) -> Self {
         let mut observed = Observed::default();
         for cm in config_maps {
             let pod = cm
-                .labels()
-                .get(WORKER_LABEL)
-                .filter(|pod| cm.metadata.name.as_deref() == Some(slice_name(name, pod).as_str()));
+                .worker
+                .as_ref()
+                .filter(|pod| cm.name() == Some(slice_name(name, pod).as_str()));
             match pod {
                 Some(pod) => {
                     let slice = Slice::read(cm, pod);
@@ -176,7 +173,7 @@ impl<'a> Observed<'a> {
     }
 
     /// The ConfigMap of `pod`'s slice, if there is one.
-    pub fn get(&self, pod: &str) -> Option<&'a ConfigMap> {
+    pub fn get(&self, pod: &str) -> Option<&'a SliceSummary> {
         self.by_pod.get(pod).map(|(cm, _)| *cm)
     }
 
@@ -186,7 +183,7 @@ impl<'a> Observed<'a> {
     }
 
     /// Every slice: pod name and ConfigMap.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &'a ConfigMap)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &'a SliceSummary)> {
         self.by_pod.iter().map(|(pod, (cm, _))| (pod.as_str(), *cm))
     }
 }
@@ -262,7 +259,7 @@ pub struct SliceWrites {
     /// Written first: fences, and slices that gain no job.
     pub first: Vec<ConfigMap>,
     /// Slices no worker needs any more (their observed copies), deleted with the first.
-    pub deletes: Vec<ConfigMap>,
+    pub deletes: Vec<SliceSummary>,
     /// Written once all of `first` and `deletes` went through: slices that gain a job.
     pub then: Vec<ConfigMap>,
 }
@@ -353,7 +350,7 @@ fn check_ownership(
     observed: &Observed,
 ) -> Result<(), Failure> {
     let slice = slice_name(name, pod);
-    let controller = |cm: &ConfigMap| {
+    let controller = |cm: &SliceSummary| {
         cm.owner_references()
             .iter()
             .find(|r| r.controller == Some(true))
@@ -450,8 +447,8 @@ mod tests {
         .with_transit([("w-1".to_owned(), vec!["c".to_owned()])])
     }
 
-    /// The ConfigMaps a write of `config` over nothing creates, as the API server holds them.
-    fn written(config: &WorkerConfig) -> (Index, Vec<ConfigMap>) {
+    /// The ConfigMaps a write of `config` over nothing creates, as the operator reads them.
+    fn written(config: &WorkerConfig) -> (Index, Vec<SliceSummary>) {
         let (index, writes) = desired(
             &pool(),
             "p-config",
@@ -461,19 +458,20 @@ mod tests {
             config.version,
         )
         .unwrap();
-        (index, writes.first.into_iter().chain(writes.then).collect())
+        let cms = writes.first.iter().chain(&writes.then);
+        (index, cms.map(SliceSummary::from).collect())
     }
 
     #[test]
     fn each_worker_gets_its_own_slice_and_the_slices_make_up_the_config() {
         let (index, cms) = written(&config(3));
-        let names: Vec<_> = cms.iter().map(|cm| cm.name_any()).collect();
+        let names: Vec<_> = cms.iter().map(|cm| cm.name().unwrap()).collect();
         assert_eq!(names, ["p-config.w-0", "p-config.w-1"]);
         assert_eq!(
             index.workers,
             BTreeMap::from([("w-0".into(), 3), ("w-1".into(), 3)])
         );
-        let w1 = &cms[1].data.as_ref().unwrap()[CONFIG_KEY];
+        let w1 = cms[1].config.as_ref().unwrap();
         assert!(!w1.contains("w-0"), "{w1}");
         let assembled = assemble(&index, &Observed::of("p-config", &cms));
         assert_eq!(assembled.config, config(3));
@@ -484,7 +482,7 @@ mod tests {
         assert!(Observed::of("p-config", [&stray]).get("w-0").is_none());
         // A ConfigMap of someone else's at a slice's name is never written over.
         let mut theirs = cms[0].clone();
-        theirs.metadata.labels = None;
+        (theirs.pool, theirs.worker) = (None, None);
         let error = desired(
             &pool(),
             "p-config",
@@ -562,18 +560,15 @@ mod tests {
         assert_eq!(fences.first.len(), 2);
         // The fence keeps what the slice shows: a worker must not acknowledge the version it
         // never read.
-        let fenced_w1 = Slice::read(&fences.first[0], "w-1");
+        let fenced: Vec<SliceSummary> = fences.first.iter().map(SliceSummary::from).collect();
+        let fenced_w1 = Slice::read(&fenced[0], "w-1");
         assert_eq!(fenced_w1.version, 3);
         assert_eq!(fenced_w1.transit, ["c"]);
         assert_eq!(fenced_w1.fenced_at, Some(4));
-        let fenced_w2 = Slice::read(&fences.first[1], "w-2");
+        let fenced_w2 = Slice::read(&fenced[1], "w-2");
         assert_eq!((fenced_w2.version, fenced_w2.workload), (0, None));
 
-        let after: Vec<ConfigMap> = vec![
-            cms[0].clone(),
-            fences.first[0].clone(),
-            fences.first[1].clone(),
-        ];
+        let after = [cms[0].clone(), fenced[0].clone(), fenced[1].clone()];
         let settled = assemble(&index, &Observed::of("p-config", &after));
         assert!(settled.unsettled.is_empty());
         assert_eq!(settled.config.workload("w-1"), Some(&workload(3, &["b"])));

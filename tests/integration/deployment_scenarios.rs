@@ -25,6 +25,7 @@ use swarm_operator::planner::{Observed, Outcome, PlannedEvent, SLOTS_ANNOTATION}
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::lease::Acks;
+use swarm_operator::state::slice_summary::SliceSummary;
 
 const NS: &str = "swarm";
 const DEPLOYMENT: &str = "stream-worker";
@@ -235,6 +236,7 @@ impl World {
             ..MemoryCluster::new(self.now)
         };
         let mut journal = Journal::default();
+        let cached_slices: Vec<SliceSummary> = self.slices.iter().map(SliceSummary::from).collect();
         let driven = block_on(drive(
             &mut cluster,
             &Observed {
@@ -249,7 +251,7 @@ impl World {
                 other_pools: self.other_pools.iter().collect(),
                 pods_are_live: false,
                 config_map: self.config_map.as_ref(),
-                worker_config_maps: self.slices.iter().collect(),
+                worker_config_maps: cached_slices.iter().collect(),
                 slices_are_live: false,
                 deleting: &self.deleting,
                 acks: &self.acks,
@@ -297,7 +299,15 @@ impl World {
 
     fn config(&self) -> WorkerConfig {
         let cm = self.config_map.as_ref().expect("a ConfigMap");
-        pool_config(cm, &self.slices).expect("a config")
+        pool_config(
+            cm,
+            &self
+                .slices
+                .iter()
+                .map(SliceSummary::from)
+                .collect::<Vec<_>>(),
+        )
+        .expect("a config")
     }
 
     fn slots(&self) -> String {

@@ -32,6 +32,7 @@ use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
 use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::jobs_source::{self, Found};
 use swarm_operator::state::lease::{Ack, Acks, Renewal};
+use swarm_operator::state::slice_summary::SliceSummary;
 
 const NS: &str = "swarm";
 const STS: &str = "swarm-worker";
@@ -251,6 +252,7 @@ impl World {
                 .find(|cm| cm.metadata.name.as_deref() == Some(name))
                 .map_or(Found::Missing, Found::ConfigMap)
         });
+        let cached_slices: Vec<SliceSummary> = self.slices.iter().map(SliceSummary::from).collect();
         let driven = block_on(drive(
             &mut cluster,
             &Observed {
@@ -263,7 +265,7 @@ impl World {
                 other_pools: self.other_pools.iter().collect(),
                 pods_are_live: false,
                 config_map: self.config_map.as_ref(),
-                worker_config_maps: self.slices.iter().collect(),
+                worker_config_maps: cached_slices.iter().collect(),
                 slices_are_live: false,
                 deleting: &self.deleting,
                 acks: &self.acks,
@@ -327,7 +329,15 @@ impl World {
     }
 
     fn config(&self) -> WorkerConfig {
-        pool_config(self.config_map.as_ref().unwrap(), &self.slices).expect("a config")
+        pool_config(
+            self.config_map.as_ref().unwrap(),
+            &self
+                .slices
+                .iter()
+                .map(SliceSummary::from)
+                .collect::<Vec<_>>(),
+        )
+        .expect("a config")
     }
 
     fn pending(&self) -> BTreeMap<String, String> {

@@ -17,6 +17,7 @@ use swarm_operator::controller::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_operator::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
 use swarm_operator::planner::CONFIG_KEY;
 use swarm_operator::state::config_map::pool_config;
+use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_operator::state::worker_slices::slice_name;
 
 use super::process::{self, LEASE_SECONDS, Process};
@@ -528,7 +529,8 @@ impl Cluster {
 
     /// The pool's config as the operator wrote it, in either layout.
     pub fn config(&self) -> Option<WorkerConfig> {
-        pool_config(self.config_map.as_ref()?, &self.slices)
+        let slices: Vec<SliceSummary> = self.slices.iter().map(SliceSummary::from).collect();
+        pool_config(self.config_map.as_ref()?, &slices)
     }
 
     /// What each pod reads: under `Acknowledge` its own ConfigMap, else the pool's `config.yml`.

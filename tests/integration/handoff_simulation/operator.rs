@@ -16,6 +16,7 @@ use swarm_operator::planner::{Observed, VERSION_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::state::lease::Acks;
 use swarm_operator::state::lease_summary::LeaseSummary;
+use swarm_operator::state::slice_summary::SliceSummary;
 
 use super::cluster::{Cluster, NS};
 use super::process;
@@ -188,6 +189,8 @@ impl Operator {
             crash_after,
             ..MemoryCluster::new(cluster.now())
         };
+        let cached_slices: Vec<SliceSummary> =
+            cluster.slices.iter().map(SliceSummary::from).collect();
         let driven = block_on(drive(
             &mut api,
             &Observed {
@@ -200,7 +203,7 @@ impl Operator {
                 other_pools: Vec::new(),
                 pods_are_live: false,
                 config_map: cluster.config_map.as_ref(),
-                worker_config_maps: cluster.slices.iter().collect(),
+                worker_config_maps: cached_slices.iter().collect(),
                 slices_are_live: false,
                 deleting: &self.deleting,
                 acks: &acks,
