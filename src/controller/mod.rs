@@ -495,7 +495,10 @@ fn watch(
     let controller = Controller::for_stream(pools, pool_store.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .owns_stream(config_maps.touched_objects())
-        .owns_stream(slices.touched_objects());
+        .watches_stream(slices.touched_objects(), |slice| {
+            let pool = slice.pool.as_deref()?;
+            Some(ObjectRef::new(pool).within(slice.namespace()?.as_str()))
+        });
     let (controller, sts_store, pod_store) =
         watch_statefulsets(controller, client, ns, health, &pool_store);
     let (controller, deployment_store, rs_store, deployment_pod_store) =

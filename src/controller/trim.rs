@@ -64,10 +64,11 @@ pub fn config_map(cm: &mut ConfigMap) {
     cm.metadata.managed_fields = None;
 }
 
-/// A worker's own ConfigMap as the planner reads it: what [`SliceSummary`] keeps, and owner
-/// references (the trigger maps it to its pool by them).
+/// A worker's own ConfigMap as the planner reads it: what [`SliceSummary`] keeps, without its
+/// uid (a write is fenced by its resourceVersion).
 pub fn slice(cm: &mut SliceSummary) {
     trim_meta(&mut cm.metadata);
+    cm.metadata.uid = None;
 }
 
 /// A ConfigMap a pool reads jobs from: its identity, labels and data, and only the keys of its
@@ -83,10 +84,12 @@ pub fn jobs_source(cm: &mut ConfigMap) {
     });
 }
 
-/// A worker's Lease as the planner reads it: its name and what [`LeaseSummary`] keeps.
+/// A worker's Lease as the planner reads it: its name and what [`LeaseSummary`] keeps (its
+/// holder is a pod's uid; its own uid nobody reads).
 pub fn lease(lease: &mut LeaseSummary) {
     trim_meta(&mut lease.metadata);
     lease.metadata.owner_references = None;
+    lease.metadata.uid = None;
 }
 
 fn trim_meta(meta: &mut ObjectMeta) {

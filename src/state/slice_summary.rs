@@ -1,6 +1,6 @@
 //! A worker's own ConfigMap (its slice, see [`crate::state::worker_slices`]) as the operator
-//! reads it: its identity and owners, its pool and worker labels, its fence annotation and its
-//! `config.yml`, nothing else.
+//! reads it: its identity, its controlling owner, its pool and worker labels, its fence
+//! annotation and its `config.yml`, nothing else.
 //!
 //! Under `Acknowledge` there is a slice per worker in the cache, and the live lists and write
 //! responses of a 1,000-worker pool hold one each. A k8s-openapi `ConfigMap` keeps its labels,
@@ -18,13 +18,15 @@ use crate::names::{FENCED_AT_ANNOTATION, POOL_LABEL, WORKER_LABEL};
 use crate::state::config_map::CONFIG_KEY;
 use crate::state::served_as::served_as;
 
-/// A worker's ConfigMap: identity and owners in `metadata` (without labels and annotations),
-/// and what the operator reads of the rest.
+/// A worker's ConfigMap: identity in `metadata` (without labels, annotations and owners), and
+/// what the operator reads of the rest.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "ConfigMapFields")]
 pub struct SliceSummary {
-    /// The ConfigMap's metadata, without its labels and annotations.
+    /// The ConfigMap's metadata, without its labels, annotations and owner references.
     pub metadata: ObjectMeta,
+    /// The uid of its controlling owner (the pool whose slice it is), if it has one.
+    pub controller_uid: Option<String>,
     /// Its pool label ([`POOL_LABEL`]).
     pub pool: Option<String>,
     /// Its worker label ([`WORKER_LABEL`]): the pod whose slice it is.
@@ -73,8 +75,16 @@ impl From<ConfigMapFields> for SliceSummary {
             .take()
             .and_then(|mut annotations| annotations.remove(FENCED_AT_ANNOTATION))
             .and_then(|at| at.parse().ok());
+        let controller_uid = metadata
+            .owner_references
+            .take()
+            .into_iter()
+            .flatten()
+            .find(|owner| owner.controller == Some(true))
+            .map(|owner| owner.uid);
         SliceSummary {
             metadata,
+            controller_uid,
             pool: labels.remove(POOL_LABEL),
             worker: labels.remove(WORKER_LABEL),
             fenced_at,
@@ -117,9 +127,10 @@ mod tests {
         assert_eq!(from_json.worker.as_deref(), Some("web-0"));
         assert_eq!(from_json.fenced_at, Some(7));
         assert_eq!(from_json.config.as_deref(), Some("version: 7\n"));
+        assert_eq!(from_json.controller_uid.as_deref(), Some("pool-uid"));
         assert_eq!(
-            from_json.metadata.owner_references.map(|r| r.len()),
-            Some(1)
+            from_json.metadata.owner_references, None,
+            "the owner is a field"
         );
         assert_eq!(from_json.metadata.labels, None, "the labels are fields");
         assert_eq!(from_json.metadata.annotations, None, "the fence is a field");

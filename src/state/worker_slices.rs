@@ -350,15 +350,12 @@ fn check_ownership(
     observed: &Observed,
 ) -> Result<(), Failure> {
     let slice = slice_name(name, pod);
-    let controller = |cm: &SliceSummary| {
-        cm.owner_references()
-            .iter()
-            .find(|r| r.controller == Some(true))
-            .map(|r| r.uid.clone())
-    };
     let foreign = match (observed.get(pod), observed.others.get(&slice)) {
         (_, Some(_)) => true,
-        (Some(cm), None) => controller(cm).is_some_and(|uid| Some(uid) != pool.metadata.uid),
+        (Some(cm), None) => cm
+            .controller_uid
+            .as_ref()
+            .is_some_and(|uid| Some(uid) != pool.metadata.uid.as_ref()),
         (None, None) => false,
     };
     if foreign {
