@@ -280,7 +280,7 @@ impl Cluster {
 }
 
 /// The config version written into `config_map`, if it exists.
-pub async fn config_version(config_maps: &Api<ConfigMap>, config_map: &str) -> Option<u64> {
+async fn config_version(config_maps: &Api<ConfigMap>, config_map: &str) -> Option<u64> {
     let cm = config_maps.get_opt(config_map).await.ok()??;
     cm.annotations().get(VERSION_ANNOTATION)?.parse().ok()
 }

@@ -35,16 +35,19 @@ mod cluster;
 mod driver;
 mod process;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::Api;
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, ResourceExt as _};
+use swarm_operator::names::{POOL_LABEL, WORKER_LABEL};
+use swarm_operator::planner::VERSION_ANNOTATION;
 
 use cluster::{
-    Cluster, changed, config_version, configmap_watch_bytes, poll, settled, wait_for,
-    worker_config_map_versions,
+    Cluster, changed, configmap_watch_bytes, poll, settled, wait_for, worker_config_map_versions,
 };
 use driver::LoadDriver;
 use process::{OperatorProcess, Requests};
@@ -441,29 +444,32 @@ async fn run_cell(
     measured
 }
 
-/// How long after `began` every pool's ConfigMap shows its first config version: polls each
-/// pool's ConfigMap until it has one (a GET each, every 100 ms, for the pools not yet seen).
+/// How long after `began` every pool's ConfigMap shows its first config version, as a watch of
+/// the pools' ConfigMaps (not the workers' own) delivers them: polling a hundred pools with GETs
+/// would load the API server the operator is writing to.
 async fn first_configs_written(
     config_maps: Api<ConfigMap>,
     pools: usize,
     began: Instant,
 ) -> Duration {
-    let mut waiting: Vec<usize> = (0..pools).collect();
+    let mut waiting: HashSet<String> = (0..pools).map(config_map_name).collect();
+    let selector = format!("{POOL_LABEL},!{WORKER_LABEL}");
+    let mut events = watcher(config_maps, watcher::Config::default().labels(&selector))
+        .applied_objects()
+        .boxed();
     while !waiting.is_empty() {
-        assert!(
-            began.elapsed() < PHASE_LIMIT,
-            "timed out waiting for every pool's first config"
-        );
-        let mut still = Vec::new();
-        for i in waiting {
-            let version = config_version(&config_maps, &config_map_name(i)).await;
-            if version.is_none_or(|v| v == 0) {
-                still.push(i);
-            }
-        }
-        waiting = still;
-        if !waiting.is_empty() {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+        let left = PHASE_LIMIT.saturating_sub(began.elapsed());
+        let next = tokio::time::timeout(left, events.try_next()).await;
+        let cm = next
+            .expect("timed out waiting for every pool's first config")
+            .expect("first config watch failed")
+            .expect("first config watch ended");
+        let version = cm
+            .annotations()
+            .get(VERSION_ANNOTATION)
+            .and_then(|v| v.parse::<u64>().ok());
+        if version.is_some_and(|v| v > 0) {
+            waiting.remove(&cm.name_any());
         }
     }
     began.elapsed()
