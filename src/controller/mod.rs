@@ -495,6 +495,7 @@ fn watch(
     let controller = Controller::for_stream(pools, pool_store.clone())
         .with_config(kube::runtime::controller::Config::default().concurrency(0))
         .owns_stream(config_maps.touched_objects())
+        // A worker's ConfigMap names its pool in a label; its owner reference is not kept.
         .watches_stream(slices.touched_objects(), |slice| {
             let pool = slice.pool.as_deref()?;
             Some(ObjectRef::new(pool).within(slice.namespace()?.as_str()))
