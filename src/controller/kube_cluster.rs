@@ -44,10 +44,9 @@ async fn write_slice(
 ) -> Result<SliceWritten, Error> {
     let SliceWrite {
         name,
-        current,
+        based_on,
         desired,
     } = write;
-    let based_on = current.and_then(|cm| cm.metadata.resource_version);
     let result = match (desired, based_on) {
         (Some(desired), None) => {
             let params = PostParams {

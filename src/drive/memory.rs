@@ -113,10 +113,7 @@ impl MemoryCluster {
             .iter()
             .position(|cm| cm.metadata.name.as_deref() == Some(write.name.as_str()));
         let now = at.map(|i| self.slices[i].clone());
-        let version = write
-            .current
-            .as_ref()
-            .and_then(|cm| cm.metadata.resource_version.as_ref());
+        let version = write.based_on.as_ref();
         if version
             != now
                 .as_ref()

@@ -17,6 +17,7 @@
 pub mod memory;
 pub mod whatif;
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::future::Future;
 
@@ -107,8 +108,9 @@ pub enum Written {
 pub struct SliceWrite {
     /// Its name.
     pub name: String,
-    /// The copy the write was planned on; `None`: there was none, and it is created.
-    pub current: Option<SliceSummary>,
+    /// The resourceVersion of the copy the write was planned on; `None`: there was none, and
+    /// it is created.
+    pub based_on: Option<String>,
     /// What to apply; `None`: delete it.
     pub desired: Option<ConfigMap>,
 }
@@ -176,7 +178,7 @@ pub async fn drive<C: Cluster + Send>(
         slices: cached
             .worker_config_maps
             .iter()
-            .map(|&cm| cm.clone())
+            .map(|&cm| Cow::Borrowed(cm))
             .collect(),
         slices_are_live: false,
         listed_pods: None,
@@ -197,7 +199,12 @@ pub async fn drive<C: Cluster + Send>(
                 round.write(cluster, write, journal).await?;
             }
             Step::ListSlices => {
-                round.slices = cluster.list_slices().await?;
+                round.slices = cluster
+                    .list_slices()
+                    .await?
+                    .into_iter()
+                    .map(Cow::Owned)
+                    .collect();
                 round.slices_are_live = true;
             }
             Step::ListLive(names) => {
@@ -221,11 +228,12 @@ pub async fn drive<C: Cluster + Send>(
 }
 
 /// The state one round plans on, as the earlier rounds left it.
-struct Round {
+struct Round<'a> {
     /// The ConfigMap as last written or read.
     config_map: Option<ConfigMap>,
-    /// The workers' own ConfigMaps as last written or read.
-    slices: Vec<SliceSummary>,
+    /// The workers' own ConfigMaps as last written or read: the cache's own copies until then
+    /// (a pool may have thousands).
+    slices: Vec<Cow<'a, SliceSummary>>,
     /// Whether `slices` were listed live (and kept up to date by the writes since).
     slices_are_live: bool,
     /// The pods of the last live list, if there was one: fresher than the cache even once a
@@ -242,12 +250,12 @@ struct Round {
     pool_confirmed: bool,
 }
 
-impl Round {
-    fn observe<'a>(
-        &'a self,
-        cached: &Observed<'a>,
+impl<'a> Round<'a> {
+    fn observe<'r>(
+        &'r self,
+        cached: &Observed<'r>,
         now: k8s_openapi::jiff::Timestamp,
-    ) -> Observed<'a> {
+    ) -> Observed<'r> {
         Observed {
             pods: match &self.listed_pods {
                 Some(listed) => listed.iter().collect(),
@@ -255,7 +263,7 @@ impl Round {
             },
             pods_are_live: self.pods_are_live,
             config_map: self.config_map.as_ref(),
-            worker_config_maps: self.slices.iter().collect(),
+            worker_config_maps: self.slices.iter().map(AsRef::as_ref).collect(),
             slices_are_live: self.slices_are_live,
             acks: self.live_acks.as_ref().unwrap_or(cached.acks),
             now,
@@ -344,14 +352,14 @@ impl Round {
             .or(gone.as_ref().and_then(SliceSummary::name))
             .unwrap_or_default()
             .to_owned();
-        let current = self
+        let based_on = self
             .slices
             .iter()
             .find(|cm| cm.name() == Some(name.as_str()))
-            .cloned();
+            .and_then(|cm| cm.metadata.resource_version.clone());
         SliceWrite {
             name,
-            current,
+            based_on,
             desired,
         }
     }
@@ -382,7 +390,7 @@ impl Round {
                 }
             };
             self.slices.retain(|cm| cm.name() != Some(name.as_str()));
-            self.slices.extend(now);
+            self.slices.extend(now.map(Cow::Owned));
         }
         if applied {
             self.wrote(false);

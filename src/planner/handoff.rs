@@ -35,6 +35,7 @@ use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{Assignment, Roster};
 
 use crate::crd::Handoff;
+use crate::planner::by_job::{ByJob, JobSet};
 use crate::state::lease::Acks;
 
 pub use crate::names::HANDOFF_ANNOTATION;
@@ -197,9 +198,10 @@ pub struct HandoffInput<'a> {
 
 /// The handoff's decision: what each worker may run now, and what stays in transit.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct HandoffOutcome {
-    /// Jobs per ordinal to publish in `workloads`, in spec order within each worker.
-    pub held: Vec<Vec<String>>,
+pub struct HandoffOutcome<'a> {
+    /// Jobs per ordinal to publish in `workloads`, in spec order within each worker: borrowed
+    /// from the spec and the target, which the caller can drop before copying them.
+    pub held: Vec<Vec<&'a str>>,
     /// Jobs in transit by the pod that last held them (jobs that left the spec included).
     pub transit: BTreeMap<String, Vec<String>>,
     /// The holders to record.
@@ -221,6 +223,37 @@ pub struct HandoffOutcome {
     pub holder_pods: BTreeSet<String>,
 }
 
+impl<'a> HandoffOutcome<'a> {
+    /// Takes out the jobs each worker holds: what is left no longer borrows from the input.
+    pub fn take_held(self) -> (Vec<Vec<&'a str>>, HandoffOutcome<'static>) {
+        let HandoffOutcome {
+            held,
+            transit,
+            holders,
+            needs_live_pods,
+            jobs_in_transit,
+            revoked,
+            revoked_from,
+            granted,
+            awaiting_grants,
+            holder_pods,
+        } = self;
+        let rest = HandoffOutcome {
+            held: Vec::new(),
+            transit,
+            holders,
+            needs_live_pods,
+            jobs_in_transit,
+            revoked,
+            revoked_from,
+            granted,
+            awaiting_grants,
+            holder_pods,
+        };
+        (held, rest)
+    }
+}
+
 /// A job granted after a time in transit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GrantedJob {
@@ -231,7 +264,7 @@ pub struct GrantedJob {
 }
 
 /// Decides what to publish. See the module documentation for the rules.
-pub fn hand_off(input: &HandoffInput) -> HandoffOutcome {
+pub fn hand_off<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     match input.mode {
         Handoff::Overlap => overlap(input),
         Handoff::Exclusive => exclusive(input),
@@ -239,7 +272,7 @@ pub fn hand_off(input: &HandoffInput) -> HandoffOutcome {
 }
 
 /// Make before break: publish the target as it is; nothing is in transit.
-fn overlap(input: &HandoffInput) -> HandoffOutcome {
+fn overlap<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     let previous_transit = transit_by_job(input.previous);
     let granted = input
         .target
@@ -265,16 +298,13 @@ fn overlap(input: &HandoffInput) -> HandoffOutcome {
     let mut held = Vec::with_capacity(input.target.replicas());
     for (ordinal, jobs) in input.target.workers().iter().enumerate() {
         if input.roster.pod(ordinal).is_some() {
-            held.push(jobs.clone());
+            held.push(jobs.iter().map(String::as_str).collect());
             continue;
         }
         held.push(Vec::new());
         for job in jobs {
             let from: BTreeSet<&str> = published
                 .get(job.as_str())
-                .into_iter()
-                .flatten()
-                .copied()
                 .chain(
                     previous_transit
                         .get(job.as_str())
@@ -298,7 +328,7 @@ fn overlap(input: &HandoffInput) -> HandoffOutcome {
     }
 }
 
-fn exclusive(input: &HandoffInput) -> HandoffOutcome {
+fn exclusive<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     let previous_transit = transit_by_job(input.previous);
     let (holders, needs_live_pods) = observed_holders(input, &previous_transit);
     let live_holders: BTreeSet<String> = holders
@@ -308,27 +338,39 @@ fn exclusive(input: &HandoffInput) -> HandoffOutcome {
         .map(|(pod, _)| pod.clone())
         .collect();
 
-    // Where each job of the spec stands.
+    // Where each job of the spec stands. The decisions are made as they are applied, not
+    // kept: a pool of 100,000 jobs would hold as many.
     let published = published_by_job(input.previous);
-    let decisions = decide_jobs(input, &previous_transit, &published, &live_holders);
+    let decider = Decider::new(input, &previous_transit, &published, &live_holders);
 
     // A worker gets the jobs handed to it in one grant, once all of them are free: it restarts
-    // once to pick them up, so granting some earlier would only cost another version.
+    // once to pick them up, so granting some earlier would only cost another version. That
+    // takes every decision first, so they are made twice.
     // Under `Acknowledge` nothing restarts: each job is granted as soon as it is free.
-    let awaiting: BTreeSet<String> = decisions
-        .iter()
-        .filter(|_| input.acks.is_none())
-        .filter_map(|(_, d)| match d {
-            Decision::Wait { to, .. } => to.map(str::to_owned),
-            _ => None,
-        })
-        .collect();
+    let awaiting: BTreeSet<String> = match input.acks {
+        Some(_) => BTreeSet::new(),
+        None => input
+            .jobs
+            .iter()
+            .filter_map(|job| match decider.decide(job) {
+                Decision::Wait { to, .. } => to.map(str::to_owned),
+                _ => None,
+            })
+            .collect(),
+    };
 
-    let mut draft = ExclusiveDraft::new(input.target.replicas(), holders);
-    for (job, decision) in decisions {
-        draft.apply(input, &previous_transit, &awaiting, job, decision);
+    let mut draft = ExclusiveDraft::new(input, holders);
+    for job in input.jobs {
+        draft.apply(
+            input,
+            &previous_transit,
+            &awaiting,
+            job,
+            decider.decide(job),
+        );
     }
-    let spec: BTreeSet<&str> = input.jobs.iter().map(String::as_str).collect();
+    drop(decider);
+    let spec = JobSet::new(input.jobs.iter().map(String::as_str));
     draft.keep_removed_jobs(input, &spec, &published, &previous_transit, &live_holders);
     draft.finish(&spec, needs_live_pods)
 }
@@ -357,31 +399,51 @@ fn observed_holders(
     (holders, needs_live_pods)
 }
 
-/// Where each job of the spec goes in this step, in spec order: a job waits while a pod other
-/// than its destination may still run it.
-fn decide_jobs<'a>(
-    input: &HandoffInput<'a>,
-    previous_transit: &BTreeMap<&str, Vec<&str>>,
-    published: &BTreeMap<&str, Pods<'a>>,
-    live_holders: &BTreeSet<String>,
-) -> Vec<(&'a String, Decision<'a>)> {
-    let live_holder = |pod: &str| live_holders.contains(pod);
-    let owner_of = target_owners(input.target);
-    let ordinal_of: BTreeMap<&str, usize> = (0..input.roster.len())
-        .filter_map(|i| input.roster.pod(i).map(|pod| (pod, i)))
-        .collect();
-    let mut decisions: Vec<(&String, Decision)> = Vec::with_capacity(input.jobs.len());
-    for job in input.jobs {
-        let destination = owner_of.get(job.as_str()).copied();
+/// Where each job of the spec goes in this step: a job waits while a pod other than its
+/// destination may still run it.
+struct Decider<'i, 'a> {
+    input: &'i HandoffInput<'a>,
+    previous_transit: &'i BTreeMap<&'a str, Vec<&'a str>>,
+    published: &'i ByJob<'a, &'a str>,
+    live_holders: &'i BTreeSet<String>,
+    owner_of: ByJob<'a, usize>,
+    ordinal_of: BTreeMap<&'a str, usize>,
+}
+
+impl<'i, 'a> Decider<'i, 'a> {
+    fn new(
+        input: &'i HandoffInput<'a>,
+        previous_transit: &'i BTreeMap<&'a str, Vec<&'a str>>,
+        published: &'i ByJob<'a, &'a str>,
+        live_holders: &'i BTreeSet<String>,
+    ) -> Self {
+        let ordinal_of = (0..input.roster.len())
+            .filter_map(|i| input.roster.pod(i).map(|pod| (pod, i)))
+            .collect();
+        Self {
+            input,
+            previous_transit,
+            published,
+            live_holders,
+            owner_of: target_owners(input.target),
+            ordinal_of,
+        }
+    }
+
+    fn decide(&self, job: &str) -> Decision<'a> {
+        let input = self.input;
+        let previous_transit = self.previous_transit;
+        let live_holder = |pod: &str| self.live_holders.contains(pod);
+        let destination = self.owner_of.first(job);
         // A free slot has no pod to publish under: its jobs wait in transit for one. Nor has a
         // terminating pod under `Acknowledge`: its worker runs nothing any more.
         let to = destination
             .and_then(|ordinal| input.roster.pod(ordinal))
             .filter(|pod| !input.terminating.contains(*pod));
-        let held_by = published.get(job.as_str()).cloned().unwrap_or_default();
-        let was_in_transit = previous_transit.contains_key(job.as_str());
+        let held_by: Pods = self.published.get(job).collect();
+        let was_in_transit = previous_transit.contains_key(job);
         let live_senders: Vec<&str> = previous_transit
-            .get(job.as_str())
+            .get(job)
             .into_iter()
             .flatten()
             .copied()
@@ -397,18 +459,18 @@ fn decide_jobs<'a>(
         let destination_waits = input.acks.is_some()
             && destination.is_some()
             && to.is_none_or(|pod| input.unready.contains(pod));
-        let last_ran_at: Vec<&str> = if was_in_transit {
-            previous_transit[job.as_str()].clone()
+        let last_ran_at: &[&str] = if was_in_transit {
+            &previous_transit[job]
         } else {
-            held_by.to_vec()
+            &held_by
         };
-        let stays_at = match last_ran_at.as_slice() {
+        let stays_at = match last_ran_at {
             [pod] if destination_waits && !input.terminating.contains(*pod) => {
-                ordinal_of.get(pod).copied()
+                self.ordinal_of.get(pod).copied()
             }
             _ => None,
         };
-        let decision = match (destination, to) {
+        match (destination, to) {
             _ if let Some(ordinal) = stays_at => {
                 if was_in_transit {
                     Decision::Grant(ordinal)
@@ -430,16 +492,14 @@ fn decide_jobs<'a>(
                 revoke_from: held_by,
                 to,
             },
-        };
-        decisions.push((job, decision));
+        }
     }
-    decisions
 }
 
 /// The outcome [`exclusive`] builds from its decisions. The jobs in transit and the holders
 /// are kept apart from it until the holders with nothing left in transit are dropped.
 struct ExclusiveDraft<'a> {
-    out: HandoffOutcome,
+    out: HandoffOutcome<'a>,
     transit: BTreeMap<String, Vec<String>>,
     holders: Holders,
     /// Jobs of the spec this step revokes, for [`HandoffOutcome::revoked`].
@@ -449,11 +509,27 @@ struct ExclusiveDraft<'a> {
 }
 
 impl<'a> ExclusiveDraft<'a> {
-    /// Nothing held by any of the `replicas` workers yet, nothing in transit.
-    fn new(replicas: usize, holders: Holders) -> Self {
+    /// Nothing held by any worker yet, nothing in transit. Each worker has room for the jobs
+    /// the target gives it or the jobs it holds now, whichever are more (a job may stay where it
+    /// is for now): grown by doubling, a pool's job lists would take up to twice their size.
+    fn new(input: &HandoffInput, holders: Holders) -> Self {
+        let room = |ordinal: usize, target: &Vec<String>| {
+            let holds = input
+                .roster
+                .pod(ordinal)
+                .and_then(|pod| input.previous?.workload(pod))
+                .map_or(0, |workload| workload.jobs.len());
+            target.len().max(holds)
+        };
         Self {
             out: HandoffOutcome {
-                held: vec![Vec::new(); replicas],
+                held: input
+                    .target
+                    .workers()
+                    .iter()
+                    .enumerate()
+                    .map(|(ordinal, jobs)| Vec::with_capacity(room(ordinal, jobs)))
+                    .collect(),
                 ..HandoffOutcome::default()
             },
             transit: BTreeMap::new(),
@@ -483,7 +559,7 @@ impl<'a> ExclusiveDraft<'a> {
         // Grants go to positions with a pod (a free slot's jobs wait instead).
         let pod_of = |ordinal: usize| input.roster.pod(ordinal).unwrap_or_default();
         match decision {
-            Decision::Publish(ordinal) => out.held[ordinal].push(job.to_owned()),
+            Decision::Publish(ordinal) => out.held[ordinal].push(job),
             Decision::Grant(ordinal) if !awaiting.contains(pod_of(ordinal)) => {
                 let since = previous_transit[job]
                     .iter()
@@ -493,7 +569,7 @@ impl<'a> ExclusiveDraft<'a> {
                     to: pod_of(ordinal).to_owned(),
                     after_seconds: since.map_or(0.0, |s| seconds_between(s, input.now)),
                 });
-                out.held[ordinal].push(job.to_owned());
+                out.held[ordinal].push(job);
             }
             Decision::Grant(ordinal) => {
                 // Free, but its worker still waits for others: it stays where it is listed.
@@ -530,15 +606,15 @@ impl<'a> ExclusiveDraft<'a> {
     fn keep_removed_jobs(
         &mut self,
         input: &HandoffInput,
-        spec: &BTreeSet<&str>,
-        published: &BTreeMap<&str, Pods>,
+        spec: &JobSet,
+        published: &ByJob<&str>,
         previous_transit: &BTreeMap<&str, Vec<&str>>,
         live_holders: &BTreeSet<String>,
     ) {
         let live_holder = |pod: &str| live_holders.contains(pod);
         // Jobs that left the spec: whoever may still run one keeps it in transit until gone, so
         // the job is not granted early if it comes back.
-        for (job, pods) in published {
+        for (job, pods) in published.iter() {
             if spec.contains(job) {
                 continue;
             }
@@ -562,7 +638,7 @@ impl<'a> ExclusiveDraft<'a> {
 
     /// The outcome, once every job is decided: the holders left with something in transit,
     /// and what the handoff waits for.
-    fn finish(self, spec: &BTreeSet<&str>, needs_live_pods: bool) -> HandoffOutcome {
+    fn finish(self, spec: &JobSet, needs_live_pods: bool) -> HandoffOutcome<'a> {
         let Self {
             mut out,
             transit,
@@ -652,17 +728,13 @@ fn current_holders(
 type Pods<'a> = SmallVec<[&'a str; 1]>;
 
 /// Every job of the previous config's `workloads` and the pods that list it.
-fn published_by_job(previous: Option<&WorkerConfig>) -> BTreeMap<&str, Pods<'_>> {
-    let mut by_job: BTreeMap<&str, Pods> = BTreeMap::new();
-    for (pod, workload) in previous.into_iter().flat_map(WorkerConfig::workloads) {
-        for job in &workload.jobs {
-            let pods = by_job.entry(job.as_str()).or_default();
-            if !pods.contains(&pod) {
-                pods.push(pod);
-            }
-        }
+fn published_by_job(previous: Option<&WorkerConfig>) -> ByJob<'_, &str> {
+    let workloads = || previous.into_iter().flat_map(WorkerConfig::workloads);
+    let mut pairs = Vec::with_capacity(workloads().map(|(_, w)| w.jobs.len()).sum());
+    for (pod, workload) in workloads() {
+        pairs.extend(workload.jobs.iter().map(|job| (job.as_str(), pod)));
     }
-    by_job
+    ByJob::new(pairs)
 }
 
 /// Every job of the previous config's `transit` and the pods it is in transit from.
@@ -679,13 +751,13 @@ fn transit_by_job(previous: Option<&WorkerConfig>) -> BTreeMap<&str, Vec<&str>> 
     by_job
 }
 
-fn target_owners(target: &Assignment) -> BTreeMap<&str, usize> {
-    target
-        .workers()
-        .iter()
-        .enumerate()
-        .flat_map(|(ordinal, jobs)| jobs.iter().map(move |job| (job.as_str(), ordinal)))
-        .collect()
+/// Every job of `target` and its ordinal.
+fn target_owners(target: &Assignment) -> ByJob<'_, usize> {
+    let mut pairs = Vec::with_capacity(target.workers().iter().map(Vec::len).sum());
+    for (ordinal, jobs) in target.workers().iter().enumerate() {
+        pairs.extend(jobs.iter().map(|job| (job.as_str(), ordinal)));
+    }
+    ByJob::new(pairs)
 }
 
 fn push_unique(jobs: &mut Vec<String>, job: &str) {
@@ -746,8 +818,8 @@ mod tests {
     }
 
     impl Case {
-        fn run(&self) -> HandoffOutcome {
-            hand_off(&HandoffInput {
+        fn run(&self) -> Owned {
+            owned(hand_off(&HandoffInput {
                 mode: Handoff::Exclusive,
                 roster: &Roster::statefulset(STS, self.target.replicas()),
                 jobs: &self.spec,
@@ -760,8 +832,31 @@ mod tests {
                 unready: &NO_PODS,
                 pods_are_live: self.live,
                 now: at(10),
-            })
+            }))
         }
+    }
+
+    /// An outcome with the jobs held copied, so that it outlives its input.
+    struct Owned {
+        held: Vec<Vec<String>>,
+        rest: HandoffOutcome<'static>,
+    }
+
+    impl std::ops::Deref for Owned {
+        type Target = HandoffOutcome<'static>;
+
+        fn deref(&self) -> &Self::Target {
+            &self.rest
+        }
+    }
+
+    fn owned(out: HandoffOutcome) -> Owned {
+        let (held, rest) = out.take_held();
+        let held = held
+            .into_iter()
+            .map(|jobs| jobs.into_iter().map(str::to_owned).collect())
+            .collect();
+        Owned { held, rest }
     }
 
     fn holders(entries: &[(&str, &str)]) -> Holders {
@@ -964,7 +1059,7 @@ mod tests {
         let target = Assignment::new(vec![jobs(&["x", "z"]), jobs(&["y"])]);
         let previous = a_held_x_and_z_b_holds_y();
         let input = |holders: &Holders, pods: &PodIndex| {
-            hand_off(&HandoffInput {
+            owned(hand_off(&HandoffInput {
                 mode: Handoff::Exclusive,
                 roster: &roster,
                 jobs: &spec,
@@ -977,7 +1072,7 @@ mod tests {
                 unready: &NO_PODS,
                 pods_are_live: true,
                 now: at(10),
-            })
+            }))
         };
         // "a" is gone: nothing blocks x and z, but the slot has no pod to publish them under.
         let out = input(&holders(&[("a", "ua")]), &PodIndex::default());
@@ -989,7 +1084,7 @@ mod tests {
 
     #[test]
     fn overlap_publishes_nothing_for_a_free_slot() {
-        let out = hand_off(&HandoffInput {
+        let out = owned(hand_off(&HandoffInput {
             mode: Handoff::Overlap,
             roster: &Roster::new(vec![None, Some("b".into())], vec!["c".into()]),
             jobs: &jobs(&["x", "y"]),
@@ -1002,7 +1097,7 @@ mod tests {
             unready: &NO_PODS,
             pods_are_live: false,
             now: at(0),
-        });
+        }));
         assert_eq!(out.held, vec![vec![], jobs(&["y"])]);
         assert!(out.transit.is_empty(), "x was never held: nothing to keep");
     }
@@ -1011,7 +1106,7 @@ mod tests {
     fn overlap_keeps_a_free_slots_jobs_in_transit_by_the_pod_that_held_them() {
         // "a" held x and z and is gone; z was already waiting from an earlier plan.
         let previous = a_held_x_and_z_b_holds_y();
-        let out = hand_off(&HandoffInput {
+        let out = owned(hand_off(&HandoffInput {
             mode: Handoff::Overlap,
             roster: &Roster::new(vec![None, Some("b".into())], Vec::new()),
             jobs: &jobs(&["x", "y", "z"]),
@@ -1024,7 +1119,7 @@ mod tests {
             unready: &NO_PODS,
             pods_are_live: false,
             now: at(0),
-        });
+        }));
         assert_eq!(out.held, vec![vec![], jobs(&["y"])]);
         assert_eq!(out.transit["a"], jobs(&["x", "z"]), "the slot keeps them");
         assert_eq!(out.jobs_in_transit, 2);
@@ -1033,7 +1128,7 @@ mod tests {
 
     #[test]
     fn overlap_publishes_the_target_at_once() {
-        let out = hand_off(&HandoffInput {
+        let out = owned(hand_off(&HandoffInput {
             mode: Handoff::Overlap,
             roster: &Roster::statefulset(STS, 2),
             jobs: &jobs(&["a", "b"]),
@@ -1046,7 +1141,7 @@ mod tests {
             unready: &NO_PODS,
             pods_are_live: false,
             now: at(0),
-        });
+        }));
         assert_eq!(out.held, vec![jobs(&["a"]), jobs(&["b"])]);
         assert!(out.transit.is_empty() && !out.needs_live_pods);
     }

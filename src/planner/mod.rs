@@ -13,6 +13,7 @@
 //! 5. [`report`]: status, conditions and events.
 
 pub mod acknowledge;
+mod by_job;
 pub mod handoff;
 mod report;
 pub use report::{FAILOVER, coalesce_acknowledgements};
@@ -236,9 +237,9 @@ pub fn decide(observed: &Observed) -> Decision {
 /// The pipeline for a pool that may pass validation.
 fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     let valid = validate::validate(o, facts)?;
-    let slices =
+    let mut slices =
         worker_slices::Observed::of(&valid.config_map_name, o.worker_config_maps.iter().copied());
-    let previous = Previous::read(o.config_map, &slices);
+    let previous = Previous::read(o.config_map, &mut slices);
     if !previous.unsettled.is_empty() {
         return settle_slices(o, &valid, &previous, &slices);
     }
@@ -255,7 +256,11 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     } else {
         BTreeSet::new()
     };
-    let placement = assign_jobs(o.pool, &valid, &previous, &expired);
+    let Placement {
+        assignment,
+        dedicated_unmet,
+        ..
+    } = assign_jobs(o.pool, &valid, &previous, &expired);
     // Given no job, their jobs revoked: terminating workers, and workers whose Lease expired.
     let terminating: BTreeSet<String> = valid
         .workers
@@ -279,11 +284,11 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         })
         .map(|(name, _)| name.to_owned())
         .collect();
-    let mut handoff = handoff::hand_off(&HandoffInput {
+    let (held, mut handoff) = handoff::hand_off(&HandoffInput {
         mode: o.pool.spec.rollout.handoff,
         roster: &valid.roster,
         jobs: &o.pool.spec.jobs,
-        target: &placement.assignment,
+        target: &assignment,
         previous: previous.config.as_ref(),
         holders: previous.holders.as_ref(),
         pods: &pods,
@@ -292,11 +297,19 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         unready: &unready,
         pods_are_live: o.pods_are_live,
         now: o.now,
-    });
+    })
+    .take_held();
+    // The jobs are copied once they are all decided, and the target dropped then: a pool of
+    // 100,000 jobs would otherwise hold its job names once more through the rest of the plan.
+    let held = held
+        .into_iter()
+        .map(|jobs| jobs.into_iter().map(str::to_owned).collect())
+        .collect();
+    drop(assignment);
     let mut publication = swarm_assign::publish(
         &valid.roster,
         previous.config.as_ref(),
-        std::mem::take(&mut handoff.held),
+        held,
         handoff.transit.clone(),
     );
     // Under `Acknowledge` each worker reads a ConfigMap of its own (a pool that left that
@@ -311,7 +324,7 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
             o.pool,
             &valid.config_map_name,
             &publication.config,
-            &slices,
+            (&slices, previous.assembled()),
             &rewrite,
             next,
         )?;
@@ -336,7 +349,7 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         &previous,
         &publication,
         &handoff,
-        &placement,
+        &dedicated_unmet,
         rollout,
     );
     plan.needs_live_pods |= acknowledge && acknowledge::expiry_unconfirmed(&valid.workers, o.acks);
@@ -360,7 +373,7 @@ fn settle_slices(
             o.pool,
             &valid.config_map_name,
             index,
-            slices,
+            (slices, previous.assembled()),
             &previous.unsettled,
         )?,
         _ => SliceWrites::default(),

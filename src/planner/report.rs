@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
+use swarm_assign::Publication;
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_assign::{Placement, Publication};
 
 use super::acknowledge::{self, AckProgress, AwaitingAcks};
+use super::by_job::{ByJob, JobSet};
 use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
 use super::validate::{Facts, Failure, Valid};
@@ -28,7 +29,7 @@ pub(super) fn decision(
     previous: &Previous,
     publication: &Publication,
     handoff: &HandoffOutcome,
-    placement: &Placement,
+    dedicated_unmet: &[String],
     rollout: super::Rollout,
 ) -> Decision {
     let pool = o.pool;
@@ -53,7 +54,7 @@ pub(super) fn decision(
         Vec::new()
     };
     let dedicated = spec.qos.as_ref().map_or(0, |qos| qos.dedicated.len());
-    let unmet = &placement.dedicated_unmet;
+    let unmet = dedicated_unmet;
     let unmet_note = (!unmet.is_empty() && !workers.is_empty())
         .then(|| not_enough_workers_note(unmet, dedicated, spec.jobs.len(), workers.len()));
     events.extend(not_enough_workers_event(pool, unmet, unmet_note.as_ref()));
@@ -426,11 +427,11 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Decision
     };
     let verdict = Verdict::new(Phase::Failed, failure.reason.as_str(), failure.message);
     let workers = facts.workers.as_ref();
-    let slices = worker_slices::Observed::of(
+    let mut slices = worker_slices::Observed::of(
         &pool.config_map_name(),
         o.worker_config_maps.iter().copied(),
     );
-    let written = Previous::read(o.config_map, &slices);
+    let written = Previous::read(o.config_map, &mut slices);
     let stale = match workers {
         Some(workers) => {
             let mut p = written.pending.clone();
@@ -482,23 +483,25 @@ struct Holdings {
 
 impl Holdings {
     fn of(config: Option<&WorkerConfig>, jobs: &[String]) -> Holdings {
-        let spec: BTreeSet<&str> = jobs.iter().map(String::as_str).collect();
         let Some(config) = config else {
             return Holdings {
                 held: 0,
                 in_transit: 0,
             };
         };
-        let held: BTreeSet<&str> = config
-            .workloads()
-            .flat_map(|(_, w)| w.jobs.iter().map(String::as_str))
-            .filter(|job| spec.contains(job))
-            .collect();
-        let in_transit: BTreeSet<&str> = config
-            .transit()
-            .flat_map(|(_, jobs)| jobs.iter().map(String::as_str))
-            .filter(|job| spec.contains(job) && !held.contains(job))
-            .collect();
+        let spec = JobSet::new(jobs.iter().map(String::as_str));
+        let held = JobSet::new(
+            config
+                .workloads()
+                .flat_map(|(_, w)| w.jobs.iter().map(String::as_str))
+                .filter(|job| spec.contains(job)),
+        );
+        let in_transit = JobSet::new(
+            config
+                .transit()
+                .flat_map(|(_, jobs)| jobs.iter().map(String::as_str))
+                .filter(|job| spec.contains(job) && !held.contains(job)),
+        );
         Holdings {
             held: held.len(),
             in_transit: in_transit.len(),
@@ -696,20 +699,20 @@ fn rebalanced_note(
 /// transit: the jobs that arrive at a new worker with this version.
 fn jobs_moved(previous: Option<&WorkerConfig>, next: &WorkerConfig) -> usize {
     let Some(previous) = previous else { return 0 };
-    let mut before: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    let mut before = Vec::new();
     for (pod, workload) in previous.workloads() {
-        for job in &workload.jobs {
-            before.entry(job.as_str()).or_default().push(pod);
-        }
+        before.extend(workload.jobs.iter().map(|job| (job.as_str(), pod)));
     }
     for (pod, jobs) in previous.transit() {
-        for job in jobs {
-            before.entry(job.as_str()).or_default().push(pod);
-        }
+        before.extend(jobs.iter().map(|job| (job.as_str(), pod)));
     }
+    let before = ByJob::new(before);
     next.workloads()
         .flat_map(|(pod, w)| w.jobs.iter().map(move |job| (pod, job.as_str())))
-        .filter(|(pod, job)| before.get(job).is_some_and(|pods| !pods.contains(pod)))
+        .filter(|(pod, job)| {
+            let mut was_at = before.get(job).peekable();
+            was_at.peek().is_some() && was_at.all(|at| at != *pod)
+        })
         .count()
 }
 

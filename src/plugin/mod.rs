@@ -68,8 +68,8 @@ impl PoolView {
                     .iter()
                     .map(SliceSummary::from)
                     .collect();
-                let slices = worker_slices::Observed::of(&self.pool.config_map_name(), &read);
-                Ok(worker_slices::assemble(&index, &slices).config)
+                let mut slices = worker_slices::Observed::of(&self.pool.config_map_name(), &read);
+                Ok(worker_slices::assemble(&index, &mut slices).config)
             }
             Some(Err(error)) => Err(unreadable(format!(
                 "{} is unreadable: {error}",

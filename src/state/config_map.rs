@@ -53,7 +53,7 @@ pub(crate) struct Previous {
 
 impl Previous {
     /// Reads the ConfigMap, if there is one, with the workers' slices when it holds an index.
-    pub fn read(cm: Option<&ConfigMap>, slices: &worker_slices::Observed) -> Previous {
+    pub fn read(cm: Option<&ConfigMap>, slices: &mut worker_slices::Observed) -> Previous {
         let Some(cm) = cm else {
             return Previous {
                 holders: Some(Holders::default()),
@@ -106,6 +106,12 @@ impl Previous {
 }
 
 impl Previous {
+    /// The config, when it is assembled from the workers' slices: it holds what each
+    /// observed slice lists (see [`worker_slices::Observed::slice`]).
+    pub fn assembled(&self) -> Option<&WorkerConfig> {
+        self.index.as_ref().and(self.config.as_ref())
+    }
+
     /// The config version in the ConfigMap: `version` of `config.yml`, else the annotation.
     pub fn version(&self) -> Option<i64> {
         self.config
@@ -134,8 +140,8 @@ pub fn pool_config<'a>(
         return Some(config);
     }
     let index = Index::of(main)?.ok()?;
-    let slices = worker_slices::Observed::of(main.metadata.name.as_deref()?, others);
-    Some(worker_slices::assemble(&index, &slices).config)
+    let mut slices = worker_slices::Observed::of(main.metadata.name.as_deref()?, others);
+    Some(worker_slices::assemble(&index, &mut slices).config)
 }
 
 /// The config version the ConfigMap records in its annotation.

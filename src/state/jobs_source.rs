@@ -162,30 +162,49 @@ pub fn combine<'a>(
             find(&source.config_map_ref.name),
         )?);
     }
-    let mut seen: HashMap<&str, Origin> = inline
-        .iter()
-        .enumerate()
-        .map(|(index, job)| (job.as_str(), Origin::Inline { index }))
-        .collect();
-    for (source, text) in sources.iter().zip(&texts) {
+    // Where each job was first seen, as indexes: a pool of 100,000 jobs would otherwise copy
+    // its source's name and key for each. Sized up front, as the table would double twice.
+    let listed = inline.len() + texts.iter().map(|text| parse(text).count()).sum::<usize>();
+    let mut seen: HashMap<&str, Position> = HashMap::with_capacity(listed);
+    jobs.reserve_exact(listed - inline.len());
+    for (index, job) in inline.iter().enumerate() {
+        seen.insert(job.as_str(), Position::Inline { index });
+    }
+    for (source, text) in texts.iter().enumerate() {
         for (line, job) in parse(text) {
-            let origin = Origin::Source {
-                config_map: source.config_map_ref.name.clone(),
-                key: source.key.clone(),
-                line,
-            };
+            let position = Position::Source { source, line };
             if let Some(first) = seen.get(job) {
                 return Err(Unresolved::Duplicate {
                     job: job.to_owned(),
-                    first: Box::new(first.clone()),
-                    second: Box::new(origin),
+                    first: Box::new(first.origin(sources)),
+                    second: Box::new(position.origin(sources)),
                 });
             }
-            seen.insert(job, origin);
+            seen.insert(job, position);
             jobs.push(job.to_owned());
         }
     }
     Ok(jobs)
+}
+
+/// An [`Origin`] by index: `sources[source]` rather than its names.
+#[derive(Clone, Copy)]
+enum Position {
+    Inline { index: usize },
+    Source { source: usize, line: usize },
+}
+
+impl Position {
+    fn origin(self, sources: &[JobsFromSource]) -> Origin {
+        match self {
+            Position::Inline { index } => Origin::Inline { index },
+            Position::Source { source, line } => Origin::Source {
+                config_map: sources[source].config_map_ref.name.clone(),
+                key: sources[source].key.clone(),
+                line,
+            },
+        }
+    }
 }
 
 /// The value of `source`'s key in its ConfigMap.

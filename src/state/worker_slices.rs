@@ -140,11 +140,22 @@ impl Slice {
     }
 }
 
+/// What a slice shows besides its jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SliceHead {
+    version: u64,
+    fenced_at: Option<u64>,
+}
+
 /// The slices of one pool as observed: pod name to its ConfigMap.
 #[derive(Clone, Debug, Default)]
 pub struct Observed<'a> {
-    /// Each slice's ConfigMap, and what it says (read once: a pool may have thousands).
-    by_pod: BTreeMap<String, (&'a SliceSummary, Slice)>,
+    /// Each slice's ConfigMap, and its version and fence (read once: a pool may have
+    /// thousands).
+    by_pod: BTreeMap<String, (&'a SliceSummary, SliceHead)>,
+    /// Each slice's jobs as read, until [`assemble`] moves them into the config the slices make
+    /// up (a pool of 100,000 jobs would hold them twice).
+    listed: Option<BTreeMap<String, Slice>>,
     /// The others given, by name: not this pool's slices, never written over.
     others: BTreeMap<String, &'a SliceSummary>,
 }
@@ -154,6 +165,7 @@ impl<'a> Observed<'a> {
     /// with a worker and named after it.
     pub fn of(name: &str, config_maps: impl IntoIterator<Item = &'a SliceSummary>) -> Self {
         let mut observed = Observed::default();
+        let mut listed = BTreeMap::new();
         for cm in config_maps {
             let pod = cm
                 .worker
@@ -162,13 +174,19 @@ impl<'a> Observed<'a> {
             match pod {
                 Some(pod) => {
                     let slice = Slice::read(cm, pod);
-                    observed.by_pod.insert(pod.clone(), (cm, slice));
+                    let head = SliceHead {
+                        version: slice.version,
+                        fenced_at: slice.fenced_at,
+                    };
+                    observed.by_pod.insert(pod.clone(), (cm, head));
+                    listed.insert(pod.clone(), slice);
                 }
                 None => {
                     observed.others.insert(cm.name_any(), cm);
                 }
             }
         }
+        observed.listed = Some(listed);
         observed
     }
 
@@ -177,9 +195,22 @@ impl<'a> Observed<'a> {
         self.by_pod.get(pod).map(|(cm, _)| *cm)
     }
 
-    /// What `pod`'s slice says, if there is one.
-    pub fn slice(&self, pod: &str) -> Option<&Slice> {
-        self.by_pod.get(pod).map(|(_, slice)| slice)
+    /// What `pod`'s slice says, if there is one. Once [`assemble`] took the slices' jobs into
+    /// its config, they are cut from `assembled`, that config; without it, read again.
+    pub fn slice(&self, pod: &str, assembled: Option<&WorkerConfig>) -> Option<Slice> {
+        let (cm, head) = self.by_pod.get(pod)?;
+        if let Some(listed) = &self.listed {
+            return listed.get(pod).cloned();
+        }
+        Some(match assembled {
+            Some(config) => Slice::of(config, pod, head.version, head.fenced_at),
+            None => Slice::read(cm, pod),
+        })
+    }
+
+    /// The config version `pod`'s slice was written at, if there is one.
+    pub fn version(&self, pod: &str) -> Option<u64> {
+        self.by_pod.get(pod).map(|(_, head)| head.version)
     }
 
     /// Every slice: pod name and ConfigMap.
@@ -200,25 +231,35 @@ pub struct Assembled {
 
 /// The config of `index` and the observed `slices`. A slice the index does not list still
 /// counts (its worker may run what it shows), and is deleted or rewritten by the next write.
-pub fn assemble(index: &Index, slices: &Observed) -> Assembled {
-    let mut workloads = Vec::new();
-    let mut transit = Vec::new();
-    for (pod, (_, slice)) in &slices.by_pod {
-        if let Some(workload) = &slice.workload {
-            workloads.push((pod.to_owned(), workload.clone()));
-        }
-        transit.push((pod.to_owned(), slice.transit.clone()));
-    }
+/// The slices' jobs move into the config: read them from it after (see [`Observed::slice`]).
+pub fn assemble(index: &Index, slices: &mut Observed) -> Assembled {
     let unsettled = index
         .workers
         .iter()
         .filter(|(pod, version)| {
-            slices.slice(pod).is_none_or(|slice| {
-                slice.version != **version && slice.fenced_at != Some(**version)
+            slices.by_pod.get(*pod).is_none_or(|(_, head)| {
+                head.version != **version && head.fenced_at != Some(**version)
             })
         })
         .map(|(pod, _)| pod.clone())
         .collect();
+    let mut workloads = Vec::new();
+    let mut transit = Vec::new();
+    let listed = match slices.listed.take() {
+        Some(listed) => listed,
+        // Taken by an earlier assembly: read the slices again.
+        None => slices
+            .by_pod
+            .iter()
+            .map(|(pod, (cm, _))| (pod.clone(), Slice::read(cm, pod)))
+            .collect(),
+    };
+    for (pod, slice) in listed {
+        if let Some(workload) = slice.workload {
+            workloads.push((pod.clone(), workload));
+        }
+        transit.push((pod, slice.transit));
+    }
     Assembled {
         config: WorkerConfig::new(index.version, workloads).with_transit(transit),
         unsettled,
@@ -234,7 +275,7 @@ pub fn lagging(holders: &Holders, slices: &Observed) -> BTreeSet<String> {
         .iter()
         .filter(|(_, holder)| !holder.gone)
         .filter(|(pod, holder)| {
-            let shown = slices.slice(pod).map(|slice| slice.version);
+            let shown = slices.version(pod);
             shown
                 .zip(holder.version)
                 .is_some_and(|(shown, waited)| shown < waited)
@@ -243,13 +284,13 @@ pub fn lagging(holders: &Holders, slices: &Observed) -> BTreeSet<String> {
         .collect()
 }
 
-/// The slices `config` is made of, by pod: every pod with a workload or jobs in transit.
-fn slices_of(config: &WorkerConfig) -> BTreeMap<String, Slice> {
-    let pods = config
+/// The pods `config` has a slice for: every pod with a workload or jobs in transit. Their
+/// slices are cut one at a time ([`Slice::of`]): all at once they would copy the whole config.
+fn slice_pods(config: &WorkerConfig) -> BTreeSet<&str> {
+    config
         .workloads()
         .map(|(pod, _)| pod)
-        .chain(config.transit().map(|(pod, _)| pod));
-    pods.map(|pod| (pod.to_owned(), Slice::of(config, pod, config.version, None)))
+        .chain(config.transit().map(|(pod, _)| pod))
         .collect()
 }
 
@@ -271,15 +312,16 @@ impl SliceWrites {
     }
 }
 
-/// The index and the slice writes for `config` over the observed slices. A slice whose content
-/// is unchanged (and not in `rewrite`) keeps its version; any other is written at `version`,
+/// The index and the slice writes for `config` over the observed slices (whose jobs
+/// `assembled` holds once assembled, see [`Observed::slice`]). A slice whose content is
+/// unchanged (and not in `rewrite`) keeps its version; any other is written at `version`,
 /// which must be new: the caller makes it `config`'s version when some slice changes (a slice
 /// rewritten carries a version the index has not recorded for it before).
 pub(crate) fn desired(
     pool: &SwarmPool,
     name: &str,
     config: &WorkerConfig,
-    observed: &Observed,
+    (observed, assembled): (&Observed, Option<&WorkerConfig>),
     rewrite: &BTreeSet<String>,
     version: u64,
 ) -> Result<(Index, SliceWrites), Failure> {
@@ -288,17 +330,20 @@ pub(crate) fn desired(
         workers: BTreeMap::new(),
     };
     let mut writes = SliceWrites::default();
-    for (pod, mut slice) in slices_of(config) {
-        check_ownership(pool, name, &pod, observed)?;
-        let before = observed.slice(&pod);
-        if let Some(before) = before.filter(|b| b.same_content(&slice) && !rewrite.contains(&pod)) {
-            index.workers.insert(pod, before.version);
+    for pod in slice_pods(config) {
+        check_ownership(pool, name, pod, observed)?;
+        let slice = Slice::of(config, pod, version, None);
+        let before = observed.slice(pod, assembled);
+        if let Some(before) = &before
+            && before.same_content(&slice)
+            && !rewrite.contains(pod)
+        {
+            index.workers.insert(pod.to_owned(), before.version);
             continue;
         }
-        slice.version = version;
-        index.workers.insert(pod.clone(), version);
-        let cm = slice_config_map(pool, name, &pod, &slice)?;
-        if slice.gains_over(before) {
+        index.workers.insert(pod.to_owned(), version);
+        let cm = slice_config_map(pool, name, pod, &slice)?;
+        if slice.gains_over(before.as_ref()) {
             writes.then.push(cm);
         } else {
             writes.first.push(cm);
@@ -319,14 +364,14 @@ pub(crate) fn fences(
     pool: &SwarmPool,
     name: &str,
     index: &Index,
-    observed: &Observed,
+    (observed, assembled): (&Observed, Option<&WorkerConfig>),
     unsettled: &BTreeSet<String>,
 ) -> Result<SliceWrites, Failure> {
     let first = unsettled
         .iter()
         .filter_map(|pod| Some((pod, *index.workers.get(pod)?)))
         .map(|(pod, at)| {
-            let mut slice = observed.slice(pod).cloned().unwrap_or(Slice {
+            let mut slice = observed.slice(pod, assembled).unwrap_or(Slice {
                 version: 0,
                 workload: None,
                 transit: Vec::new(),
@@ -444,13 +489,26 @@ mod tests {
         .with_transit([("w-1".to_owned(), vec!["c".to_owned()])])
     }
 
+    /// The index that records every slice of `cms` at the version it shows.
+    fn index_of(cms: &[SliceSummary]) -> Index {
+        let observed = Observed::of("p-config", cms);
+        let workers: BTreeMap<String, u64> = observed
+            .iter()
+            .map(|(pod, _)| (pod.to_owned(), observed.version(pod).unwrap()))
+            .collect();
+        Index {
+            version: workers.values().copied().max().unwrap_or(0),
+            workers,
+        }
+    }
+
     /// The ConfigMaps a write of `config` over nothing creates, as the operator reads them.
     fn written(config: &WorkerConfig) -> (Index, Vec<SliceSummary>) {
         let (index, writes) = desired(
             &pool(),
             "p-config",
             config,
-            &Observed::default(),
+            (&Observed::default(), None),
             &BTreeSet::new(),
             config.version,
         )
@@ -470,7 +528,7 @@ mod tests {
         );
         let w1 = cms[1].config.as_ref().unwrap();
         assert!(!w1.contains("w-0"), "{w1}");
-        let assembled = assemble(&index, &Observed::of("p-config", &cms));
+        let assembled = assemble(&index, &mut Observed::of("p-config", &cms));
         assert_eq!(assembled.config, config(3));
         assert!(assembled.unsettled.is_empty());
         // Another pool's ConfigMaps, and ones not named after their worker, are not slices.
@@ -484,7 +542,7 @@ mod tests {
             &pool(),
             "p-config",
             &config(4),
-            &Observed::of("p-config", [&theirs]),
+            (&Observed::of("p-config", [&theirs]), None),
             &BTreeSet::new(),
             4,
         )
@@ -505,20 +563,41 @@ mod tests {
                 ("w-1".to_owned(), workload(3, &["b"])),
             ],
         );
-        let (index, writes) =
-            desired(&pool(), "p-config", &next, &observed, &BTreeSet::new(), 4).unwrap();
+        let (index, writes) = desired(
+            &pool(),
+            "p-config",
+            &next,
+            (&observed, None),
+            &BTreeSet::new(),
+            4,
+        )
+        .unwrap();
         let names = |cms: &[ConfigMap]| cms.iter().map(|cm| cm.name_any()).collect::<Vec<_>>();
         assert_eq!(names(&writes.first), ["p-config.w-1"]);
         assert_eq!(names(&writes.then), ["p-config.w-0"]);
         assert!(writes.deletes.is_empty());
         assert_eq!(index.workers["w-0"], 4);
 
+        // The same once the slices are assembled: their jobs are then read from the config.
+        let mut assembled_from = observed.clone();
+        let assembled = assemble(&index_of(&cms), &mut assembled_from).config;
+        let after_assembly = desired(
+            &pool(),
+            "p-config",
+            &next,
+            (&assembled_from, Some(&assembled)),
+            &BTreeSet::new(),
+            4,
+        )
+        .unwrap();
+        assert_eq!(after_assembly, (index, writes));
+
         // Unchanged: nothing to write, and each slice keeps its version.
         let (index, writes) = desired(
             &pool(),
             "p-config",
             &config(3),
-            &observed,
+            (&assembled_from, Some(&assembled)),
             &BTreeSet::new(),
             4,
         )
@@ -532,8 +611,15 @@ mod tests {
         let (_, cms) = written(&config(3));
         let observed = Observed::of("p-config", &cms);
         let next = WorkerConfig::new(4, [("w-0".to_owned(), workload(4, &["a", "b", "c"]))]);
-        let (index, writes) =
-            desired(&pool(), "p-config", &next, &observed, &BTreeSet::new(), 4).unwrap();
+        let (index, writes) = desired(
+            &pool(),
+            "p-config",
+            &next,
+            (&observed, None),
+            &BTreeSet::new(),
+            4,
+        )
+        .unwrap();
         assert_eq!(writes.deletes.len(), 1);
         assert_eq!(writes.deletes[0].name_any(), "p-config.w-1");
         assert!(!index.workers.contains_key("w-1"));
@@ -547,13 +633,20 @@ mod tests {
         index.version = 4;
         // w-2's first slice never landed at all.
         index.workers.insert("w-2".into(), 4);
-        let observed = Observed::of("p-config", &cms);
-        let assembled = assemble(&index, &observed);
+        let mut observed = Observed::of("p-config", &cms);
+        let assembled = assemble(&index, &mut observed);
         assert_eq!(
             assembled.unsettled,
             BTreeSet::from(["w-1".to_owned(), "w-2".to_owned()])
         );
-        let fences = fences(&pool(), "p-config", &index, &observed, &assembled.unsettled).unwrap();
+        let fences = fences(
+            &pool(),
+            "p-config",
+            &index,
+            (&observed, Some(&assembled.config)),
+            &assembled.unsettled,
+        )
+        .unwrap();
         assert_eq!(fences.first.len(), 2);
         // The fence keeps what the slice shows: a worker must not acknowledge the version it
         // never read.
@@ -566,7 +659,7 @@ mod tests {
         assert_eq!((fenced_w2.version, fenced_w2.workload), (0, None));
 
         let after = [cms[0].clone(), fenced[0].clone(), fenced[1].clone()];
-        let settled = assemble(&index, &Observed::of("p-config", &after));
+        let settled = assemble(&index, &mut Observed::of("p-config", &after));
         assert!(settled.unsettled.is_empty());
         assert_eq!(settled.config.workload("w-1"), Some(&workload(3, &["b"])));
     }
@@ -579,7 +672,7 @@ mod tests {
             &pool(),
             "p-config",
             &big,
-            &Observed::default(),
+            (&Observed::default(), None),
             &BTreeSet::new(),
             1,
         )

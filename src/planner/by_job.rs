@@ -1,0 +1,92 @@
+//! Read-only lookups by job name for one plan: a pool of 100,000 jobs makes one entry per job,
+//! so these are sorted vectors (16 bytes of key per entry, no nodes) rather than maps.
+
+/// `(job, value)` pairs sorted by job, then value, without repeats: a job may have several
+/// values (the pods that list it), found next to each other.
+#[derive(Debug)]
+pub(crate) struct ByJob<'a, V> {
+    pairs: Vec<(&'a str, V)>,
+}
+
+impl<'a, V: Copy + Ord> ByJob<'a, V> {
+    /// The table of `pairs`, in any order.
+    pub(crate) fn new(mut pairs: Vec<(&'a str, V)>) -> Self {
+        pairs.sort_unstable();
+        pairs.dedup();
+        pairs.shrink_to_fit();
+        Self { pairs }
+    }
+
+    /// The values of `job`, in order.
+    pub(crate) fn get(&self, job: &str) -> impl Iterator<Item = V> + '_ {
+        self.entries_of(job).iter().map(|(_, value)| *value)
+    }
+
+    /// The first value of `job`, if it has one.
+    pub(crate) fn first(&self, job: &str) -> Option<V> {
+        self.get(job).next()
+    }
+
+    /// Every job once, in order, with its values.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&'a str, impl Iterator<Item = V> + '_)> {
+        self.pairs
+            .chunk_by(|a, b| a.0 == b.0)
+            .map(|group| (group[0].0, group.iter().map(|(_, value)| *value)))
+    }
+
+    fn entries_of(&self, job: &str) -> &[(&'a str, V)] {
+        let start = self.pairs.partition_point(|(j, _)| *j < job);
+        let len = self.pairs[start..].partition_point(|(j, _)| *j == job);
+        &self.pairs[start..start + len]
+    }
+}
+
+/// A set of job names, sorted.
+#[derive(Debug)]
+pub(crate) struct JobSet<'a> {
+    jobs: Vec<&'a str>,
+}
+
+impl<'a> JobSet<'a> {
+    /// The set of `jobs`.
+    pub(crate) fn new(jobs: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut jobs: Vec<&str> = jobs.into_iter().collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        Self { jobs }
+    }
+
+    /// Whether `job` is in the set.
+    pub(crate) fn contains(&self, job: &str) -> bool {
+        self.jobs.binary_search(&job).is_ok()
+    }
+
+    /// How many jobs the set holds.
+    pub(crate) fn len(&self) -> usize {
+        self.jobs.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_has_its_values_in_order_without_repeats() {
+        let table = ByJob::new(vec![("b", 2), ("a", 9), ("b", 1), ("b", 2), ("c", 0)]);
+        assert_eq!(table.get("b").collect::<Vec<_>>(), [1, 2]);
+        assert_eq!(table.first("a"), Some(9));
+        assert_eq!(table.first("z"), None);
+        assert_eq!(table.get("").count(), 0);
+        let all: Vec<(&str, Vec<i32>)> = table.iter().map(|(j, v)| (j, v.collect())).collect();
+        assert_eq!(all, [("a", vec![9]), ("b", vec![1, 2]), ("c", vec![0])]);
+    }
+
+    #[test]
+    fn a_set_finds_what_it_was_given() {
+        let set = JobSet::new(["b", "a", "b"]);
+        assert!(set.contains("a") && set.contains("b"));
+        assert!(!set.contains("c"));
+        assert_eq!(set.len(), 2);
+    }
+}
