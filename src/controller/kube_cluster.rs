@@ -33,6 +33,9 @@ use crate::state::slice_summary::SliceSummary;
 /// How many workers' ConfigMaps are written at once.
 const SLICE_WRITES_AT_ONCE: usize = 16;
 
+/// How many workers' ConfigMaps one page of a live list holds.
+const SLICES_PER_PAGE: u32 = 250;
+
 /// One write of a worker's own ConfigMap, fenced by the copy it was planned on: a create when
 /// there was none (which fails if one exists by then), else an apply over that copy's
 /// resourceVersion, or a delete with it as precondition. A conflict reads what is there now.
@@ -332,24 +335,32 @@ impl Cluster for KubeCluster<'_> {
         Ok(list.items)
     }
 
+    /// In pages of [`SLICES_PER_PAGE`]: one response of a 1,000-worker pool's ConfigMaps is
+    /// several MiB of text, held whole while it is read.
     async fn list_slices(&mut self) -> Result<Vec<SliceSummary>, Error> {
         let selector = format!("{POOL_LABEL}={},{WORKER_LABEL}", self.pool.name_any());
-        let list = self
-            .slices
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|source| Error::GetConfigMap {
-                name: selector,
-                source,
-            })?;
-        Ok(list
-            .items
-            .into_iter()
-            .map(|mut cm| {
+        let mut params = ListParams::default()
+            .labels(&selector)
+            .limit(SLICES_PER_PAGE);
+        let mut slices = Vec::new();
+        loop {
+            let page = self
+                .slices
+                .list(&params)
+                .await
+                .map_err(|source| Error::GetConfigMap {
+                    name: selector.clone(),
+                    source,
+                })?;
+            slices.extend(page.items.into_iter().map(|mut cm| {
                 trim::slice(&mut cm);
                 cm
-            })
-            .collect())
+            }));
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => return Ok(slices),
+            }
+        }
     }
 
     /// Up to [`SLICE_WRITES_AT_ONCE`] at a time: a first rollout writes one per worker.

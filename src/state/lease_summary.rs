@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
 
 use crate::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
+use crate::state::object_meta::{read_meta, without_managed_fields};
 use crate::state::served_as::served_as;
 
 /// A worker Lease: identity in `metadata` (without labels and annotations), and what the
@@ -37,7 +38,7 @@ impl From<&Lease> for LeaseSummary {
     fn from(lease: &Lease) -> Self {
         let spec = lease.spec.as_ref();
         LeaseFields {
-            metadata: lease.metadata.clone(),
+            metadata: read_meta(&lease.metadata),
             spec: spec.map(|s| SpecFields {
                 holder_identity: s.holder_identity.clone(),
                 renew_time: s.renew_time.clone(),
@@ -54,7 +55,7 @@ served_as!(LeaseSummary, Lease);
 /// What a Lease is read as: `metadata`, and of `spec` the holder, renewal and duration.
 #[derive(Deserialize)]
 struct LeaseFields {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "without_managed_fields")]
     metadata: ObjectMeta,
     #[serde(default)]
     spec: Option<SpecFields>,

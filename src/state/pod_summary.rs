@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::Deserialize;
 
+use crate::state::object_meta::{read_meta, without_managed_fields};
 use crate::state::served_as::served_as;
 
 /// A pod: identity, owners, creation and deletion in `metadata`, its Ready condition, and
@@ -50,7 +51,7 @@ impl From<&Pod> for PodSummary {
             });
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         PodSummary {
-            metadata: pod.metadata.clone(),
+            metadata: read_meta(&pod.metadata),
             ready,
             finished: is_finished(phase),
         }
@@ -69,7 +70,7 @@ fn is_finished(phase: Option<&str>) -> bool {
 /// other field is skipped unread.
 #[derive(Deserialize)]
 struct PodFields {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "without_managed_fields")]
     metadata: ObjectMeta,
     #[serde(default)]
     status: Option<StatusFields>,

@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use crate::names::{FENCED_AT_ANNOTATION, POOL_LABEL, WORKER_LABEL};
 use crate::state::config_map::CONFIG_KEY;
+use crate::state::object_meta::{read_meta, without_managed_fields};
 use crate::state::served_as::served_as;
 
 /// A worker's ConfigMap: identity in `metadata` (without labels, annotations and owners), and
@@ -47,7 +48,7 @@ impl SliceSummary {
 impl From<&ConfigMap> for SliceSummary {
     fn from(cm: &ConfigMap) -> Self {
         ConfigMapFields {
-            metadata: cm.metadata.clone(),
+            metadata: read_meta(&cm.metadata),
             data: cm.data.clone(),
         }
         .into()
@@ -60,7 +61,7 @@ served_as!(SliceSummary, ConfigMap);
 /// What a ConfigMap is read as: `metadata` and `data` (a slice has no binary data).
 #[derive(Deserialize)]
 struct ConfigMapFields {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "without_managed_fields")]
     metadata: ObjectMeta,
     #[serde(default)]
     data: Option<BTreeMap<String, String>>,
