@@ -25,6 +25,7 @@ use crate::planner::{self, Observed};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
 use crate::rollout::{PENDING_REFRESH_ANNOTATION, PodDelete};
+use crate::state::cached::Cacheable;
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
@@ -110,10 +111,10 @@ pub(super) struct Snapshot<'a> {
     statefulsets: Vec<Arc<StatefulSet>>,
     deployments: Vec<Arc<Deployment>>,
     replica_sets: Vec<Arc<ReplicaSet>>,
-    pods: Vec<Arc<PodSummary>>,
+    pods: Vec<PodSummary>,
     other_pools: Vec<Arc<SwarmPool>>,
     config_map: Option<ConfigMap>,
-    worker_config_maps: Vec<Arc<SliceSummary>>,
+    worker_config_maps: Vec<SliceSummary>,
     deleting: BTreeSet<String>,
     acks: Acks,
 }
@@ -142,7 +143,13 @@ impl<'a> Snapshot<'a> {
             worker_config_maps: {
                 let name = pool.name_any();
                 ctx.worker_config_maps
-                    .state_filter(|cm| here(&cm.metadata) && cm.pool.as_ref() == Some(&name))
+                    .state_filter(|cm| {
+                        cm.meta.namespace.as_deref() == Some(namespace)
+                            && cm.pool.as_ref() == Some(&name)
+                    })
+                    .iter()
+                    .map(|cm| SliceSummary::from_cached(cm))
+                    .collect()
             },
             deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
             acks: if pool.spec.rollout.policy == RolloutPolicy::Acknowledge {
@@ -161,11 +168,11 @@ impl<'a> Snapshot<'a> {
             statefulsets: self.statefulsets.iter().map(AsRef::as_ref).collect(),
             deployments: self.deployments.iter().map(AsRef::as_ref).collect(),
             replica_sets: self.replica_sets.iter().map(AsRef::as_ref).collect(),
-            pods: self.pods.iter().map(AsRef::as_ref).collect(),
+            pods: self.pods.iter().collect(),
             other_pools: self.other_pools.iter().map(AsRef::as_ref).collect(),
             pods_are_live: false,
             config_map: self.config_map.as_ref(),
-            worker_config_maps: self.worker_config_maps.iter().map(AsRef::as_ref).collect(),
+            worker_config_maps: self.worker_config_maps.iter().collect(),
             slices_are_live: false,
             deleting: &self.deleting,
             acks: &self.acks,

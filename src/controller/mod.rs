@@ -29,7 +29,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference};
 use k8s_openapi::jiff::Timestamp;
@@ -56,6 +56,7 @@ use crate::names::{JOBS_SOURCE_LABEL, WORKER_LABEL};
 use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
+use crate::state::cached::{Cacheable, CachedLease, CachedPod, CachedSlice};
 use crate::state::jobs_source::{self, Found};
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
@@ -88,11 +89,11 @@ pub struct Context {
     /// The pools' ConfigMaps.
     config_maps: Store<ConfigMap>,
     /// The workers' own ConfigMaps (labels `swarm.io/pool` and `swarm.io/worker`).
-    worker_config_maps: Store<SliceSummary>,
+    worker_config_maps: Store<CachedSlice>,
     /// The ConfigMaps pools read jobs from (label `swarm.io/jobs-source`).
     jobs_sources: Store<ConfigMap>,
     /// The workers' Leases (label `swarm.io/pool`).
-    leases: Store<LeaseSummary>,
+    leases: Store<CachedLease>,
     /// When each worker Lease was last seen renewed, for expiry.
     lease_clock: Arc<LeaseClock>,
     /// Whether each cache has completed its initial list and follows the cluster: reconciles
@@ -130,23 +131,27 @@ impl Context {
 /// watch selects by one label selector.
 #[derive(Clone)]
 struct PodCaches {
-    statefulset: Store<PodSummary>,
-    deployment: Store<PodSummary>,
+    statefulset: Store<CachedPod>,
+    deployment: Store<CachedPod>,
 }
 
 impl PodCaches {
-    fn get(&self, key: &ObjectRef<PodSummary>) -> Option<Arc<PodSummary>> {
-        self.statefulset
+    fn get(&self, key: &ObjectRef<CachedPod>) -> Option<PodSummary> {
+        let cached = self
+            .statefulset
             .get(key)
-            .or_else(|| self.deployment.get(key))
+            .or_else(|| self.deployment.get(key))?;
+        Some(PodSummary::from_cached(&cached))
     }
 
     /// The cached pods of `namespace`, from both caches.
-    fn in_namespace(&self, namespace: &str) -> Vec<Arc<PodSummary>> {
-        let here = |pod: &PodSummary| pod.metadata.namespace.as_deref() == Some(namespace);
-        let mut pods = self.statefulset.state_filter(here);
-        pods.extend(self.deployment.state_filter(here));
-        pods
+    fn in_namespace(&self, namespace: &str) -> Vec<PodSummary> {
+        let here = |pod: &CachedPod| pod.meta.namespace.as_deref() == Some(namespace);
+        let both = [&self.statefulset, &self.deployment];
+        both.into_iter()
+            .flat_map(|cache| cache.state_filter(here))
+            .map(|pod| PodSummary::from_cached(&pod))
+            .collect()
     }
 }
 
@@ -209,19 +214,18 @@ impl Context {
     /// What the pool's worker Leases acknowledge, and which expired (`grace` past their
     /// duration without a renewal, on this operator's clock).
     fn acks(&self, namespace: &str, pool: &str, grace: Duration) -> Acks {
-        let leases = self.leases.state_filter(|lease| {
-            lease.metadata.namespace.as_deref() == Some(namespace)
-                && lease.pool.as_deref() == Some(pool)
-        });
-        let mut acks = Acks::from_leases(leases.iter().map(AsRef::as_ref));
-        self.lease_clock.judge(
-            namespace,
-            pool,
-            leases.iter().map(AsRef::as_ref),
-            grace,
-            Instant::now(),
-            &mut acks,
-        );
+        let leases: Vec<LeaseSummary> = self
+            .leases
+            .state_filter(|lease| {
+                lease.meta.namespace.as_deref() == Some(namespace)
+                    && lease.pool.as_deref() == Some(pool)
+            })
+            .iter()
+            .map(|lease| LeaseSummary::from_cached(lease))
+            .collect();
+        let mut acks = Acks::from_leases(&leases);
+        self.lease_clock
+            .judge(namespace, pool, &leases, grace, Instant::now(), &mut acks);
         acks
     }
 
@@ -237,7 +241,7 @@ impl Context {
         let namespace = pool.namespace.as_deref().unwrap_or_default();
         requested.retain(|uid, r| {
             let cached = self.pods.get(&ObjectRef::new(&r.name).within(namespace));
-            !deletion_observed(uid, cached.as_deref())
+            !deletion_observed(uid, cached.as_ref())
         });
         let uids = requested.keys().cloned().collect();
         if requested.is_empty() {
@@ -446,13 +450,13 @@ pub async fn run(
 struct Caches {
     pools: Store<SwarmPool>,
     config_maps: Store<ConfigMap>,
-    worker_config_maps: Store<SliceSummary>,
+    worker_config_maps: Store<CachedSlice>,
     jobs_sources: Store<ConfigMap>,
     statefulsets: Store<StatefulSet>,
     deployments: Store<Deployment>,
     replica_sets: Store<ReplicaSet>,
     pods: PodCaches,
-    leases: Store<LeaseSummary>,
+    leases: Store<CachedLease>,
     lease_clock: Arc<LeaseClock>,
 }
 
@@ -485,7 +489,7 @@ fn watch(
         Cache::ConfigMaps,
         health,
     );
-    let (slice_store, slices) = cached_watch(
+    let (slice_store, slices) = compact_cached_watch(
         scoped::<SliceSummary>(client, ns),
         watcher::Config::default().labels(&format!("{POOL_LABEL},{WORKER_LABEL}")),
         trim::slice,
@@ -504,7 +508,7 @@ fn watch(
         watch_statefulsets(controller, client, ns, health, &pool_store);
     let (controller, deployment_store, rs_store, deployment_pod_store) =
         watch_deployments(controller, client, ns, health, &pool_store);
-    let (lease_store, leases) = cached_watch(
+    let (lease_store, leases) = compact_cached_watch(
         scoped::<LeaseSummary>(client, ns),
         watcher::Config::default().labels(POOL_LABEL),
         trim::lease,
@@ -571,7 +575,7 @@ fn watch_statefulsets(
     ns: Option<&str>,
     health: &CacheHealth,
     pools: &Store<SwarmPool>,
-) -> (Controller<SwarmPool>, Store<StatefulSet>, Store<PodSummary>) {
+) -> (Controller<SwarmPool>, Store<StatefulSet>, Store<CachedPod>) {
     let (sts_store, statefulsets) = cached_watch(
         scoped::<StatefulSet>(client, ns),
         watcher::Config::default(),
@@ -579,7 +583,7 @@ fn watch_statefulsets(
         Cache::StatefulSets,
         health,
     );
-    let (pod_store, pods) = cached_watch(
+    let (pod_store, pods) = compact_cached_watch(
         scoped::<PodSummary>(client, ns),
         watcher::Config::default().labels(STATEFULSET_POD_LABEL),
         trim::pod,
@@ -614,7 +618,7 @@ fn watch_deployments(
     Controller<SwarmPool>,
     Store<Deployment>,
     Store<ReplicaSet>,
-    Store<PodSummary>,
+    Store<CachedPod>,
 ) {
     let (deployment_store, deployments) = cached_watch(
         scoped::<Deployment>(client, ns),
@@ -630,7 +634,7 @@ fn watch_deployments(
         Cache::ReplicaSets,
         health,
     );
-    let (deployment_pod_store, deployment_pods) = cached_watch(
+    let (deployment_pod_store, deployment_pods) = compact_cached_watch(
         scoped::<PodSummary>(client, ns),
         watcher::Config::default().labels(DEPLOYMENT_POD_LABEL),
         trim::pod,
@@ -677,18 +681,58 @@ where
     K::DynamicType: Default + Eq + Hash + Clone,
 {
     let (store, writer) = reflector::store::<K>();
-    health.register(cache);
+    let events = relisting_watcher(api, config).modify(trim).reflect(writer);
+    (store, observed_events(events, cache, health))
+}
+
+/// [`cached_watch`] for a summary the cache keeps in its smaller form ([`Cacheable`]); the
+/// events carry the whole summary.
+fn compact_cached_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    cache: Cache,
+    health: &CacheHealth,
+) -> (
+    Store<K::Cached>,
+    impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+)
+where
+    K: Cacheable + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, mut writer) = reflector::store::<K::Cached>();
     let events = relisting_watcher(api, config)
         .modify(trim)
-        .reflect(writer)
+        .inspect_ok(move |event| writer.apply_watcher_event(&cached_event(event)));
+    (store, observed_events(events, cache, health))
+}
+
+/// `event` with its object in the form a cache keeps.
+fn cached_event<K: Cacheable>(event: &watcher::Event<K>) -> watcher::Event<K::Cached> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(object.cached()),
+        watcher::Event::Delete(object) => watcher::Event::Delete(object.cached()),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(object.cached()),
+        watcher::Event::InitDone => watcher::Event::InitDone,
+    }
+}
+
+/// A cache's watch events, errors logged and recorded in `health` and then left out.
+fn observed_events<K: Send + 'static>(
+    events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+    cache: Cache,
+    health: &CacheHealth,
+) -> impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static {
+    health.register(cache);
+    events
         .inspect(warn_on_watch_error(cache))
         .inspect(record_health(health.clone(), cache))
         // Errors stop here, logged and recorded. kube-runtime's controller splits its trigger
         // streams into items and errors, and after an error it polled them again only when
         // something else woke it (a reconcile's requeue): its caches fell minutes behind
         // after an API server restart, while nothing looked wrong.
-        .filter_map(|event| std::future::ready(event.ok().map(Ok)));
-    (store, events)
+        .filter_map(|event| std::future::ready(event.ok().map(Ok)))
 }
 
 /// The events of a watch (see [`cached_watch`]) that may change a plan, by `fingerprint`

@@ -19,6 +19,7 @@ use crate::state::slice_summary::SliceSummary;
 /// label selector server-side; nothing reads them afterwards.
 pub fn pod(pod: &mut PodSummary) {
     trim_meta(&mut pod.metadata);
+    trim_cached_meta(&mut pod.metadata);
     pod.metadata.labels = None;
 }
 
@@ -68,6 +69,7 @@ pub fn config_map(cm: &mut ConfigMap) {
 /// uid (a write is fenced by its resourceVersion).
 pub fn slice(cm: &mut SliceSummary) {
     trim_meta(&mut cm.metadata);
+    trim_cached_meta(&mut cm.metadata);
     cm.metadata.uid = None;
 }
 
@@ -88,8 +90,16 @@ pub fn jobs_source(cm: &mut ConfigMap) {
 /// holder is a pod's uid; its own uid nobody reads).
 pub fn lease(lease: &mut LeaseSummary) {
     trim_meta(&mut lease.metadata);
+    trim_cached_meta(&mut lease.metadata);
     lease.metadata.owner_references = None;
     lease.metadata.uid = None;
+}
+
+/// What the summaries' caches also drop (see [`crate::state::cached`]): a pod's generation
+/// and any object's deletion grace, which nothing reads.
+fn trim_cached_meta(meta: &mut ObjectMeta) {
+    meta.generation = None;
+    meta.deletion_grace_period_seconds = None;
 }
 
 fn trim_meta(meta: &mut ObjectMeta) {

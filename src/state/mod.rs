@@ -2,6 +2,7 @@
 //! `config.yml` and the rollout records in its annotations), the ConfigMaps a pool reads jobs
 //! from, and the summaries of a worker Lease, a worker's ConfigMap and a pod it caches.
 
+pub mod cached;
 pub mod config_map;
 pub mod jobs_source;
 pub mod lease;

@@ -9,6 +9,7 @@
 //! with those entries as plain fields.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -34,8 +35,8 @@ pub struct SliceSummary {
     pub worker: Option<String>,
     /// Its fence annotation ([`FENCED_AT_ANNOTATION`]), if it is a number.
     pub fenced_at: Option<u64>,
-    /// Its `config.yml`.
-    pub config: Option<String>,
+    /// Its `config.yml`, shared with the cache that holds it.
+    pub config: Option<Arc<str>>,
 }
 
 impl SliceSummary {
@@ -89,7 +90,10 @@ impl From<ConfigMapFields> for SliceSummary {
             pool: labels.remove(POOL_LABEL),
             worker: labels.remove(WORKER_LABEL),
             fenced_at,
-            config: cm.data.and_then(|mut data| data.remove(CONFIG_KEY)),
+            config: cm
+                .data
+                .and_then(|mut data| data.remove(CONFIG_KEY))
+                .map(Arc::from),
         }
     }
 }
