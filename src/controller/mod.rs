@@ -56,7 +56,7 @@ use crate::names::{JOBS_SOURCE_LABEL, WORKER_LABEL};
 use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
-use crate::state::cached::{Cacheable, CachedLease, CachedPod, CachedSlice};
+use crate::state::cached::{Cacheable, CachedLease, CachedSlice};
 use crate::state::jobs_source::{self, Found};
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
@@ -131,27 +131,25 @@ impl Context {
 /// watch selects by one label selector.
 #[derive(Clone)]
 struct PodCaches {
-    statefulset: Store<CachedPod>,
-    deployment: Store<CachedPod>,
+    statefulset: Store<PodSummary>,
+    deployment: Store<PodSummary>,
 }
 
 impl PodCaches {
-    fn get(&self, key: &ObjectRef<CachedPod>) -> Option<PodSummary> {
-        let cached = self
-            .statefulset
+    fn get(&self, key: &ObjectRef<PodSummary>) -> Option<Arc<PodSummary>> {
+        self.statefulset
             .get(key)
-            .or_else(|| self.deployment.get(key))?;
-        Some(PodSummary::from_cached(&cached))
+            .or_else(|| self.deployment.get(key))
     }
 
-    /// The cached pods of `namespace`, from both caches.
-    fn in_namespace(&self, namespace: &str) -> Vec<PodSummary> {
-        let here = |pod: &CachedPod| pod.meta.namespace.as_deref() == Some(namespace);
-        let both = [&self.statefulset, &self.deployment];
-        both.into_iter()
-            .flat_map(|cache| cache.state_filter(here))
-            .map(|pod| PodSummary::from_cached(&pod))
-            .collect()
+    /// The cached pods of `namespace`, from both caches. Kept whole (not in a smaller form,
+    /// as Leases and slices are): a reconcile reads every pod of its namespace, which may
+    /// hold many pools.
+    fn in_namespace(&self, namespace: &str) -> Vec<Arc<PodSummary>> {
+        let here = |pod: &PodSummary| pod.metadata.namespace.as_deref() == Some(namespace);
+        let mut pods = self.statefulset.state_filter(here);
+        pods.extend(self.deployment.state_filter(here));
+        pods
     }
 }
 
@@ -241,7 +239,7 @@ impl Context {
         let namespace = pool.namespace.as_deref().unwrap_or_default();
         requested.retain(|uid, r| {
             let cached = self.pods.get(&ObjectRef::new(&r.name).within(namespace));
-            !deletion_observed(uid, cached.as_ref())
+            !deletion_observed(uid, cached.as_deref())
         });
         let uids = requested.keys().cloned().collect();
         if requested.is_empty() {
@@ -575,7 +573,7 @@ fn watch_statefulsets(
     ns: Option<&str>,
     health: &CacheHealth,
     pools: &Store<SwarmPool>,
-) -> (Controller<SwarmPool>, Store<StatefulSet>, Store<CachedPod>) {
+) -> (Controller<SwarmPool>, Store<StatefulSet>, Store<PodSummary>) {
     let (sts_store, statefulsets) = cached_watch(
         scoped::<StatefulSet>(client, ns),
         watcher::Config::default(),
@@ -583,7 +581,7 @@ fn watch_statefulsets(
         Cache::StatefulSets,
         health,
     );
-    let (pod_store, pods) = compact_cached_watch(
+    let (pod_store, pods) = cached_watch(
         scoped::<PodSummary>(client, ns),
         watcher::Config::default().labels(STATEFULSET_POD_LABEL),
         trim::pod,
@@ -618,7 +616,7 @@ fn watch_deployments(
     Controller<SwarmPool>,
     Store<Deployment>,
     Store<ReplicaSet>,
-    Store<CachedPod>,
+    Store<PodSummary>,
 ) {
     let (deployment_store, deployments) = cached_watch(
         scoped::<Deployment>(client, ns),
@@ -634,7 +632,7 @@ fn watch_deployments(
         Cache::ReplicaSets,
         health,
     );
-    let (deployment_pod_store, deployment_pods) = compact_cached_watch(
+    let (deployment_pod_store, deployment_pods) = cached_watch(
         scoped::<PodSummary>(client, ns),
         watcher::Config::default().labels(DEPLOYMENT_POD_LABEL),
         trim::pod,

@@ -19,7 +19,6 @@ use crate::state::slice_summary::SliceSummary;
 /// label selector server-side; nothing reads them afterwards.
 pub fn pod(pod: &mut PodSummary) {
     trim_meta(&mut pod.metadata);
-    trim_cached_meta(&mut pod.metadata);
     pod.metadata.labels = None;
 }
 
@@ -95,8 +94,8 @@ pub fn lease(lease: &mut LeaseSummary) {
     lease.metadata.uid = None;
 }
 
-/// What the summaries' caches also drop (see [`crate::state::cached`]): a pod's generation
-/// and any object's deletion grace, which nothing reads.
+/// What the caches of Leases and slices also drop (see [`crate::state::cached`]): fields
+/// nothing reads.
 fn trim_cached_meta(meta: &mut ObjectMeta) {
     meta.generation = None;
     meta.deletion_grace_period_seconds = None;

@@ -1,15 +1,17 @@
-//! The summaries as the watch caches keep them: the same fields, with the metadata in a struct
-//! of its own instead of an `ObjectMeta`.
+//! Worker Leases and worker ConfigMaps as the watch caches keep them: the summaries' fields,
+//! with the metadata in a struct of its own instead of an `ObjectMeta`.
 //!
-//! An `ObjectMeta` is 360 bytes before any field is set (fifteen optional fields, five
-//! of them maps or lists). The caches hold a pod, a Lease and a worker ConfigMap per worker,
-//! 30,000 objects at 100 pools of 100 `Acknowledge` workers, and the trims (see
-//! `controller::trim`) leave each of them eight of those fields at most. [`CachedMeta`]
-//! keeps those eight; the cache's key keeps name and namespace only (a reflector's key
-//! otherwise copies the resourceVersion and uid of every object as well).
+//! An `ObjectMeta` is 360 bytes before any field is set (fifteen optional fields, five of them
+//! maps or lists). Under `Acknowledge` the caches hold a Lease and a ConfigMap per worker,
+//! 20,000 objects at 100 pools of 100 workers, and the trims (see `controller::trim`) leave
+//! each of them six of those fields at most. [`CachedMeta`] keeps what any summary can still
+//! have; the cache's key keeps name and namespace only (a reflector's key otherwise copies the
+//! resourceVersion and uid of every object as well).
 //!
-//! A reconcile reads the cached objects of its pool's namespace back as summaries
-//! ([`Cacheable::from_cached`]), so the planner sees what it always saw.
+//! A reconcile reads its pool's Leases and slices (selected by their pool label) back as
+//! summaries ([`Cacheable::from_cached`]), so the planner sees what it always saw. Pods stay
+//! whole in their cache: a reconcile reads every pod of its namespace, which may hold many
+//! pools, and converting them all on each reconcile cost more than it saved.
 
 use std::borrow::Cow;
 
@@ -19,7 +21,6 @@ use kube::Resource;
 use kube::runtime::reflector::Lookup;
 
 use crate::state::lease_summary::LeaseSummary;
-use crate::state::pod_summary::{PodSummary, ReadyCondition};
 use crate::state::slice_summary::SliceSummary;
 
 /// A summary with a smaller form for the watch caches.
@@ -73,35 +74,6 @@ impl From<&CachedMeta> for ObjectMeta {
             deletion_timestamp: meta.deletion_timestamp.clone(),
             owner_references: meta.owner_references.clone(),
             ..ObjectMeta::default()
-        }
-    }
-}
-
-/// A [`PodSummary`] in a cache.
-#[derive(Clone, Debug, PartialEq)]
-pub struct CachedPod {
-    /// Its metadata.
-    pub meta: CachedMeta,
-    ready: Option<ReadyCondition>,
-    finished: bool,
-}
-
-impl Cacheable for PodSummary {
-    type Cached = CachedPod;
-
-    fn cached(&self) -> CachedPod {
-        CachedPod {
-            meta: CachedMeta::from(&self.metadata),
-            ready: self.ready.clone(),
-            finished: self.finished,
-        }
-    }
-
-    fn from_cached(cached: &CachedPod) -> Self {
-        PodSummary {
-            metadata: ObjectMeta::from(&cached.meta),
-            ready: cached.ready.clone(),
-            finished: cached.finished,
         }
     }
 }
@@ -219,7 +191,6 @@ macro_rules! looked_up_as {
     };
 }
 
-looked_up_as!(CachedPod, PodSummary);
 looked_up_as!(CachedLease, LeaseSummary);
 looked_up_as!(CachedSlice, SliceSummary);
 
@@ -234,26 +205,10 @@ mod tests {
     }
 
     #[test]
-    fn a_trimmed_pod_lease_and_slice_read_back_as_they_were_cached() {
-        let mut pod: PodSummary = serde_json::from_value(json!({
-            "metadata": {
-                "name": "web-0", "namespace": "ns", "uid": "u", "resourceVersion": "9",
-                "creationTimestamp": "2026-01-01T00:00:00Z",
-                "deletionTimestamp": "2026-01-01T00:01:00Z",
-                "deletionGracePeriodSeconds": 1, "generation": 2,
-                "labels": {"app": "web"}, "annotations": {"a": "1"},
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
-                    "name": "web", "uid": "s", "controller": true}],
-            },
-            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
-        }))
-        .unwrap();
-        trim::pod(&mut pod);
-        assert!(pod.ready.is_some());
-        round_trip(pod);
-
+    fn a_trimmed_lease_and_slice_read_back_as_they_were_cached() {
         let mut lease: LeaseSummary = serde_json::from_value(json!({
             "metadata": {"name": "web-0", "namespace": "ns", "uid": "l", "resourceVersion": "3",
+                "deletionGracePeriodSeconds": 1,
                 "labels": {crate::names::POOL_LABEL: "web"},
                 "annotations": {crate::names::ACKED_VERSION_ANNOTATION: "4"}},
             "spec": {"holderIdentity": "u", "renewTime": "2026-01-01T00:00:00.000000Z",
@@ -280,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_cache_key_is_the_name_and_namespace() {
-        let pod = PodSummary {
+        let lease = LeaseSummary {
             metadata: ObjectMeta {
                 name: Some("web-0".into()),
                 namespace: Some("ns".into()),
@@ -288,9 +243,9 @@ mod tests {
                 resource_version: Some("9".into()),
                 ..ObjectMeta::default()
             },
-            ..PodSummary::default()
+            ..LeaseSummary::default()
         };
-        let key = pod.cached().to_object_ref(());
+        let key = lease.cached().to_object_ref(());
         assert_eq!(
             key,
             kube::runtime::reflector::ObjectRef::new("web-0").within("ns")
