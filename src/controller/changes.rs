@@ -17,28 +17,28 @@ use crate::pod_summary::PodSummary;
 /// up what the planner reads of an object; an update with the fingerprint of the object's
 /// previous event is left out.
 pub fn only_changes<K: Resource>(fingerprint: impl Fn(&K) -> u64) -> impl FnMut(&Event<K>) -> bool {
-    let mut seen: HashMap<String, u64> = HashMap::new();
+    let mut seen: HashMap<UidKey, u64> = HashMap::new();
     // The uids a relist in progress has shown: objects it did not show are gone.
-    let mut relisted: Option<HashSet<String>> = None;
+    let mut relisted: Option<HashSet<UidKey>> = None;
     move |event| {
         match event {
             Event::Apply(obj) => {
-                let Some(uid) = obj.meta().uid.clone() else {
+                let Some(uid) = obj.meta().uid.as_deref() else {
                     return true;
                 };
                 let print = fingerprint(obj);
-                return seen.insert(uid, print) != Some(print);
+                return seen.insert(UidKey::of(uid), print) != Some(print);
             }
             Event::Delete(obj) => {
-                if let Some(uid) = &obj.meta().uid {
-                    seen.remove(uid);
+                if let Some(uid) = obj.meta().uid.as_deref() {
+                    seen.remove(&UidKey::of(uid));
                 }
             }
             Event::Init => relisted = Some(HashSet::new()),
             Event::InitApply(obj) => {
-                if let Some(uid) = &obj.meta().uid {
-                    seen.insert(uid.clone(), fingerprint(obj));
-                    relisted.get_or_insert_default().insert(uid.clone());
+                if let Some(uid) = obj.meta().uid.as_deref() {
+                    seen.insert(UidKey::of(uid), fingerprint(obj));
+                    relisted.get_or_insert_default().insert(UidKey::of(uid));
                 }
             }
             Event::InitDone => {
@@ -48,6 +48,45 @@ pub fn only_changes<K: Resource>(fingerprint: impl Fn(&K) -> u64) -> impl FnMut(
         }
         true
     }
+}
+
+/// An object's uid as a map key: the UUID the API server assigns as its 128 bits (a filter of
+/// 10,000 pods keeps 10,000 of them), any other uid as its text.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum UidKey {
+    Uuid(u128),
+    Text(Box<str>),
+}
+
+impl UidKey {
+    fn of(uid: &str) -> UidKey {
+        canonical_uuid(uid).map_or_else(|| UidKey::Text(uid.into()), UidKey::Uuid)
+    }
+}
+
+/// The value of a UUID in its canonical text (lowercase hex, dashes after the 8th, 12th, 16th
+/// and 20th digit); `None` for any other text, so that two keys are equal only when their
+/// texts are.
+fn canonical_uuid(text: &str) -> Option<u128> {
+    if text.len() != 36 {
+        return None;
+    }
+    let mut value = 0u128;
+    for (i, byte) in text.bytes().enumerate() {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            if byte != b'-' {
+                return None;
+            }
+            continue;
+        }
+        let digit = match byte {
+            b'0'..=b'9' => byte - b'0',
+            b'a'..=b'f' => byte - b'a' + 10,
+            _ => return None,
+        };
+        value = value << 4 | u128::from(digit);
+    }
+    Some(value)
 }
 
 /// The fingerprint of a (trimmed) object: all of it but its resourceVersion.
@@ -166,5 +205,30 @@ mod tests {
         );
         assert!(keep(&Event::Apply(pod("3", true, false))), "Ready");
         assert!(keep(&Event::Apply(pod("4", true, true))), "terminating");
+    }
+
+    #[test]
+    fn uids_are_keyed_by_their_uuid_value_and_any_other_text_as_it_is() {
+        let uid = "0f8e7d6c-5b4a-4938-8271-605f4e3d2c1b";
+        assert_eq!(
+            UidKey::of(uid),
+            UidKey::Uuid(0x0f8e7d6c_5b4a_4938_8271_605f4e3d2c1b)
+        );
+        for other in [
+            "p",
+            "0F8E7D6C-5B4A-4938-8271-605F4E3D2C1B",
+            "0f8e7d6c5b4a-4938-8271-605f4e3d2c1b-",
+            "0f8e7d6c-5b4a-4938-8271-605f4e3d2c1g",
+        ] {
+            assert_eq!(UidKey::of(other), UidKey::Text(other.into()), "{other}");
+        }
+        // Two sightings of one pod by its UUID uid: the second, unchanged, wakes nobody.
+        let mut keep = only_changes(content::<StatefulSet>);
+        let mut first = sts("a", "1", 2);
+        first.metadata.uid = Some(uid.into());
+        let mut again = first.clone();
+        again.metadata.resource_version = Some("2".into());
+        assert!(keep(&Event::Apply(first)));
+        assert!(!keep(&Event::Apply(again)));
     }
 }

@@ -25,7 +25,7 @@ use crate::planner::{self, Observed};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
 use crate::rollout::{PENDING_REFRESH_ANNOTATION, PodDelete};
-use crate::state::cached::Cacheable;
+use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
@@ -111,7 +111,7 @@ pub(super) struct Snapshot<'a> {
     statefulsets: Vec<Arc<StatefulSet>>,
     deployments: Vec<Arc<Deployment>>,
     replica_sets: Vec<Arc<ReplicaSet>>,
-    pods: Vec<Arc<PodSummary>>,
+    pods: Vec<Arc<CachedPod>>,
     other_pools: Vec<Arc<SwarmPool>>,
     config_map: Option<ConfigMap>,
     worker_config_maps: Vec<SliceSummary>,
@@ -148,7 +148,7 @@ impl<'a> Snapshot<'a> {
                             && cm.pool.as_ref() == Some(&name)
                     })
                     .iter()
-                    .map(|cm| SliceSummary::from_cached(cm))
+                    .map(|cm| SliceSummary::from(cm.as_ref()))
                     .collect()
             },
             deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
@@ -295,7 +295,7 @@ impl Cluster for KubeCluster<'_> {
     /// The pods by the label the StatefulSet controller gives each pod its name in: a holder
     /// of jobs in transit may be a pod the pool's StatefulSet no longer controls. A
     /// Deployment's pods have no name label: they are all listed, and the named ones kept.
-    async fn list_live(&mut self, names: &BTreeSet<String>) -> Result<Vec<PodSummary>, Error> {
+    async fn list_live(&mut self, names: &BTreeSet<String>) -> Result<Vec<CachedPod>, Error> {
         let selector = match self.pool.spec.workload_kind {
             WorkloadKind::StatefulSet => live_pods_selector(names),
             WorkloadKind::Deployment => Some(DEPLOYMENT_POD_LABEL.to_owned()),
@@ -320,10 +320,7 @@ impl Cluster for KubeCluster<'_> {
                     .as_ref()
                     .is_some_and(|n| names.contains(n))
             })
-            .map(|mut pod| {
-                trim::pod(&mut pod);
-                pod
-            })
+            .map(|pod| pod.cached())
             .collect())
     }
 

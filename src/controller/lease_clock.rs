@@ -10,8 +10,14 @@
 //! Renewals are recorded as the watch delivers them ([`LeaseClock::observe`]), so that a renewal
 //! need not wake its pool: with thousands of workers renewing every few seconds, only a new
 //! holder, a new acknowledgement or the renewal of an expired Lease does.
+//!
+//! The clock keeps one small record per Lease (10,000 of them at 100 pools of 100 workers):
+//! the Leases of a pool under their pool, and of what a Lease says only the `renewTime` and
+//! fingerprints of its holder and acknowledged version. What it said in full is read from the
+//! Lease itself whenever it is judged.
 
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -21,18 +27,44 @@ use kube::ResourceExt;
 use crate::state::lease::{Acks, Renewal};
 use crate::state::lease_summary::LeaseSummary;
 
+/// What a Lease says, as compared between two sightings: its `renewTime`, and fingerprints of
+/// its holder and acknowledged version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Said {
+    renew_time: Option<Timestamp>,
+    holder: u64,
+    acked: u64,
+}
+
+impl Said {
+    /// What `lease` says; `None` without a holder.
+    fn of(lease: &LeaseSummary) -> Option<Said> {
+        Some(Said {
+            renew_time: lease.renew_time,
+            holder: fingerprint(lease.holder.as_deref()?),
+            acked: lease.acked.as_deref().map_or(0, fingerprint),
+        })
+    }
+}
+
+fn fingerprint(text: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    text.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// What one Lease said when last seen, since when this operator has seen it say that, and
 /// whether it was last judged expired.
 #[derive(Debug)]
 struct Seen {
-    said: Renewal,
+    said: Said,
     since: Instant,
     expired: bool,
 }
 
 impl Seen {
     /// First seen saying `said` at `now`.
-    fn new(said: Renewal, now: Instant) -> Seen {
+    fn new(said: Said, now: Instant) -> Seen {
         Seen {
             said,
             since: now,
@@ -41,21 +73,18 @@ impl Seen {
     }
 }
 
-type Key = (String, String, String);
-
-/// A worker Lease's key: namespace, pool (its label) and name.
-fn key_of(lease: &LeaseSummary) -> Option<Key> {
-    Some((
-        lease.metadata.namespace.clone()?,
-        lease.pool.clone()?,
-        lease.name_any(),
-    ))
-}
+/// The Leases of one pool, by name.
+type PoolLeases = HashMap<Box<str>, Seen>;
 
 /// The observations of every worker Lease, by namespace, pool and name.
 #[derive(Debug, Default)]
 pub struct LeaseClock {
-    seen: Mutex<HashMap<Key, Seen>>,
+    seen: Mutex<HashMap<String, HashMap<String, PoolLeases>>>,
+}
+
+/// A worker Lease's namespace and pool (its label).
+fn pool_of(lease: &LeaseSummary) -> Option<(&str, &str)> {
+    Some((lease.metadata.namespace.as_deref()?, lease.pool.as_deref()?))
 }
 
 impl LeaseClock {
@@ -63,12 +92,17 @@ impl LeaseClock {
     /// needs a look: a new Lease, a new holder or acknowledgement, or the renewal of a Lease
     /// last judged expired (its worker is a member again). A renewal alone needs none.
     pub fn observe(&self, lease: &LeaseSummary, now: Instant) -> bool {
-        let (Some(key), Some(said)) = (key_of(lease), Renewal::of(lease)) else {
+        let (Some((namespace, pool)), Some(said), Some(name)) = (
+            pool_of(lease),
+            Said::of(lease),
+            lease.metadata.name.as_deref(),
+        ) else {
             return true;
         };
         let mut seen = self.seen.lock().expect("lease clock lock poisoned");
-        let Some(entry) = seen.get_mut(&key) else {
-            seen.insert(key, Seen::new(said, now));
+        let leases = pool_leases(&mut seen, namespace, pool);
+        let Some(entry) = leases.get_mut(name) else {
+            leases.insert(name.into(), Seen::new(said, now));
             return true;
         };
         if entry.said == said {
@@ -82,12 +116,19 @@ impl LeaseClock {
 
     /// Forgets a deleted Lease.
     pub fn forget(&self, lease: &LeaseSummary) {
-        if let Some(key) = key_of(lease) {
-            self.seen
-                .lock()
-                .expect("lease clock lock poisoned")
-                .remove(&key);
+        let (Some((namespace, pool)), Some(name)) =
+            (pool_of(lease), lease.metadata.name.as_deref())
+        else {
+            return;
+        };
+        let mut seen = self.seen.lock().expect("lease clock lock poisoned");
+        if let Some(leases) = seen
+            .get_mut(namespace)
+            .and_then(|pools| pools.get_mut(pool))
+        {
+            leases.remove(name);
         }
+        prune(&mut seen, namespace, pool);
     }
 
     /// Marks in `acks` the Leases of pool `pool` in `namespace` (all of them `leases`) that
@@ -102,16 +143,18 @@ impl LeaseClock {
         acks: &mut Acks,
     ) {
         let mut seen = self.seen.lock().expect("lease clock lock poisoned");
+        let known = pool_leases(&mut seen, namespace, pool);
         let mut present = BTreeSet::new();
         for lease in leases {
             let name = lease.name_any();
-            let (Some(said), Some(duration)) = (Renewal::of(lease), lease.duration_seconds) else {
+            let (Some(said), Some(renewal), Some(duration)) =
+                (Said::of(lease), Renewal::of(lease), lease.duration_seconds)
+            else {
                 continue;
             };
-            let key = (namespace.to_owned(), pool.to_owned(), name.clone());
-            let entry = seen
-                .entry(key)
-                .or_insert_with(|| Seen::new(said.clone(), now));
+            let entry = known
+                .entry(name.as_str().into())
+                .or_insert_with(|| Seen::new(said, now));
             if entry.said != said {
                 *entry = Seen::new(said, now);
             }
@@ -119,14 +162,44 @@ impl LeaseClock {
             let left = lasts.saturating_sub(now.saturating_duration_since(entry.since));
             entry.expired = left.is_zero();
             if entry.expired {
-                acks.mark_expired(name.clone(), entry.said.clone());
+                acks.mark_expired(name.clone(), renewal);
             } else if let Ok(left) = SignedDuration::try_from(left) {
                 acks.note_expiry(Timestamp::now() + left);
             }
             present.insert(name);
         }
-        seen.retain(|(ns, p, name), _| ns != namespace || p != pool || present.contains(name));
+        known.retain(|name, _| present.contains(&**name));
+        prune(&mut seen, namespace, pool);
     }
+}
+
+/// Drops the records of `pool` in `namespace` once it has no Lease left (a deleted pool).
+fn prune(seen: &mut HashMap<String, HashMap<String, PoolLeases>>, namespace: &str, pool: &str) {
+    let Some(pools) = seen.get_mut(namespace) else {
+        return;
+    };
+    if pools.get(pool).is_some_and(HashMap::is_empty) {
+        pools.remove(pool);
+    }
+    if pools.is_empty() {
+        seen.remove(namespace);
+    }
+}
+
+/// The records of the Leases of `pool` in `namespace`, made on first use.
+fn pool_leases<'a>(
+    seen: &'a mut HashMap<String, HashMap<String, PoolLeases>>,
+    namespace: &str,
+    pool: &str,
+) -> &'a mut PoolLeases {
+    if !seen.contains_key(namespace) {
+        seen.insert(namespace.to_owned(), HashMap::new());
+    }
+    let pools = seen.get_mut(namespace).expect("inserted above");
+    if !pools.contains_key(pool) {
+        pools.insert(pool.to_owned(), PoolLeases::new());
+    }
+    pools.get_mut(pool).expect("inserted above")
 }
 
 #[cfg(test)]
@@ -214,6 +287,27 @@ mod tests {
         assert!(
             clock.observe(&taken_over, at + Duration::from_secs(19)),
             "new again"
+        );
+    }
+
+    #[test]
+    fn a_pool_without_leases_leaves_no_record() {
+        let clock = LeaseClock::default();
+        let t0 = Instant::now();
+        judge(&clock, &lease(1_000), t0);
+        assert_eq!(clock.seen.lock().unwrap()["ns"]["p"].len(), 1);
+        let mut acks = Acks::default();
+        clock.judge("ns", "p", [], Duration::from_secs(2), t0, &mut acks);
+        assert!(
+            clock.seen.lock().unwrap().is_empty(),
+            "the pool was deleted"
+        );
+
+        assert!(clock.observe(&lease(1_001), t0));
+        clock.forget(&lease(1_001));
+        assert!(
+            clock.seen.lock().unwrap().is_empty(),
+            "its last Lease was deleted"
         );
     }
 }

@@ -56,7 +56,7 @@ use crate::names::{JOBS_SOURCE_LABEL, WORKER_LABEL};
 use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
-use crate::state::cached::{Cacheable, CachedLease, CachedSlice};
+use crate::state::cached::{Cacheable, CachedLease, CachedPod, CachedSlice};
 use crate::state::jobs_source::{self, Found};
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
@@ -131,22 +131,20 @@ impl Context {
 /// watch selects by one label selector.
 #[derive(Clone)]
 struct PodCaches {
-    statefulset: Store<PodSummary>,
-    deployment: Store<PodSummary>,
+    statefulset: Store<CachedPod>,
+    deployment: Store<CachedPod>,
 }
 
 impl PodCaches {
-    fn get(&self, key: &ObjectRef<PodSummary>) -> Option<Arc<PodSummary>> {
+    fn get(&self, key: &ObjectRef<CachedPod>) -> Option<Arc<CachedPod>> {
         self.statefulset
             .get(key)
             .or_else(|| self.deployment.get(key))
     }
 
-    /// The cached pods of `namespace`, from both caches. Kept whole (not in a smaller form,
-    /// as Leases and slices are): a reconcile reads every pod of its namespace, which may
-    /// hold many pools.
-    fn in_namespace(&self, namespace: &str) -> Vec<Arc<PodSummary>> {
-        let here = |pod: &PodSummary| pod.metadata.namespace.as_deref() == Some(namespace);
+    /// The cached pods of `namespace`, from both caches, as the planner reads them.
+    fn in_namespace(&self, namespace: &str) -> Vec<Arc<CachedPod>> {
+        let here = |pod: &CachedPod| &*pod.namespace == namespace;
         let mut pods = self.statefulset.state_filter(here);
         pods.extend(self.deployment.state_filter(here));
         pods
@@ -162,10 +160,8 @@ struct RequestedDelete {
 /// Whether the cached pod of a requested deletion's name shows that deletion took effect: the
 /// instance terminating, or replaced by another. A pod the cache does not hold proves nothing
 /// (the request may have been decided on a live list the cache has not caught up with).
-fn deletion_observed(uid: &str, cached: Option<&PodSummary>) -> bool {
-    cached.is_some_and(|pod| {
-        pod.metadata.uid.as_deref() != Some(uid) || pod.metadata.deletion_timestamp.is_some()
-    })
+fn deletion_observed(uid: &str, cached: Option<&CachedPod>) -> bool {
+    cached.is_some_and(|pod| &*pod.uid != uid || pod.terminating)
 }
 
 /// This operator's last writes, per pool.
@@ -219,7 +215,7 @@ impl Context {
                     && lease.pool.as_deref() == Some(pool)
             })
             .iter()
-            .map(|lease| LeaseSummary::from_cached(lease))
+            .map(|lease| LeaseSummary::from(lease.as_ref()))
             .collect();
         let mut acks = Acks::from_leases(&leases);
         self.lease_clock
@@ -573,7 +569,7 @@ fn watch_statefulsets(
     ns: Option<&str>,
     health: &CacheHealth,
     pools: &Store<SwarmPool>,
-) -> (Controller<SwarmPool>, Store<StatefulSet>, Store<PodSummary>) {
+) -> (Controller<SwarmPool>, Store<StatefulSet>, Store<CachedPod>) {
     let (sts_store, statefulsets) = cached_watch(
         scoped::<StatefulSet>(client, ns),
         watcher::Config::default(),
@@ -581,7 +577,7 @@ fn watch_statefulsets(
         Cache::StatefulSets,
         health,
     );
-    let (pod_store, pods) = cached_watch(
+    let (pod_store, pods) = compact_cached_watch(
         scoped::<PodSummary>(client, ns),
         watcher::Config::default().labels(STATEFULSET_POD_LABEL),
         trim::pod,
@@ -616,7 +612,7 @@ fn watch_deployments(
     Controller<SwarmPool>,
     Store<Deployment>,
     Store<ReplicaSet>,
-    Store<PodSummary>,
+    Store<CachedPod>,
 ) {
     let (deployment_store, deployments) = cached_watch(
         scoped::<Deployment>(client, ns),
@@ -632,7 +628,7 @@ fn watch_deployments(
         Cache::ReplicaSets,
         health,
     );
-    let (deployment_pod_store, deployment_pods) = cached_watch(
+    let (deployment_pod_store, deployment_pods) = compact_cached_watch(
         scoped::<PodSummary>(client, ns),
         watcher::Config::default().labels(DEPLOYMENT_POD_LABEL),
         trim::pod,
@@ -1497,16 +1493,11 @@ mod tests {
 
     #[test]
     fn a_requested_deletion_is_forgotten_once_the_cache_shows_it() {
-        let pod = |uid: &str, deleting: bool| PodSummary {
-            metadata: ObjectMeta {
-                name: Some("web-0".into()),
-                uid: Some(uid.into()),
-                deletion_timestamp: deleting.then_some(
-                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::UNIX_EPOCH),
-                ),
-                ..ObjectMeta::default()
-            },
-            ..PodSummary::default()
+        let pod = |uid: &str, terminating: bool| CachedPod {
+            name: "web-0".into(),
+            uid: uid.into(),
+            terminating,
+            ..CachedPod::default()
         };
         assert!(
             !deletion_observed("u1", None),

@@ -13,6 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::{Cluster, Deleted, SliceWrite, SliceWritten, Unsettled, Written};
 use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
+use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::config_map::{CONFIG_KEY, pool_config};
 use crate::state::lease_summary::LeaseSummary;
 use crate::state::slice_summary::SliceSummary;
@@ -191,7 +192,7 @@ impl Cluster for MemoryCluster {
     fn list_live(
         &mut self,
         names: &BTreeSet<String>,
-    ) -> impl Future<Output = Result<Vec<PodSummary>, MemoryError>> + Send {
+    ) -> impl Future<Output = Result<Vec<CachedPod>, MemoryError>> + Send {
         self.live_lists += 1;
         let pods = self
             .pods
@@ -202,7 +203,7 @@ impl Cluster for MemoryCluster {
                     .as_ref()
                     .is_some_and(|name| names.contains(name))
             })
-            .cloned()
+            .map(Cacheable::cached)
             .collect();
         ready(Ok(pods))
     }

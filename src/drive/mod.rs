@@ -24,8 +24,8 @@ use std::future::Future;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::planner::{self, Observed, Outcome, PlannedEvent, Step};
-use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
+use crate::state::cached::CachedPod;
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
 use crate::state::slice_summary::SliceSummary;
@@ -62,7 +62,7 @@ pub trait Cluster {
     fn list_live(
         &mut self,
         names: &BTreeSet<String>,
-    ) -> impl Future<Output = Result<Vec<PodSummary>, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<CachedPod>, Self::Error>> + Send;
 
     /// The pool's worker Leases, listed from the API server (a quorum read): asked with the
     /// live pod list whenever the cache judged a Lease expired, to confirm it.
@@ -238,7 +238,7 @@ struct Round<'a> {
     slices_are_live: bool,
     /// The pods of the last live list, if there was one: fresher than the cache even once a
     /// write made them unreliable for resolving stale workers.
-    listed_pods: Option<Vec<PodSummary>>,
+    listed_pods: Option<Vec<CachedPod>>,
     /// Whether `listed_pods` was listed after the last write that recorded unresolved stale
     /// workers or holders.
     pods_are_live: bool,

@@ -26,6 +26,7 @@ use super::{Driven, Journal, drive};
 use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::names::STATEFULSET_POD_LABEL;
 use crate::pod_summary::{PodSummary, ReadyCondition};
+use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::config_map::pool_config;
 use crate::state::lease::{Ack, Acks};
 use swarm_assign::worker_config::WorkerConfig;
@@ -156,7 +157,7 @@ impl WhatIf {
     /// what-if cluster (and in the next [`WhatIf::settle`]'s transcript).
     pub fn reconcile(&mut self) -> Result<crate::planner::Outcome, NotSettled> {
         let (statefulset, deployment, replica_set) = self.workload_objects();
-        let cached = self.cluster.pods.clone();
+        let cached: Vec<CachedPod> = self.cluster.pods.iter().map(Cacheable::cached).collect();
         let config_map = self.cluster.config_map.clone();
         let slices = self.cluster.slice_summaries();
         let acks = self.acks();

@@ -29,7 +29,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use swarm_assign::{Placement, Qos};
 
 use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
-use crate::pod_summary::PodSummary;
+use crate::state::cached::CachedPod;
 use crate::state::config_map::{self, Previous};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
@@ -79,7 +79,7 @@ pub struct Observed<'a> {
     pub replica_sets: Vec<&'a ReplicaSet>,
     /// Pods of the pool's namespace (only those controlled by the matched workload are workers;
     /// any pod may be a holder of jobs in transit).
-    pub pods: Vec<&'a PodSummary>,
+    pub pods: Vec<&'a CachedPod>,
     /// The other SwarmPools of the namespace: of several pools selecting one StatefulSet, only
     /// the oldest manages it.
     pub other_pools: Vec<&'a SwarmPool>,
@@ -399,13 +399,9 @@ fn index_pods(o: &Observed, names: &BTreeSet<String>) -> PodIndex {
     PodIndex::new(
         o.pods
             .iter()
-            .filter(|p| p.metadata.namespace == o.pool.metadata.namespace && !p.finished)
-            .filter_map(|p| {
-                let name = p.metadata.name.as_deref()?;
-                names
-                    .contains(name)
-                    .then(|| (name, p.metadata.uid.as_deref().unwrap_or_default()))
-            }),
+            .filter(|p| o.pool.metadata.namespace.as_deref() == Some(&*p.namespace) && !p.finished)
+            .filter(|p| names.contains(&*p.name))
+            .map(|p| (&*p.name, &*p.uid)),
     )
 }
 

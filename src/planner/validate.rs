@@ -11,8 +11,8 @@ use swarm_assign::{Rebound, Roster, validate_jobs, validate_qos};
 use super::{Observed, config_map};
 use crate::conditions::reason;
 use crate::crd::{Handoff, RolloutPolicy, SwarmPool, WorkloadKind};
-use crate::pod_summary::PodSummary;
 use crate::rollout::{self, WorkerPod, Workers};
+use crate::state::cached::CachedPod;
 use crate::state::jobs_source::Unresolved;
 
 /// Why the pool cannot be reconciled as specified.
@@ -215,9 +215,9 @@ fn match_statefulset_pool(o: &Observed, selector: &Selector) -> Result<Matched, 
     let pods = o
         .pods
         .iter()
-        .filter(|pod| pod.metadata.namespace == sts.metadata.namespace)
-        .filter(|pod| controller_uid(**pod) == uid)
-        .map(|pod| (pod.name_any(), worker_pod(pod, o.deleting)))
+        .filter(|pod| sts.metadata.namespace.as_deref() == Some(&*pod.namespace))
+        .filter(|pod| pod.controller_uid.as_deref() == uid)
+        .map(|pod| (pod.name.to_string(), worker_pod(pod, o.deleting)))
         .collect();
     Ok(Matched {
         workers: Workers::new(&name, replicas, pods),
@@ -257,30 +257,29 @@ fn match_deployment_pool(o: &Observed, selector: &Selector) -> Result<Matched, F
         .filter(|rs| controller_uid(**rs) == deployment_uid)
         .filter_map(|rs| rs.metadata.uid.as_deref())
         .collect();
-    let mut pods: Vec<&PodSummary> = o
+    let mut pods: Vec<&CachedPod> = o
         .pods
         .iter()
         .copied()
-        .filter(|pod| pod.metadata.namespace == deployment.metadata.namespace)
-        .filter(|pod| controller_uid(*pod).is_some_and(|uid| replica_sets.contains(uid)))
+        .filter(|pod| deployment.metadata.namespace.as_deref() == Some(&*pod.namespace))
+        .filter(|pod| {
+            pod.controller_uid
+                .as_deref()
+                .is_some_and(|uid| replica_sets.contains(uid))
+        })
         .collect();
     // Oldest first: a pod that has waited longest for a slot gets the next one.
-    pods.sort_by(|a, b| {
-        let created = |p: &PodSummary| p.metadata.creation_timestamp.clone().map(|t| t.0);
-        created(a)
-            .cmp(&created(b))
-            .then_with(|| a.name_any().cmp(&b.name_any()))
-    });
+    pods.sort_by(|a, b| a.created.cmp(&b.created).then_with(|| a.name.cmp(&b.name)));
     let worker_pods: BTreeMap<String, WorkerPod> = pods
         .iter()
-        .map(|pod| (pod.name_any(), worker_pod(pod, o.deleting)))
+        .map(|pod| (pod.name.to_string(), worker_pod(pod, o.deleting)))
         .collect();
     // A terminating or finished pod takes no slot and frees the one it held.
     let candidates: Vec<&str> = pods
         .iter()
         .filter(|pod| !pod.finished)
-        .filter(|pod| !worker_pods[pod.metadata.name.as_deref().unwrap_or_default()].terminating)
-        .filter_map(|pod| pod.metadata.name.as_deref())
+        .filter(|pod| !worker_pods[&*pod.name].terminating)
+        .map(|pod| &*pod.name)
         .collect();
     let rebound = config_map::slot_table(o.config_map).rebind(replicas, &candidates);
     let live: BTreeSet<&str> = candidates.iter().copied().collect();
@@ -420,9 +419,9 @@ fn older_pool_selecting(
         .map(|(_, name)| name)
 }
 
-fn worker_pod(pod: &PodSummary, deleting: &BTreeSet<String>) -> WorkerPod {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let terminating = pod.metadata.deletion_timestamp.is_some() || deleting.contains(&uid);
+fn worker_pod(pod: &CachedPod, deleting: &BTreeSet<String>) -> WorkerPod {
+    let uid = pod.uid.to_string();
+    let terminating = pod.terminating || deleting.contains(&uid);
     let ready_condition = pod.ready.as_ref();
     let ready = !terminating && !pod.finished && ready_condition.is_some_and(|c| c.is_true);
     let not_ready_since = if ready {
@@ -430,8 +429,8 @@ fn worker_pod(pod: &PodSummary, deleting: &BTreeSet<String>) -> WorkerPod {
     } else {
         ready_condition
             .and_then(|c| c.last_transition_time.as_ref())
-            .or(pod.metadata.creation_timestamp.as_ref())
             .map(|t| t.0)
+            .or(pod.created)
     };
     WorkerPod {
         uid,

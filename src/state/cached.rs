@@ -1,26 +1,29 @@
-//! Worker Leases and worker ConfigMaps as the watch caches keep them: the summaries' fields,
-//! with the metadata in a struct of its own instead of an `ObjectMeta`.
+//! Worker pods, Leases and ConfigMaps as the watch caches keep them: the summaries' fields, with
+//! the metadata in fields or a struct of their own instead of an `ObjectMeta`.
 //!
 //! An `ObjectMeta` is 360 bytes before any field is set (fifteen optional fields, five of them
-//! maps or lists). Under `Acknowledge` the caches hold a Lease and a ConfigMap per worker,
-//! 20,000 objects at 100 pools of 100 workers, and the trims (see `controller::trim`) leave
+//! maps or lists). The caches hold a pod per worker, and under `Acknowledge` a Lease and a
+//! ConfigMap as well: 30,000 objects at 100 pools of 100 workers. The trims (see `controller::trim`) leave
 //! each of them six of those fields at most. [`CachedMeta`] keeps what any summary can still
 //! have; the cache's key keeps name and namespace only (a reflector's key otherwise copies the
 //! resourceVersion and uid of every object as well).
 //!
 //! A reconcile reads its pool's Leases and slices (selected by their pool label) back as
-//! summaries ([`Cacheable::from_cached`]), so the planner sees what it always saw. Pods stay
-//! whole in their cache: a reconcile reads every pod of its namespace, which may hold many
-//! pools, and converting them all on each reconcile cost more than it saved.
+//! summaries (`From<&CachedLease>`, `From<&CachedSlice>`), so the planner sees what it always
+//! saw. Pods are read as they are cached ([`CachedPod`]), never converted back: a reconcile
+//! reads every pod of its namespace, which may hold many pools, and converting them all on
+//! each reconcile cost more than it saved.
 
 use std::borrow::Cow;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::reflector::Lookup;
 
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::pod_summary::{PodSummary, ReadyCondition};
 use crate::state::slice_summary::SliceSummary;
 
 /// A summary with a smaller form for the watch caches.
@@ -28,12 +31,9 @@ pub trait Cacheable: Resource<DynamicType = ()> + Sized {
     /// What the cache keeps.
     type Cached: Lookup<DynamicType = ()> + Clone + Send + Sync + 'static;
 
-    /// The cached form of `self`, whose metadata the trims have already cut to [`CachedMeta`]'s
-    /// fields (any other field is dropped).
+    /// The cached form of `self`, whose metadata the trims have already cut to the fields the
+    /// cached form has (any other field is dropped).
     fn cached(&self) -> Self::Cached;
-
-    /// The summary again.
-    fn from_cached(cached: &Self::Cached) -> Self;
 }
 
 /// The metadata fields a trimmed summary can still have set, each as in `ObjectMeta`.
@@ -104,8 +104,11 @@ impl Cacheable for LeaseSummary {
             duration_seconds: self.duration_seconds,
         }
     }
+}
 
-    fn from_cached(cached: &CachedLease) -> Self {
+/// The summary again.
+impl From<&CachedLease> for LeaseSummary {
+    fn from(cached: &CachedLease) -> Self {
         LeaseSummary {
             metadata: ObjectMeta::from(&cached.meta),
             pool: cached.pool.clone(),
@@ -143,8 +146,11 @@ impl Cacheable for SliceSummary {
             config: self.config.clone(),
         }
     }
+}
 
-    fn from_cached(cached: &CachedSlice) -> Self {
+/// The summary again.
+impl From<&CachedSlice> for SliceSummary {
+    fn from(cached: &CachedSlice) -> Self {
         SliceSummary {
             metadata: ObjectMeta::from(&cached.meta),
             controller_uid: cached.controller_uid.clone(),
@@ -156,10 +162,65 @@ impl Cacheable for SliceSummary {
     }
 }
 
+/// A worker pod as the pod caches keep it and the planner reads it: a [`PodSummary`] without
+/// an `ObjectMeta` (360 bytes before any field is set), of whose fields the planner reads
+/// name, namespace, uid, creation, deletion and the controlling owner's uid. With 10,000
+/// worker pods this is a large share of the operator's memory. Live lists are read the same
+/// way, so a plan reads every pod alike.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CachedPod {
+    /// `metadata.name`.
+    pub name: Box<str>,
+    /// `metadata.namespace`.
+    pub namespace: Box<str>,
+    /// `metadata.uid`: which instance of the named pod this is.
+    pub uid: Box<str>,
+    /// The uid of the pod's controlling owner (a StatefulSet or a ReplicaSet).
+    pub controller_uid: Option<Box<str>>,
+    /// `metadata.creationTimestamp`.
+    pub created: Option<Timestamp>,
+    /// The pod has a `metadata.deletionTimestamp`: it is terminating.
+    pub terminating: bool,
+    /// See [`PodSummary::ready`].
+    pub ready: Option<ReadyCondition>,
+    /// See [`PodSummary::finished`].
+    pub finished: bool,
+}
+
+impl Cacheable for PodSummary {
+    type Cached = CachedPod;
+
+    fn cached(&self) -> CachedPod {
+        let meta = &self.metadata;
+        let text = |field: &Option<String>| field.as_deref().unwrap_or_default().into();
+        CachedPod {
+            name: text(&meta.name),
+            namespace: text(&meta.namespace),
+            uid: text(&meta.uid),
+            controller_uid: meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|owner| owner.controller == Some(true))
+                .map(|owner| owner.uid.as_str().into()),
+            created: meta.creation_timestamp.as_ref().map(|t| t.0),
+            terminating: meta.deletion_timestamp.is_some(),
+            ready: self.ready.clone(),
+            finished: self.finished,
+        }
+    }
+}
+
+impl From<&Pod> for CachedPod {
+    fn from(pod: &Pod) -> Self {
+        PodSummary::from(pod).cached()
+    }
+}
+
 /// Implements [`Lookup`] for a cached form: the summary's kind, and a key of name and
 /// namespace (nothing reads a cache key's resourceVersion or uid, so they are not copied).
 macro_rules! looked_up_as {
-    ($cached:ty, $summary:ty) => {
+    ($cached:ty, $summary:ty, |$it:ident| ($name:expr, $namespace:expr)) => {
         impl Lookup for $cached {
             type DynamicType = ();
 
@@ -176,10 +237,12 @@ macro_rules! looked_up_as {
                 <$summary as Resource>::plural(dt)
             }
             fn name(&self) -> Option<Cow<'_, str>> {
-                self.meta.name.as_deref().map(Cow::Borrowed)
+                let $it = self;
+                $name.map(Cow::Borrowed)
             }
             fn namespace(&self) -> Option<Cow<'_, str>> {
-                self.meta.namespace.as_deref().map(Cow::Borrowed)
+                let $it = self;
+                $namespace.map(Cow::Borrowed)
             }
             fn resource_version(&self) -> Option<Cow<'_, str>> {
                 None
@@ -191,8 +254,18 @@ macro_rules! looked_up_as {
     };
 }
 
-looked_up_as!(CachedLease, LeaseSummary);
-looked_up_as!(CachedSlice, SliceSummary);
+looked_up_as!(CachedLease, LeaseSummary, |it| (
+    it.meta.name.as_deref(),
+    it.meta.namespace.as_deref()
+));
+looked_up_as!(CachedSlice, SliceSummary, |it| (
+    it.meta.name.as_deref(),
+    it.meta.namespace.as_deref()
+));
+looked_up_as!(CachedPod, PodSummary, |it| (
+    Some(&*it.name),
+    Some(&*it.namespace)
+));
 
 #[cfg(test)]
 mod tests {
@@ -200,8 +273,11 @@ mod tests {
     use crate::trim;
     use serde_json::json;
 
-    fn round_trip<T: Cacheable + PartialEq + std::fmt::Debug>(trimmed: T) {
-        assert_eq!(T::from_cached(&trimmed.cached()), trimmed);
+    fn round_trip<T>(trimmed: T)
+    where
+        T: Cacheable + PartialEq + std::fmt::Debug + for<'a> From<&'a T::Cached>,
+    {
+        assert_eq!(T::from(&trimmed.cached()), trimmed);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::planner::{Observed, Outcome, PlannedEvent, SLOTS_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::state::cached::{Cacheable, CachedPod};
 use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::lease::Acks;
 use swarm_operator::state::slice_summary::SliceSummary;
@@ -229,6 +230,7 @@ impl World {
     /// replaces deleted pods.
     fn reconcile(&mut self) -> &Outcome {
         let pods: Vec<PodSummary> = self.pods.iter().map(PodSummary::from).collect();
+        let cached: Vec<CachedPod> = pods.iter().map(Cacheable::cached).collect();
         let mut cluster = MemoryCluster {
             config_map: self.config_map.clone(),
             slices: self.slices.clone(),
@@ -247,7 +249,7 @@ impl World {
                     .chain(&self.other_deployments)
                     .collect(),
                 replica_sets: vec![&self.replica_set],
-                pods: pods.iter().collect(),
+                pods: cached.iter().collect(),
                 other_pools: self.other_pools.iter().collect(),
                 pods_are_live: false,
                 config_map: self.config_map.as_ref(),

@@ -29,6 +29,7 @@ use swarm_operator::planner::{
 use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
+use swarm_operator::state::cached::CachedPod;
 use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::jobs_source::{self, Found};
 use swarm_operator::state::lease::{Ack, Acks, Renewal};
@@ -237,7 +238,7 @@ impl World {
     /// One reconcile through the operator's own round protocol ([`drive`]), on a cluster
     /// whose API holds `self.pods` while the operator's cache holds [`World::cached_pods`].
     fn reconcile(&mut self) -> Outcome {
-        let cached: Vec<PodSummary> = self.cached_pods().iter().map(PodSummary::from).collect();
+        let cached: Vec<CachedPod> = self.cached_pods().iter().map(CachedPod::from).collect();
         let mut cluster = MemoryCluster {
             config_map: self.config_map.clone(),
             slices: self.slices.clone(),

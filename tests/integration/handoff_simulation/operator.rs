@@ -14,6 +14,7 @@ use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::names::ACKED_VERSION_ANNOTATION;
 use swarm_operator::planner::{Observed, VERSION_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::state::cached::CachedPod;
 use swarm_operator::state::lease::Acks;
 use swarm_operator::state::lease_summary::LeaseSummary;
 use swarm_operator::state::slice_summary::SliceSummary;
@@ -174,7 +175,7 @@ impl Operator {
         let statefulset = cluster.statefulset();
         let deployment = cluster.deployment();
         let replica_sets = cluster.replica_sets();
-        let cached: Vec<PodSummary> = self.cache.values().map(PodSummary::from).collect();
+        let cached: Vec<CachedPod> = self.cache.values().map(CachedPod::from).collect();
         // The API server's side, in memory for the length of this reconcile (no time passes).
         let acks = self.acks(cluster);
         let mut api = MemoryCluster {
