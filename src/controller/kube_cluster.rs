@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info};
 
-use super::{Context, DEPLOYMENT_POD_LABEL, fenced_write, live_pods_selector, trim};
+use super::{Context, DEPLOYMENT_POD_LABEL, fenced_write, live_pods_selector, pool_objects, trim};
 use crate::Error;
 use crate::crd::{RolloutPolicy, SwarmPool, WorkloadKind};
 use crate::drive::{Cluster, Deleted, SliceWrite, SliceWritten, Written};
@@ -140,17 +140,7 @@ impl<'a> Snapshot<'a> {
                 .pools
                 .state_filter(|p| here(&p.metadata) && p.metadata.uid != pool.metadata.uid),
             config_map,
-            worker_config_maps: {
-                let name = pool.name_any();
-                ctx.worker_config_maps
-                    .state_filter(|cm| {
-                        cm.meta.namespace.as_deref() == Some(namespace)
-                            && cm.pool.as_ref() == Some(&name)
-                    })
-                    .iter()
-                    .map(|cm| SliceSummary::from(cm.as_ref()))
-                    .collect()
-            },
+            worker_config_maps: pool_objects(&ctx.worker_config_maps, namespace, &pool.name_any()),
             deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
             acks: if pool.spec.rollout.policy == RolloutPolicy::Acknowledge {
                 let grace = pool.spec.rollout.lease_grace_seconds.max(0) as u64;

@@ -56,7 +56,7 @@ use crate::names::{JOBS_SOURCE_LABEL, WORKER_LABEL};
 use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
-use crate::state::cached::{Cacheable, CachedLease, CachedPod, CachedSlice};
+use crate::state::cached::{Cacheable, CachedLease, CachedPod, CachedSlice, Pooled};
 use crate::state::jobs_source::{self, Found};
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
@@ -125,6 +125,23 @@ impl Context {
             Err(Error::NotLeader)
         }
     }
+}
+
+/// The objects of `pool` in `namespace` in a cache of worker Leases or slices, read back as
+/// summaries for the planner.
+fn pool_objects<C, S>(cache: &Store<C>, namespace: &str, pool: &str) -> Vec<S>
+where
+    C: Pooled + reflector::Lookup + Clone,
+    C::DynamicType: Eq + Hash + Clone,
+    S: for<'a> From<&'a C>,
+{
+    cache
+        .state_filter(|object| {
+            Pooled::namespace(object) == Some(namespace) && object.pool() == Some(pool)
+        })
+        .iter()
+        .map(|object| S::from(object))
+        .collect()
 }
 
 /// The two pod caches: a StatefulSet's pods and a Deployment's carry different labels, and a
@@ -208,15 +225,7 @@ impl Context {
     /// What the pool's worker Leases acknowledge, and which expired (`grace` past their
     /// duration without a renewal, on this operator's clock).
     fn acks(&self, namespace: &str, pool: &str, grace: Duration) -> Acks {
-        let leases: Vec<LeaseSummary> = self
-            .leases
-            .state_filter(|lease| {
-                lease.meta.namespace.as_deref() == Some(namespace)
-                    && lease.pool.as_deref() == Some(pool)
-            })
-            .iter()
-            .map(|lease| LeaseSummary::from(lease.as_ref()))
-            .collect();
+        let leases: Vec<LeaseSummary> = pool_objects(&self.leases, namespace, pool);
         let mut acks = Acks::from_leases(&leases);
         self.lease_clock
             .judge(namespace, pool, &leases, grace, Instant::now(), &mut acks);

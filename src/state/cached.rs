@@ -17,7 +17,7 @@
 use std::borrow::Cow;
 
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Resource;
 use kube::runtime::reflector::Lookup;
@@ -36,17 +36,16 @@ pub trait Cacheable: Resource<DynamicType = ()> + Sized {
     fn cached(&self) -> Self::Cached;
 }
 
-/// The metadata fields a trimmed summary can still have set, each as in `ObjectMeta`.
+/// The metadata fields a trimmed Lease or slice can still have set, each as in `ObjectMeta`
+/// (the trims drop their uid and owner references: see `controller::trim`).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[allow(missing_docs)]
 pub struct CachedMeta {
     pub name: Option<String>,
     pub namespace: Option<String>,
-    pub uid: Option<String>,
     pub resource_version: Option<String>,
     pub creation_timestamp: Option<Time>,
     pub deletion_timestamp: Option<Time>,
-    pub owner_references: Option<Vec<OwnerReference>>,
 }
 
 impl From<&ObjectMeta> for CachedMeta {
@@ -54,11 +53,9 @@ impl From<&ObjectMeta> for CachedMeta {
         CachedMeta {
             name: meta.name.clone(),
             namespace: meta.namespace.clone(),
-            uid: meta.uid.clone(),
             resource_version: meta.resource_version.clone(),
             creation_timestamp: meta.creation_timestamp.clone(),
             deletion_timestamp: meta.deletion_timestamp.clone(),
-            owner_references: meta.owner_references.clone(),
         }
     }
 }
@@ -68,11 +65,9 @@ impl From<&CachedMeta> for ObjectMeta {
         ObjectMeta {
             name: meta.name.clone(),
             namespace: meta.namespace.clone(),
-            uid: meta.uid.clone(),
             resource_version: meta.resource_version.clone(),
             creation_timestamp: meta.creation_timestamp.clone(),
             deletion_timestamp: meta.deletion_timestamp.clone(),
-            owner_references: meta.owner_references.clone(),
             ..ObjectMeta::default()
         }
     }
@@ -159,6 +154,32 @@ impl From<&CachedSlice> for SliceSummary {
             fenced_at: cached.fenced_at,
             config: cached.config.clone(),
         }
+    }
+}
+
+/// A cached object labelled with its pool, as worker Leases and slices are.
+pub trait Pooled {
+    /// Its namespace.
+    fn namespace(&self) -> Option<&str>;
+    /// Its pool label.
+    fn pool(&self) -> Option<&str>;
+}
+
+impl Pooled for CachedLease {
+    fn namespace(&self) -> Option<&str> {
+        self.meta.namespace.as_deref()
+    }
+    fn pool(&self) -> Option<&str> {
+        self.pool.as_deref()
+    }
+}
+
+impl Pooled for CachedSlice {
+    fn namespace(&self) -> Option<&str> {
+        self.meta.namespace.as_deref()
+    }
+    fn pool(&self) -> Option<&str> {
+        self.pool.as_deref()
     }
 }
 
