@@ -12,7 +12,9 @@
 //!    ConfigMap's version changes, then wait for the pool to settle;
 //! 5. full rollout: add a job per worker to every pool (every worker restarts), time until all
 //!    settle; the RSS after it is read after the same idle time as the RSS after step 3;
-//!    `SWARM_BENCH_ROLLOUTS=N` runs N of them, each with the RSS after it.
+//!    `SWARM_BENCH_ROLLOUTS=N` runs N of them, each with the RSS after it. The rollouts after
+//!    the first rename one job of every worker instead (read from the workers' configs), so the
+//!    pools keep their size and the RSS after each compares like for like.
 //!
 //! A pool of more than 20,000 jobs takes them from ConfigMaps (`spec.jobsFrom`), as a SwarmPool
 //! object holds at most about 1.5 MiB.
@@ -43,6 +45,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, ResourceExt as _};
+use swarm_assign::WorkerConfig;
 use swarm_operator::names::{POOL_LABEL, WORKER_LABEL};
 use swarm_operator::planner::VERSION_ANNOTATION;
 
@@ -125,10 +128,19 @@ struct Measured {
     scale_latency_ms: Vec<f64>,
     full_rollout: Duration,
     /// Each further full rollout: how long it took, and the RSS after it (after the idle time).
-    more_rollouts: Vec<(Duration, f64)>,
+    more_rollouts: Vec<Rollout>,
     full_rollout_requests: Requests,
     /// Only for `:ack` cells.
     ack: Option<AckMeasured>,
+}
+
+/// One further full rollout (a job of every worker renamed).
+struct Rollout {
+    took: Duration,
+    /// Workers' ConfigMaps it wrote or created (none under `DeletePods`, whose workers share one).
+    slices_written: usize,
+    /// The RSS after it, after the idle time.
+    rss_after: f64,
 }
 
 /// What an `:ack` cell measured besides.
@@ -378,21 +390,29 @@ async fn run_cell(
     // More full rollouts (`SWARM_BENCH_ROLLOUTS`, 1 by default): whether memory stays flat.
     let mut more_rollouts = Vec::new();
     for round in 1..rollouts {
+        // Read before the clock starts: which job each worker gives up.
+        rename_one_job_per_worker(&cluster, &mut jobs, &workers, &format!("r{round}-")).await;
+        let slices_before = worker_config_map_versions(&cluster.config_maps()).await;
         let began = Instant::now();
-        full_rollout_of(
+        apply_pools(&cluster, &jobs, cell.ack).await;
+        wait_settled(
             &cluster,
-            &mut jobs,
             &workers,
-            cell.ack,
-            &format!("r{round}-"),
+            &jobs,
+            "every pool to finish its rollout",
         )
         .await;
         let took = began.elapsed();
+        let slices_after = worker_config_map_versions(&cluster.config_maps()).await;
         let peak = operator.take_peak_mib();
         rss_peak_full_rollouts.push(peak);
         rss_peak = rss_peak.max(peak);
         tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
-        more_rollouts.push((took, operator.rss_mib()));
+        more_rollouts.push(Rollout {
+            took,
+            slices_written: changed(&slices_before, &slices_after),
+            rss_after: operator.rss_mib(),
+        });
     }
 
     let ack = driver.map(|driver| {
@@ -488,6 +508,14 @@ async fn full_rollout_of(
         let extra = workers[&pool_name(i)];
         let base = pool_jobs.len();
         pool_jobs.extend((0..extra).map(|j| format!("stream:p{i:03}-{tag}{:05}", base + j)));
+    }
+    apply_pools(cluster, jobs, acknowledge).await;
+    wait_settled(cluster, workers, jobs, "every pool to finish its rollout").await;
+}
+
+/// Applies every pool with its jobs.
+async fn apply_pools(cluster: &Cluster, jobs: &[Vec<String>], acknowledge: bool) {
+    for (i, pool_jobs) in jobs.iter().enumerate() {
         cluster
             .apply_pool(
                 &pool_name(i),
@@ -498,7 +526,56 @@ async fn full_rollout_of(
             )
             .await;
     }
-    wait_settled(cluster, workers, jobs, "every pool to finish its rollout").await;
+}
+
+/// Renames, in place, the first job every worker of every pool holds now (named with `tag`):
+/// a full rollout that keeps each pool's size. A balanced pool gives each renamed job back to
+/// the worker that held it, so every worker's jobs change, by one.
+async fn rename_one_job_per_worker(
+    cluster: &Cluster,
+    jobs: &mut [Vec<String>],
+    workers: &HashMap<String, usize>,
+    tag: &str,
+) {
+    for (i, pool_jobs) in jobs.iter_mut().enumerate() {
+        let renamed = first_job_of_each_worker(&cluster.config_maps(), &pool_name(i)).await;
+        assert_eq!(
+            renamed.len(),
+            workers[&pool_name(i)],
+            "every worker of {} holds a job",
+            pool_name(i)
+        );
+        let mut next = 0;
+        for job in pool_jobs.iter_mut() {
+            if renamed.contains(job) {
+                *job = format!("stream:p{i:03}-{tag}{next:05}");
+                next += 1;
+            }
+        }
+    }
+}
+
+/// The first job of every worker of `pool` that holds one, from the `config.yml` of the pool's
+/// ConfigMaps: the pool's own (one shared config) or each worker's (the per-worker layout).
+async fn first_job_of_each_worker(config_maps: &Api<ConfigMap>, pool: &str) -> HashSet<String> {
+    let listed = config_maps
+        .list(&kube::api::ListParams::default().labels(&format!("{POOL_LABEL}={pool}")))
+        .await
+        .unwrap_or_else(|e| panic!("list the ConfigMaps of {pool}: {e}"));
+    let mut first = HashSet::new();
+    for cm in &listed.items {
+        let Some(text) = cm.data.as_ref().and_then(|d| d.get("config.yml")) else {
+            continue;
+        };
+        let config = WorkerConfig::parse(text)
+            .unwrap_or_else(|e| panic!("config.yml of {}: {e}", cm.name_any()));
+        first.extend(
+            config
+                .workloads()
+                .filter_map(|(_, workload)| workload.jobs.first().cloned()),
+        );
+    }
+    first
 }
 
 /// The ConfigMap of pool `i`.
@@ -597,11 +674,13 @@ fn print_detail(m: &Measured) {
         "  operator RSS MiB: converged {:.1}, after idle {:.1}, after full rollout {:.1}, peak {:.1}",
         m.rss_converged, m.rss_idle, m.rss_after_rollout, m.rss_peak
     );
-    for (i, (took, rss)) in m.more_rollouts.iter().enumerate() {
+    for (i, rollout) in m.more_rollouts.iter().enumerate() {
         println!(
-            "  full rollout {}: {:.1} s; operator RSS after it {rss:.1} MiB",
+            "  full rollout {} (a job of every worker renamed): {:.1} s; {} workers' ConfigMaps written; operator RSS after it {:.1} MiB",
             i + 2,
-            took.as_secs_f64()
+            rollout.took.as_secs_f64(),
+            rollout.slices_written,
+            rollout.rss_after,
         );
     }
     let peaks: Vec<String> = m

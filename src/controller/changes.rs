@@ -37,8 +37,9 @@ pub fn only_changes<K: Resource>(fingerprint: impl Fn(&K) -> u64) -> impl FnMut(
             Event::Init => relisted = Some(HashSet::new()),
             Event::InitApply(obj) => {
                 if let Some(uid) = obj.meta().uid.as_deref() {
-                    seen.insert(UidKey::of(uid), fingerprint(obj));
-                    relisted.get_or_insert_default().insert(UidKey::of(uid));
+                    let key = UidKey::of(uid);
+                    seen.insert(key.clone(), fingerprint(obj));
+                    relisted.get_or_insert_default().insert(key);
                 }
             }
             Event::InitDone => {

@@ -16,13 +16,12 @@
 //! fingerprints of its holder and acknowledged version. What it said in full is read from the
 //! Lease itself whenever it is judged.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::ResourceExt;
 
 use crate::state::lease::{Acks, Renewal};
 use crate::state::lease_summary::LeaseSummary;
@@ -144,17 +143,22 @@ impl LeaseClock {
     ) {
         let mut seen = self.seen.lock().expect("lease clock lock poisoned");
         let known = pool_leases(&mut seen, namespace, pool);
-        let mut present = BTreeSet::new();
+        let mut present = HashSet::new();
+        let mut next_expiry: Option<Duration> = None;
         for lease in leases {
-            let name = lease.name_any();
-            let (Some(said), Some(renewal), Some(duration)) =
-                (Said::of(lease), Renewal::of(lease), lease.duration_seconds)
-            else {
+            let (Some(name), Some(said), Some(duration)) = (
+                lease.metadata.name.as_deref(),
+                Said::of(lease),
+                lease.duration_seconds,
+            ) else {
                 continue;
             };
-            let entry = known
-                .entry(name.as_str().into())
-                .or_insert_with(|| Seen::new(said, now));
+            // Looked up before inserting: nearly every Lease has its record, and a key costs an
+            // allocation.
+            if !known.contains_key(name) {
+                known.insert(name.into(), Seen::new(said, now));
+            }
+            let entry = known.get_mut(name).expect("inserted above");
             if entry.said != said {
                 *entry = Seen::new(said, now);
             }
@@ -162,11 +166,16 @@ impl LeaseClock {
             let left = lasts.saturating_sub(now.saturating_duration_since(entry.since));
             entry.expired = left.is_zero();
             if entry.expired {
-                acks.mark_expired(name.clone(), renewal);
-            } else if let Ok(left) = SignedDuration::try_from(left) {
-                acks.note_expiry(Timestamp::now() + left);
+                if let Some(renewal) = Renewal::of(lease) {
+                    acks.mark_expired(name, renewal);
+                }
+            } else {
+                next_expiry = Some(next_expiry.map_or(left, |next| next.min(left)));
             }
             present.insert(name);
+        }
+        if let Some(left) = next_expiry.and_then(|left| SignedDuration::try_from(left).ok()) {
+            acks.note_expiry(Timestamp::now() + left);
         }
         known.retain(|name, _| present.contains(&**name));
         prune(&mut seen, namespace, pool);

@@ -219,9 +219,6 @@ fn status_is_reported(
 }
 
 impl Context {
-    /// The uids of `pool`'s pods whose deletion was requested and the pod cache has not shown
-    /// yet. A request is forgotten once the cache shows it took effect, so a rollout of
-    /// thousands of pods leaves nothing behind; else after [`DELETING_MEMORY`].
     /// What the pool's worker Leases acknowledge, and which expired (`grace` past their
     /// duration without a renewal, on this operator's clock).
     fn acks(&self, namespace: &str, pool: &str, grace: Duration) -> Acks {
@@ -232,6 +229,9 @@ impl Context {
         acks
     }
 
+    /// The uids of `pool`'s pods whose deletion was requested and the pod cache has not shown
+    /// yet. A request is forgotten once the cache shows it took effect, so a rollout of
+    /// thousands of pods leaves nothing behind; else after [`DELETING_MEMORY`].
     fn deleting(&self, pool: &ObjectRef<SwarmPool>) -> BTreeSet<String> {
         let mut all = self.deleting.lock().expect("deleting lock poisoned");
         all.retain(|_, requested| {

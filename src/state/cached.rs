@@ -3,9 +3,10 @@
 //!
 //! An `ObjectMeta` is 360 bytes before any field is set (fifteen optional fields, five of them
 //! maps or lists). The caches hold a pod per worker, and under `Acknowledge` a Lease and a
-//! ConfigMap as well: 30,000 objects at 100 pools of 100 workers. The trims (see `controller::trim`) leave
-//! each of them six of those fields at most. [`CachedMeta`] keeps what any summary can still
-//! have; the cache's key keeps name and namespace only (a reflector's key otherwise copies the
+//! ConfigMap as well: 30,000 objects at 100 pools of 100 workers. The trims (see
+//! `controller::trim`) leave each of them six of those fields at most. [`CachedMeta`] keeps
+//! what a trimmed Lease or slice can still have, [`CachedPod`] what the planner reads of a pod;
+//! the cache's key keeps name and namespace only (a reflector's key otherwise copies the
 //! resourceVersion and uid of every object as well).
 //!
 //! A reconcile reads its pool's Leases and slices (selected by their pool label) back as
