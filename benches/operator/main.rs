@@ -393,12 +393,16 @@ async fn run_cell(
         // Read before the clock starts: which job each worker gives up.
         rename_one_job_per_worker(&cluster, &mut jobs, &workers, &format!("r{round}-")).await;
         let slices_before = worker_config_map_versions(&cluster.config_maps()).await;
+        // The job count stays, and a pool whose jobs come from ConfigMaps keeps its generation:
+        // settled means settled on a newer config version.
+        let versions_before = pool_versions(&cluster).await;
         let began = Instant::now();
         apply_pools(&cluster, &jobs, cell.ack).await;
-        wait_settled(
+        wait_settled_past(
             &cluster,
             &workers,
             &jobs,
+            &versions_before,
             "every pool to finish its rollout",
         )
         .await;
@@ -594,6 +598,34 @@ async fn wait_settled(
     jobs: &[Vec<String>],
     what: &str,
 ) {
+    wait_settled_past(cluster, workers, jobs, &HashMap::new(), what).await;
+}
+
+/// The config version every pool's status reports now.
+async fn pool_versions(cluster: &Cluster) -> HashMap<String, i64> {
+    let list = cluster
+        .pools()
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list the pools: {e}"));
+    list.items
+        .iter()
+        .map(|pool| {
+            let version = pool.status.as_ref().and_then(|s| s.version).unwrap_or(0);
+            (pool.name_any(), version)
+        })
+        .collect()
+}
+
+/// Waits until every pool is settled on its workers and jobs, at a config version above the
+/// one `past` holds for it (if any).
+async fn wait_settled_past(
+    cluster: &Cluster,
+    workers: &HashMap<String, usize>,
+    jobs: &[Vec<String>],
+    past: &HashMap<String, i64>,
+    what: &str,
+) {
     // Each poll lists every pool with its status: for thousands of workers, ten a second would
     // load the very control plane being timed.
     let total: usize = workers.values().sum();
@@ -609,9 +641,16 @@ async fn wait_settled(
                 let expected = workers.get(&kube::ResourceExt::name_any(pool)).copied();
                 let index =
                     (0..jobs.len()).find(|&i| pool_name(i) == kube::ResourceExt::name_any(pool));
-                expected
-                    .zip(index)
-                    .is_some_and(|(n, i)| settled(pool, n, jobs[i].len()))
+                let newer = past.get(&pool.name_any()).is_none_or(|&before| {
+                    pool.status
+                        .as_ref()
+                        .and_then(|s| s.version)
+                        .is_some_and(|now| now > before)
+                });
+                newer
+                    && expected
+                        .zip(index)
+                        .is_some_and(|(n, i)| settled(pool, n, jobs[i].len()))
             });
         all.then_some(())
     })

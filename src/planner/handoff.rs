@@ -31,8 +31,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
+use swarm_assign::Roster;
 use swarm_assign::worker_config::WorkerConfig;
-use swarm_assign::{Assignment, Roster};
+
+use crate::planner::target::Target;
 
 use crate::crd::Handoff;
 use crate::planner::by_job::{ByJob, JobSet};
@@ -170,8 +172,8 @@ pub struct HandoffInput<'a> {
     pub roster: &'a Roster,
     /// The pool's jobs, in spec order.
     pub jobs: &'a [String],
-    /// Where the assignment wants every job (N workers, possibly 0).
-    pub target: &'a Assignment,
+    /// Where the assignment wants every job of `jobs` (N workers, possibly 0).
+    pub target: &'a Target,
     /// The config now in the ConfigMap, if it could be read.
     pub previous: Option<&'a WorkerConfig>,
     /// The holders as the ConfigMap records them (`None`: the annotation is unreadable).
@@ -199,8 +201,8 @@ pub struct HandoffInput<'a> {
 /// The handoff's decision: what each worker may run now, and what stays in transit.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct HandoffOutcome<'a> {
-    /// Jobs per ordinal to publish in `workloads`, in spec order within each worker: borrowed
-    /// from the spec and the target, which the caller can drop before copying them.
+    /// Jobs per ordinal to publish in `workloads`, in spec order within each worker, borrowed
+    /// from the spec.
     pub held: Vec<Vec<&'a str>>,
     /// Jobs in transit by the pod that last held them (jobs that left the spec included).
     pub transit: BTreeMap<String, Vec<String>>,
@@ -274,15 +276,14 @@ pub fn hand_off<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
 /// Make before break: publish the target as it is; nothing is in transit.
 fn overlap<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     let previous_transit = transit_by_job(input.previous);
-    let granted = input
-        .target
-        .workers()
+    let target = input.target.workers(input.jobs);
+    let granted = target
         .iter()
         .enumerate()
         .filter_map(|(ordinal, jobs)| Some((input.roster.pod(ordinal)?, jobs)))
         .flat_map(|(pod, jobs)| {
             jobs.iter()
-                .filter(|job| previous_transit.contains_key(job.as_str()))
+                .filter(|job| previous_transit.contains_key(**job))
                 .map(move |_| GrantedJob {
                     to: pod.to_owned(),
                     after_seconds: 0.0,
@@ -295,23 +296,17 @@ fn overlap<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     let published = published_by_job(input.previous);
     let mut transit: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut jobs_in_transit = 0;
-    let mut held = Vec::with_capacity(input.target.replicas());
-    for (ordinal, jobs) in input.target.workers().iter().enumerate() {
+    let mut held = Vec::with_capacity(target.len());
+    for (ordinal, jobs) in target.into_iter().enumerate() {
         if input.roster.pod(ordinal).is_some() {
-            held.push(jobs.iter().map(String::as_str).collect());
+            held.push(jobs);
             continue;
         }
         held.push(Vec::new());
         for job in jobs {
             let from: BTreeSet<&str> = published
-                .get(job.as_str())
-                .chain(
-                    previous_transit
-                        .get(job.as_str())
-                        .into_iter()
-                        .flatten()
-                        .copied(),
-                )
+                .get(job)
+                .chain(previous_transit.get(job).into_iter().flatten().copied())
                 .collect();
             for pod in &from {
                 push_unique(transit.entry((*pod).to_owned()).or_default(), job);
@@ -352,7 +347,8 @@ fn exclusive<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
         None => input
             .jobs
             .iter()
-            .filter_map(|job| match decider.decide(job) {
+            .enumerate()
+            .filter_map(|(position, job)| match decider.decide(position, job) {
                 Decision::Wait { to, .. } => to.map(str::to_owned),
                 _ => None,
             })
@@ -360,13 +356,13 @@ fn exclusive<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     };
 
     let mut draft = ExclusiveDraft::new(input, holders);
-    for job in input.jobs {
+    for (position, job) in input.jobs.iter().enumerate() {
         draft.apply(
             input,
             &previous_transit,
             &awaiting,
             job,
-            decider.decide(job),
+            decider.decide(position, job),
         );
     }
     drop(decider);
@@ -406,7 +402,6 @@ struct Decider<'i, 'a> {
     previous_transit: &'i BTreeMap<&'a str, Vec<&'a str>>,
     published: &'i ByJob<'a, &'a str>,
     live_holders: &'i BTreeSet<String>,
-    owner_of: ByJob<'a, usize>,
     ordinal_of: BTreeMap<&'a str, usize>,
 }
 
@@ -425,16 +420,16 @@ impl<'i, 'a> Decider<'i, 'a> {
             previous_transit,
             published,
             live_holders,
-            owner_of: target_owners(input.target),
             ordinal_of,
         }
     }
 
-    fn decide(&self, job: &str) -> Decision<'a> {
+    /// The decision on `job`, at `position` in the spec.
+    fn decide(&self, position: usize, job: &str) -> Decision<'a> {
         let input = self.input;
         let previous_transit = self.previous_transit;
         let live_holder = |pod: &str| self.live_holders.contains(pod);
-        let destination = self.owner_of.first(job);
+        let destination = input.target.owner(position);
         // A free slot has no pod to publish under: its jobs wait in transit for one. Nor has a
         // terminating pod under `Acknowledge`: its worker runs nothing any more.
         let to = destination
@@ -513,22 +508,18 @@ impl<'a> ExclusiveDraft<'a> {
     /// the target gives it or the jobs it holds now, whichever are more (a job may stay where it
     /// is for now): grown by doubling, a pool's job lists would take up to twice their size.
     fn new(input: &HandoffInput, holders: Holders) -> Self {
-        let room = |ordinal: usize, target: &Vec<String>| {
+        let room = |ordinal: usize| {
             let holds = input
                 .roster
                 .pod(ordinal)
                 .and_then(|pod| input.previous?.workload(pod))
                 .map_or(0, |workload| workload.jobs.len());
-            target.len().max(holds)
+            input.target.load(ordinal).max(holds)
         };
         Self {
             out: HandoffOutcome {
-                held: input
-                    .target
-                    .workers()
-                    .iter()
-                    .enumerate()
-                    .map(|(ordinal, jobs)| Vec::with_capacity(room(ordinal, jobs)))
+                held: (0..input.target.replicas())
+                    .map(|ordinal| Vec::with_capacity(room(ordinal)))
                     .collect(),
                 ..HandoffOutcome::default()
             },
@@ -751,15 +742,6 @@ fn transit_by_job(previous: Option<&WorkerConfig>) -> BTreeMap<&str, Vec<&str>> 
     by_job
 }
 
-/// Every job of `target` and its ordinal.
-fn target_owners(target: &Assignment) -> ByJob<'_, usize> {
-    let mut pairs = Vec::with_capacity(target.workers().iter().map(Vec::len).sum());
-    for (ordinal, jobs) in target.workers().iter().enumerate() {
-        pairs.extend(jobs.iter().map(|job| (job.as_str(), ordinal)));
-    }
-    ByJob::new(pairs)
-}
-
 fn push_unique(jobs: &mut Vec<String>, job: &str) {
     if !jobs.iter().any(|j| j == job) {
         jobs.push(job.to_owned());
@@ -783,7 +765,7 @@ fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use swarm_assign::pod_name;
+    use swarm_assign::{Assignment, pod_name};
 
     const STS: &str = "w";
     static NO_PODS: BTreeSet<String> = BTreeSet::new();
@@ -823,7 +805,7 @@ mod tests {
                 mode: Handoff::Exclusive,
                 roster: &Roster::statefulset(STS, self.target.replicas()),
                 jobs: &self.spec,
-                target: &self.target,
+                target: &Target::of(&self.spec, &self.target),
                 previous: Some(&self.previous),
                 holders: Some(&self.holders),
                 pods: &self.pods,
@@ -1056,7 +1038,10 @@ mod tests {
         // Slot 0's pod "a" terminated; no pod has taken the slot yet.
         let roster = Roster::new(vec![None, Some("b".into())], vec![]);
         let spec = jobs(&["x", "y", "z"]);
-        let target = Assignment::new(vec![jobs(&["x", "z"]), jobs(&["y"])]);
+        let target = Target::of(
+            &spec,
+            &Assignment::new(vec![jobs(&["x", "z"]), jobs(&["y"])]),
+        );
         let previous = a_held_x_and_z_b_holds_y();
         let input = |holders: &Holders, pods: &PodIndex| {
             owned(hand_off(&HandoffInput {
@@ -1088,7 +1073,10 @@ mod tests {
             mode: Handoff::Overlap,
             roster: &Roster::new(vec![None, Some("b".into())], vec!["c".into()]),
             jobs: &jobs(&["x", "y"]),
-            target: &Assignment::new(vec![jobs(&["x"]), jobs(&["y"])]),
+            target: &Target::of(
+                &jobs(&["x", "y"]),
+                &Assignment::new(vec![jobs(&["x"]), jobs(&["y"])]),
+            ),
             previous: None,
             holders: None,
             pods: &PodIndex::default(),
@@ -1110,7 +1098,10 @@ mod tests {
             mode: Handoff::Overlap,
             roster: &Roster::new(vec![None, Some("b".into())], Vec::new()),
             jobs: &jobs(&["x", "y", "z"]),
-            target: &Assignment::new(vec![jobs(&["x", "z"]), jobs(&["y"])]),
+            target: &Target::of(
+                &jobs(&["x", "y", "z"]),
+                &Assignment::new(vec![jobs(&["x", "z"]), jobs(&["y"])]),
+            ),
             previous: Some(&previous),
             holders: None,
             pods: &PodIndex::default(),
@@ -1132,7 +1123,10 @@ mod tests {
             mode: Handoff::Overlap,
             roster: &Roster::statefulset(STS, 2),
             jobs: &jobs(&["a", "b"]),
-            target: &Assignment::new(vec![jobs(&["a"]), jobs(&["b"])]),
+            target: &Target::of(
+                &jobs(&["a", "b"]),
+                &Assignment::new(vec![jobs(&["a"]), jobs(&["b"])]),
+            ),
             previous: Some(&config(&[&["a", "b"], &[]], &[])),
             holders: None,
             pods: &PodIndex::default(),

@@ -18,6 +18,7 @@ pub mod handoff;
 mod report;
 pub use report::{FAILOVER, coalesce_acknowledgements};
 pub mod rollout;
+pub mod target;
 pub(crate) mod validate;
 
 use std::collections::BTreeSet;
@@ -38,6 +39,7 @@ use crate::state::worker_slices::{self, SliceWrites};
 use acknowledge::{AckProgress, AwaitingAcks};
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
 use rollout::{PendingRefresh, PodDelete, Priorities};
+use target::Target;
 use validate::{Facts, Failure, Valid};
 
 pub use crate::state::config_map::{
@@ -261,6 +263,10 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         dedicated_unmet,
         ..
     } = assign_jobs(o.pool, &valid, &previous, &expired);
+    // The handoff reads the target by spec position: the assignment's copy of every job name
+    // goes before the handoff builds its own tables.
+    let target = Target::of(&o.pool.spec.jobs, &assignment);
+    drop(assignment);
     // Given no job, their jobs revoked: terminating workers, and workers whose Lease expired.
     let terminating: BTreeSet<String> = valid
         .workers
@@ -288,7 +294,7 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         mode: o.pool.spec.rollout.handoff,
         roster: &valid.roster,
         jobs: &o.pool.spec.jobs,
-        target: &assignment,
+        target: &target,
         previous: previous.config.as_ref(),
         holders: previous.holders.as_ref(),
         pods: &pods,
@@ -299,13 +305,11 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         now: o.now,
     })
     .take_held();
-    // The jobs are copied once they are all decided, and the target dropped then: a pool of
-    // 100,000 jobs would otherwise hold its job names once more through the rest of the plan.
+    // The jobs are copied once they are all decided.
     let held = held
         .into_iter()
         .map(|jobs| jobs.into_iter().map(str::to_owned).collect())
         .collect();
-    drop(assignment);
     let mut publication = swarm_assign::publish(
         &valid.roster,
         previous.config.as_ref(),
