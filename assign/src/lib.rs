@@ -32,11 +32,14 @@ mod strategy;
 mod weighted;
 pub mod worker_config;
 
-pub use assignment::{Assignment, pod_name};
+pub use assignment::{Assignment, Held, Owners, pod_name};
 pub use jobs::{JobsError, validate_jobs};
 pub use movement::Movement;
 pub use next_config::{ConfigError, ConfigRequest, NextConfig, Publication, next_config, publish};
-pub use placement::{Placement, assign_over_members, assign_with_qos, current_assignment};
+pub use placement::{
+    Placed, Placement, assign_over_members, assign_with_qos, current_assignment, current_holders,
+    place_over_members,
+};
 pub use qos::{MAX_WEIGHT, Qos, QosError, validate_qos};
 pub use roster::Roster;
 pub use slots::{Rebound, Slot, SlotTable};
@@ -54,13 +57,18 @@ pub fn assign(
     replicas: usize,
     current: Option<&Assignment>,
 ) -> Assignment {
+    owners(strategy, jobs, replicas, current.map(Held::from).as_ref()).assignment(jobs)
+}
+
+/// [`assign`] by position, from what the workers hold now.
+fn owners(strategy: Strategy, jobs: &[String], replicas: usize, current: Option<&Held>) -> Owners {
     if replicas == 0 {
-        return Assignment::default();
+        return Owners::default();
     }
     let owners = match strategy {
         Strategy::Sticky => sticky::owners(jobs, replicas, current),
         Strategy::Consistent => consistent::owners(jobs, replicas),
         Strategy::Contiguous => contiguous::owners(jobs.len(), replicas),
     };
-    Assignment::from_owners(jobs, &owners, replicas)
+    Owners::new(owners, replicas)
 }

@@ -4,9 +4,10 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
+use crate::assignment::{Held, Owners};
 use crate::sticky::{self, UNOWNED};
 use crate::worker_config::WorkerConfig;
-use crate::{Assignment, Qos, Strategy, assign, consistent, contiguous, dedicated, weighted};
+use crate::{Assignment, Qos, Strategy, consistent, contiguous, dedicated, weighted};
 
 /// An assignment and how it honours the pool's `qos`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -17,6 +18,28 @@ pub struct Placement {
     pub dedicated_workers: Vec<usize>,
     /// Dedicated jobs that run as shared jobs for want of workers, in `qos.dedicated` order.
     pub dedicated_unmet: Vec<String>,
+}
+
+/// A [`Placement`] by job position: the ordinal of each job instead of job lists.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placed {
+    /// The ordinal of every job.
+    pub owners: Owners,
+    /// Ordinals whose worker runs one dedicated job and nothing else, ascending.
+    pub dedicated_workers: Vec<usize>,
+    /// Dedicated jobs that run as shared jobs for want of workers, in `qos.dedicated` order.
+    pub dedicated_unmet: Vec<String>,
+}
+
+impl Placed {
+    /// The placement of `jobs`, the job list it was placed from.
+    fn into_placement(self, jobs: &[String]) -> Placement {
+        Placement {
+            assignment: self.owners.assignment(jobs),
+            dedicated_workers: self.dedicated_workers,
+            dedicated_unmet: self.dedicated_unmet,
+        }
+    }
 }
 
 /// The current assignment to plan from, read from the config in the ConfigMap.
@@ -30,10 +53,19 @@ pub fn current_assignment(
     statefulset: &str,
     qos: &Qos,
 ) -> Option<Assignment> {
+    current_holders(config, statefulset, qos).map(|held| held.to_assignment())
+}
+
+/// [`current_assignment`] borrowed from `config`.
+pub fn current_holders<'a>(
+    config: &'a WorkerConfig,
+    statefulset: &str,
+    qos: &Qos,
+) -> Option<Held<'a>> {
     if qos.is_neutral() {
-        config.assignment(statefulset)
+        config.held(statefulset)
     } else {
-        config.assignment_with_transit(statefulset)
+        config.held_with_transit(statefulset)
     }
 }
 
@@ -50,25 +82,40 @@ pub fn assign_over_members(
     current: Option<&Assignment>,
     qos: &Qos,
 ) -> Placement {
+    let current = current.map(Held::from);
+    place_over_members(strategy, jobs, replicas, absent, current.as_ref(), qos).into_placement(jobs)
+}
+
+/// [`assign_over_members`] by job position, from what the workers hold now: neither `current`
+/// nor the result copies a job name.
+pub fn place_over_members(
+    strategy: Strategy,
+    jobs: &[String],
+    replicas: usize,
+    absent: &BTreeSet<usize>,
+    current: Option<&Held>,
+    qos: &Qos,
+) -> Placed {
     if absent.iter().all(|&ordinal| ordinal >= replicas) {
-        return assign_with_qos(strategy, jobs, replicas, current, qos);
+        return place(strategy, jobs, replicas, current, qos);
     }
     let members: Vec<usize> = (0..replicas).filter(|o| !absent.contains(o)).collect();
     let current = current.map(|current| {
-        Assignment::new(
+        Held::new(
             members
                 .iter()
                 .map(|&o| current.workers().get(o).cloned().unwrap_or_default())
                 .collect(),
         )
     });
-    let placed = assign_with_qos(strategy, jobs, members.len(), current.as_ref(), qos);
-    let mut workers = vec![Vec::new(); replicas];
-    for (position, jobs) in placed.assignment.into_workers().into_iter().enumerate() {
-        workers[members[position]] = jobs;
-    }
-    Placement {
-        assignment: Assignment::new(workers),
+    let placed = place(strategy, jobs, members.len(), current.as_ref(), qos);
+    let owners = placed
+        .owners
+        .iter()
+        .map(|position| position.map_or(UNOWNED, |position| members[position]))
+        .collect();
+    Placed {
+        owners: Owners::new(owners, replicas),
         dedicated_workers: placed
             .dedicated_workers
             .iter()
@@ -84,7 +131,7 @@ pub fn assign_over_members(
 /// `dedicated.rs`); the other jobs, with the dedicated jobs left without a worker, are assigned
 /// over the remaining workers in ordinal order by `strategy`. `Sticky` balances their weights
 /// when some job weighs more than 1 (the rule in `weighted.rs`); `Consistent` and `Contiguous`
-/// ignore weights. Under a neutral `qos` ([`Qos::is_neutral`]) this is exactly [`assign`].
+/// ignore weights. Under a neutral `qos` ([`Qos::is_neutral`]) this is exactly [`crate::assign`].
 ///
 /// `current` is the assignment now in the ConfigMap, if any; `Sticky` and the choice of
 /// dedicated workers use it. `jobs` and `qos` must be valid ([`crate::validate_jobs`],
@@ -96,16 +143,28 @@ pub fn assign_with_qos(
     current: Option<&Assignment>,
     qos: &Qos,
 ) -> Placement {
+    let current = current.map(Held::from);
+    place(strategy, jobs, replicas, current.as_ref(), qos).into_placement(jobs)
+}
+
+/// [`assign_with_qos`] by job position.
+fn place(
+    strategy: Strategy,
+    jobs: &[String],
+    replicas: usize,
+    current: Option<&Held>,
+    qos: &Qos,
+) -> Placed {
     if qos.is_neutral() {
-        return Placement {
-            assignment: assign(strategy, jobs, replicas, current),
-            ..Placement::default()
+        return Placed {
+            owners: crate::owners(strategy, jobs, replicas, current),
+            ..Placed::default()
         };
     }
     if replicas == 0 {
-        return Placement {
+        return Placed {
             dedicated_unmet: qos.dedicated.clone(),
-            ..Placement::default()
+            ..Placed::default()
         };
     }
 
@@ -159,8 +218,8 @@ pub fn assign_with_qos(
 
     let mut dedicated_workers = claimed;
     dedicated_workers.sort_unstable();
-    Placement {
-        assignment: Assignment::from_owners(jobs, &owners, replicas),
+    Placed {
+        owners: Owners::new(owners, replicas),
         dedicated_workers,
         dedicated_unmet: qos.dedicated[served_count..].to_vec(),
     }

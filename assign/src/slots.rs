@@ -26,8 +26,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::Assignment;
 use crate::worker_config::WorkerConfig;
+use crate::{Assignment, Held};
 
 /// One slot: the pod that holds it last, after the pods that held it before.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,6 +184,11 @@ impl Rebound {
     /// the jobs its lineage holds in `config` or has in transit. A job counted twice (a hand edit)
     /// counts for its first slot.
     pub fn current(&self, config: &WorkerConfig) -> Assignment {
+        self.held(config).to_assignment()
+    }
+
+    /// [`Rebound::current`] borrowed from `config`.
+    pub fn held<'a>(&self, config: &'a WorkerConfig) -> Held<'a> {
         let mut seen = BTreeSet::new();
         let workers = self
             .table
@@ -199,14 +204,14 @@ impl Rebound {
                         .filter(|(from, _)| from == pod)
                         .flat_map(|(_, jobs)| jobs);
                     for job in held.into_iter().flatten().chain(in_transit) {
-                        if seen.insert(job.clone()) {
-                            jobs.push(job.clone());
+                        if seen.insert(job.as_str()) {
+                            jobs.push(job.as_str());
                         }
                     }
                 }
                 jobs
             })
             .collect();
-        Assignment::new(workers)
+        Held::new(workers)
     }
 }

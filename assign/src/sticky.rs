@@ -21,14 +21,14 @@
 
 use foldhash::HashMap;
 
-use crate::Assignment;
+use crate::assignment::Held;
 use crate::hash::{job_hash, job_order};
 
 /// Marks a job that has no owner among the N ordinals.
 pub(crate) const UNOWNED: usize = usize::MAX;
 
 /// Owner of every job under the sticky rule. `replicas` must be at least 1.
-pub(crate) fn owners(jobs: &[String], replicas: usize, current: Option<&Assignment>) -> Vec<usize> {
+pub(crate) fn owners(jobs: &[String], replicas: usize, current: Option<&Held>) -> Vec<usize> {
     let kept = current.map_or_else(
         || vec![UNOWNED; jobs.len()],
         |current| current_owners(jobs, replicas, current),
@@ -49,7 +49,7 @@ pub(crate) fn owners_from(jobs: &[String], replicas: usize, kept: Vec<usize>) ->
 }
 
 /// The owner of every job in `current`, limited to ordinals below `replicas`.
-fn current_owners(jobs: &[String], replicas: usize, current: &Assignment) -> Vec<usize> {
+fn current_owners(jobs: &[String], replicas: usize, current: &Held) -> Vec<usize> {
     current_owners_by(&positions(jobs), jobs.len(), replicas, current)
 }
 
@@ -66,12 +66,12 @@ pub(crate) fn current_owners_by(
     index: &HashMap<&str, usize>,
     job_count: usize,
     replicas: usize,
-    current: &Assignment,
+    current: &Held,
 ) -> Vec<usize> {
     let mut owners = vec![UNOWNED; job_count];
     for (ordinal, held) in current.workers().iter().take(replicas).enumerate() {
-        for job in held {
-            if let Some(&position) = index.get(job.as_str())
+        for &job in held {
+            if let Some(&position) = index.get(job)
                 && owners[position] == UNOWNED
             {
                 owners[position] = ordinal;

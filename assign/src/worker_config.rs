@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::Assignment;
+use crate::{Assignment, Held};
 
 /// The whole `config.yml`: a version, the workload of every pod in ordinal order, and the jobs in
 /// transit (revoked from a pod, not yet granted to another) by the pod that last held them.
@@ -149,6 +149,11 @@ impl WorkerConfig {
     /// the assignment has K ordinals; a pod whose ordinal is K or more (a gap left by a hand
     /// edit) is ignored, so its jobs count as unassigned instead of inflating N.
     pub fn assignment(&self, statefulset: &str) -> Option<Assignment> {
+        self.held(statefulset).map(|held| held.to_assignment())
+    }
+
+    /// [`WorkerConfig::assignment`] borrowed from this config.
+    pub fn held(&self, statefulset: &str) -> Option<Held<'_>> {
         let ours: Vec<(usize, &Workload)> = self
             .workloads
             .iter()
@@ -160,25 +165,30 @@ impl WorkerConfig {
         let mut workers = vec![Vec::new(); ours.len()];
         for (ordinal, workload) in ours {
             if let Some(worker) = workers.get_mut(ordinal) {
-                worker.clone_from(&workload.jobs);
+                *worker = workload.jobs.iter().map(String::as_str).collect();
             }
         }
-        Some(Assignment::new(workers))
+        Some(Held::new(workers))
     }
 
     /// [`WorkerConfig::assignment`] with every job in transit counted as held by the pod that
     /// last held it (if that pod is one of the ordinals): what the workers hold or may still
     /// run. Planning from this gives the same target before and after a revoke is written.
     pub fn assignment_with_transit(&self, statefulset: &str) -> Option<Assignment> {
-        let held = self.assignment(statefulset)?;
-        let mut workers = held.into_workers();
+        self.held_with_transit(statefulset)
+            .map(|held| held.to_assignment())
+    }
+
+    /// [`WorkerConfig::assignment_with_transit`] borrowed from this config.
+    pub fn held_with_transit(&self, statefulset: &str) -> Option<Held<'_>> {
+        let mut workers = self.held(statefulset)?.into_workers();
         for (pod, jobs) in &self.transit {
             let ordinal = ordinal_in(pod, statefulset);
             if let Some(worker) = ordinal.and_then(|ordinal| workers.get_mut(ordinal)) {
-                worker.extend(jobs.iter().cloned());
+                worker.extend(jobs.iter().map(String::as_str));
             }
         }
-        Some(Assignment::new(workers))
+        Some(Held::new(workers))
     }
 }
 

@@ -37,7 +37,7 @@ use swarm_assign::worker_config::WorkerConfig;
 use crate::planner::target::Target;
 
 use crate::crd::Handoff;
-use crate::planner::by_job::{ByJob, JobSet};
+use crate::planner::by_job::{ByJob, Positions};
 use crate::state::lease::Acks;
 
 pub use crate::names::HANDOFF_ANNOTATION;
@@ -293,7 +293,8 @@ fn overlap<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     // A free slot (no pod yet) publishes nothing. Its jobs stay in transit by the pods that held
     // them, so the slot keeps them (see `swarm_assign::Rebound::current`) and the pod that takes
     // it inherits them; a job nobody held yet is placed anew once a pod is there.
-    let published = published_by_job(input.previous);
+    let positions = Positions::new(input.jobs);
+    let published = Published::of(input.previous, &positions);
     let mut transit: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut jobs_in_transit = 0;
     let mut held = Vec::with_capacity(target.len());
@@ -304,8 +305,12 @@ fn overlap<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
         }
         held.push(Vec::new());
         for job in jobs {
-            let from: BTreeSet<&str> = published
-                .get(job)
+            let listed_by = positions
+                .of(job)
+                .map(|position| published.get(position, job));
+            let from: BTreeSet<&str> = listed_by
+                .into_iter()
+                .flatten()
                 .chain(previous_transit.get(job).into_iter().flatten().copied())
                 .collect();
             for pod in &from {
@@ -335,7 +340,8 @@ fn exclusive<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
 
     // Where each job of the spec stands. The decisions are made as they are applied, not
     // kept: a pool of 100,000 jobs would hold as many.
-    let published = published_by_job(input.previous);
+    let spec = Positions::new(input.jobs);
+    let published = Published::of(input.previous, &spec);
     let decider = Decider::new(input, &previous_transit, &published, &live_holders);
 
     // A worker gets the jobs handed to it in one grant, once all of them are free: it restarts
@@ -366,7 +372,6 @@ fn exclusive<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
         );
     }
     drop(decider);
-    let spec = JobSet::new(input.jobs.iter().map(String::as_str));
     draft.keep_removed_jobs(input, &spec, &published, &previous_transit, &live_holders);
     draft.finish(&spec, needs_live_pods)
 }
@@ -400,7 +405,7 @@ fn observed_holders(
 struct Decider<'i, 'a> {
     input: &'i HandoffInput<'a>,
     previous_transit: &'i BTreeMap<&'a str, Vec<&'a str>>,
-    published: &'i ByJob<'a, &'a str>,
+    published: &'i Published<'a>,
     live_holders: &'i BTreeSet<String>,
     ordinal_of: BTreeMap<&'a str, usize>,
 }
@@ -409,7 +414,7 @@ impl<'i, 'a> Decider<'i, 'a> {
     fn new(
         input: &'i HandoffInput<'a>,
         previous_transit: &'i BTreeMap<&'a str, Vec<&'a str>>,
-        published: &'i ByJob<'a, &'a str>,
+        published: &'i Published<'a>,
         live_holders: &'i BTreeSet<String>,
     ) -> Self {
         let ordinal_of = (0..input.roster.len())
@@ -435,7 +440,7 @@ impl<'i, 'a> Decider<'i, 'a> {
         let to = destination
             .and_then(|ordinal| input.roster.pod(ordinal))
             .filter(|pod| !input.terminating.contains(*pod));
-        let held_by: Pods = self.published.get(job).collect();
+        let held_by: Pods = self.published.get(position, job);
         let was_in_transit = previous_transit.contains_key(job);
         let live_senders: Vec<&str> = previous_transit
             .get(job)
@@ -597,15 +602,15 @@ impl<'a> ExclusiveDraft<'a> {
     fn keep_removed_jobs(
         &mut self,
         input: &HandoffInput,
-        spec: &JobSet,
-        published: &ByJob<&str>,
+        spec: &Positions,
+        published: &Published,
         previous_transit: &BTreeMap<&str, Vec<&str>>,
         live_holders: &BTreeSet<String>,
     ) {
         let live_holder = |pod: &str| live_holders.contains(pod);
         // Jobs that left the spec: whoever may still run one keeps it in transit until gone, so
         // the job is not granted early if it comes back.
-        for (job, pods) in published.iter() {
+        for (job, pods) in published.others.iter() {
             if spec.contains(job) {
                 continue;
             }
@@ -629,7 +634,7 @@ impl<'a> ExclusiveDraft<'a> {
 
     /// The outcome, once every job is decided: the holders left with something in transit,
     /// and what the handoff waits for.
-    fn finish(self, spec: &JobSet, needs_live_pods: bool) -> HandoffOutcome<'a> {
+    fn finish(self, spec: &Positions, needs_live_pods: bool) -> HandoffOutcome<'a> {
         let Self {
             mut out,
             transit,
@@ -718,14 +723,58 @@ fn current_holders(
 /// otherwise make as many allocations on every plan).
 type Pods<'a> = SmallVec<[&'a str; 1]>;
 
-/// Every job of the previous config's `workloads` and the pods that list it.
-fn published_by_job(previous: Option<&WorkerConfig>) -> ByJob<'_, &str> {
-    let workloads = || previous.into_iter().flat_map(WorkerConfig::workloads);
-    let mut pairs = Vec::with_capacity(workloads().map(|(_, w)| w.jobs.len()).sum());
-    for (pod, workload) in workloads() {
-        pairs.extend(workload.jobs.iter().map(|job| (job.as_str(), pod)));
+/// Every job of the previous config's `workloads` and the pods that list it: by spec position
+/// for the first pod that lists a job of the spec (4 bytes per job where a table by name takes
+/// 32), by name for the rest (jobs that left the spec, and a job listed twice by a hand edit).
+struct Published<'a> {
+    /// The pods of the previous config.
+    pods: Vec<&'a str>,
+    /// By spec position: the index in `pods` of the first pod listing the job, or [`UNLISTED`].
+    first: Vec<u32>,
+    /// Every other listing.
+    others: ByJob<'a, &'a str>,
+}
+
+/// No pod lists the job.
+const UNLISTED: u32 = u32::MAX;
+
+impl<'a> Published<'a> {
+    fn of(previous: Option<&'a WorkerConfig>, spec: &Positions) -> Self {
+        let mut pods = Vec::new();
+        let mut first = vec![UNLISTED; spec.len()];
+        let mut others = Vec::new();
+        for (pod, workload) in previous.into_iter().flat_map(WorkerConfig::workloads) {
+            let index = u32::try_from(pods.len()).expect("fewer than 4 billion pods");
+            pods.push(pod);
+            for job in &workload.jobs {
+                match spec.of(job) {
+                    Some(position) if first[position] == UNLISTED => first[position] = index,
+                    Some(position) if first[position] == index => {}
+                    _ => others.push((job.as_str(), pod)),
+                }
+            }
+        }
+        Self {
+            pods,
+            first,
+            others: ByJob::new(others),
+        }
     }
-    ByJob::new(pairs)
+
+    /// The pods that list `job`, at `position` in the spec, in order.
+    fn get(&self, position: usize, job: &str) -> Pods<'a> {
+        let first = self
+            .first
+            .get(position)
+            .filter(|&&index| index != UNLISTED)
+            .map(|&index| self.pods[index as usize]);
+        let mut pods: Pods = first.into_iter().chain(self.others.get(job)).collect();
+        if pods.len() > 1 {
+            pods.sort_unstable();
+            pods.dedup();
+        }
+        pods
+    }
 }
 
 /// Every job of the previous config's `transit` and the pods it is in transit from.

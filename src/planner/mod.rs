@@ -27,7 +27,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use swarm_assign::{Placement, Qos};
+use swarm_assign::{Placed, Qos};
 
 use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
 use crate::state::cached::CachedPod;
@@ -258,15 +258,13 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     } else {
         BTreeSet::new()
     };
-    let Placement {
-        assignment,
+    let Placed {
+        owners,
         dedicated_unmet,
         ..
     } = assign_jobs(o.pool, &valid, &previous, &expired);
-    // The handoff reads the target by spec position: the assignment's copy of every job name
-    // goes before the handoff builds its own tables.
-    let target = Target::of(&o.pool.spec.jobs, &assignment);
-    drop(assignment);
+    let target = Target::from_owners(&owners);
+    drop(owners);
     // Given no job, their jobs revoked: terminating workers, and workers whose Lease expired.
     let terminating: BTreeSet<String> = valid
         .workers
@@ -436,22 +434,24 @@ fn pods_looked_up(valid: &Valid, previous: &Previous) -> BTreeSet<String> {
 /// Step 2: where the strategy wants every job, starting from what the workers hold now (see
 /// [`swarm_assign::current_assignment`] for the jobs in transit; a Deployment pool's slots
 /// count them for the slot whose pods they were revoked from, see [`swarm_assign::Rebound`]).
+/// Both the holdings and the result are by job position, borrowing the job names: a pool of
+/// 100,000 jobs would otherwise copy every name twice on each plan.
 fn assign_jobs(
     pool: &SwarmPool,
     valid: &Valid,
     previous: &Previous,
     absent: &BTreeSet<usize>,
-) -> Placement {
+) -> Placed {
     let neutral = Qos::default();
     let qos = pool.spec.qos.as_ref().unwrap_or(&neutral);
     let current = previous
         .config
         .as_ref()
         .and_then(|config| match &valid.slots {
-            Some(slots) => Some(slots.current(config)),
-            None => swarm_assign::current_assignment(config, &valid.workload_name, qos),
+            Some(slots) => Some(slots.held(config)),
+            None => swarm_assign::current_holders(config, &valid.workload_name, qos),
         });
-    swarm_assign::assign_over_members(
+    swarm_assign::place_over_members(
         pool.spec.strategy,
         &pool.spec.jobs,
         valid.workers.len(),

@@ -3,7 +3,9 @@
 //! 100,000 jobs would keep that copy (about 4 MiB) through the whole handoff, next to the
 //! spec, the previous config and the handoff's own tables.
 
-use swarm_assign::Assignment;
+use swarm_assign::{Assignment, Owners};
+
+use crate::planner::by_job::Positions;
 
 /// No ordinal: the job is not in the assignment (a pool without workers).
 const NONE: u32 = u32::MAX;
@@ -18,22 +20,33 @@ pub struct Target {
 }
 
 impl Target {
+    /// The target the strategy placed by spec position.
+    pub fn from_owners(owners: &Owners) -> Target {
+        let mut loads = vec![0; owners.replicas()];
+        let owners = owners
+            .iter()
+            .map(|ordinal| match ordinal {
+                Some(ordinal) => {
+                    loads[ordinal] += 1;
+                    to_u32(ordinal)
+                }
+                None => NONE,
+            })
+            .collect();
+        Target { owners, loads }
+    }
+
     /// The target `assignment` of the jobs `spec` (unique, as validated). A job the assignment
-    /// lists that is not in the spec is left out.
+    /// lists that is not in the spec is left out; one it lists twice counts twice in its load
+    /// (the strategies list each job once).
     pub fn of(spec: &[String], assignment: &Assignment) -> Target {
-        // Spec positions sorted by job name: each assigned job's position by binary search,
-        // with 4 bytes per job instead of a map from names.
-        let mut by_name: Vec<u32> = (0..spec.len()).map(to_u32).collect();
-        by_name.sort_unstable_by(|&a, &b| spec[a as usize].cmp(&spec[b as usize]));
+        let positions = Positions::new(spec);
         let mut owners = vec![NONE; spec.len()];
         let mut loads = vec![0; assignment.replicas()];
         for (ordinal, jobs) in assignment.workers().iter().enumerate() {
-            for job in jobs {
-                let found = by_name.binary_search_by(|&p| spec[p as usize].as_str().cmp(job));
-                if let Ok(at) = found {
-                    owners[by_name[at] as usize] = to_u32(ordinal);
-                    loads[ordinal] += 1;
-                }
+            for position in jobs.iter().filter_map(|job| positions.of(job)) {
+                owners[position] = to_u32(ordinal);
+                loads[ordinal] += 1;
             }
         }
         Target { owners, loads }
@@ -109,5 +122,31 @@ mod tests {
         let none = Target::of(&spec, &Assignment::default());
         assert_eq!((none.replicas(), none.owner(0)), (0, None));
         assert_eq!(none.workers(&spec), Vec::<Vec<&str>>::new());
+    }
+
+    #[test]
+    fn a_placement_by_position_is_the_target_of_its_assignment() {
+        use std::collections::BTreeSet;
+        use swarm_assign::{Qos, Strategy, place_over_members};
+
+        let spec: Vec<String> = (0..50).map(|i| format!("job-{i}")).collect();
+        let qos = Qos::default();
+        for (replicas, absent) in [
+            (4, BTreeSet::new()),
+            (4, BTreeSet::from([1])),
+            (0, BTreeSet::new()),
+        ] {
+            let placed = place_over_members(Strategy::Sticky, &spec, replicas, &absent, None, &qos);
+            let by_owners = Target::from_owners(&placed.owners);
+            let by_names = Target::of(&spec, &placed.owners.assignment(&spec));
+            assert_eq!(by_owners.replicas(), replicas);
+            for position in 0..spec.len() {
+                assert_eq!(by_owners.owner(position), by_names.owner(position));
+            }
+            for ordinal in 0..replicas {
+                assert_eq!(by_owners.load(ordinal), by_names.load(ordinal));
+            }
+            assert_eq!(by_owners.workers(&spec), by_names.workers(&spec));
+        }
     }
 }
