@@ -37,32 +37,6 @@ impl<'a, V: Copy + Ord> ByJob<'a, V> {
     }
 }
 
-/// A set of job names, sorted.
-#[derive(Debug)]
-pub(crate) struct JobSet<'a> {
-    jobs: Vec<&'a str>,
-}
-
-impl<'a> JobSet<'a> {
-    /// The set of `jobs`.
-    pub(crate) fn new(jobs: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut jobs: Vec<&str> = jobs.into_iter().collect();
-        jobs.sort_unstable();
-        jobs.dedup();
-        Self { jobs }
-    }
-
-    /// Whether `job` is in the set.
-    pub(crate) fn contains(&self, job: &str) -> bool {
-        self.jobs.binary_search(&job).is_ok()
-    }
-
-    /// How many jobs the set holds.
-    pub(crate) fn len(&self) -> usize {
-        self.jobs.len()
-    }
-}
-
 /// The positions of a job list, sorted by job name: a job's position by binary search, with 4
 /// bytes per job instead of a map from names or a sorted copy of them.
 #[derive(Debug)]
@@ -123,14 +97,7 @@ mod tests {
             [Some(1), Some(2), Some(0), None, None]
         );
         assert!(positions.contains("c") && !positions.contains("z"));
+        assert_eq!(positions.len(), 3);
         assert_eq!(Positions::new(&[]).of("a"), None);
-    }
-
-    #[test]
-    fn a_set_finds_what_it_was_given() {
-        let set = JobSet::new(["b", "a", "b"]);
-        assert!(set.contains("a") && set.contains("b"));
-        assert!(!set.contains("c"));
-        assert_eq!(set.len(), 2);
     }
 }

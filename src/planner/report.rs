@@ -9,7 +9,7 @@ use swarm_assign::Publication;
 use swarm_assign::worker_config::WorkerConfig;
 
 use super::acknowledge::{self, AckProgress, AwaitingAcks};
-use super::by_job::{ByJob, JobSet};
+use super::by_job::{ByJob, Positions};
 use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
 use super::validate::{Facts, Failure, Valid};
@@ -482,6 +482,8 @@ struct Holdings {
 }
 
 impl Holdings {
+    /// Counted by spec position, a bit per job: a pool of 100,000 jobs would otherwise build
+    /// sets of their names (16 bytes per job each) next to the plan's own tables.
     fn of(config: Option<&WorkerConfig>, jobs: &[String]) -> Holdings {
         let Some(config) = config else {
             return Holdings {
@@ -489,24 +491,25 @@ impl Holdings {
                 in_transit: 0,
             };
         };
-        let spec = JobSet::new(jobs.iter().map(String::as_str));
-        let held = JobSet::new(
-            config
-                .workloads()
-                .flat_map(|(_, w)| w.jobs.iter().map(String::as_str))
-                .filter(|job| spec.contains(job)),
-        );
-        let in_transit = JobSet::new(
-            config
-                .transit()
-                .flat_map(|(_, jobs)| jobs.iter().map(String::as_str))
-                .filter(|job| spec.contains(job) && !held.contains(job)),
-        );
+        let positions = Positions::new(jobs);
+        let mut held = vec![false; jobs.len()];
+        let held_jobs = config.workloads().flat_map(|(_, w)| &w.jobs);
+        let held_count = mark(&mut held, held_jobs.filter_map(|job| positions.of(job)));
+        let mut in_transit = held;
+        let sent = config.transit().flat_map(|(_, jobs)| jobs);
+        let in_transit_count = mark(&mut in_transit, sent.filter_map(|job| positions.of(job)));
         Holdings {
-            held: held.len(),
-            in_transit: in_transit.len(),
+            held: held_count,
+            in_transit: in_transit_count,
         }
     }
+}
+
+/// Marks `positions` in `marks`; returns how many were not marked before.
+fn mark(marks: &mut [bool], positions: impl Iterator<Item = usize>) -> usize {
+    positions
+        .filter(|&position| !std::mem::replace(&mut marks[position], true))
+        .count()
 }
 
 /// The phase rules, in order:
