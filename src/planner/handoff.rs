@@ -1188,4 +1188,25 @@ mod tests {
         assert_eq!(out.held, vec![jobs(&["a"]), jobs(&["b"])]);
         assert!(out.transit.is_empty() && !out.needs_live_pods);
     }
+
+    #[test]
+    fn published_jobs_are_found_by_position_with_every_pod_that_lists_them() {
+        let spec = jobs(&["a", "b", "c"]);
+        // w-0 lists a and b; w-1 lists a again (a hand edit), b twice and a job that left the spec.
+        let previous = config(&[&["a", "b"], &["gone", "a", "b", "b"]], &[]);
+        let positions = Positions::new(&spec);
+        let published = Published::of(Some(&previous), &positions);
+        let (w0, w1) = (pod_name(STS, 0), pod_name(STS, 1));
+        assert_eq!(published.get(0, "a").as_slice(), [w0.as_str(), w1.as_str()]);
+        assert_eq!(published.get(1, "b").as_slice(), [w0.as_str(), w1.as_str()]);
+        assert!(published.get(2, "c").is_empty());
+        let left: Vec<(&str, Vec<&str>)> = published
+            .others
+            .iter()
+            .filter(|(job, _)| !positions.contains(job))
+            .map(|(job, pods)| (job, pods.collect()))
+            .collect();
+        assert_eq!(left, [("gone", vec![w1.as_str()])]);
+        assert!(Published::of(None, &positions).get(0, "a").is_empty());
+    }
 }
