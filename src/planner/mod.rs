@@ -263,6 +263,8 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         dedicated_unmet,
         ..
     } = assign_jobs(o.pool, &valid, &previous, &expired);
+    // The handoff reads the target as a `u32` per job: the strategy's owners go before the
+    // handoff builds its own tables.
     let target = Target::from_owners(&owners);
     drop(owners);
     // Given no job, their jobs revoked: terminating workers, and workers whose Lease expired.

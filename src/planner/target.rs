@@ -1,10 +1,13 @@
 //! The target assignment as the handoff reads it: the ordinal of each job of the spec, by the
-//! job's position in the spec. An [`Assignment`] holds a copy of every job name; a pool of
+//! job's position in the spec. An [`swarm_assign::Assignment`] holds a copy of every job name; a pool of
 //! 100,000 jobs would keep that copy (about 4 MiB) through the whole handoff, next to the
 //! spec, the previous config and the handoff's own tables.
 
-use swarm_assign::{Assignment, Owners};
+#[cfg(test)]
+use swarm_assign::Assignment;
+use swarm_assign::Owners;
 
+#[cfg(test)]
 use crate::planner::by_job::Positions;
 
 /// No ordinal: the job is not in the assignment (a pool without workers).
@@ -36,9 +39,11 @@ impl Target {
         Target { owners, loads }
     }
 
-    /// The target `assignment` of the jobs `spec` (unique, as validated). A job the assignment
+    /// The target `assignment` of the jobs `spec` (unique, as validated). The planner builds its
+    /// target from the owners; tests write theirs as job lists. A job the assignment
     /// lists that is not in the spec is left out; one it lists twice counts twice in its load
     /// (the strategies list each job once).
+    #[cfg(test)]
     pub fn of(spec: &[String], assignment: &Assignment) -> Target {
         let positions = Positions::new(spec);
         let mut owners = vec![NONE; spec.len()];
