@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kube::runtime::watcher;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -94,11 +95,61 @@ struct Tracked {
     /// The last successful watch event or relist.
     last_success: Option<Instant>,
     /// Since when, and why, the watch has been failing (no success since).
-    failing: Option<(Instant, String)>,
+    failing: Option<Failing>,
     /// Failed lists or watches so far.
     errors: u64,
     /// Complete lists so far (the first one included).
     lists: u64,
+}
+
+/// An ongoing failure of one watch.
+#[derive(Clone, Debug)]
+struct Failing {
+    since: Instant,
+    cause: Cause,
+    error: String,
+}
+
+/// What kind of failure a watch error is. The full text carries addresses and times that
+/// change on every retry; the cause changes only when the reason does (the API server came
+/// back but now refuses the read), which is worth a fresh status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The API server answered with this HTTP status.
+    Status(u16),
+    /// No answer: connecting, TLS, a cut or timed-out connection.
+    Transport,
+    /// Anything else (an undecodable answer, a watch without a resource version).
+    Other,
+}
+
+impl Cause {
+    /// The cause of a watcher's error.
+    pub fn of(error: &watcher::Error) -> Self {
+        match error {
+            watcher::Error::InitialListFailed(error)
+            | watcher::Error::WatchStartFailed(error)
+            | watcher::Error::WatchFailed(error) => match error {
+                kube::Error::Api(status) => Cause::Status(status.code),
+                kube::Error::HyperError(_)
+                | kube::Error::Service(_)
+                | kube::Error::ReadEvents(_) => Cause::Transport,
+                _ => Cause::Other,
+            },
+            watcher::Error::WatchError(status) => Cause::Status(status.code),
+            watcher::Error::NoResourceVersion => Cause::Other,
+        }
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Cause::Status(code) => write!(f, "HTTP {code}"),
+            Cause::Transport => f.write_str("connection failed"),
+            Cause::Other => f.write_str("other error"),
+        }
+    }
 }
 
 /// A cache whose watch has failed for [`STALE_AFTER`] or longer.
@@ -108,6 +159,8 @@ pub struct StaleCache {
     pub cache: Cache,
     /// How long its watch has been failing.
     pub failing_for: Duration,
+    /// The kind of the last error.
+    pub cause: Cause,
     /// The last error.
     pub error: String,
 }
@@ -129,7 +182,8 @@ impl std::fmt::Display for StaleCache {
 #[derive(Clone)]
 pub struct CacheHealth {
     caches: Arc<Mutex<BTreeMap<Cache, Tracked>>>,
-    /// Bumped whenever a cache starts or stops following, so pools can be reconciled at once.
+    /// Bumped whenever a cache starts or stops following, or fails for a new cause, so pools
+    /// can be reconciled (and their status say why) at once.
     changes: watch::Sender<u64>,
 }
 
@@ -177,24 +231,30 @@ impl CacheHealth {
         }
     }
 
-    /// A failed list or watch of `cache`.
-    pub fn failed(&self, cache: Cache, error: String, now: Instant) {
-        let started_failing = {
+    /// A failed list or watch of `cache`, for `cause`.
+    pub fn failed(&self, cache: Cache, cause: Cause, error: String, now: Instant) {
+        let news = {
             let mut caches = self.lock();
             let tracked = caches.entry(cache).or_default();
             tracked.errors += 1;
             match &mut tracked.failing {
-                Some((_, last)) => {
-                    *last = error;
-                    false
+                Some(failing) => {
+                    let new_cause = failing.cause != cause;
+                    failing.cause = cause;
+                    failing.error = error;
+                    new_cause
                 }
                 None => {
-                    tracked.failing = Some((now, error));
+                    tracked.failing = Some(Failing {
+                        since: now,
+                        cause,
+                        error,
+                    });
                     true
                 }
             }
         };
-        if started_failing {
+        if news {
             self.changes.send_modify(|n| *n += 1);
         }
     }
@@ -209,12 +269,13 @@ impl CacheHealth {
         self.lock()
             .iter()
             .filter_map(|(&cache, tracked)| {
-                let (since, error) = tracked.failing.as_ref()?;
-                let failing_for = now.saturating_duration_since(*since);
+                let failing = tracked.failing.as_ref()?;
+                let failing_for = now.saturating_duration_since(failing.since);
                 (failing_for >= STALE_AFTER).then(|| StaleCache {
                     cache,
                     failing_for,
-                    error: error.clone(),
+                    cause: failing.cause,
+                    error: failing.error.clone(),
                 })
             })
             .collect()
@@ -257,7 +318,8 @@ impl CacheHealth {
         }
     }
 
-    /// Notified whenever a cache starts failing, completes a list, or recovers.
+    /// Notified whenever a cache starts failing, fails for a new cause, completes a list, or
+    /// recovers.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changes.subscribe()
     }
@@ -357,7 +419,12 @@ mod tests {
         health.succeeded(Cache::Pods, true, t0);
         assert!(health.not_ready(t0).is_none());
 
-        health.failed(Cache::Pods, "client error (Connect)".into(), t0 + secs(1));
+        health.failed(
+            Cache::Pods,
+            Cause::Transport,
+            "client error (Connect)".into(),
+            t0 + secs(1),
+        );
         assert!(health.any_failing());
         assert!(health.stale(t0 + secs(2)).is_empty(), "within the grace");
         let stale = health.stale(t0 + secs(5));
@@ -398,11 +465,45 @@ mod tests {
         let health = CacheHealth::default();
         let mut changes = health.subscribe();
         let now = Instant::now();
-        health.failed(Cache::Pods, "x".into(), now);
+        health.failed(
+            Cache::Pods,
+            Cause::Transport,
+            "connect to 10.0.0.1".into(),
+            now,
+        );
         assert!(changes.has_changed().unwrap());
         changes.mark_unchanged();
-        health.failed(Cache::Pods, "y".into(), now);
-        assert!(!changes.has_changed().unwrap(), "still failing: no news");
+        health.failed(
+            Cache::Pods,
+            Cause::Transport,
+            "connect to 10.0.0.2".into(),
+            now,
+        );
+        assert!(
+            !changes.has_changed().unwrap(),
+            "still failing for the same cause: no news"
+        );
+        health.failed(
+            Cache::Pods,
+            Cause::Status(403),
+            "pods is forbidden".into(),
+            now,
+        );
+        assert!(
+            changes.has_changed().unwrap(),
+            "back, but refusing: the status must say why now"
+        );
+        changes.mark_unchanged();
+        let stale = health.stale(now + STALE_AFTER);
+        assert_eq!(stale[0].cause, Cause::Status(403));
+        assert!(stale[0].to_string().contains("forbidden"), "{:?}", stale[0]);
+        health.failed(
+            Cache::Pods,
+            Cause::Status(403),
+            "pods is forbidden".into(),
+            now,
+        );
+        assert!(!changes.has_changed().unwrap());
         health.succeeded(Cache::Pods, false, now);
         assert!(
             !changes.has_changed().unwrap(),
@@ -417,7 +518,12 @@ mod tests {
         let health = CacheHealth::default();
         let now = Instant::now();
         health.succeeded(Cache::Pods, true, now);
-        health.failed(Cache::Pods, "gone".into(), now - secs(10));
+        health.failed(
+            Cache::Pods,
+            Cause::Status(410),
+            "gone".into(),
+            now - secs(10),
+        );
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register_collector(Box::new(health));
         let text = crate::metrics::encode(&registry);

@@ -45,7 +45,7 @@ use tokio::sync::Semaphore;
 use tracing::{debug, info, instrument, warn};
 
 use crate::Error;
-use crate::cache_health::{Cache, CacheHealth, STALE_AFTER, StaleCache};
+use crate::cache_health::{Cache, CacheHealth, Cause, STALE_AFTER, StaleCache};
 use crate::conditions;
 use crate::crd::{Phase, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::drive::{Driven, Journal, drive};
@@ -798,7 +798,7 @@ fn record_health<K>(
                 health.succeeded(cache, false, now)
             }
             Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
-            Err(error) => health.failed(cache, error.to_string(), now),
+            Err(error) => health.failed(cache, Cause::of(error), error.to_string(), now),
         }
     }
 }
@@ -1074,18 +1074,34 @@ async fn patch_status(
 /// and `Degraded` True, all with reason `StaleCache` and a message naming the stale caches;
 /// the other fields keep their last values.
 async fn report_stale(ctx: &Context, pool: &SwarmPool, stale: &[StaleCache]) -> Result<(), Error> {
-    let names: Vec<&str> = stale.iter().map(|s| s.cache.as_str()).collect();
-    let headline = format!("caches not following the cluster: {}", names.join(", "));
+    let now = Timestamp::now();
+    let (headline, message) = stale_message(stale, now);
     let already_reported = pool.status.as_ref().is_some_and(|s| {
         s.phase == Some(Phase::Degraded)
-            && s.conditions.iter().any(|c| {
-                c.type_ == conditions::READY && c.message.starts_with(&format!("{headline} ("))
-            })
+            && s.conditions
+                .iter()
+                .any(|c| c.type_ == conditions::READY && c.message.starts_with(&headline))
     });
     if already_reported {
         return Ok(());
     }
-    let now = Timestamp::now();
+    let mut status = pool.status.clone().unwrap_or_default();
+    status.phase = Some(Phase::Degraded);
+    status.conditions =
+        conditions::unknown(&status.conditions, pool.metadata.generation, now, &message);
+    warn!(pool = %pool.name_any(), %message, "reporting the pool's status as unknown");
+    patch_status(ctx, pool, &status).await.map(|_| ())
+}
+
+/// The headline and the whole message of a stale status at `now`. The headline names each
+/// stale cache and its kind of error, so a status is rewritten when the reason changes (the API
+/// server is back but refuses the read) and not on every retry of the same failure.
+fn stale_message(stale: &[StaleCache], now: Timestamp) -> (String, String) {
+    let causes: Vec<String> = stale
+        .iter()
+        .map(|s| format!("{} ({})", s.cache, s.cause))
+        .collect();
+    let headline = format!("caches not following the cluster: {}; ", causes.join(", "));
     let details: Vec<String> = stale
         .iter()
         .map(|s| {
@@ -1100,15 +1116,10 @@ async fn report_stale(ctx: &Context, pool: &SwarmPool, stale: &[StaleCache]) -> 
         })
         .collect();
     let message = format!(
-        "{headline} ({}); the rest of this status is the last known state",
+        "{headline}{}; the rest of this status is the last known state",
         details.join("; ")
     );
-    let mut status = pool.status.clone().unwrap_or_default();
-    status.phase = Some(Phase::Degraded);
-    status.conditions =
-        conditions::unknown(&status.conditions, pool.metadata.generation, now, &message);
-    warn!(pool = %pool.name_any(), %message, "reporting the pool's status as unknown");
-    patch_status(ctx, pool, &status).await.map(|_| ())
+    (headline, message)
 }
 
 /// Names in one set-based selector at most; beyond, every StatefulSet pod of the namespace is
@@ -1216,6 +1227,33 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
         LabelSelector, ObjectMeta, OwnerReference,
     };
+
+    #[test]
+    fn a_stale_status_is_rewritten_when_the_kind_of_error_changes_not_its_text() {
+        let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
+        let stale = |cause, error: &str| StaleCache {
+            cache: Cache::Pods,
+            failing_for: Duration::from_secs(30),
+            cause,
+            error: error.to_owned(),
+        };
+        let (down, message) = stale_message(&[stale(Cause::Transport, "connect to 10.0.0.1")], now);
+        assert_eq!(
+            message,
+            "caches not following the cluster: statefulset-pods (connection failed); the \
+             statefulset-pods watch has failed since 2026-01-01T00:00:30Z: connect to 10.0.0.1; \
+             the rest of this status is the last known state"
+        );
+        let (retried, _) = stale_message(&[stale(Cause::Transport, "connect to 10.0.0.2")], now);
+        assert_eq!(down, retried, "the same failure again is not news");
+        let (refused, message) =
+            stale_message(&[stale(Cause::Status(403), "pods is forbidden")], now);
+        assert!(!message.starts_with(&down), "{message}");
+        assert!(
+            message.starts_with(&refused) && message.contains("HTTP 403"),
+            "{message}"
+        );
+    }
 
     fn pool(name: &str, app: &str, reported: Option<&str>) -> Arc<SwarmPool> {
         let mut pool = SwarmPool::new(
