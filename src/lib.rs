@@ -28,7 +28,9 @@ pub mod state;
 pub use api::{conditions, crd, names};
 pub use controller::{cache_health, fenced_write, relisting_watch, trim};
 pub use planner::rollout;
-pub use runtime::{api_requests, http, leader, metrics, pool_metrics, telemetry};
+pub use runtime::{
+    allocator_metrics, api_requests, http, leader, metrics, pool_metrics, telemetry,
+};
 pub use state::pod_summary;
 
 /// 64 bits that differ between calls and between processes, for jitter and for identities

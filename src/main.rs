@@ -161,6 +161,8 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let config = client_config().await?;
         let mut registry = Registry::default();
         let metrics = Metrics::default().register(&mut registry);
+        #[cfg(not(feature = "dhat-heap"))]
+        registry.register_collector(Box::new(swarm_operator::allocator_metrics::AllocatorStats));
         let client = kube::client::ClientBuilder::try_from(config)
             .context("building the Kubernetes client")?
             .with_layer(&api_requests::counting_layer(metrics.api_requests.clone()))

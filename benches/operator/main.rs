@@ -53,7 +53,7 @@ use cluster::{
     Cluster, changed, configmap_watch_bytes, poll, settled, wait_for, worker_config_map_versions,
 };
 use driver::LoadDriver;
-use process::{OperatorProcess, Requests};
+use process::{HeapAtPeak, OperatorProcess, Requests};
 
 /// The grid of the README's Performance table.
 const DEFAULT_GRID: &str = "10x10x50 100x5x50 100x100x300";
@@ -119,6 +119,8 @@ struct Measured {
     rss_peak: f64,
     /// The most RSS seen in each full rollout (from its start until every pool settled).
     rss_peak_full_rollouts: Vec<f64>,
+    /// The allocator's figures at each of those peaks.
+    heap_at_full_rollout_peaks: Vec<Option<HeapAtPeak>>,
     cpu_first_rollout: f64,
     first_rollout: Requests,
     idle: Requests,
@@ -382,8 +384,10 @@ async fn run_cell(
     };
     let after_rollout = operator.requests(&http).await;
     let driver_after_rollout = driver.as_ref().map(LoadDriver::requests);
-    let mut rss_peak_full_rollouts = vec![operator.take_peak_mib()];
-    rss_peak = rss_peak.max(rss_peak_full_rollouts[0]);
+    let first_peak = operator.take_peak();
+    let mut rss_peak_full_rollouts = vec![first_peak.rss_mib];
+    let mut heap_at_full_rollout_peaks = vec![first_peak.heap];
+    rss_peak = rss_peak.max(first_peak.rss_mib);
     // Measured after the same quiet time as the idle RSS, so the two compare like for like.
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
     let rss_after_rollout = operator.rss_mib();
@@ -408,9 +412,10 @@ async fn run_cell(
         .await;
         let took = began.elapsed();
         let slices_after = worker_config_map_versions(&cluster.config_maps()).await;
-        let peak = operator.take_peak_mib();
-        rss_peak_full_rollouts.push(peak);
-        rss_peak = rss_peak.max(peak);
+        let peak = operator.take_peak();
+        rss_peak_full_rollouts.push(peak.rss_mib);
+        heap_at_full_rollout_peaks.push(peak.heap);
+        rss_peak = rss_peak.max(peak.rss_mib);
         tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
         more_rollouts.push(Rollout {
             took,
@@ -450,6 +455,7 @@ async fn run_cell(
         more_rollouts,
         rss_peak,
         rss_peak_full_rollouts,
+        heap_at_full_rollout_peaks,
         cpu_first_rollout,
         first_rollout: converged.since(&started),
         idle: after_idle.since(&converged),
@@ -730,6 +736,20 @@ fn print_detail(m: &Measured) {
     println!(
         "  operator RSS peak MiB in each full rollout: {}",
         peaks.join(" / ")
+    );
+    let heaps: Vec<String> = m
+        .heap_at_full_rollout_peaks
+        .iter()
+        .map(|heap| {
+            heap.map_or_else(
+                || "-".to_owned(),
+                |h| format!("{:.1} / {:.1} / {:.1}", h.allocated, h.active, h.resident),
+            )
+        })
+        .collect();
+    println!(
+        "  allocator at each of those peaks, allocated / active / resident MiB: {}",
+        heaps.join("; ")
     );
     if let Some(ack) = &m.ack {
         print_ack_detail(ack, m.idle_seconds);

@@ -1,5 +1,5 @@
 //! The operator under measurement: its process, its memory and CPU from `/proc`, and its
-//! request counters from `/metrics`.
+//! request counters and allocator statistics from `/metrics`.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -16,8 +16,9 @@ const TICKS_PER_SECOND: f64 = 100.0;
 pub struct OperatorProcess {
     child: Child,
     http_addr: SocketAddr,
-    /// Largest RSS seen by the sampler since the last [`OperatorProcess::reset_peak`], in KiB.
-    peak_kib: Arc<Mutex<u64>>,
+    /// Largest RSS seen by the sampler since the last [`OperatorProcess::take_peak`], and the
+    /// allocator's figures read when it was seen.
+    peak: Arc<Mutex<PeakState>>,
     stop_sampler: Arc<Mutex<bool>>,
 }
 
@@ -39,26 +40,51 @@ impl OperatorProcess {
             .stderr(out)
             .spawn()
             .expect("spawn swarm-operator");
-        let peak_kib = Arc::new(Mutex::new(0));
+        let peak = Arc::new(Mutex::new(PeakState::default()));
         let stop_sampler = Arc::new(Mutex::new(false));
         let pid = child.id();
+        // Each new largest RSS asks for the allocator's figures at once, so the peak can be
+        // split into live heap and freed pages jemalloc still holds.
+        let (new_peak, mut new_peaks) = tokio::sync::mpsc::unbounded_channel::<()>();
         {
-            let peak = peak_kib.clone();
+            let peak = peak.clone();
             let stop = stop_sampler.clone();
             std::thread::spawn(move || {
                 while !*stop.lock().expect("sampler lock") {
                     if let Some(rss) = rss_kib(pid) {
                         let mut peak = peak.lock().expect("peak lock");
-                        *peak = (*peak).max(rss);
+                        if rss > peak.kib {
+                            peak.kib = rss;
+                            let _ = new_peak.send(());
+                        }
                     }
                     std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+        {
+            let peak = peak.clone();
+            let url = format!("http://{http_addr}/metrics");
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                while new_peaks.recv().await.is_some() {
+                    while new_peaks.try_recv().is_ok() {}
+                    let Ok(response) = http.get(&url).send().await else {
+                        continue;
+                    };
+                    let Ok(text) = response.text().await else {
+                        continue;
+                    };
+                    if let Some(heap) = HeapAtPeak::parse(&text) {
+                        peak.lock().expect("peak lock").heap = Some(heap);
+                    }
                 }
             });
         }
         OperatorProcess {
             child,
             http_addr,
-            peak_kib,
+            peak,
             stop_sampler,
         }
     }
@@ -87,10 +113,19 @@ impl OperatorProcess {
 
     /// Largest RSS since the last reset, in MiB; resets it to the current RSS.
     pub fn take_peak_mib(&self) -> f64 {
-        let mut peak = self.peak_kib.lock().expect("peak lock");
-        let value = *peak;
-        *peak = rss_kib(self.child.id()).unwrap_or(0);
-        value as f64 / 1024.0
+        self.take_peak().rss_mib
+    }
+
+    /// Largest RSS since the last reset, with the allocator's figures read when it was seen;
+    /// resets it to the current RSS.
+    pub fn take_peak(&self) -> Peak {
+        let mut peak = self.peak.lock().expect("peak lock");
+        let taken = Peak {
+            rss_mib: peak.kib as f64 / 1024.0,
+            heap: peak.heap.take(),
+        };
+        peak.kib = rss_kib(self.child.id()).unwrap_or(0);
+        taken
     }
 
     /// CPU time (user plus system) used so far, in seconds.
@@ -146,6 +181,49 @@ impl Drop for OperatorProcess {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// What the sampler has seen since the last [`OperatorProcess::take_peak`].
+#[derive(Default)]
+struct PeakState {
+    kib: u64,
+    heap: Option<HeapAtPeak>,
+}
+
+/// The largest RSS of a span of time.
+#[derive(Clone, Copy, Debug)]
+pub struct Peak {
+    pub rss_mib: f64,
+    /// The allocator's figures read right after the sampler saw it (`None`: not read).
+    pub heap: Option<HeapAtPeak>,
+}
+
+/// jemalloc's figures (`swarm_operator_allocator_bytes`) around an RSS peak, in MiB.
+#[derive(Clone, Copy, Debug)]
+pub struct HeapAtPeak {
+    /// The live heap.
+    pub allocated: f64,
+    /// Pages holding live allocations.
+    pub active: f64,
+    /// Pages jemalloc holds resident: active, freed and not yet returned, metadata.
+    pub resident: f64,
+}
+
+impl HeapAtPeak {
+    fn parse(metrics: &str) -> Option<HeapAtPeak> {
+        let stat = |name: &str| -> Option<f64> {
+            let series = format!("swarm_operator_allocator_bytes{{stat=\"{name}\"}}");
+            let bytes: f64 = metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(series.as_str())?.trim().parse().ok())?;
+            Some(bytes / 1_048_576.0)
+        };
+        Some(HeapAtPeak {
+            allocated: stat("allocated")?,
+            active: stat("active")?,
+            resident: stat("resident")?,
+        })
     }
 }
 

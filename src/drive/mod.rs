@@ -18,7 +18,7 @@ pub mod memory;
 pub mod whatif;
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::future::Future;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -378,8 +378,9 @@ impl<'a> Round<'a> {
         let results = cluster.write_slices(batch).await?;
         let mut settled = true;
         let mut applied = false;
-        for (name, result) in names.into_iter().zip(results) {
-            let now = match result {
+        let mut now_there = Vec::with_capacity(results.len());
+        for result in results {
+            now_there.push(match result {
                 SliceWritten::Applied(now) => {
                     applied = true;
                     now
@@ -388,10 +389,14 @@ impl<'a> Round<'a> {
                     settled = false;
                     now
                 }
-            };
-            self.slices.retain(|cm| cm.name() != Some(name.as_str()));
-            self.slices.extend(now.map(Cow::Owned));
+            });
         }
+        // One pass over the slices, not one per write: a first rollout writes every worker's.
+        let written: HashSet<&str> = names.iter().map(String::as_str).collect();
+        self.slices
+            .retain(|cm| cm.name().is_none_or(|name| !written.contains(name)));
+        self.slices
+            .extend(now_there.into_iter().flatten().map(Cow::Owned));
         if applied {
             self.wrote(false);
         }

@@ -6,11 +6,11 @@
 //! taken here, so the tests of this module are the tests of the operator's behaviour.
 //!
 //! [`decide`] is a pipeline of named steps, each in its own module or function:
-//! 1. [`validate`]: the selector, the StatefulSet, the jobs, the rollout settings, ownership;
+//! 1. `validate`: the selector, the StatefulSet, the jobs, the rollout settings, ownership;
 //! 2. assign: where the strategy wants every job ([`swarm_assign::assign`]);
 //! 3. [`handoff`]: what each worker may run now, and which jobs wait in transit;
 //! 4. roll out: the ConfigMap to write, the stale workers, the pods to delete ([`rollout`]);
-//! 5. [`report`]: status, conditions and events.
+//! 5. `report`: status, conditions and events.
 
 pub mod acknowledge;
 mod by_job;

@@ -1,6 +1,6 @@
 //! A worker's Lease as the operator reads it (`rollout.policy: Acknowledge`): named like the
 //! worker's pod, held by the pod instance's uid, with the config version it runs in the
-//! [`ACKED_VERSION_ANNOTATION`].
+//! [`ACKED_VERSION_ANNOTATION`](crate::names::ACKED_VERSION_ANNOTATION).
 
 use std::collections::BTreeMap;
 

@@ -7,6 +7,7 @@ use std::fmt::Write;
 use crate::Soak;
 use crate::audit::Audit;
 use crate::checks::FinalPool;
+use crate::faults::Record;
 use crate::schedule::FAULT_KINDS;
 
 pub struct Report<'a> {
@@ -32,31 +33,51 @@ impl Report<'_> {
         );
 
         let records = soak.faults.records();
-        let _ = writeln!(
-            out,
-            "\n{:<20} {:>8} {:>8} {:>22}",
-            "FAULT", "COUNT", "FAILED", "LONGEST SETTLE (s)"
-        );
-        for kind in FAULT_KINDS {
-            let of_kind: Vec<_> = records.iter().filter(|r| r.kind == kind).collect();
+        let repairs = soak.repairs.lock().unwrap_or_else(|p| p.into_inner()).all();
+        // A settle that spans a repair of kube-scheduler or kwok measured the control plane's
+        // stuck helper, not the operator: such settles get a column of their own.
+        let waited_on_repair = |record: &Record| {
+            let until = record
+                .settled_after
+                .map_or(f64::INFINITY, |s| record.end + s);
+            repairs
+                .iter()
+                .any(|(at, _)| record.end <= *at && *at <= until)
+        };
+        let longest = |of_kind: &[&Record]| {
             if of_kind.is_empty() {
-                continue;
+                return "-".to_owned();
             }
-            let failed = of_kind.iter().filter(|r| r.error.is_some()).count();
             let never = of_kind.iter().any(|r| r.settled_after.is_none());
             let longest = of_kind
                 .iter()
                 .filter_map(|r| r.settled_after)
                 .fold(0.0f64, f64::max);
-            let settle = if never {
+            if never {
                 format!("never (>{longest:.1})")
             } else {
                 format!("{longest:.1}")
-            };
+            }
+        };
+        let _ = writeln!(
+            out,
+            "\n{:<20} {:>8} {:>8} {:>22} {:>22}",
+            "FAULT", "COUNT", "FAILED", "LONGEST SETTLE (s)", "OVER A REPAIR (s)"
+        );
+        for kind in FAULT_KINDS {
+            let of_kind: Vec<&Record> = records.iter().filter(|r| r.kind == kind).collect();
+            if of_kind.is_empty() {
+                continue;
+            }
+            let failed = of_kind.iter().filter(|r| r.error.is_some()).count();
+            let (over_repair, own): (Vec<&Record>, Vec<&Record>) =
+                of_kind.iter().partition(|r| waited_on_repair(r));
             let _ = writeln!(
                 out,
-                "{kind:<20} {:>8} {failed:>8} {settle:>22}",
-                of_kind.len()
+                "{kind:<20} {:>8} {failed:>8} {:>22} {:>22}",
+                of_kind.len(),
+                longest(&own),
+                longest(&over_repair)
             );
         }
         let (done, failed) = *soak.compactions.lock().unwrap_or_else(|p| p.into_inner());
@@ -80,9 +101,14 @@ impl Report<'_> {
             let settled = record
                 .settled_after
                 .map_or_else(|| "never".to_owned(), |s| format!("{s:.1}"));
+            let repaired = if waited_on_repair(record) {
+                " (over a repair)"
+            } else {
+                ""
+            };
             let _ = writeln!(
                 out,
-                "  {:>7.1} .. {:>7.1}  {:<18} settled after {settled:>6}  {}",
+                "  {:>7.1} .. {:>7.1}  {:<18} settled after {settled:>6}{repaired}  {}",
                 record.start, record.end, record.kind, record.detail
             );
         }
@@ -169,7 +195,7 @@ impl Report<'_> {
             "429s: {}   5xx: {}   403s: {}   retries after a 429/5xx: {}",
             audit.throttled, audit.server_errors, audit.forbidden, audit.retries
         );
-        for (at, what) in soak.repairs.lock().unwrap_or_else(|p| p.into_inner()).all() {
+        for (at, what) in &repairs {
             let _ = writeln!(out, "  repair at t={at:.0}s: {what}");
         }
         for error in self.cleanup_errors {

@@ -61,6 +61,7 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
     let metrics = env.operator_metrics().await;
     promtool::check_metrics(&metrics).unwrap_or_else(|why| panic!("{why}\n{metrics}"));
     assert_metrics_match(&metrics, &before).unwrap_or_else(|why| panic!("{why}\n{metrics}"));
+    assert_allocator_stats(&metrics);
 
     // Through the rollout: samples of the metrics agree with the status read around them (the
     // operator's pool cache may lag the API for a moment, so not every sample can).
@@ -414,6 +415,27 @@ fn assert_table_matches(table: &str, o: &Observed) {
 }
 
 /// The pool's gauges in `metrics` equal its status in `o`.
+/// The operator's allocator statistics: a live heap of some MiB, within its active pages,
+/// within what jemalloc holds resident.
+fn assert_allocator_stats(metrics: &str) {
+    let stat = |name: &str| -> f64 {
+        let series = format!("swarm_operator_allocator_bytes{{stat=\"{name}\"}}");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(series.as_str())?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series}:\n{metrics}"))
+    };
+    let (allocated, active, resident) = (stat("allocated"), stat("active"), stat("resident"));
+    assert!(
+        allocated > 1_048_576.0,
+        "a running operator's heap: {allocated}"
+    );
+    assert!(
+        allocated <= active && active <= resident,
+        "allocated {allocated} <= active {active} <= resident {resident}"
+    );
+}
+
 fn assert_metrics_match(metrics: &str, o: &Observed) -> Result<(), String> {
     let namespace = o.pool["metadata"]["namespace"].as_str().unwrap_or_default();
     let pool = o.pool["metadata"]["name"].as_str().unwrap_or_default();
