@@ -414,16 +414,19 @@ fn assert_table_matches(table: &str, o: &Observed) {
     }
 }
 
-/// The pool's gauges in `metrics` equal its status in `o`.
+/// The value of `series` (name and labels, as exposed) in `metrics`.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+}
+
 /// The operator's allocator statistics: a live heap of some MiB, within its active pages,
 /// within what jemalloc holds resident.
 fn assert_allocator_stats(metrics: &str) {
     let stat = |name: &str| -> f64 {
         let series = format!("swarm_operator_allocator_bytes{{stat=\"{name}\"}}");
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(series.as_str())?.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {series}:\n{metrics}"))
+        sample(metrics, &series).unwrap_or_else(|| panic!("no {series}:\n{metrics}"))
     };
     let (allocated, active, resident) = (stat("allocated"), stat("active"), stat("resident"));
     assert!(
@@ -436,16 +439,14 @@ fn assert_allocator_stats(metrics: &str) {
     );
 }
 
+/// The pool's gauges in `metrics` equal its status in `o`.
 fn assert_metrics_match(metrics: &str, o: &Observed) -> Result<(), String> {
     let namespace = o.pool["metadata"]["namespace"].as_str().unwrap_or_default();
     let pool = o.pool["metadata"]["name"].as_str().unwrap_or_default();
     let labels = format!("{{namespace=\"{namespace}\",pool=\"{pool}\"}}");
-    let sample = |name: &str, labels: &str| -> Result<f64, String> {
+    let gauge = |name: &str, labels: &str| -> Result<f64, String> {
         let series = format!("swarm_operator_{name}{labels}");
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(series.as_str())?.trim().parse().ok())
-            .ok_or_else(|| format!("no {series}"))
+        sample(metrics, &series).ok_or_else(|| format!("no {series}"))
     };
     let status_count = |field: &str| o.status_u64(field).unwrap_or(0) as f64;
     let expected = [
@@ -458,14 +459,14 @@ fn assert_metrics_match(metrics: &str, o: &Observed) -> Result<(), String> {
         ("pool_config_version", status_count("version")),
     ];
     for (name, value) in expected {
-        let got = sample(name, &labels)?;
+        let got = gauge(name, &labels)?;
         if got != value {
             return Err(format!("{name} is {got}, the status says {value}"));
         }
     }
     for phase in ["Pending", "RollingOut", "Balanced", "Degraded", "Failed"] {
         let labels = format!("{{namespace=\"{namespace}\",pool=\"{pool}\",phase=\"{phase}\"}}");
-        let got = sample("pool_phase", &labels)?;
+        let got = gauge("pool_phase", &labels)?;
         let value = if o.phase() == phase { 1.0 } else { 0.0 };
         if got != value {
             return Err(format!(
