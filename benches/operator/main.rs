@@ -121,6 +121,8 @@ struct Measured {
     rss_peak_full_rollouts: Vec<f64>,
     /// The allocator's figures at each of those peaks.
     heap_at_full_rollout_peaks: Vec<Option<HeapAtPeak>>,
+    /// The most sockets the operator had open at once.
+    most_sockets: usize,
     cpu_first_rollout: f64,
     first_rollout: Requests,
     idle: Requests,
@@ -456,6 +458,7 @@ async fn run_cell(
         rss_peak,
         rss_peak_full_rollouts,
         heap_at_full_rollout_peaks,
+        most_sockets: operator.most_sockets(),
         cpu_first_rollout,
         first_rollout: converged.since(&started),
         idle: after_idle.since(&converged),
@@ -750,6 +753,10 @@ fn print_detail(m: &Measured) {
     println!(
         "  allocator at each of those peaks, allocated / active / resident MiB: {}",
         heaps.join("; ")
+    );
+    println!(
+        "  operator sockets open at most: {} (a connection per request in flight, and the watches)",
+        m.most_sockets
     );
     if let Some(ack) = &m.ack {
         print_ack_detail(ack, m.idle_seconds);

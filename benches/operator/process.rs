@@ -51,8 +51,10 @@ impl OperatorProcess {
             let stop = stop_sampler.clone();
             std::thread::spawn(move || {
                 while !*stop.lock().expect("sampler lock") {
+                    let sockets = sockets_open(pid);
                     if let Some(rss) = rss_kib(pid) {
                         let mut peak = peak.lock().expect("peak lock");
+                        peak.most_sockets = peak.most_sockets.max(sockets);
                         if rss > peak.kib {
                             peak.kib = rss;
                             let _ = new_peak.send(());
@@ -128,6 +130,12 @@ impl OperatorProcess {
         taken
     }
 
+    /// The most sockets the operator had open at once so far: under HTTP/1.1 one connection
+    /// per request in flight (kept by the client's pool after it), plus its watches.
+    pub fn most_sockets(&self) -> usize {
+        self.peak.lock().expect("peak lock").most_sockets
+    }
+
     /// CPU time (user plus system) used so far, in seconds.
     pub fn cpu_seconds(&self) -> f64 {
         let stat =
@@ -189,6 +197,8 @@ impl Drop for OperatorProcess {
 struct PeakState {
     kib: u64,
     heap: Option<HeapAtPeak>,
+    /// Never reset: see [`OperatorProcess::most_sockets`].
+    most_sockets: usize,
 }
 
 /// The largest RSS of a span of time.
@@ -225,6 +235,19 @@ impl HeapAtPeak {
             resident: stat("resident")?,
         })
     }
+}
+
+/// How many of `pid`'s file descriptors are sockets.
+fn sockets_open(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .filter(|entry| {
+                std::fs::read_link(entry.path())
+                    .is_ok_and(|target| target.to_string_lossy().starts_with("socket:"))
+            })
+            .count()
+    })
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {

@@ -114,6 +114,9 @@ pub struct Context {
     /// The turns of reconciles (`--max-concurrent-reconciles` of them), handed out in the
     /// order asked (see [`reconcile`]).
     turns: Semaphore,
+    /// The workers' ConfigMap writes in flight, over all reconciles
+    /// ([`kube_cluster::SLICE_WRITES_IN_FLIGHT`]).
+    slice_writes: Semaphore,
 }
 
 impl Context {
@@ -431,6 +434,7 @@ pub async fn run(
         lease_clock: caches.lease_clock,
         lease,
         turns: Semaphore::new(usize::from(concurrency)),
+        slice_writes: Semaphore::new(kube_cluster::SLICE_WRITES_IN_FLIGHT),
     });
     controller
         .reconcile_all_on(health_changes)
