@@ -368,13 +368,16 @@ impl Cluster for KubeCluster<'_> {
     async fn write_slices(&mut self, batch: Vec<SliceWrite>) -> Result<Vec<SliceWritten>, Error> {
         self.ctx.may_write()?;
         let (config_maps, slices) = (&self.config_maps, &self.slices);
-        let in_flight = &self.ctx.slice_writes;
+        let ctx = self.ctx;
         let results: Vec<Result<SliceWritten, Error>> = futures::stream::iter(batch)
             .map(|write| async move {
-                let _permit = in_flight
+                let _permit = ctx
+                    .slice_writes
                     .acquire()
                     .await
                     .expect("the slice write permits are never closed");
+                // The turn may have come after this replica lost its lease.
+                ctx.may_write()?;
                 write_slice(config_maps, slices, write).await
             })
             .buffered(SLICE_WRITES_AT_ONCE)
