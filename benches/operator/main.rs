@@ -755,7 +755,7 @@ fn print_detail(m: &Measured) {
         heaps.join("; ")
     );
     println!(
-        "  operator sockets open at most: {} (a connection per request in flight, and the watches)",
+        "  operator sockets open at most: {} (a connection per request in flight, the watches and the /metrics scrapes)",
         m.most_sockets
     );
     if let Some(ack) = &m.ack {

@@ -131,7 +131,8 @@ impl OperatorProcess {
     }
 
     /// The most sockets the operator had open at once so far: under HTTP/1.1 one connection
-    /// per request in flight (kept by the client's pool after it), plus its watches.
+    /// per request in flight (kept by the client's pool after it), its watches, and the
+    /// connections of this benchmark's scrapes of `/metrics`.
     pub fn most_sockets(&self) -> usize {
         self.peak.lock().expect("peak lock").most_sockets
     }
