@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane on loopback, for the end-to-end suite: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, and kwok playing the kubelet for a few fake nodes.
+# A real Kubernetes cluster on this machine, for the end-to-end suite: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kwok playing the kubelet for a few fake nodes, and
+# one real node (kubelet, containerd, runc, CNI, kube-proxy: scripts/lib/real-node.sh) whose pods
+# are real containers. SWARM_REAL_NODE=0 leaves the real node out.
 #
 #   scripts/real-cluster.sh up <DIR>     build once (cached), start, wait until ready
 #   scripts/real-cluster.sh down <DIR>   stop exactly the processes `up` started in <DIR>
@@ -11,10 +13,19 @@
 #                                        same command line and wait until it serves
 #   scripts/real-cluster.sh signal <DIR> <COMPONENT> <SIGNAL>
 #                                        send SIGNAL (STOP, CONT, KILL, ...) to a component
+#   scripts/real-cluster.sh load <DIR> <NAME:TAG> <ARCHIVE>
+#                                        import an OCI image archive into the real node
+#   scripts/real-cluster.sh ctr <DIR> <ARGS...>
+#                                        ctr against the real node's containerd (namespace k8s.io)
+#   scripts/real-cluster.sh check-clean <DIR>
+#                                        after `down`: fail if anything of the cluster is left
+#                                        on the machine (process, mount, cgroup, interface,
+#                                        nftables or iptables rule, changed kernel setting)
 #
 # `up` writes an admin kubeconfig to <DIR>/kubeconfig, and logs, pid files, certificates and
 # etcd's data under <DIR>. Everything is built from Go modules at the versions pinned in
-# hack/{kube,etcd,kwok}/go.mod; the binaries, module and build caches live in
+# hack/{kube,etcd,kwok,containerd,cni}/go.mod (runc and nft are Debian packages pinned in
+# hack/debian/packages); the binaries, module and build caches live in
 # ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}, keyed by version, so only the first `up`
 # on a machine builds (see the README for what that costs).
 set -euo pipefail
@@ -48,6 +59,9 @@ kwok_bin="${cache_root}/kwok-${kwok_version}"
 
 # shellcheck source=scripts/lib/go-build.sh
 source "${repo_root}/scripts/lib/go-build.sh"
+# shellcheck source=scripts/lib/real-node.sh
+source "${repo_root}/scripts/lib/real-node.sh"
+real_node="${SWARM_REAL_NODE:-1}"
 
 build_all() {
     local version=k8s.io/component-base/version
@@ -68,6 +82,9 @@ build_all() {
     fi
     go_build kwok "${kwok_bin}" "-s -w" -tags selinux,notest -- sigs.k8s.io/kwok/cmd/kwok
     say "kube-apiserver, kube-controller-manager, kube-scheduler ${kube_version}; etcd ${etcd_version}; kwok ${kwok_version}"
+    if [[ "${real_node}" != 0 ]]; then
+        node_build
+    fi
 }
 
 # `count` free loopback TCP ports.
@@ -86,7 +103,7 @@ EOF
 # Certificates of a small PKI: one CA, the API server's serving certificate, a client
 # certificate per control-plane identity, and the service-account signing key.
 make_pki() {
-    local pki="$1"
+    local pki="$1" ip="$2"
     command -v openssl >/dev/null 2>&1 || die "openssl is needed to make the cluster's certificates"
     mkdir -p "${pki}"
     (
@@ -100,11 +117,16 @@ make_pki() {
                 -extfile "$1.ext" -out "$1.crt" 2>/dev/null
         }
         sign apiserver "/CN=kube-apiserver" \
-            "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+            "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:${ip},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 extendedKeyUsage=serverAuth"
         sign admin "/O=system:masters/CN=swarm-admin" "extendedKeyUsage=clientAuth"
         sign controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
         sign scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
+        # The real node's kubelet and kube-proxy, and the API server's identity towards kubelets
+        # (for logs, exec and port-forward).
+        sign node "/O=system:nodes/CN=system:node:${real_node_name}" "extendedKeyUsage=clientAuth"
+        sign kube-proxy "/CN=system:kube-proxy" "extendedKeyUsage=clientAuth"
+        sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
         openssl genrsa -out service-account.key 2048 2>/dev/null
         openssl rsa -in service-account.key -pubout -out service-account.pub 2>/dev/null
     )
@@ -224,7 +246,15 @@ up() {
     rm -rf "${dir}/logs" "${dir}/etcd" "${dir}/pki" "${dir}/cmds"
     mkdir -p "${dir}/logs" "${dir}/pids"
     local started=${SECONDS}
-    make_pki "${dir}/pki"
+    # With a real node the API server serves on this machine's address too: the `kubernetes`
+    # Service's endpoint, which kube-proxy sends the pods' in-cluster connections to.
+    local ip=127.0.0.1 bind_flags=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+    if [[ "${real_node}" != 0 ]]; then
+        ip="$(node_ip)"
+        [[ -n "${ip}" ]] || die "cannot find this machine's address for the real node (SWARM_REAL_NODE=0 leaves it out)"
+        bind_flags=(--bind-address=0.0.0.0 --advertise-address="${ip}")
+    fi
+    make_pki "${dir}/pki" "${ip}"
     local pki="${dir}/pki"
 
     local etcd_client etcd_peer apiserver cm_port sched_port kwok_port
@@ -263,8 +293,10 @@ EOF
     start "${dir}" kube-apiserver "${kube_bin}/kube-apiserver" \
         --audit-policy-file="${dir}/audit-policy.yaml" --audit-log-path="${dir}/logs/audit.log" \
         --etcd-servers="http://127.0.0.1:${etcd_client}" \
-        --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="${apiserver}" \
-        --endpoint-reconciler-type=none \
+        "${bind_flags[@]}" --secure-port="${apiserver}" \
+        --kubelet-client-certificate="${pki}/apiserver-kubelet-client.crt" \
+        --kubelet-client-key="${pki}/apiserver-kubelet-client.key" \
+        --kubelet-preferred-address-types=InternalIP \
         --tls-cert-file="${pki}/apiserver.crt" --tls-private-key-file="${pki}/apiserver.key" \
         --client-ca-file="${pki}/ca.crt" \
         --authorization-mode=Node,RBAC \
@@ -320,37 +352,73 @@ EOF
     wait_for "${dir}" "kube-scheduler to be healthy" 60 kube-scheduler \
         curl -fsSk "https://127.0.0.1:${sched_port}/healthz"
 
+    local real=""
+    if [[ "${real_node}" != 0 ]]; then
+        node_up "${dir}" "${server}" "${pki}"
+        real=" and the real node ${real_node_name} (${ip})"
+    fi
+
     trap - EXIT
-    say "up in $((SECONDS - started)) s: API server ${server}, ${#nodes[@]} fake nodes"
+    say "up in $((SECONDS - started)) s: API server ${server}, ${#nodes[@]} fake nodes${real}"
     say "kubeconfig: ${dir}/kubeconfig (logs in ${dir}/logs)"
 }
 
+# Stops component `name` of the cluster in `dir` if it is still the process `up` started (its
+# command line names this directory's files): SIGTERM, then SIGKILL after 15 s.
+stop_component() {
+    local dir="$1" name="$2" pid
+    pid="$(component_pid "${dir}" "${name}")" || {
+        rm -f "${dir}/pids/${name}.pid"
+        return 0
+    }
+    # A frozen (SIGSTOP) component would never act on SIGTERM.
+    kill -CONT "${pid}" 2>/dev/null || true
+    kill -TERM "${pid}" 2>/dev/null || true
+    local deadline=$((SECONDS + 15))
+    while kill -0 "${pid}" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+    kill -KILL "${pid}" 2>/dev/null || true
+    while kill -0 "${pid}" 2>/dev/null; do sleep 0.1; done
+    rm -f "${dir}/pids/${name}.pid"
+}
+
 down() {
-    local dir="$1" pid_file pid name
+    local dir="$1" name
     [[ -d "${dir}/pids" ]] || {
         say "no cluster in ${dir}"
         return 0
     }
-    # Stop in the reverse order of start, each only if it is still the process we started
-    # (its command line names this directory's files), then wait for them to exit.
-    local pids=()
+    # The real node first (it needs nothing of the control plane to go), then the control
+    # plane in the reverse order of start.
+    node_down "${dir}"
     for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
-        pid_file="${dir}/pids/${name}.pid"
-        [[ -f "${pid_file}" ]] || continue
-        pid="$(cat "${pid_file}")"
-        if [[ -r "/proc/${pid}/cmdline" ]] && tr '\0' ' ' <"/proc/${pid}/cmdline" | grep -qF "${dir}"; then
-            # A frozen (SIGSTOP) component would never act on SIGTERM.
-            kill -CONT "${pid}" 2>/dev/null || true
-            kill -TERM "${pid}" 2>/dev/null && pids+=("${pid}")
-        fi
-        rm -f "${pid_file}"
+        stop_component "${dir}" "${name}"
     done
-    local deadline=$((SECONDS + 15))
-    for pid in "${pids[@]}"; do
-        while kill -0 "${pid}" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-        kill -KILL "${pid}" 2>/dev/null || true
-    done
-    say "stopped ${#pids[@]} processes of ${dir}"
+    say "stopped the cluster in ${dir}"
+}
+
+# Fails, naming each, if anything of the cluster in `dir` is left on the machine.
+check_clean() {
+    local dir="$1" left
+    left="$(node_leftovers "${dir}")"
+    if [[ -n "${left}" ]]; then
+        printf '%s\n' "${left}" >&2
+        die "the cluster in ${dir} left the above on this machine"
+    fi
+    say "nothing of the cluster in ${dir} is left on this machine"
+}
+
+# Imports OCI archive `archive` into the real node's containerd as image `name` (NAME:TAG, in
+# Docker Hub's library namespace, as an unqualified image name in a pod spec resolves).
+load_image() {
+    local dir="$1" name="$2" archive="$3"
+    [[ -f "${archive}" ]] || die "no image archive ${archive}"
+    local repo="${name%:*}"
+    [[ "${repo}" == */* ]] || repo="docker.io/library/${repo}"
+    ctr_node "${dir}" images import --base-name "${repo}" "${archive}" >/dev/null ||
+        die "cannot import ${archive} into the real node of ${dir}"
+    ctr_node "${dir}" images ls -q | grep -qxF "${repo}:${name##*:}" ||
+        die "${archive} holds no image tagged ${name##*:} (ctr images ls: $(ctr_node "${dir}" images ls -q | tr '\n' ' '))"
+    say "loaded ${repo}:${name##*:} into ${real_node_name}"
 }
 
 case "${1:-}" in
@@ -369,6 +437,20 @@ restart)
     [[ $# -ge 3 && $# -le 4 ]] || die "usage: $0 restart <DIR> <COMPONENT> [SECONDS]"
     restart "$(cd "$2" && pwd)" "$3" "${4:-0}"
     ;;
+load)
+    [[ $# -eq 4 ]] || die "usage: $0 load <DIR> <NAME:TAG> <ARCHIVE>"
+    load_image "$(cd "$2" && pwd)" "$3" "$4"
+    ;;
+ctr)
+    [[ $# -ge 2 ]] || die "usage: $0 ctr <DIR> <ARGS...>"
+    dir="$(cd "$2" && pwd)"
+    shift 2
+    ctr_node "${dir}" "$@"
+    ;;
+check-clean)
+    [[ $# -eq 2 ]] || die "usage: $0 check-clean <DIR>"
+    check_clean "$(cd "$2" 2>/dev/null && pwd || echo "$2")"
+    ;;
 signal)
     [[ $# -eq 4 ]] || die "usage: $0 signal <DIR> <COMPONENT> <SIGNAL>"
     dir="$(cd "$2" && pwd)"
@@ -376,6 +458,6 @@ signal)
     kill -s "$4" "${pid}"
     ;;
 *)
-    die "usage: $0 up <DIR> | down <DIR> | build | restart <DIR> <COMPONENT> [SECONDS] | signal <DIR> <COMPONENT> <SIGNAL>"
+    die "usage: $0 up <DIR> | down <DIR> | build | restart <DIR> <COMPONENT> [SECONDS] | signal <DIR> <COMPONENT> <SIGNAL> | load <DIR> <NAME:TAG> <ARCHIVE> | ctr <DIR> <ARGS...> | check-clean <DIR>"
     ;;
 esac

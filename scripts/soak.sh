@@ -60,6 +60,10 @@ cleanup() {
         kill -KILL -- "-${driver_pid}" 2>/dev/null || true
     fi
     scripts/real-cluster.sh down "${dir}" >/dev/null 2>&1 || true
+    # The second cluster of scripts/test.sh: its real node too must leave nothing behind.
+    if ! scripts/real-cluster.sh check-clean "${dir}"; then
+        code=1
+    fi
     say "done in $((SECONDS - started)) s"
     if [[ ${code} -ne 0 || "${SWARM_SOAK_KEEP:-0}" == 1 ]]; then
         echo "logs: operator replicas ${dir}/soak/operator-*.log, cluster ${dir}/logs (audit.log, kube-apiserver.log, etcd.log, ...), toxiproxy ${dir}/soak/toxiproxy.log"
