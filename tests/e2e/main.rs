@@ -10,8 +10,9 @@
 //! run against that cluster side by side, each in a namespace of its own (`swarm-<scenario>`,
 //! deleted before it starts and after it passes) with its own operator process watching only
 //! that namespace as a ServiceAccount of it; the scenarios under `scenarios::whole_cluster`
-//! take the cluster to themselves (namespace `swarm`). The operator runs out of cluster, and
-//! the simulation-only assertions are skipped with a note. `--test-threads` bounds how many
+//! take the cluster to themselves (namespace `swarm`). The operator runs out of cluster (but in
+//! `scenarios::whole_cluster::real_node`, which installs its image, `SWARM_E2E_OPERATOR_IMAGE`,
+//! on the cluster's real node), and the simulation-only assertions are skipped with a note. `--test-threads` bounds how many
 //! run at once.
 //!
 //! kubectl is taken from `KUBECTL`, then `.tools/bin/kubectl`, then `PATH`;

@@ -42,6 +42,10 @@ use worker_fleet::{Fleet, FleetSpec, Workers};
 /// Names a file each scenario appends its timing to (see [`Env::record_timing`]).
 pub const TIMINGS_ENV: &str = "SWARM_E2E_TIMINGS";
 
+/// Names the operator image (`NAME:TAG`) loaded into the real node of a cluster of
+/// `scripts/real-cluster.sh`; `scripts/test.sh` sets it only when such a node holds the image.
+pub const OPERATOR_IMAGE_ENV: &str = "SWARM_E2E_OPERATOR_IMAGE";
+
 /// A real cluster is shared: scenarios in their own namespaces hold it for reading, side by
 /// side; a scenario that needs the whole cluster holds it for writing, alone. (The lock
 /// prefers writers, so a waiting whole-cluster scenario is not starved.)
@@ -292,6 +296,28 @@ impl Env {
             return None;
         }
         Some(Env::start(name).await)
+    }
+
+    /// Like [`Env::start_alone`], with the image of `SWARM_E2E_OPERATOR_IMAGE`, for scenarios
+    /// that run the operator as a container on the real node; `None` (with a note) where no
+    /// node holds that image (kube-sim, or a real cluster without its real node).
+    pub async fn start_alone_with_operator_image(name: &str) -> Option<(Env, String)> {
+        let image = std::env::var(OPERATOR_IMAGE_ENV)
+            .ok()
+            .filter(|image| !image.is_empty());
+        let why = match (&image, RealCluster::from_env()) {
+            (Some(_), Some(_)) => None,
+            (None, _) => Some(format!(
+                "no real node holds the operator image ({OPERATOR_IMAGE_ENV} unset)"
+            )),
+            (Some(_), None) => Some("kube-sim has no node to run the operator image".to_owned()),
+        };
+        if let Some(why) = why {
+            eprintln!("note: {name} skipped: {why}");
+            return None;
+        }
+        let env = Env::start_alone(name, SimSpeed::FAST).await;
+        Some((env, image?))
     }
 
     /// What the duplicate watch has seen so far.

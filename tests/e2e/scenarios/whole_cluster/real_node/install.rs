@@ -1,0 +1,132 @@
+//! `deploy/` installed as a user installs it, through an overlay of their own: two replicas in
+//! containers of the real node, under the restricted Pod Security profile its namespace
+//! enforces, Ready by their own `/readyz`, one of them leading, logging JSON and serving
+//! metrics a Prometheus can read; and the leader, in the cluster, balancing the example pool
+//! through a scale and back.
+
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::Api;
+
+use super::overlay;
+use super::replicas::{self, name, pod_of};
+use crate::harness::Env;
+use crate::harness::observe::{
+    assert_invariants, balanced, operator_pod_deletes, wait_balanced, wait_for,
+};
+use crate::harness::real_cluster::OPERATOR_NAMESPACE;
+use crate::scenarios::scale;
+use crate::scenarios::whole_cluster::deploy::{assert_restricted, only};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_runs_two_restricted_replicas_on_a_real_node_whose_leader_balances_the_pool() {
+    let Some((env, image)) = Env::start_alone_with_operator_image("real-node-deploy").await else {
+        return;
+    };
+    let cluster = env
+        .real_cluster_dir()
+        .expect("the real node's cluster is one of scripts/real-cluster.sh");
+    let applied = Instant::now();
+    let install = overlay::install(&env, "deploy", &image).await;
+    let namespace = install.namespace.clone();
+    assert_eq!(namespace, OPERATOR_NAMESPACE);
+    assert_restricted(only(&install.objects, "Deployment"));
+    assert_enforces_restricted(&env, &namespace).await;
+
+    // Admitted under the restricted profile, started, and Ready by their readiness probes.
+    let pods = replicas::wait_ready(
+        &env,
+        &namespace,
+        "both replicas Ready on the real node",
+        |_| Ok(()),
+    )
+    .await;
+    let to_ready: Vec<String> = pods
+        .iter()
+        .map(|pod| match replicas::seconds_to_ready(pod) {
+            Some(seconds) => format!("{} {seconds} s", name(pod)),
+            None => format!("{} ?", name(pod)),
+        })
+        .collect();
+    eprintln!(
+        "real-node-deploy: kubectl apply -k to both replicas Ready on the real node: {:.1} s (pod start to Ready: {})",
+        applied.elapsed().as_secs_f64(),
+        to_ready.join(", ")
+    );
+    replicas::assert_containers_run(&cluster, &pods).await;
+    let leader = replicas::wait_one_leader(&env, &namespace, &pods).await;
+    for pod in &pods {
+        let (status, body) = replicas::get(pod, "/readyz").await;
+        assert_eq!(status, 200, "/readyz of {}: {body}", name(pod));
+        replicas::json_log(&env, &namespace, &name(pod)).await;
+        replicas::metrics(pod).await;
+    }
+
+    // The pool, with no operator but the one in the cluster.
+    env.apply_examples().await;
+    let replicas_at_start = env.example.replicas();
+    let settled = wait_balanced(&env, replicas_at_start).await;
+    assert_invariants(&env, &settled).await;
+    let mark = env.request_mark().await;
+    let sts = env.example.statefulset_name();
+    for workers in [3, replicas_at_start] {
+        scale(&env, workers).await;
+        let settled = wait_for(&env, &format!("Balanced over {workers} workers"), |o| {
+            balanced(o, workers, &sts)
+        })
+        .await;
+        assert_invariants(&env, &settled).await;
+    }
+    match operator_pod_deletes(&env, mark).await {
+        Some(deletes) => {
+            for (pod, count) in &deletes {
+                assert_eq!(*count, 1, "{pod} deleted once: {deletes:?}");
+            }
+        }
+        None => env.note_skipped("pod deletions in the request log"),
+    }
+    env.assert_exclusive();
+
+    // The leader did that work, and only the leader.
+    let leader_pod = pod_of(&leader).to_owned();
+    for pod in &pods {
+        let samples = replicas::metrics(pod).await;
+        let reconciled = samples["swarm_operator_reconciliations_total"];
+        if name(pod) == leader_pod {
+            assert!(
+                reconciled > 0.0,
+                "the leader {leader_pod} reconciled nothing"
+            );
+        } else {
+            assert_eq!(reconciled, 0.0, "the standby {} reconciled", name(pod));
+        }
+    }
+    let reporters: Vec<String> = env
+        .events()
+        .await
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("SwarmPool"))
+        .filter_map(|e| e.reporting_instance)
+        .collect();
+    assert!(
+        !reporters.is_empty() && reporters.iter().all(|r| *r == leader_pod),
+        "events about the pool reported by {reporters:?}, not only by the leader {leader_pod}"
+    );
+    install.remove().await;
+}
+
+/// Asserts that the live namespace enforces the restricted Pod Security profile, as
+/// deploy/namespace.yaml labels it.
+pub(super) async fn assert_enforces_restricted(env: &Env, namespace: &str) {
+    let api: Api<Namespace> = Api::all(env.client.clone());
+    let live = api.get(namespace).await.expect("GET the namespace");
+    let labels = live.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("restricted"),
+        "namespace {namespace} labels: {labels:?}"
+    );
+}
