@@ -1,5 +1,6 @@
 //! The operator's integration tests that need no cluster (planner and Deployment scenarios,
-//! the deterministic handoff simulation, the CLIs, the CRD and manifests, monitoring rules),
+//! the deterministic handoff simulation, the CLIs, the CRD and manifests, monitoring rules, the
+//! container images against the Dockerfile),
 //! one module each, linked into one binary. The end-to-end suite (`tests/e2e/main.rs`) and the
 //! fault soak (`tests/soak/`) are binaries of their own.
 
@@ -8,6 +9,7 @@ mod crd;
 mod deployment_scenarios;
 mod fenced_write;
 mod handoff_simulation;
+mod images;
 mod manifests;
 mod monitoring;
 mod planner_scenarios;

@@ -1,0 +1,412 @@
+//! The images `scripts/build-images.sh` writes without a container engine keep the
+//! Dockerfile's contract: for the `operator` and `worker` stages, the binary's path, the
+//! entrypoint, the cmd, the user and the exposed ports are those of the image's config; and
+//! each image has no shell, the CA certificates, distroless's `nonroot` user and group, and
+//! every shared library its glibc-linked binary needs (the loader at its interpreter path
+//! included).
+//!
+//! The archives are read from the directory `SWARM_IMAGE_ARCHIVES` names (`scripts/test.sh`
+//! builds them before the tests); without it, the test builds them itself with
+//! `scripts/build-images.sh --profile dev` into the target directory's `tmp/images` (after a
+//! `cargo test --workspace` build that compiles only the example's plain binary; it needs Go
+//! for umoci the first time).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
+/// What the Dockerfile says of one image: its stage's instructions.
+#[derive(Debug)]
+struct Stage {
+    /// The destination of the stage's one COPY: where the binary goes.
+    binary: String,
+    user: Option<String>,
+    /// `port/protocol`, `/tcp` when the Dockerfile gives none.
+    exposed: BTreeSet<String>,
+    entrypoint: Option<Vec<String>>,
+    cmd: Option<Vec<String>>,
+}
+
+/// Parses the stage named `name` (`FROM ... AS <name>`) of the Dockerfile.
+fn dockerfile_stage(name: &str) -> Stage {
+    let text = std::fs::read_to_string(Path::new(REPO).join("Dockerfile")).unwrap();
+    // Instructions, with continuation lines joined and comments dropped.
+    let mut instructions = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        match trimmed.strip_suffix('\\') {
+            Some(head) => {
+                current.push_str(head);
+                current.push(' ');
+            }
+            None => {
+                current.push_str(trimmed);
+                instructions.push(std::mem::take(&mut current));
+            }
+        }
+    }
+
+    let mut stage: Option<&str> = None;
+    let mut copies = Vec::new();
+    let (mut user, mut exposed, mut entrypoint, mut cmd) = (None, BTreeSet::new(), None, None);
+    for instruction in &instructions {
+        let (keyword, args) = instruction
+            .split_once(char::is_whitespace)
+            .unwrap_or((instruction, ""));
+        let args = args.trim();
+        if keyword.eq_ignore_ascii_case("FROM") {
+            let words: Vec<&str> = args.split_whitespace().collect();
+            stage = match words.as_slice() {
+                [_, as_, stage_name] if as_.eq_ignore_ascii_case("AS") => Some(stage_name),
+                _ => None,
+            };
+            continue;
+        }
+        if stage != Some(name) {
+            continue;
+        }
+        let exec_form = |what: &str| -> Vec<String> {
+            serde_json::from_str(args).unwrap_or_else(|e| {
+                panic!("the {name} stage's {what} is not in exec form (a JSON array): {args} ({e})")
+            })
+        };
+        match keyword.to_ascii_uppercase().as_str() {
+            "COPY" => copies.push(args.split_whitespace().last().unwrap().to_owned()),
+            "USER" => user = Some(args.to_owned()),
+            "EXPOSE" => exposed.extend(args.split_whitespace().map(|port| {
+                if port.contains('/') {
+                    port.to_owned()
+                } else {
+                    format!("{port}/tcp")
+                }
+            })),
+            "ENTRYPOINT" => entrypoint = Some(exec_form("ENTRYPOINT")),
+            "CMD" => cmd = Some(exec_form("CMD")),
+            other => panic!(
+                "the Dockerfile's {name} stage has a {other} instruction that this test does \
+                 not compare with scripts/build-images.sh: teach both about it"
+            ),
+        }
+    }
+    assert!(
+        instructions.iter().any(|i| {
+            let words: Vec<&str> = i.split_whitespace().collect();
+            words
+                .first()
+                .is_some_and(|w| w.eq_ignore_ascii_case("FROM"))
+                && words.last() == Some(&name)
+        }),
+        "the Dockerfile has no stage {name}"
+    );
+    let [binary] = copies.as_slice() else {
+        panic!("the Dockerfile's {name} stage copies {copies:?}, not one binary");
+    };
+    Stage {
+        binary: binary.clone(),
+        user,
+        exposed,
+        entrypoint,
+        cmd,
+    }
+}
+
+/// The directory of `swarm-operator.tar` and `swarm-worker.tar`: `SWARM_IMAGE_ARCHIVES`, else
+/// built once for all the tests of this module.
+fn archives() -> &'static Path {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("SWARM_IMAGE_ARCHIVES") {
+            return Ok(dir.into());
+        }
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("images");
+        eprintln!(
+            "images: SWARM_IMAGE_ARCHIVES is unset: building the images with \
+             scripts/build-images.sh --profile dev --out {}",
+            out.display()
+        );
+        let mut script = Command::new(Path::new(REPO).join("scripts/build-images.sh"));
+        script.args(["--profile", "dev", "--out"]).arg(&out);
+        // What cargo sets for this test process, not for a build: inherited, CARGO_MANIFEST_DIR
+        // alone makes cargo rerun ring's build script, and so recompile the TLS stack, kube
+        // and the operator, then again in the next plain build.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if [
+                "CARGO_MANIFEST_",
+                "CARGO_PKG_",
+                "CARGO_CRATE_",
+                "CARGO_BIN_",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .iter()
+            .any(|prefix| name.starts_with(prefix))
+            {
+                script.env_remove(&*name);
+            }
+        }
+        let status = script
+            .stdout(Stdio::null())
+            .status()
+            .map_err(|e| format!("cannot run scripts/build-images.sh: {e}"))?;
+        if status.success() {
+            Ok(out)
+        } else {
+            Err(format!(
+                "scripts/build-images.sh --profile dev failed ({status}; its output is above). \
+                 It needs Go the first time (for umoci); or build the images another way and \
+                 set SWARM_IMAGE_ARCHIVES to the directory of swarm-operator.tar and \
+                 swarm-worker.tar"
+            ))
+        }
+    });
+    match dir {
+        Ok(dir) => dir,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+fn run(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// One image archive unpacked: its config and its layers applied in a root filesystem.
+struct Image {
+    _dir: tempfile::TempDir,
+    config: Value,
+    rootfs: PathBuf,
+}
+
+fn unpack(name: &str) -> Image {
+    let archive = archives().join(format!("{name}.tar"));
+    assert!(archive.is_file(), "no {}", archive.display());
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("layout");
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(&layout).unwrap();
+    std::fs::create_dir_all(&rootfs).unwrap();
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(&layout));
+    let blob = |digest: &Value| {
+        let (algorithm, hex) = digest.as_str().unwrap().split_once(':').unwrap();
+        layout.join("blobs").join(algorithm).join(hex)
+    };
+
+    let index = read_json(&layout.join("index.json"));
+    let manifests = index["manifests"].as_array().unwrap();
+    assert_eq!(manifests.len(), 1, "one image per archive: {index}");
+    assert!(
+        manifests[0]["annotations"]["org.opencontainers.image.ref.name"].is_string(),
+        "the index names the image by its tag, as `ctr images import --base-name` reads it"
+    );
+    let manifest = read_json(&blob(&manifests[0]["digest"]));
+    let config = read_json(&blob(&manifest["config"]["digest"]));
+    assert_eq!(config["os"], "linux");
+    for layer in manifest["layers"].as_array().unwrap() {
+        assert_eq!(
+            layer["mediaType"],
+            "application/vnd.oci.image.layer.v1.tar+gzip"
+        );
+        let listing = run(Command::new("tar").arg("-tzf").arg(blob(&layer["digest"])));
+        assert!(
+            !listing.contains(".wh."),
+            "no whiteouts expected in a {name} layer"
+        );
+        run(Command::new("tar")
+            .arg("-xzf")
+            .arg(blob(&layer["digest"]))
+            .arg("-C")
+            .arg(&rootfs));
+    }
+    Image {
+        _dir: dir,
+        config,
+        rootfs,
+    }
+}
+
+impl Image {
+    fn path(&self, absolute: &str) -> PathBuf {
+        self.rootfs.join(absolute.trim_start_matches('/'))
+    }
+
+    fn read(&self, absolute: &str) -> String {
+        std::fs::read_to_string(self.path(absolute))
+            .unwrap_or_else(|e| panic!("{absolute} in the image: {e}"))
+    }
+
+    /// Every file and link in the image, as absolute paths.
+    fn files(&self) -> Vec<String> {
+        fn walk(dir: &Path, root: &Path, found: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let entry = entry.unwrap();
+                let path = entry.path();
+                if entry.file_type().unwrap().is_dir() {
+                    walk(&path, root, found);
+                } else {
+                    found.push(format!("/{}", path.strip_prefix(root).unwrap().display()));
+                }
+            }
+        }
+        let mut found = Vec::new();
+        walk(&self.rootfs, &self.rootfs, &mut found);
+        found
+    }
+}
+
+/// The image `name` is what the Dockerfile's `stage` makes, and runs on its own.
+fn check_image(name: &str, stage: &str) {
+    let want = dockerfile_stage(stage);
+    let image = unpack(name);
+    let config = &image.config["config"];
+    let strings = |value: &Value| -> Option<Vec<String>> {
+        value
+            .as_array()
+            .map(|a| a.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
+    };
+
+    // The Dockerfile's contract, in the image's config.
+    assert_eq!(
+        strings(&config["Entrypoint"]),
+        want.entrypoint,
+        "{name}: entrypoint"
+    );
+    assert_eq!(strings(&config["Cmd"]), want.cmd, "{name}: cmd");
+    assert_eq!(
+        config["User"].as_str(),
+        want.user.as_deref(),
+        "{name}: user"
+    );
+    assert_eq!(want.user.as_deref(), Some("65532:65532"), "{name}: user");
+    let exposed: BTreeSet<String> = config["ExposedPorts"]
+        .as_object()
+        .map(|ports| ports.keys().cloned().collect())
+        .unwrap_or_default();
+    assert_eq!(exposed, want.exposed, "{name}: exposed ports");
+    assert_eq!(
+        want.entrypoint.as_ref().and_then(|e| e.first()),
+        Some(&want.binary),
+        "{name}: the Dockerfile's entrypoint runs the binary it copies"
+    );
+
+    // The binary is where the Dockerfile puts it.
+    let binary = image.path(&want.binary);
+    let mode = std::fs::metadata(&binary)
+        .unwrap_or_else(|e| panic!("{name}: {} in the image: {e}", want.binary))
+        .permissions();
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        mode.mode() & 0o111 == 0o111,
+        "{name}: {} is executable by all",
+        want.binary
+    );
+
+    // No shell, as in distroless.
+    let files = image.files();
+    let shells: Vec<&String> = files
+        .iter()
+        .filter(|f| {
+            let base = f.rsplit('/').next().unwrap();
+            ["sh", "bash", "dash", "ash", "busybox"].contains(&base)
+        })
+        .collect();
+    assert!(
+        shells.is_empty(),
+        "{name}: a shell in the image: {shells:?}"
+    );
+
+    // CA certificates, and distroless's nonroot user and group.
+    assert!(
+        image
+            .read("/etc/ssl/certs/ca-certificates.crt")
+            .contains("-----BEGIN CERTIFICATE-----"),
+        "{name}: the CA bundle"
+    );
+    assert!(
+        image
+            .read("/etc/passwd")
+            .lines()
+            .any(|l| l.starts_with("nonroot:x:65532:65532:")),
+        "{name}: /etc/passwd has nonroot 65532"
+    );
+    assert!(
+        image
+            .read("/etc/group")
+            .lines()
+            .any(|l| l == "nonroot:x:65532:"),
+        "{name}: /etc/group has nonroot 65532"
+    );
+
+    // Every library the binary needs, and its loader, at the path the loader looks for it.
+    let ldd = Command::new("ldd").arg(&binary).output().unwrap();
+    let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    if !ldd.contains("not a dynamic executable") && !ldd.contains("statically linked") {
+        assert!(!ldd.contains("not found"), "{name}: ldd: {ldd}");
+        let needed: Vec<&str> = ldd
+            .lines()
+            .filter_map(|line| {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    [_, "=>", path, ..] if path.starts_with('/') => Some(*path),
+                    [path, ..] if path.starts_with('/') => Some(*path),
+                    _ => None,
+                }
+            })
+            .collect();
+        assert!(
+            needed.iter().any(|p| p.contains("libc.so")),
+            "{name}: ldd lists libc: {ldd}"
+        );
+        for path in needed {
+            assert!(
+                image.path(path).is_file(),
+                "{name}: {path}, which the binary needs, is not in the image (ldd: {ldd})"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_operator_image_keeps_the_dockerfiles_contract() {
+    check_image("swarm-operator", "operator");
+}
+
+#[test]
+fn the_worker_image_keeps_the_dockerfiles_contract() {
+    check_image("swarm-worker", "worker");
+}
+
+#[test]
+fn the_dockerfile_parser_reads_the_operator_stage() {
+    let operator = dockerfile_stage("operator");
+    assert_eq!(operator.binary, "/usr/local/bin/swarm-operator");
+    assert_eq!(operator.exposed, BTreeSet::from(["8080/tcp".to_owned()]));
+    assert_eq!(operator.cmd, Some(vec!["run".to_owned()]));
+}
