@@ -255,6 +255,9 @@ up() {
         bind_flags=(--bind-address=0.0.0.0 --advertise-address="${ip}")
     fi
     make_pki "${dir}/pki" "${ip}"
+    if [[ "${real_node}" != 0 ]]; then
+        node_snapshot_host "${dir}"
+    fi
     local pki="${dir}/pki"
 
     local etcd_client etcd_peer apiserver cm_port sched_port kwok_port
@@ -315,7 +318,8 @@ EOF
         --bind-address=127.0.0.1 --secure-port="${cm_port}" --leader-elect=false \
         --cluster-name=swarm-test --use-service-account-credentials=true \
         --service-account-private-key-file="${pki}/service-account.key" \
-        --root-ca-file="${pki}/ca.crt" --profiling=false
+        --root-ca-file="${pki}/ca.crt" --profiling=false \
+        --flex-volume-plugin-dir="${dir}/flexvolume"
     start "${dir}" kube-scheduler "${kube_bin}/kube-scheduler" \
         --kubeconfig="${dir}/scheduler.kubeconfig" \
         --authentication-kubeconfig="${dir}/scheduler.kubeconfig" \

@@ -15,6 +15,11 @@
 real_node_name=real-node
 real_node_subnet=10.244.0.0/24
 real_node_gateway=10.244.0.1
+# Paths outside <DIR> the daemons write whatever their configuration says: the kubelet's
+# device-plugin socket directory and its /var/log/containers links, and the CNI result cache
+# of containerd's CNI library. `down` removes each one that was not there before `up`.
+node_host_paths=(/var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni
+    /usr/libexec/kubernetes /run/containerd)
 # The kernel settings the kubelet sets at start (pkg/kubelet/cm/container_manager_linux.go).
 kubelet_sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
     kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
@@ -116,12 +121,26 @@ node_cgroup_name() { echo "swarm-$(echo "$1" | sha256sum | cut -c1-10)"; }
 # Every cgroup v1 hierarchy and the cgroup2 mount of this machine.
 cgroup_mounts() { awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/mounts; }
 
-# ctr against the node's containerd. (Its warning that cgroup v1 is deprecated goes to the
-# containerd log, not here.)
+# ctr against the node's containerd (on cgroup v1 it warns on stderr that v1 is deprecated).
 ctr_node() {
     local dir="$1"
     shift
     "${containerd_bin}/ctr" --address "${dir}/node/containerd/containerd.sock" -n k8s.io "$@"
+}
+
+# Records what `down` must restore or leave: the kernel settings the kubelet changes, the shim
+# sockets and the host paths that exist already. Called before the first component starts.
+node_snapshot_host() {
+    local n="$1/node" key path
+    mkdir -p "${n}"
+    for key in "${kubelet_sysctls[@]}"; do
+        printf '%s=%s\n' "${key}" "$(sysctl -n "${key}")"
+    done >"${n}/sysctls-before"
+    ls -A /run/containerd/s 2>/dev/null >"${n}/shim-sockets-before" || true
+    for path in "${node_host_paths[@]}"; do
+        [[ -e "${path}" ]] && echo "${path}"
+    done >"${n}/host-paths-before"
+    return 0
 }
 
 # node_up <dir> <server> <pki>: starts containerd, the kubelet and kube-proxy, waits until the
@@ -142,13 +161,6 @@ node_up() {
     mkdir -p "${n}"/{containerd,runc,cni/net.d,cni/ipam,kubelet,logs}
     echo "${ip}" >"${n}/ip"
     echo "${cgroup}" >"${n}/cgroup"
-
-    # Kept so `down` can restore what the kubelet changes.
-    local key
-    for key in "${kubelet_sysctls[@]}"; do
-        printf '%s=%s\n' "${key}" "$(sysctl -n "${key}")"
-    done >"${n}/sysctls-before"
-    ls -A /run/containerd/s 2>/dev/null >"${n}/shim-sockets-before" || true
 
     # The kubelet needs its cgroup root to exist; a new cpuset cgroup starts with no CPUs.
     local mnt
@@ -254,6 +266,9 @@ evictionHard:
   nodefs.available: 1%
   imagefs.available: 1%
   nodefs.inodesFree: 1%
+# Kept under <DIR>, not in /var/log/pods and /usr/libexec/kubernetes.
+podLogsDir: ${n}/pod-logs
+volumePluginDir: ${n}/kubelet/volume-plugins
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
@@ -356,6 +371,18 @@ node_down() {
             rmdir /run/containerd/s /run/containerd 2>/dev/null || true
         fi
     fi
+    # What the daemons wrote outside <DIR>: the links to this node's container logs, and every
+    # path of node_host_paths that did not exist before `up`.
+    local link_path
+    for link_path in /var/log/containers/*; do
+        [[ -L "${link_path}" && "$(readlink "${link_path}")" == "${n}/"* ]] && rm -f "${link_path}"
+    done
+    if [[ -f "${n}/host-paths-before" ]]; then
+        local path
+        for path in "${node_host_paths[@]}"; do
+            grep -qxF "${path}" "${n}/host-paths-before" || rm -rf "${path}"
+        done
+    fi
     if [[ -f "${n}/sysctls-before" ]]; then
         while IFS='=' read -r key value; do
             sysctl -qw "${key}=${value}" 2>/dev/null || say "cannot restore ${key}=${value}"
@@ -400,4 +427,15 @@ node_leftovers() {
     if [[ -f "${n}/sysctls-before" ]]; then
         echo "sysctls: not restored (${n}/sysctls-before)"
     fi
+    local path
+    for path in "${node_host_paths[@]}"; do
+        [[ -e "${path}" ]] || continue
+        if [[ ! -f "${n}/host-paths-before" ]] || ! grep -qxF "${path}" "${n}/host-paths-before"; then
+            echo "path: ${path}"
+        fi
+    done
+    for path in /var/log/containers/*; do
+        [[ -L "${path}" && "$(readlink "${path}")" == "${n}/"* ]] && echo "log link: ${path}"
+    done
+    return 0
 }
