@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: unit, property, simulation conformance, kubectl, alert rule
 # (promtool) and end-to-end tests on kube-sim; then the end-to-end scenarios again on a real
-# control plane built from Go modules (scripts/real-cluster.sh), and a three-minute fault soak
-# on another (scripts/soak.sh). Works on a fresh machine with
+# cluster built from Go modules (scripts/real-cluster.sh: a control plane, kwok nodes and one
+# real node that runs the images scripts/build-images.sh builds), and a three-minute fault soak
+# on another (scripts/soak.sh). After each cluster goes down, nothing of it may be left on the
+# machine (scripts/real-cluster.sh check-clean). Works on a fresh machine with
 # Rust, Go and python3: the pinned kubectl and promtool are installed into .tools/ when KUBECTL
 # and PROMTOOL do not name one (promtool from Debian's prometheus package, with apt-get
 # download), so are the Prometheus Operator's CRDs unless PROMETHEUS_OPERATOR_CRDS names their
@@ -123,6 +125,18 @@ status=0
 cargo test --workspace --no-run --quiet "$@" || status=$?
 mark "compile the test profile"
 
+# The operator and worker images, from the binaries just compiled: tests/integration/images.rs
+# checks them against the Dockerfile, and the real-cluster tier runs them on the real node.
+images="$(mktemp -d "${TMPDIR:-/tmp}/swarm-images.XXXXXX")"
+echo "test.sh: building the images without a container engine (scripts/build-images.sh --profile dev)"
+if scripts/build-images.sh --profile dev --tag dev --out "${images}" >"${images}/built.tsv"; then
+    export SWARM_IMAGE_ARCHIVES="${images}"
+else
+    echo "test.sh: building the images failed" >&2
+    status=1
+fi
+mark "images: build from the test profile's binaries"
+
 # --no-fail-fast: one failing test binary must not hide the results of the others.
 echo "test.sh: cargo test --workspace --no-fail-fast $*"
 cargo test --workspace --no-fail-fast "$@" || status=$?
@@ -154,7 +168,18 @@ if ((real_tier)); then
     trap 'scripts/real-cluster.sh down "${cluster_dir}" || true' EXIT
     real_status=0
     if ((go_status == 0)) && scripts/real-cluster.sh up "${cluster_dir}"; then
-        mark "real control plane: start"
+        mark "real cluster: start (control plane, kwok nodes, the real node)"
+        while IFS=$'\t' read -r image archive; do
+            if scripts/real-cluster.sh load "${cluster_dir}" "${image}" "${archive}"; then
+                case "${image}" in
+                swarm-operator:*) export SWARM_E2E_OPERATOR_IMAGE="${image}" ;;
+                swarm-worker:*) export SWARM_E2E_WORKER_IMAGE="${image}" ;;
+                esac
+            else
+                real_status=1
+            fi
+        done <"${images}/built.tsv"
+        mark "images: load into the real node"
         export SWARM_E2E_KUBECONFIG="${cluster_dir}/kubeconfig" SWARM_E2E_TIMINGS="${scenario_timings}"
         # --workspace: the first tier's feature set, so nothing is compiled again. The scenarios
         # that need the cluster to themselves run first, one at a time; then the others side by
@@ -167,7 +192,7 @@ if ((real_tier)); then
         cargo test --workspace --locked --test e2e --no-fail-fast -- \
             --skip scenarios::whole_cluster:: --test-threads="${SWARM_E2E_PARALLEL:-6}" || real_status=$?
         mark "real-cluster tier: other scenarios, ${SWARM_E2E_PARALLEL:-6} at a time"
-        unset SWARM_E2E_KUBECONFIG SWARM_E2E_TIMINGS
+        unset SWARM_E2E_KUBECONFIG SWARM_E2E_TIMINGS SWARM_E2E_OPERATOR_IMAGE SWARM_E2E_WORKER_IMAGE
     elif ((go_status == 0)); then
         real_status=1
         echo "test.sh: the real control plane did not start (logs in ${cluster_dir}/logs)" >&2
@@ -175,7 +200,10 @@ if ((real_tier)); then
     echo "test.sh: real-cluster tier finished with exit code ${real_status}"
     ((real_status == 0)) || status=${real_status}
     scripts/real-cluster.sh down "${cluster_dir}" || true
-    mark "real control plane: stop"
+    # The real node runs as root on this machine: its mounts, cgroups, interfaces, nftables
+    # rules, processes and kernel settings must all be gone.
+    scripts/real-cluster.sh check-clean "${cluster_dir}" || status=1
+    mark "real cluster: stop, and check nothing is left"
 
     # The fault soak on a control plane of its own: a fixed seed, so a failure replays.
     soak_status=0

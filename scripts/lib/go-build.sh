@@ -20,6 +20,16 @@ go_build() {
     done
     shift
     [[ -f "${out}/.built" ]] && return 0
+    # Two scripts may want the same build at once (scripts/test.sh builds the images while the
+    # cluster's programs build in the background): the second waits for the first's.
+    mkdir -p "${cache_root}"
+    local lock
+    exec {lock}>"${out}.lock"
+    flock "${lock}"
+    if [[ -f "${out}/.built" ]]; then
+        exec {lock}>&-
+        return 0
+    fi
     command -v go >/dev/null 2>&1 || die "Go is needed to build ${module} (none on PATH)"
     say "building $* (once per version; a cold machine pays several minutes)"
     local start=${SECONDS} log="${cache_root}/build-${module}.log"
@@ -40,4 +50,5 @@ go_build() {
     rm -rf "${out}"
     mv "${out}.partial" "${out}"
     say "built ${module} in $((SECONDS - start)) s"
+    exec {lock}>&-
 }
