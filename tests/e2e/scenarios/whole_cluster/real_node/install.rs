@@ -9,12 +9,10 @@ use std::time::Instant;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 
-use super::overlay;
 use super::replicas::{self, name, pod_of};
+use super::{assert_no_pod_deleted_twice, overlay};
 use crate::harness::Env;
-use crate::harness::observe::{
-    assert_invariants, balanced, operator_pod_deletes, wait_balanced, wait_for,
-};
+use crate::harness::observe::{assert_invariants, balanced, wait_balanced, wait_for};
 use crate::harness::real_cluster::OPERATOR_NAMESPACE;
 use crate::scenarios::scale;
 use crate::scenarios::whole_cluster::deploy::{assert_restricted, only};
@@ -68,23 +66,16 @@ async fn deploy_runs_two_restricted_replicas_on_a_real_node_whose_leader_balance
     let replicas_at_start = env.example.replicas();
     let settled = wait_balanced(&env, replicas_at_start).await;
     assert_invariants(&env, &settled).await;
-    let mark = env.request_mark().await;
     let sts = env.example.statefulset_name();
     for workers in [3, replicas_at_start] {
+        let mark = env.request_mark().await;
         scale(&env, workers).await;
         let settled = wait_for(&env, &format!("Balanced over {workers} workers"), |o| {
             balanced(o, workers, &sts)
         })
         .await;
         assert_invariants(&env, &settled).await;
-    }
-    match operator_pod_deletes(&env, mark).await {
-        Some(deletes) => {
-            for (pod, count) in &deletes {
-                assert_eq!(*count, 1, "{pod} deleted once: {deletes:?}");
-            }
-        }
-        None => env.note_skipped("pod deletions in the request log"),
+        assert_no_pod_deleted_twice(&env, mark).await;
     }
     env.assert_exclusive();
 

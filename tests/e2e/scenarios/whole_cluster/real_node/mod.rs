@@ -23,6 +23,7 @@ mod replicas;
 use serde_json::{Value, json};
 
 use crate::harness::Env;
+use crate::harness::observe::operator_pod_deletes;
 
 /// The example's documents (`examples/`) without its Namespace: for a namespace an install
 /// made, whose Pod Security label applying `examples/namespace.yaml` over it would remove.
@@ -44,4 +45,17 @@ fn with_fast_pods(mut documents: Vec<Value>) -> Vec<Value> {
         }
     }
     documents
+}
+
+/// Asserts that the operator (whichever replica led) deleted no pod twice since `mark`, the
+/// start of one change of the pool: a change restarts each worker at most once.
+async fn assert_no_pod_deleted_twice(env: &Env, mark: usize) {
+    match operator_pod_deletes(env, mark).await {
+        Some(deletes) => {
+            for (pod, count) in &deletes {
+                assert_eq!(*count, 1, "{pod} deleted once in the change: {deletes:?}");
+            }
+        }
+        None => env.note_skipped("pod deletions in the request log"),
+    }
 }

@@ -3,6 +3,8 @@
 //! of them leading through a Lease there, and balancing a pool of that namespace through a
 //! scale.
 
+use std::time::Instant;
+
 use serde_json::Value;
 
 use super::install::assert_enforces_restricted;
@@ -19,6 +21,7 @@ async fn the_namespaced_overlay_runs_on_a_real_node_and_balances_a_pool_of_its_n
     else {
         return;
     };
+    let applied = Instant::now();
     let install = overlay::install(&env, "deploy/overlays/namespaced", &image).await;
     let namespace = install.namespace.clone();
     assert_eq!(namespace, env.example.namespace());
@@ -49,6 +52,10 @@ async fn the_namespaced_overlay_runs_on_a_real_node_and_balances_a_pool_of_its_n
         |_| Ok(()),
     )
     .await;
+    eprintln!(
+        "real-node-namespaced: kubectl apply -k to both replicas Ready on the real node: {:.1} s",
+        applied.elapsed().as_secs_f64()
+    );
     let leader = replicas::wait_one_leader(&env, &namespace, &pods).await;
     for pod in &pods {
         let (status, body) = replicas::get(pod, "/readyz").await;

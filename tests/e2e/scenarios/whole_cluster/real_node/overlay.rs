@@ -68,10 +68,10 @@ fn write_overlay(dir: &Path, base: &Path, image: &str) -> PathBuf {
         "metadata": {"name": "swarm-operator"},
         "spec": {"template": {"spec": {
             "nodeSelector": {REAL_NODE: "true"},
+            // Whatever the taint's value: the node pool's taint is its key.
             "tolerations": [{
                 "key": REAL_NODE,
-                "operator": "Equal",
-                "value": "true",
+                "operator": "Exists",
                 "effect": "NoSchedule",
             }],
         }}},
