@@ -131,8 +131,15 @@ ctr_node() {
 # Records what `down` must restore or leave: the kernel settings the kubelet changes, the shim
 # sockets and the host paths that exist already. Called before the first component starts.
 node_snapshot_host() {
-    local n="$1/node" key path
+    local n="$1/node" key path other
+    # One real node per machine: the pod network's addresses, kube-proxy's tables and the
+    # paths above are the machine's, so only the cluster that owns the node (`owner` in its
+    # directory) may remove them.
+    if other="$(pgrep -a -f -- "${node_bin}/kubelet")"; then
+        die "another cluster's real node runs on this machine (${other}); take it down first, or set SWARM_REAL_NODE=0"
+    fi
     mkdir -p "${n}"
+    touch "${n}/owner"
     for key in "${kubelet_sysctls[@]}"; do
         printf '%s=%s\n' "${key}" "$(sysctl -n "${key}")"
     done >"${n}/sysctls-before"
@@ -150,12 +157,6 @@ node_up() {
     local ip cgroup kubelet_port kubelet_healthz proxy_healthz proxy_metrics
     ip="$(node_ip)"
     [[ -n "${ip}" ]] || die "cannot find this machine's address (ip -4 route get 1.1.1.1)"
-    # One real node per machine: the pod network's addresses and kube-proxy's tables are the
-    # machine's own.
-    local other
-    if other="$(pgrep -a -f -- "${node_bin}/kubelet")"; then
-        die "another cluster's real node runs on this machine (${other}); take it down first, or set SWARM_REAL_NODE=0"
-    fi
     cgroup="$(node_cgroup_name "${dir}")"
     read -r kubelet_port kubelet_healthz proxy_healthz proxy_metrics < <(free_ports 4)
     mkdir -p "${n}"/{containerd,runc,cni/net.d,cni/ipam,kubelet,logs}
@@ -345,17 +346,19 @@ node_down() {
             umount "${name}" 2>/dev/null || umount -l "${name}" 2>/dev/null || true
         done
     done
-    # Host ends of the pods' veth pairs (gone with their namespaces, unless one is held).
-    local link
-    for link in $(ip -o -4 addr show 2>/dev/null | awk -v gw="${real_node_gateway}/32" '$4 == gw { print $2 }'); do
-        ip link delete "${link}" 2>/dev/null || true
-    done
     # cgroups, innermost first.
     local mnt
     while read -r mnt; do
         [[ -d "${mnt}/${cgroup}" ]] || continue
         find "${mnt}/${cgroup}" -depth -type d -exec rmdir {} + 2>/dev/null || true
     done < <(cgroup_mounts)
+    # What follows is the machine's, not this directory's: only the node's owner removes it.
+    [[ -f "${n}/owner" ]] || return 0
+    # Host ends of the pods' veth pairs (gone with their namespaces, unless one is held).
+    local link
+    for link in $(ip -o -4 addr show 2>/dev/null | awk -v gw="${real_node_gateway}/32" '$4 == gw { print $2 }'); do
+        ip link delete "${link}" 2>/dev/null || true
+    done
     # kube-proxy's tables (it has no rules anywhere else in nftables mode).
     local family
     for family in ip ip6; do
@@ -412,12 +415,14 @@ node_leftovers() {
     while read -r mnt; do
         [[ -d "${mnt}/${cgroup}" ]] && echo "cgroup: ${mnt}/${cgroup}"
     done < <(cgroup_mounts)
-    ip -o -4 addr show 2>/dev/null | awk -v gw="${real_node_gateway}/32" '$4 == gw { print "interface: " $2 }'
     local pid
     for pid in $(pgrep -f -- "${dir}/" || true); do
         [[ "${pid}" == "$$" ]] && continue
         echo "process: ${pid} $(tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null)"
     done
+    # The machine's own state, when this cluster owned the node.
+    [[ -f "${n}/owner" ]] || return 0
+    ip -o -4 addr show 2>/dev/null | awk -v gw="${real_node_gateway}/32" '$4 == gw { print "interface: " $2 }'
     if [[ -x "${debian_root}/root/usr/sbin/nft" ]]; then
         node_nft list tables 2>/dev/null | awk '$3 == "kube-proxy" { print "nftables: " $0 }'
     fi

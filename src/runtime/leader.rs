@@ -154,7 +154,9 @@ pub async fn acquire(
     let mut delays = crate::relisting_watch::backoff();
     loop {
         match try_acquire(client.clone(), config).await {
-            Ok(leadership) => return Ok(leadership),
+            Ok(Some(leadership)) => return Ok(leadership),
+            // Released while standing by: stand for it again at once.
+            Ok(None) => {}
             Err(error) => {
                 let delay = delays.next().unwrap_or(crate::relisting_watch::MAX_DELAY);
                 warn!(%error, retry_in_ms = delay.as_millis() as u64, "leader election failed; trying again");
@@ -164,11 +166,19 @@ pub async fn acquire(
     }
 }
 
-/// One attempt of [`acquire`].
+/// One attempt of [`acquire`]: the lease, or `None` when a leader released it while this
+/// replica stood by.
+///
+/// kube-lease-manager's standby sleeps until the expiry it last read, so a lease released by a
+/// leader shutting down (its holder cleared) would wait out the whole duration. The standby
+/// reads the Lease itself every [`LeaseConfig::check_every`], and once it sees no holder it
+/// drops its manager and stands again: the new one takes the free lease on its first step.
+/// Should the old manager have taken the lease in that moment, the new one, of the same
+/// identity, holds and renews it.
 async fn try_acquire(
     client: Client,
     config: &LeaseConfig,
-) -> Result<Leadership, LeaseManagerError> {
+) -> Result<Option<Leadership>, LeaseManagerError> {
     let manager = LeaseManagerBuilder::new(client.clone(), &config.name)
         .with_namespace(&config.namespace)
         .with_identity(&config.identity)
@@ -183,12 +193,22 @@ async fn try_acquire(
         identity = %config.identity,
         "standing by for the lease"
     );
-    if leading.wait_for(|held| *held).await.is_err() {
-        // The lease task ended before ever holding the lease: report why.
-        return Err(match task.await {
-            Ok(Err(error)) => error,
-            _ => LeaseManagerError::InconsistentState("the lease task stopped".into()),
-        });
+    let leases: Api<Lease> = Api::namespaced(client, &config.namespace);
+    tokio::select! {
+        held = leading.wait_for(|held| *held) => {
+            if held.is_err() {
+                // The lease task ended before ever holding the lease: report why.
+                return Err(match task.await {
+                    Ok(Err(error)) => error,
+                    _ => LeaseManagerError::InconsistentState("the lease task stopped".into()),
+                });
+            }
+        }
+        () = released(&leases, config) => {
+            task.abort();
+            info!(lease = %config.name, "the leader released the lease; standing for it at once");
+            return Ok(None);
+        }
     }
     info!(lease = %config.name, identity = %config.identity, "acquired the lease; leading");
     // Just renewed: valid for the duration less the margin from about now.
@@ -197,14 +217,38 @@ async fn try_acquire(
             .checked_add(config.duration.saturating_sub(config.step_down_margin()))
             .unwrap_or_else(|_| Timestamp::now()),
     );
-    let leases: Api<Lease> = Api::namespaced(client, &config.namespace);
     let watchdog = tokio::spawn(watch_renewals(leases, config.clone(), guard.clone()));
-    Ok(Leadership {
+    Ok(Some(Leadership {
         leading,
         task,
         guard,
         watchdog,
-    })
+    }))
+}
+
+/// Returns once a read of the Lease shows it without a holder (released); failed reads are
+/// retried at the next tick.
+async fn released(leases: &Api<Lease>, config: &LeaseConfig) {
+    let every = config.check_every();
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if let Ok(Ok(Some(lease))) = tokio::time::timeout(every, leases.get_opt(&config.name)).await
+            && is_released(&lease)
+        {
+            return;
+        }
+    }
+}
+
+/// A Lease its holder gave up: no holder identity.
+fn is_released(lease: &Lease) -> bool {
+    lease
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.holder_identity.as_deref())
+        .is_none_or(str::is_empty)
 }
 
 /// Reads the Lease every [`LeaseConfig::check_every`] and moves the guard with each renewal
@@ -310,6 +354,17 @@ mod tests {
             }),
             ..Lease::default()
         }
+    }
+
+    #[test]
+    fn a_lease_without_a_holder_is_released() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        assert!(!is_released(&lease("a", t0)));
+        assert!(is_released(&lease("", t0)));
+        let mut cleared = lease("a", t0);
+        cleared.spec.as_mut().unwrap().holder_identity = None;
+        assert!(is_released(&cleared));
+        assert!(is_released(&Lease::default()), "no spec at all");
     }
 
     #[test]
