@@ -121,11 +121,13 @@ node_cgroup_name() { echo "swarm-$(echo "$1" | sha256sum | cut -c1-10)"; }
 # Every cgroup v1 hierarchy and the cgroup2 mount of this machine.
 cgroup_mounts() { awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/mounts; }
 
-# ctr against the node's containerd (on cgroup v1 it warns on stderr that v1 is deprecated).
+# ctr against the node's containerd, without its warning on every call that cgroup v1 is
+# deprecated.
 ctr_node() {
     local dir="$1"
     shift
-    "${containerd_bin}/ctr" --address "${dir}/node/containerd/containerd.sock" -n k8s.io "$@"
+    "${containerd_bin}/ctr" --address "${dir}/node/containerd/containerd.sock" -n k8s.io "$@" \
+        2> >(grep -v 'support for cgroup v1 is deprecated' >&2)
 }
 
 # Records what `down` must restore or leave: the kernel settings the kubelet changes, the shim
