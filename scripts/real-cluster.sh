@@ -63,7 +63,18 @@ source "${repo_root}/scripts/lib/go-build.sh"
 source "${repo_root}/scripts/lib/real-node.sh"
 real_node="${SWARM_REAL_NODE:-1}"
 
+# Builds everything once per version. A second caller (.ci/run starts the build before its
+# lints, scripts/test.sh asks again later) waits for the first one's build and reuses it.
 build_all() {
+    mkdir -p "${cache_root}"
+    local lock
+    exec {lock}>"${cache_root}/real-cluster-build.lock"
+    flock "${lock}"
+    build_all_unlocked
+    exec {lock}>&-
+}
+
+build_all_unlocked() {
     local version=k8s.io/component-base/version
     local major="${kube_version#v}" minor
     minor="${major#*.}"
