@@ -431,8 +431,12 @@ load_image() {
     [[ "${repo}" == */* ]] || repo="docker.io/library/${repo}"
     ctr_node "${dir}" images import --base-name "${repo}" "${archive}" >/dev/null ||
         die "cannot import ${archive} into the real node of ${dir}"
-    ctr_node "${dir}" images ls -q | grep -qxF "${repo}:${name##*:}" ||
-        die "${archive} holds no image tagged ${name##*:} (ctr images ls: $(ctr_node "${dir}" images ls -q | tr '\n' ' '))"
+    # Listed first, then searched: `grep -q` stops reading at the first match, and under
+    # pipefail the ctr it cut off would fail the check.
+    local listed
+    listed="$(ctr_node "${dir}" images ls -q)"
+    grep -qxF "${repo}:${name##*:}" <<<"${listed}" ||
+        die "${archive} holds no image tagged ${name##*:} (ctr images ls: $(tr '\n' ' ' <<<"${listed}"))"
     say "loaded ${repo}:${name##*:} into ${real_node_name}"
 }
 
