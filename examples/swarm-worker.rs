@@ -1,16 +1,18 @@
-//! Example worker, in one of two modes.
+//! Example worker, in one of two modes (`--mode`, `SWARM_WORKER_MODE`).
 //!
-//! With `POD_UID` set (the downward API's `metadata.uid`), it is a complete worker of the
-//! acknowledged handoff (`rollout.policy: Acknowledge`), built on the `swarm-worker` library:
+//! `acknowledge` (the default when `POD_UID`, the downward API's `metadata.uid`, is set): a
+//! complete worker of the acknowledged handoff (`rollout.policy: Acknowledge`), built on the `swarm-worker` library:
 //! it reads its entry of the pool's ConfigMap through the API, runs each job as a task that
 //! logs, stops and starts them as new config versions ask, and acknowledges each version on
 //! its Lease. Its settings are the library's (`POD_NAME`, `POD_NAMESPACE`, `POD_UID`,
 //! `SWARM_POOL`, `SWARM_CONFIG_MAP`, `SWARM_WORKER_REPORT`).
 //!
-//! Without `POD_UID`, for the rollout policies that deliver changes through the mounted file,
-//! it reads its own entry of the mounted `config.yml`, logs its jobs and the config version,
-//! and reloads when the file changes. The config path defaults to where
-//! `examples/worker-statefulset.yaml` mounts the ConfigMap.
+//! `file` (the default without `POD_UID`), for the rollout policies that deliver changes
+//! through the mounted file: it reads its own entry of the mounted `config.yml`, logs its jobs
+//! and the config version, reloads when the kubelet refreshes the file, and stops on SIGTERM.
+//! The config path defaults to where `examples/worker-statefulset.yaml` mounts the ConfigMap.
+//! With `SWARM_WORKER_REPORT` set it appends the protocol's report line (pod, `POD_UID`, config
+//! version, jobs) at start, at each change and on SIGTERM, as the library does.
 //!
 //! ```text
 //! POD_NAME=swarm-worker-0 cargo run --example swarm-worker -- --config ./config.yml
@@ -20,8 +22,10 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, ValueEnum};
+use k8s_openapi::jiff::Timestamp;
 use swarm_assign::worker_config::WorkerConfig;
+use swarm_worker::report::{self, ReportLine};
 use swarm_worker::{Jobs, Permit, Worker};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -31,6 +35,10 @@ use tracing::{error, info, warn};
 #[derive(Parser, Debug)]
 #[command(name = "swarm-worker")]
 struct Args {
+    /// How the worker learns its jobs: through the API with acknowledgements (`acknowledge`),
+    /// or from the mounted file (`file`); by default `acknowledge` when `POD_UID` is set.
+    #[arg(long, env = "SWARM_WORKER_MODE", value_enum)]
+    mode: Option<Mode>,
     /// The mounted config file (without `POD_UID` only).
     #[arg(long, env = "CONFIG_PATH", default_value = "/app/config/config.yml")]
     config: PathBuf,
@@ -40,6 +48,21 @@ struct Args {
     /// How often to check the file for changes (without `POD_UID` only).
     #[arg(long, env = "POLL_SECONDS", default_value_t = 2)]
     poll_seconds: u64,
+    /// This pod's uid, for the report's lines (without `POD_UID` the mode is `file`).
+    #[arg(long, env = "POD_UID")]
+    pod_uid: Option<String>,
+    /// Where to append the report lines (`file` mode; the library reads it in `acknowledge`).
+    #[arg(long, env = "SWARM_WORKER_REPORT")]
+    report: Option<PathBuf>,
+}
+
+/// How the worker learns its jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// `rollout.policy: Acknowledge`: read through the API, acknowledge on a Lease.
+    Acknowledge,
+    /// `rollout.policy: DeletePods` or `None`: read the mounted `config.yml`.
+    File,
 }
 
 /// What the worker found in the config, compared between polls so only changes are logged.
@@ -155,10 +178,14 @@ async fn main() {
         .with_ansi(ansi)
         .init();
     let args = Args::parse();
-    if std::env::var_os("POD_UID").is_some() {
-        acknowledging(&args).await;
+    let mode = args.mode.unwrap_or(if args.pod_uid.is_some() {
+        Mode::Acknowledge
     } else {
-        follow_file(&args).await;
+        Mode::File
+    });
+    match mode {
+        Mode::Acknowledge => acknowledging(&args).await,
+        Mode::File => follow_file(&args).await,
     }
 }
 
@@ -196,10 +223,36 @@ async fn follow_file(args: &Args) {
                 info!(pod = %args.pod_name, "config changed; reloading");
             }
             log(&now, &args.pod_name);
+            write_report(args, &now);
             last = Some(now);
         }
     }
+    // The jobs end with the process: say so before exiting, within the grace period.
+    write_report(args, &Assignment::NoFile);
     info!(pod = %args.pod_name, "stopping");
+}
+
+/// Appends the report line of `assignment` (what runs from now on), when there is a report.
+fn write_report(args: &Args, assignment: &Assignment) {
+    let Some(path) = &args.report else {
+        return;
+    };
+    let (version, running) = match assignment {
+        Assignment::Jobs { version, jobs, .. } => (Some(*version), jobs.as_slice()),
+        Assignment::NoEntry { version } => (Some(*version), &[][..]),
+        Assignment::NoFile | Assignment::Unreadable(_) => (None, &[][..]),
+    };
+    let line = ReportLine {
+        pod: &args.pod_name,
+        uid: args.pod_uid.as_deref().unwrap_or_default(),
+        version,
+        running,
+        at: report::timestamp(Timestamp::now()),
+        until: None,
+    };
+    if let Err(error) = report::append(path, &line) {
+        warn!(path = %path.display(), %error, "cannot write the worker report");
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! instance ran and when.
 
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::Serialize;
@@ -34,6 +34,16 @@ impl ReportLine<'_> {
     pub fn render(&self) -> String {
         serde_json::to_string(self).expect("strings and integers always serialize to JSON")
     }
+}
+
+/// Appends `line` and a newline to the report at `path` in one write with `O_APPEND`, so lines
+/// of pods sharing a file do not interleave.
+pub fn append(path: &Path, line: &ReportLine<'_>) -> std::io::Result<()> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(format!("{}\n", line.render()).as_bytes()))
 }
 
 /// RFC 3339 in UTC with nine fractional digits, so lines of one run sort by time as text.
@@ -78,15 +88,8 @@ impl Report {
             running,
             at: timestamp(now),
             until,
-        }
-        .render();
-        // One write of the whole line with O_APPEND, so lines of pods sharing a file do not
-        // interleave.
-        let result = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut file| file.write_all(format!("{line}\n").as_bytes()));
+        };
+        let result = append(path, &line);
         if let Err(error) = result {
             tracing::warn!(path = %path.display(), %error, "cannot write the worker report");
         }

@@ -37,7 +37,7 @@ use operator::Operator;
 use real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, RealCluster};
 use sim_inspect::{HARNESS_USER_AGENT, PodMounts, RequestRecord, SimInspector};
 use worker_config::WorkerConfig;
-use worker_fleet::{Fleet, FleetSpec, Workers};
+use worker_fleet::{Fleet, FleetSpec, Reports, Workers};
 
 /// Names a file each scenario appends its timing to (see [`Env::record_timing`]).
 pub const TIMINGS_ENV: &str = "SWARM_E2E_TIMINGS";
@@ -45,6 +45,8 @@ pub const TIMINGS_ENV: &str = "SWARM_E2E_TIMINGS";
 /// Names the operator image (`NAME:TAG`) loaded into the real node of a cluster of
 /// `scripts/real-cluster.sh`; `scripts/test.sh` sets it only when such a node holds the image.
 pub const OPERATOR_IMAGE_ENV: &str = "SWARM_E2E_OPERATOR_IMAGE";
+/// Names the Rust example worker's image, loaded the same way.
+pub const WORKER_IMAGE_ENV: &str = "SWARM_E2E_WORKER_IMAGE";
 
 /// A real cluster is shared: scenarios in their own namespaces hold it for reading, side by
 /// side; a scenario that needs the whole cluster holds it for writing, alone. (The lock
@@ -147,6 +149,9 @@ pub struct Env {
     more_duplicates: Vec<DuplicateWatch>,
     /// The worker processes of an acknowledging pool, when the scenario runs them.
     fleet: Option<Fleet>,
+    /// Whether the duplicate watch reads reports of workers in real containers
+    /// ([`Env::watch_reports`]).
+    reads_container_reports: bool,
     /// Requests RBAC may have refused on purpose (a scenario that revokes permissions, or an
     /// API server whose authorizer is still starting): the first this many are not checked.
     refusals_expected: usize,
@@ -278,6 +283,7 @@ impl Env {
             duplicates,
             more_duplicates: Vec::new(),
             fleet: None,
+            reads_container_reports: false,
             refusals_expected: 0,
             _hold: hold,
             started,
@@ -302,22 +308,32 @@ impl Env {
     /// that run the operator as a container on the real node; `None` (with a note) where no
     /// node holds that image (kube-sim, or a real cluster without its real node).
     pub async fn start_alone_with_operator_image(name: &str) -> Option<(Env, String)> {
-        let image = std::env::var(OPERATOR_IMAGE_ENV)
-            .ok()
-            .filter(|image| !image.is_empty());
-        let why = match (&image, RealCluster::from_env()) {
-            (Some(_), Some(_)) => None,
-            (None, _) => Some(format!(
-                "no real node holds the operator image ({OPERATOR_IMAGE_ENV} unset)"
-            )),
-            (Some(_), None) => Some("kube-sim has no node to run the operator image".to_owned()),
+        let (env, mut images) = Env::start_alone_with_images(name, &[OPERATOR_IMAGE_ENV]).await?;
+        Some((env, images.remove(0)))
+    }
+
+    /// Like [`Env::start_alone`], with the images the variables `vars` name (in that order),
+    /// which `scripts/test.sh` loaded into the real node; `None` (with a note) when one is
+    /// unset or the cluster is kube-sim, which has no node to run an image.
+    pub async fn start_alone_with_images(name: &str, vars: &[&str]) -> Option<(Env, Vec<String>)> {
+        let images: Vec<Option<String>> = vars
+            .iter()
+            .map(|var| std::env::var(var).ok().filter(|image| !image.is_empty()))
+            .collect();
+        let why = match (
+            vars.iter().zip(&images).find(|(_, image)| image.is_none()),
+            RealCluster::from_env(),
+        ) {
+            (Some((var, _)), _) => Some(format!("no real node holds its image ({var} unset)")),
+            (None, None) => Some("kube-sim has no node to run an image".to_owned()),
+            (None, Some(_)) => None,
         };
         if let Some(why) = why {
             eprintln!("note: {name} skipped: {why}");
             return None;
         }
         let env = Env::start_alone(name, SimSpeed::FAST).await;
-        Some((env, image?))
+        Some((env, images.into_iter().flatten().collect()))
     }
 
     /// What the duplicate watch has seen so far.
@@ -397,6 +413,25 @@ impl Env {
             pool.to_owned(),
         );
         self.fleet.insert(fleet)
+    }
+
+    /// From now on the duplicate watch of pool `pool` (in the example namespace) reads what
+    /// the workers report they run in `reports`: workers in real containers that append their
+    /// report lines to a directory of the host (a hostPath volume).
+    pub fn watch_reports(&mut self, pool: &str, reports: Reports) {
+        self.reads_container_reports = true;
+        self.duplicates = DuplicateWatch::start_for_reports(
+            reports,
+            self.client.clone(),
+            self.example.namespace(),
+            pool.to_owned(),
+        );
+    }
+
+    /// Whether the workers are real containers whose reports the scenario reads: then what
+    /// they run is what they report, not what the API's history says they mounted.
+    pub fn reads_container_reports(&self) -> bool {
+        self.reads_container_reports
     }
 
     /// The worker processes [`Env::run_workers`] started.

@@ -449,6 +449,8 @@ pub struct Reports {
 struct Line {
     pod: String,
     uid: String,
+    #[serde(default)]
+    version: Option<u64>,
     running: Vec<String>,
     at: String,
     /// Until when the jobs' permit holds: they do no work after it (they check it before each
@@ -473,11 +475,13 @@ impl Line {
 }
 
 impl Reports {
-    fn new(dir: PathBuf) -> Reports {
+    /// The reports in `dir`, one `<pod uid>.jsonl` per pod instance.
+    pub fn new(dir: PathBuf) -> Reports {
         Reports { dir }
     }
 
-    fn path(&self, uid: &str) -> PathBuf {
+    /// The report file of pod instance `uid`.
+    pub fn path(&self, uid: &str) -> PathBuf {
         self.dir.join(format!("{uid}.jsonl"))
     }
 
@@ -559,7 +563,34 @@ impl Reports {
     }
 }
 
+/// A line a worker wrote itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerLine {
+    /// When it was written.
+    pub at: Timestamp,
+    /// The config version its jobs belong to.
+    pub version: Option<u64>,
+    /// The jobs that run from then on.
+    pub running: Vec<String>,
+}
+
 impl Reports {
+    /// The lines instance `uid`'s worker wrote itself, in order.
+    pub fn worker_lines(&self, uid: &str) -> Vec<WorkerLine> {
+        let text = std::fs::read_to_string(self.path(uid)).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str::<Line>(line).ok())
+            .filter(|line| line.by.is_none())
+            .filter_map(|line| {
+                Some(WorkerLine {
+                    at: Timestamp::from_str(&line.at).ok()?,
+                    version: line.version,
+                    running: line.running,
+                })
+            })
+            .collect()
+    }
+
     /// The job sets instance `uid`'s worker itself reported at or after `since`.
     pub fn written_by_worker_since(&self, uid: &str, since: Timestamp) -> Vec<Vec<String>> {
         let text = std::fs::read_to_string(self.path(uid)).unwrap_or_default();

@@ -10,4 +10,5 @@ mod control_plane;
 pub(crate) mod deploy;
 mod node_loss;
 mod real_node;
+mod real_workers;
 mod worker_lease_policy;

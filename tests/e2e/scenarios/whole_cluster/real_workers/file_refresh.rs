@@ -1,0 +1,138 @@
+//! `rollout.policy: None` with `handoff: Overlap`: nothing restarts, and each worker reloads
+//! the `config.yml` the kubelet refreshes in its volume. This measures that refresh where it
+//! happens, on a real kubelet with its default settings: from the operator's ConfigMap write
+//! (as the harness sees it, within 0.1 s) to the worker's report of the new version (it polls
+//! the file every second), over [`CHANGES`] job edits, and prints the median and the worst.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
+
+use super::pod_log::PodLog;
+use super::{
+    Rollout, assert_workers_run_their_entries, file_workers, median_and_worst, reports_dir,
+};
+use crate::harness::observe::{assert_invariants, observe, wait_balanced};
+use crate::harness::poll::eventually_within;
+use crate::harness::{Env, WORKER_IMAGE_ENV};
+
+/// How many config versions are measured.
+const CHANGES: usize = 10;
+/// The pause between two edits: shorter than the kubelet's period, so the changes land at
+/// different points of it.
+const BETWEEN_CHANGES: Duration = Duration::from_secs(3);
+/// How long a refresh may take at most before the scenario fails: the kubelet's sync period
+/// (1 min), its ConfigMap cache and the worker's poll, with room for a loaded machine.
+const REFRESH_WITHIN: Duration = Duration::from_secs(150);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelet_refreshes_a_mounted_config_within_its_sync_period() {
+    let Some((mut env, images)) =
+        Env::start_alone_with_images("real-workers-file-refresh", &[WORKER_IMAGE_ENV]).await
+    else {
+        return;
+    };
+    let reports = reports_dir(&env);
+    let pods = PodLog::start(&env, "app=swarm-worker");
+    env.install_crds().await;
+    env.start_operator().await;
+    env.watch_reports(&env.example.pool_name(), reports.clone());
+    let documents = file_workers(&env, &images[0], Rollout::ReloadOverlap, &reports);
+    env.apply("real-workers.yaml", &documents).await;
+    let replicas = env.example.replicas();
+    let settled = wait_balanced(&env, replicas).await;
+    assert_invariants(&env, &settled).await;
+    assert_workers_run_their_entries(&reports, &settled, REFRESH_WITHIN).await;
+    let uids: Vec<String> = settled.pods.values().map(|p| p.uid.clone()).collect();
+
+    let mut pool: Value = documents
+        .iter()
+        .find(|doc| doc["kind"] == "SwarmPool")
+        .expect("the example's pool")
+        .clone();
+    let mut jobs = env.example.jobs();
+    let mut written: Vec<(u64, Timestamp)> = Vec::new();
+    let mut version = settled.config().version;
+    for change in 0..CHANGES {
+        jobs.push(format!("stream:refresh-{change}:new"));
+        pool["spec"]["jobs"] = json!(jobs);
+        env.apply("real-workers-edit.yaml", std::slice::from_ref(&pool))
+            .await;
+        let previous = version;
+        let env = &env;
+        version = eventually_within(
+            "the operator to write the edit",
+            Duration::from_secs(30),
+            || async move {
+                let o = observe(env).await?;
+                match o.config.as_ref().map(|c| c.version) {
+                    Some(v) if v > previous => Ok(v),
+                    v => Err(format!("config version {v:?}")),
+                }
+            },
+        )
+        .await;
+        written.push((version, Timestamp::now()));
+        tokio::time::sleep(BETWEEN_CHANGES).await;
+    }
+
+    let last = version;
+    let reports_ref = &reports;
+    let uids_ref = &uids;
+    eventually_within(
+        "every worker to see the last version",
+        REFRESH_WITHIN,
+        || async move {
+            let behind: Vec<&String> = uids_ref
+                .iter()
+                .filter(|uid| {
+                    !reports_ref
+                        .worker_lines(uid)
+                        .iter()
+                        .any(|line| line.version >= Some(last))
+                })
+                .collect();
+            if behind.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("behind: {behind:?}"))
+            }
+        },
+    )
+    .await;
+
+    // For each worker and version: the first line at that version or a later one.
+    let mut refresh = Vec::new();
+    for uid in &uids {
+        let lines = reports.worker_lines(uid);
+        for (version, at) in &written {
+            let seen = lines
+                .iter()
+                .find(|line| line.version >= Some(*version))
+                .expect("a line at or past the last version");
+            refresh.push(seen.at.duration_since(*at).as_secs_f64().max(0.0));
+        }
+    }
+    let (median, worst) = median_and_worst(&refresh);
+    eprintln!(
+        "real-workers-file-refresh: mounted config.yml refresh, ConfigMap write to the worker's report: {median:.1} s (median), {worst:.1} s (worst) over {} changes x {} workers",
+        written.len(),
+        uids.len()
+    );
+    assert!(
+        worst < REFRESH_WITHIN.as_secs_f64(),
+        "a refresh took {worst:.1} s"
+    );
+
+    let settled = wait_balanced(&env, replicas).await;
+    assert_invariants(&env, &settled).await;
+    assert_workers_run_their_entries(&reports, &settled, REFRESH_WITHIN).await;
+    pods.assert_no_restart();
+    let stats = env.handoff_stats();
+    eprintln!(
+        "real-workers-file-refresh: Overlap's duplicates, the cost it documents: {:.1} job-seconds on {} jobs",
+        stats.duplicate_job_seconds,
+        stats.duplicated_jobs.len()
+    );
+}
