@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds the operator's and the example worker's container images as OCI archives, without a
-# container engine or a registry, keeping the Dockerfile's contract (binary path, entrypoint,
-# cmd, user 65532:65532, exposed port; no shell; CA certificates; /etc/passwd and /etc/group
-# with distroless's `nonroot` 65532).
+# Builds the operator's, the example worker's and the Python example worker's container images as
+# OCI archives, without a container engine or a registry, keeping the Dockerfile's contract
+# (binary path, entrypoint, cmd, user 65532:65532, exposed port; no shell; CA certificates;
+# /etc/passwd and /etc/group with distroless's `nonroot` 65532).
 #
 #   scripts/build-images.sh [--profile release|dev] [--tag TAG] [--out DIR] [--check]
 #
@@ -11,13 +11,16 @@
 #                       compiles only the example's plain binary, no dependency
 #   --tag TAG           the images' tag (default: dev)
 #   --out DIR           where the archives go (default: <target dir>/images)
-#   --check             then unpack each archive (umoci unpack, as root) and run its binary's
-#                       --help under chroot of the read-only root filesystem, as uid 65532
+#   --check             then unpack each archive (umoci unpack, as root) and run it under chroot
+#                       of the read-only root filesystem, as uid 65532, with the image's
+#                       environment: each binary's --help; for the Python worker, an import of
+#                       its modules, then its entrypoint, which must stop at the missing
+#                       POD_NAME, ... (so no cluster is needed)
 #
-# It writes <out>/swarm-operator.tar and <out>/swarm-worker.tar, and prints one line
-# "<name>:<tag>\t<archive>" per image on stdout (progress, digests and sizes go to stderr).
-# Each archive is an OCI image layout in a tar whose index names the image by its tag
-# (org.opencontainers.image.ref.name), as containerd imports it:
+# It writes <out>/swarm-operator.tar, <out>/swarm-worker.tar and <out>/swarm-python-worker.tar,
+# and prints one line "<name>:<tag>\t<archive>" per image on stdout (progress, digests and sizes
+# go to stderr). Each archive is an OCI image layout in a tar whose index names the image by its
+# tag (org.opencontainers.image.ref.name), as containerd imports it:
 #
 #   ctr -n k8s.io images import --base-name docker.io/library/swarm-operator <out>/swarm-operator.tar
 #
@@ -27,6 +30,21 @@
 # (scripts/install-umoci.sh builds the pinned one; UMOCI names another). Files, layers and
 # configs carry one fixed time, SOURCE_DATE_EPOCH or else the last commit's, so the same
 # binaries give the same digests.
+#
+# swarm-python-worker runs examples/python-worker/swarm_worker.py (at /app) with Debian
+# bookworm's python3.11: the packages pinned in hack/debian/python-image-packages, fetched with
+# `apt-get download` and unpacked with `dpkg-deb -x` (never installed), without documentation
+# (each package's copyright stays), test suites, pydoc's topics, venv, and the stdlib modules
+# whose libraries are not pinned (sqlite3, crypt, curses, readline, dbm.ndbm, nis). The wheels of
+# examples/python-worker/requirements.txt, the whole closure, go into
+# /usr/lib/python3/dist-packages with `pip install --no-deps --only-binary=:all:` for CPython 3.11
+# on glibc 2.36 (manylinux up to 2_36), without byte code (PYTHONDONTWRITEBYTECODE=1; the root
+# filesystem may be read-only), console scripts, kubernetes/aio (the asyncio client, 40 MB that
+# swarm_worker.py never imports) or the kubernetes package's *_test.py. The build fails when
+# any shared object in the image needs a library the image lacks. Packages and wheels are
+# downloaded once into ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}/python-image-<hash of the
+# pins> and python-wheels-<hash of the requirements>; apt-get, dpkg-deb and python3's pip are
+# needed.
 set -euo pipefail
 umask 022
 
@@ -77,9 +95,11 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "${profile}" == release || "${profile}" == dev ]] || die "--profile is release or dev, not ${profile}"
 [[ "${tag}" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "not a valid image tag: ${tag}"
-for tool in cargo python3 objcopy readelf ldd tar $( ((check == 0)) || echo unshare chroot); do
+for tool in cargo python3 objcopy readelf ldd tar apt-get dpkg-deb sha256sum \
+    $( ((check == 0)) || echo unshare chroot); do
     command -v "${tool}" >/dev/null 2>&1 || die "${tool} is needed (none on PATH)"
 done
+python3 -m pip --version >/dev/null 2>&1 || die "python3's pip is needed (for the Python worker's wheels)"
 ca_bundle=/etc/ssl/certs/ca-certificates.crt
 [[ -s "${ca_bundle}" ]] || die "${ca_bundle} is missing: apt-get install ca-certificates"
 if ((EUID != 0)); then
@@ -118,12 +138,24 @@ created="$(date -u -d "@${epoch}" +%Y-%m-%dT%H:%M:%SZ)"
 work="$(mktemp -d "${out}/.build-images.XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
 
-# stage_rootfs <rootfs> <binary> <name>: the image's files: the stripped binary at
-# /usr/local/bin/<name>, its shared libraries and loader, CA certificates, and distroless's
-# users, /tmp and /home/nonroot. No shell, nothing else.
-stage_rootfs() {
-    local rootfs="$1" binary="$2" name="$3"
-    install -d -m 0755 "${rootfs}/etc/ssl/certs" "${rootfs}/usr/local/bin"
+cache_root="${SWARM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/swarm-operator}"
+python_pins="${repo_root}/hack/debian/python-image-packages"
+python_requirements="${repo_root}/examples/python-worker/requirements.txt"
+python_worker="${repo_root}/examples/python-worker/swarm_worker.py"
+# The wheels' platform: CPython 3.11 on bookworm's glibc 2.36. pip 23 does not widen a
+# manylinux_2_X platform to the older ones, so each is named.
+wheel_platform=(--only-binary=:all: --implementation cp --python-version 3.11 --abi cp311
+    --platform manylinux2014_x86_64)
+for glibc_minor in $(seq 17 36); do wheel_platform+=(--platform "manylinux_2_${glibc_minor}_x86_64"); done
+python_debs="${cache_root}/python-image-$(sha256sum "${python_pins}" | cut -c1-12)"
+python_wheels="${cache_root}/python-wheels-$(cat "${python_requirements}" <(echo "${wheel_platform[*]}") |
+    sha256sum | cut -c1-12)"
+
+# stage_base <rootfs>: what every image has: CA certificates, and distroless's users, /tmp and
+# /home/nonroot.
+stage_base() {
+    local rootfs="$1"
+    install -d -m 0755 "${rootfs}/etc/ssl/certs"
     install -d -m 1777 "${rootfs}/tmp"
     install -d -m 0700 "${rootfs}/home/nonroot"
     ((EUID != 0)) || chown 65532:65532 "${rootfs}/home/nonroot"
@@ -135,7 +167,16 @@ stage_rootfs() {
         >"${rootfs}/etc/group"
     printf '%s\n' 'passwd: files' 'group: files' 'hosts: files dns' >"${rootfs}/etc/nsswitch.conf"
     install -m 0644 "${ca_bundle}" "${rootfs}/etc/ssl/certs/ca-certificates.crt"
+}
 
+# stage_binary <rootfs> <binary> <name>: the image's files: the stripped binary at
+# /usr/local/bin/<name>, its shared libraries and loader, and stage_base's. No shell, nothing
+# else.
+stage_binary() {
+    local rootfs="$1" binary="$2" name="$3"
+    [[ -x "${binary}" ]] || die "${binary} was not built"
+    stage_base "${rootfs}"
+    install -d -m 0755 "${rootfs}/usr/local/bin"
     objcopy --strip-debug "${binary}" "${rootfs}/usr/local/bin/${name}"
     chmod 0755 "${rootfs}/usr/local/bin/${name}"
 
@@ -155,22 +196,155 @@ stage_rootfs() {
             install -D -m 0755 "$(readlink -f "${lib}")" "${rootfs}${lib}"
         done
     fi
-    find "${rootfs}" -exec touch -h -d "@${epoch}" {} +
+    created_by="${name}, its libraries, CA certificates, passwd"
 }
 
-# build_image <name> <binary> [umoci config flags...]: writes <out>/<name>.tar.
+# fetch_python_packages: the pinned Debian packages and wheels, each downloaded once into the
+# cache (a directory is complete once it has .done).
+fetch_python_packages() {
+    local partial pkg version count=0 started=${SECONDS}
+    if [[ ! -f "${python_debs}/.done" ]]; then
+        say "swarm-python-worker: downloading the Debian packages of ${python_pins#"${repo_root}/"} into ${python_debs}"
+        partial="$(mktemp -d "${python_debs}.partial.XXXXXX")"
+        while read -r pkg version; do
+            [[ -z "${pkg}" || "${pkg}" == \#* ]] && continue
+            count=$((count + 1))
+            (cd "${partial}" && apt-get download "${pkg}=${version}" >/dev/null 2>&1) ||
+                (apt-get update >/dev/null 2>&1 && cd "${partial}" && apt-get download "${pkg}=${version}" >/dev/null) ||
+                die "cannot download the Debian package ${pkg}=${version} (pinned in ${python_pins}; \`apt-cache policy ${pkg}\` names the versions the mirror has)"
+        done <"${python_pins}"
+        (($(find "${partial}" -name '*.deb' | wc -l) == count)) || die "${partial}: not one .deb per pin"
+        touch "${partial}/.done"
+        rm -rf "${python_debs}"
+        mv -T "${partial}" "${python_debs}" 2>/dev/null || rm -rf "${partial}"
+        say "swarm-python-worker: ${count} Debian packages downloaded in $((SECONDS - started)) s"
+    fi
+    started=${SECONDS}
+    if [[ ! -f "${python_wheels}/.done" ]]; then
+        say "swarm-python-worker: downloading the wheels of ${python_requirements#"${repo_root}/"} into ${python_wheels}"
+        partial="$(mktemp -d "${python_wheels}.partial.XXXXXX")"
+        python3 -m pip download --quiet --disable-pip-version-check --no-input --no-deps \
+            "${wheel_platform[@]}" --dest "${partial}" --requirement "${python_requirements}" >&2 ||
+            die "cannot download the wheels of ${python_requirements} for CPython 3.11 on manylinux_2_36_x86_64"
+        count="$(grep -c '^[^#[:space:]]' "${python_requirements}")"
+        (($(find "${partial}" -name '*.whl' | wc -l) == count)) || die "${partial}: not one wheel per pin"
+        touch "${partial}/.done"
+        rm -rf "${python_wheels}"
+        mv -T "${partial}" "${python_wheels}" 2>/dev/null || rm -rf "${partial}"
+        say "swarm-python-worker: ${count} wheels downloaded in $((SECONDS - started)) s"
+    fi
+}
+
+# stage_python <rootfs>: python3.11 and the part of its standard library the image keeps, unpacked
+# from the pinned Debian packages; the pinned wheels in /usr/lib/python3/dist-packages;
+# swarm_worker.py at /app; and stage_base's. Fails when a shared object needs a library the image
+# lacks.
+stage_python() {
+    local rootfs="$1" deb
+    fetch_python_packages
+    for deb in "${python_debs}"/*.deb; do dpkg-deb -x "${deb}" "${rootfs}"; done
+    stage_base "${rootfs}"
+
+    # Documentation but the copyrights, iconv's modules, binfmt registrations.
+    find "${rootfs}/usr/share" -mindepth 1 ! -type d ! -path "${rootfs}/usr/share/doc/*/copyright" -delete
+    find "${rootfs}/usr/share" -mindepth 1 -depth -type d -empty -delete
+    rm -rf "${rootfs}/usr/lib/x86_64-linux-gnu/gconv" "${rootfs}/usr/lib/binfmt.d"
+    # The standard library: no test suites, pydoc topics, venv (no ensurepip here) or turtle, and
+    # none of the modules whose libraries are not pinned.
+    local stdlib="${rootfs}/usr/lib/python3.11"
+    rm -rf "${stdlib}"/{test,idlelib,tkinter,turtledemo,ensurepip,lib2to3,pydoc_data,venv,turtle.py} \
+        "${stdlib}"/{sqlite3,crypt.py,curses}
+    rm -f "${stdlib}"/lib-dynload/{_test,_ctypes_test.,_xxtestfuzz.,xxlimited}*.so \
+        "${stdlib}"/lib-dynload/{_sqlite3.,_crypt.,_curses,readline.,_dbm.,nis.}*.so
+
+    local site="${rootfs}/usr/lib/python3/dist-packages"
+    install -d -m 0755 "${site}" "${rootfs}/app"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --no-input \
+        --no-deps --no-index --find-links "${python_wheels}" --no-compile --target "${site}" \
+        "${wheel_platform[@]}" --requirement "${python_requirements}" >&2 ||
+        die "cannot install the wheels of ${python_requirements} from ${python_wheels}"
+    rm -rf "${site}/bin" "${site}/kubernetes/aio"
+    find "${site}/kubernetes" -name '*_test.py' -delete
+    find "${rootfs}" -name __pycache__ -prune -exec rm -rf {} +
+    install -m 0644 "${python_worker}" "${rootfs}/app/swarm_worker.py"
+    chmod -R u+w,a+rX "${site}" "${rootfs}/app"
+
+    # Every shared object's libraries, looked up as the loader does (RPATH/RUNPATH with $ORIGIN,
+    # then the system directories), inside the image: symbolic links are resolved in the root.
+    python3 - "${rootfs}" <<'EOF' || die "swarm-python-worker: a shared object needs a library the image lacks (above)"
+import os, re, subprocess, sys
+root = sys.argv[1]
+
+def resolve(path, hops=0):
+    """The host path of the image's absolute `path`, its links followed inside the image."""
+    parts, done = [p for p in path.split("/") if p], "/"
+    while parts:
+        part = parts.pop(0)
+        here = os.path.normpath(os.path.join(done, part))
+        full = root + here
+        if os.path.islink(full):
+            if hops > 40:
+                return None
+            target = os.readlink(full)
+            rest = "/".join(parts)
+            base = target if target.startswith("/") else os.path.join(done, target)
+            return resolve(os.path.normpath(os.path.join(base, rest)), hops + 1)
+        done = here
+    return root + done if os.path.exists(root + done) else None
+
+system = ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"]
+missing, checked = [], 0
+for dirpath, dirnames, filenames in os.walk(root):
+    for filename in filenames:
+        full = os.path.join(dirpath, filename)
+        if os.path.islink(full) or not os.path.isfile(full):
+            continue
+        with open(full, "rb") as f:
+            if f.read(4) != b"ELF":
+                continue
+        checked += 1
+        inner = "/" + os.path.relpath(full, root)
+        dynamic = subprocess.run(["readelf", "--dynamic", "--program-headers", "--wide", full],
+                                 capture_output=True, text=True).stdout
+        interp = re.search(r"Requesting program interpreter: (\S+)\]", dynamic)
+        if interp and not resolve(interp.group(1)):
+            missing.append(f"{inner}: its loader {interp.group(1)}")
+        paths = []
+        for found in re.findall(r"\((?:RPATH|RUNPATH)\).*\[(.*)\]", dynamic):
+            paths += [p.replace("$ORIGIN", os.path.dirname(inner)).replace("${ORIGIN}", os.path.dirname(inner))
+                      for p in found.split(":")]
+        for needed in re.findall(r"\(NEEDED\).*\[(.*)\]", dynamic):
+            if not any(resolve(os.path.join(d, needed)) for d in paths + system):
+                missing.append(f"{inner}: {needed}")
+for line in missing:
+    print(f"build-images.sh: swarm-python-worker: {line} is not in the image", file=sys.stderr)
+print(f"build-images.sh: swarm-python-worker: the libraries of {checked} shared objects are in the image",
+      file=sys.stderr)
+sys.exit(1 if missing or checked == 0 else 0)
+EOF
+    created_by="python3.11 from Debian bookworm (${python_pins#"${repo_root}/"}), the wheels of ${python_requirements#"${repo_root}/"}, swarm_worker.py, CA certificates, passwd"
+}
+
+# build_image <name> <stage function> [its arguments...] -- [umoci config flags...]: writes
+# <out>/<name>.tar, whose one layer is what the stage function puts in the root filesystem it is
+# given first.
 build_image() {
-    local name="$1" binary="$2"
-    shift 2
-    [[ -x "${binary}" ]] || die "${binary} was not built"
-    local layout="${work}/${name}/layout" bundle="${work}/${name}/bundle"
+    local name="$1" stage=()
+    shift
+    while [[ $# -gt 0 && "$1" != -- ]]; do
+        stage+=("$1")
+        shift
+    done
+    [[ $# -gt 0 ]] && shift
+    local layout="${work}/${name}/layout" bundle="${work}/${name}/bundle" created_by=""
     mkdir -p "${work}/${name}"
     "${umoci}" init --layout "${layout}"
     "${umoci}" new --image "${layout}:${tag}"
     "${umoci}" unpack "${rootless[@]}" --image "${layout}:${tag}" "${bundle}" >/dev/null
-    stage_rootfs "${bundle}/rootfs" "${binary}" "${name}"
+    "${stage[0]}" "${bundle}/rootfs" "${stage[@]:1}"
+    find "${bundle}/rootfs" -exec touch -h -d "@${epoch}" {} +
     "${umoci}" repack --image "${layout}:${tag}" --history.created "${created}" \
-        --history.created_by "scripts/build-images.sh: ${name}, its libraries, CA certificates, passwd" \
+        --history.created_by "scripts/build-images.sh: ${created_by}" \
         "${bundle}"
     "${umoci}" config --image "${layout}:${tag}" --created "${created}" \
         --history.created "${created}" --history.created_by "scripts/build-images.sh: config" \
@@ -199,38 +373,92 @@ EOF
     printf '%s:%s\t%s\n' "${name}" "${tag}" "${out}/${name}.tar"
 }
 
-# check_image <name>: unpacks the archive as a runtime would and runs `<binary> --help` as uid
-# 65532 under chroot of the root filesystem mounted read-only, with the image's environment.
-check_image() {
-    local name="$1"
-    local dir="${work}/check-${name}"
+# unpack_check <name>: unpacks the archive as a runtime would, into ${work}/check-<name>/bundle
+# (config.json and rootfs), and fails if the image has a shell.
+unpack_check() {
+    local name="$1" dir="${work}/check-$1" sh
     mkdir -p "${dir}/layout"
     tar -xf "${out}/${name}.tar" -C "${dir}/layout"
     "${umoci}" unpack --image "${dir}/layout:${tag}" "${dir}/bundle" >/dev/null
-    local rootfs="${dir}/bundle/rootfs" sh
     for sh in bin/sh usr/bin/sh bin/bash bin/busybox; do
-        [[ ! -e "${rootfs}/${sh}" ]] || die "${name}: the image has /${sh}"
+        [[ ! -e "${dir}/bundle/rootfs/${sh}" ]] || die "${name}: the image has /${sh}"
     done
-    # shellcheck disable=SC2016 # $1, $2 and $3 are the inner shell's arguments.
-    if ! unshare --mount --propagation private -- bash -c '
-        mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" &&
-            exec env -i PATH=/usr/local/bin SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
-                HOME=/home/nonroot "$3" --userspec=65532:65532 "$1" "/usr/local/bin/$2" --help' \
-        check "${rootfs}" "${name}" "$(command -v chroot)" >"${dir}/help.txt" 2>&1; then
-        cat "${dir}/help.txt" >&2
+}
+
+# in_image <name> <output file> <command...>: runs the command as uid 65532 under chroot of the
+# unpacked image's root filesystem mounted read-only, with the image's environment (its
+# config's, HOME=/home/nonroot) and nothing else; its status is the command's.
+in_image() {
+    local name="$1" output="$2" bundle="${work}/check-$1/bundle" image_env=()
+    shift 2
+    mapfile -d '' -t image_env < <(python3 -c '
+import json, sys
+sys.stdout.write("".join(e + "\0" for e in json.load(open(sys.argv[1]))["process"]["env"]))' \
+        "${bundle}/config.json")
+    # shellcheck disable=SC2016 # $1 and $@ are the inner shell's arguments.
+    unshare --mount --propagation private -- bash -c '
+        mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && shift && exec "$@"' \
+        check "${bundle}/rootfs" env -i "${image_env[@]}" HOME=/home/nonroot \
+        "$(command -v chroot)" --userspec=65532:65532 "${bundle}/rootfs" "$@" >"${output}" 2>&1
+}
+
+# check_image <name>: runs `/usr/local/bin/<name> --help` in the image (in_image).
+check_image() {
+    local name="$1" help="${work}/check-$1/help.txt"
+    unpack_check "${name}"
+    if ! in_image "${name}" "${help}" "/usr/local/bin/${name}" --help; then
+        cat "${help}" >&2
         die "${name}: /usr/local/bin/${name} --help failed in the image (output above)"
     fi
-    say "${name}: --help runs as 65532 on the read-only image ($(head -n 1 "${dir}/help.txt"))"
+    say "${name}: --help runs as 65532 on the read-only image ($(head -n 1 "${help}"))"
+}
+
+# check_python_image <name>: in the image (in_image), imports the worker's modules, then runs the
+# image's entrypoint, which must stop at the missing pod environment: without a cluster, as far
+# as the worker can go.
+check_python_image() {
+    local name="$1" output="${work}/check-$1/output.txt" entrypoint=() status=0
+    unpack_check "${name}"
+    if ! in_image "${name}" "${output}" /usr/bin/python3.11 -c '
+import sys
+sys.path.insert(0, "/app")
+import kubernetes, urllib3, yaml
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+import swarm_worker
+client.CoreV1Api, client.CoordinationV1Api, client.V1Lease
+print("python", sys.version.split()[0], "kubernetes", kubernetes.__version__, "PyYAML", yaml.__version__,
+      "urllib3", urllib3.__version__, "from", kubernetes.__file__)'; then
+        cat "${output}" >&2
+        die "${name}: the worker's modules do not import in the image (output above)"
+    fi
+    say "${name}: imports as 65532 on the read-only image ($(tail -n 1 "${output}"))"
+    mapfile -d '' -t entrypoint < <(python3 -c '
+import json, sys
+sys.stdout.write("".join(a + "\0" for a in json.load(open(sys.argv[1]))["process"]["args"]))' \
+        "${work}/check-${name}/bundle/config.json")
+    in_image "${name}" "${output}" "${entrypoint[@]}" || status=$?
+    if ((status != 1)) || ! grep -q '^swarm_worker: missing environment variables: POD_NAME' "${output}"; then
+        cat "${output}" >&2
+        die "${name}: its entrypoint (${entrypoint[*]}) did not stop at the missing POD_NAME (status ${status}; output above)"
+    fi
+    say "${name}: its entrypoint runs as 65532 on the read-only image ($(tail -n 1 "${output}"))"
 }
 
 say "writing the images into ${out} with ${umoci}"
-build_image swarm-operator "${bin_dir}/swarm-operator" \
+build_image swarm-operator stage_binary "${bin_dir}/swarm-operator" swarm-operator -- \
     --config.entrypoint /usr/local/bin/swarm-operator --config.cmd run \
     --config.exposedports 8080/tcp
-build_image swarm-worker "${bin_dir}/examples/swarm-worker" \
+build_image swarm-worker stage_binary "${bin_dir}/examples/swarm-worker" swarm-worker -- \
     --config.entrypoint /usr/local/bin/swarm-worker
+python_start=${SECONDS}
+build_image swarm-python-worker stage_python -- \
+    --config.entrypoint /usr/bin/python3.11 --config.entrypoint /app/swarm_worker.py \
+    --config.env PYTHONDONTWRITEBYTECODE=1 --config.env PYTHONUNBUFFERED=1
+say "swarm-python-worker: written in $((SECONDS - python_start)) s"
 if ((check)); then
     check_image swarm-operator
     check_image swarm-worker
+    check_python_image swarm-python-worker
 fi
 say "done in $((SECONDS - start)) s"

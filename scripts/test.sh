@@ -174,6 +174,7 @@ if ((real_tier)); then
                 case "${image}" in
                 swarm-operator:*) export SWARM_E2E_OPERATOR_IMAGE="${image}" ;;
                 swarm-worker:*) export SWARM_E2E_WORKER_IMAGE="${image}" ;;
+                swarm-python-worker:*) export SWARM_E2E_PYTHON_WORKER_IMAGE="${image}" ;;
                 esac
             else
                 real_status=1
@@ -192,7 +193,8 @@ if ((real_tier)); then
         cargo test --workspace --locked --test e2e --no-fail-fast -- \
             --skip scenarios::whole_cluster:: --test-threads="${SWARM_E2E_PARALLEL:-6}" || real_status=$?
         mark "real-cluster tier: other scenarios, ${SWARM_E2E_PARALLEL:-6} at a time"
-        unset SWARM_E2E_KUBECONFIG SWARM_E2E_TIMINGS SWARM_E2E_OPERATOR_IMAGE SWARM_E2E_WORKER_IMAGE
+        unset SWARM_E2E_KUBECONFIG SWARM_E2E_TIMINGS SWARM_E2E_OPERATOR_IMAGE SWARM_E2E_WORKER_IMAGE \
+            SWARM_E2E_PYTHON_WORKER_IMAGE
     elif ((go_status == 0)); then
         real_status=1
         echo "test.sh: the real control plane did not start (logs in ${cluster_dir}/logs)" >&2
