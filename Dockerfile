@@ -1,7 +1,8 @@
 # syntax=docker/dockerfile:1
-# The operator image (default target) and the example worker image:
+# The operator image (default target), the example worker image and the Python example worker's:
 #   docker build -t swarm-operator:latest .
 #   docker build --target worker -t swarm-worker:latest .
+#   docker build --target python-worker -t swarm-python-worker:latest .
 
 # Alpine's Rust builds for musl, which links statically: the binaries need no libc at run time.
 FROM rust:1.95-alpine AS build
@@ -19,6 +20,25 @@ FROM gcr.io/distroless/static-debian12:nonroot AS worker
 COPY --from=build /out/swarm-worker /usr/local/bin/swarm-worker
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/swarm-worker"]
+
+# The Python example worker (examples/python-worker): its pinned packages, the whole closure,
+# installed with --no-deps (wheels only) where distroless's Debian python3.11 reads them; without
+# console scripts, kubernetes/aio (the asyncio client, which swarm_worker.py does not import) and
+# the kubernetes package's tests, as scripts/build-images.sh leaves them out.
+FROM python:3.11-slim-bookworm AS python-build
+COPY examples/python-worker/requirements.txt /requirements.txt
+RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compile \
+        --only-binary=:all: --target /out/dist-packages --requirement /requirements.txt \
+    && rm -rf /out/dist-packages/bin /out/dist-packages/kubernetes/aio \
+    && find /out/dist-packages -name __pycache__ -prune -exec rm -rf {} + \
+    && find /out/dist-packages/kubernetes -name '*_test.py' -delete
+
+FROM gcr.io/distroless/python3-debian12:nonroot AS python-worker
+COPY --from=python-build /out/dist-packages /usr/lib/python3/dist-packages
+COPY examples/python-worker/swarm_worker.py /app/swarm_worker.py
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+USER 65532:65532
+ENTRYPOINT ["/usr/bin/python3.11", "/app/swarm_worker.py"]
 
 FROM gcr.io/distroless/static-debian12:nonroot AS operator
 COPY --from=build /out/swarm-operator /usr/local/bin/swarm-operator

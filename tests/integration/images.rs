@@ -3,7 +3,10 @@
 //! entrypoint, the cmd, the user and the exposed ports are those of the image's config; and
 //! each image has no shell, the CA certificates, distroless's `nonroot` user and group, and
 //! every shared library its glibc-linked binary needs (the loader at its interpreter path
-//! included).
+//! included). For the `python-worker` stage, the entrypoint (the interpreter and the script),
+//! the user, the environment and the copies: `swarm_worker.py` as it is in the repository, and
+//! a site directory holding every distribution `examples/python-worker/requirements.txt` pins,
+//! at its pinned version.
 //!
 //! The archives are read from the directory `SWARM_IMAGE_ARCHIVES` names (`scripts/test.sh`
 //! builds them before the tests); without it, the test builds them itself with
@@ -23,8 +26,10 @@ const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// What the Dockerfile says of one image: its stage's instructions.
 #[derive(Debug)]
 struct Stage {
-    /// The destination of the stage's one COPY: where the binary goes.
-    binary: String,
+    /// The destinations of the stage's COPY instructions, in order.
+    copies: Vec<String>,
+    /// The `NAME=value` pairs of its ENV instructions.
+    env: Vec<String>,
     user: Option<String>,
     /// `port/protocol`, `/tcp` when the Dockerfile gives none.
     exposed: BTreeSet<String>,
@@ -56,7 +61,7 @@ fn dockerfile_stage(name: &str) -> Stage {
     }
 
     let mut stage: Option<&str> = None;
-    let mut copies = Vec::new();
+    let (mut copies, mut env) = (Vec::new(), Vec::new());
     let (mut user, mut exposed, mut entrypoint, mut cmd) = (None, BTreeSet::new(), None, None);
     for instruction in &instructions {
         let (keyword, args) = instruction
@@ -81,6 +86,13 @@ fn dockerfile_stage(name: &str) -> Stage {
         };
         match keyword.to_ascii_uppercase().as_str() {
             "COPY" => copies.push(args.split_whitespace().last().unwrap().to_owned()),
+            "ENV" => env.extend(args.split_whitespace().map(|pair| {
+                assert!(
+                    pair.contains('=') && !pair.contains(['"', '\'']),
+                    "the {name} stage's ENV is not in the unquoted NAME=value form: {args}"
+                );
+                pair.to_owned()
+            })),
             "USER" => user = Some(args.to_owned()),
             "EXPOSE" => exposed.extend(args.split_whitespace().map(|port| {
                 if port.contains('/') {
@@ -107,11 +119,9 @@ fn dockerfile_stage(name: &str) -> Stage {
         }),
         "the Dockerfile has no stage {name}"
     );
-    let [binary] = copies.as_slice() else {
-        panic!("the Dockerfile's {name} stage copies {copies:?}, not one binary");
-    };
     Stage {
-        binary: binary.clone(),
+        copies,
+        env,
         user,
         exposed,
         entrypoint,
@@ -119,8 +129,21 @@ fn dockerfile_stage(name: &str) -> Stage {
     }
 }
 
-/// The directory of `swarm-operator.tar` and `swarm-worker.tar`: `SWARM_IMAGE_ARCHIVES`, else
-/// built once for all the tests of this module.
+impl Stage {
+    /// The destination of a binary stage's one COPY: where the binary goes.
+    fn binary(&self, name: &str) -> &str {
+        let [binary] = self.copies.as_slice() else {
+            panic!(
+                "the Dockerfile's {name} stage copies {:?}, not one binary",
+                self.copies
+            );
+        };
+        binary
+    }
+}
+
+/// The directory of `swarm-operator.tar`, `swarm-worker.tar` and `swarm-python-worker.tar`:
+/// `SWARM_IMAGE_ARCHIVES`, else built once for all the tests of this module.
 fn archives() -> &'static Path {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
@@ -166,8 +189,8 @@ fn archives() -> &'static Path {
             Err(format!(
                 "scripts/build-images.sh --profile dev failed ({status}; its output is above). \
                  It needs Go the first time (for umoci); or build the images another way and \
-                 set SWARM_IMAGE_ARCHIVES to the directory of swarm-operator.tar and \
-                 swarm-worker.tar"
+                 set SWARM_IMAGE_ARCHIVES to the directory of swarm-operator.tar, \
+                 swarm-worker.tar and swarm-python-worker.tar"
             ))
         }
     });
@@ -281,18 +304,15 @@ impl Image {
     }
 }
 
-/// The image `name` is what the Dockerfile's `stage` makes, and runs on its own.
-fn check_image(name: &str, stage: &str) {
-    let want = dockerfile_stage(stage);
-    let image = unpack(name);
+/// The image's config says what the Dockerfile's stage `want` says: entrypoint, cmd, user
+/// 65532:65532, exposed ports, and each of its ENV pairs.
+fn check_config(name: &str, want: &Stage, image: &Image) {
     let config = &image.config["config"];
     let strings = |value: &Value| -> Option<Vec<String>> {
         value
             .as_array()
             .map(|a| a.iter().map(|s| s.as_str().unwrap().to_owned()).collect())
     };
-
-    // The Dockerfile's contract, in the image's config.
     assert_eq!(
         strings(&config["Entrypoint"]),
         want.entrypoint,
@@ -310,24 +330,29 @@ fn check_image(name: &str, stage: &str) {
         .map(|ports| ports.keys().cloned().collect())
         .unwrap_or_default();
     assert_eq!(exposed, want.exposed, "{name}: exposed ports");
-    assert_eq!(
-        want.entrypoint.as_ref().and_then(|e| e.first()),
-        Some(&want.binary),
-        "{name}: the Dockerfile's entrypoint runs the binary it copies"
-    );
+    let env = strings(&config["Env"]).unwrap_or_default();
+    for pair in &want.env {
+        assert!(
+            env.contains(pair),
+            "{name}: {pair} is not in the image's env {env:?}"
+        );
+    }
+}
 
-    // The binary is where the Dockerfile puts it.
-    let binary = image.path(&want.binary);
-    let mode = std::fs::metadata(&binary)
-        .unwrap_or_else(|e| panic!("{name}: {} in the image: {e}", want.binary))
-        .permissions();
+/// `absolute` is in the image and executable by all.
+fn check_executable(name: &str, image: &Image, absolute: &str) {
     use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(image.path(absolute))
+        .unwrap_or_else(|e| panic!("{name}: {absolute} in the image: {e}"))
+        .permissions();
     assert!(
         mode.mode() & 0o111 == 0o111,
-        "{name}: {} is executable by all",
-        want.binary
+        "{name}: {absolute} is executable by all"
     );
+}
 
+/// No shell, CA certificates, and distroless's nonroot user and group.
+fn check_base(name: &str, image: &Image) {
     // No shell, as in distroless.
     let files = image.files();
     let shells: Vec<&String> = files
@@ -363,9 +388,15 @@ fn check_image(name: &str, stage: &str) {
             .any(|l| l == "nonroot:x:65532:"),
         "{name}: /etc/group has nonroot 65532"
     );
+}
 
-    // Every library the binary needs, and its loader, at the path the loader looks for it.
-    let ldd = Command::new("ldd").arg(&binary).output().unwrap();
+/// Every library the image's `binary` needs (as `ldd` finds them on this machine), and its
+/// loader, at the path the loader looks for it.
+fn check_libraries(name: &str, image: &Image, binary: &str) {
+    let ldd = Command::new("ldd")
+        .arg(image.path(binary))
+        .output()
+        .unwrap();
     let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
     if !ldd.contains("not a dynamic executable") && !ldd.contains("statically linked") {
         assert!(!ldd.contains("not found"), "{name}: ldd: {ldd}");
@@ -387,10 +418,30 @@ fn check_image(name: &str, stage: &str) {
         for path in needed {
             assert!(
                 image.path(path).is_file(),
-                "{name}: {path}, which the binary needs, is not in the image (ldd: {ldd})"
+                "{name}: {path}, which {binary} needs, is not in the image (ldd: {ldd})"
             );
         }
     }
+}
+
+/// The image `name` is what the Dockerfile's `stage` makes, and runs on its own.
+fn check_image(name: &str, stage: &str) {
+    let want = dockerfile_stage(stage);
+    let image = unpack(name);
+    check_config(name, &want, &image);
+    let binary = want.binary(stage);
+    assert_eq!(
+        want.entrypoint
+            .as_ref()
+            .and_then(|e| e.first())
+            .map(String::as_str),
+        Some(binary),
+        "{name}: the Dockerfile's entrypoint runs the binary it copies"
+    );
+    // The binary is where the Dockerfile puts it.
+    check_executable(name, &image, binary);
+    check_base(name, &image);
+    check_libraries(name, &image, binary);
 }
 
 #[test]
@@ -403,10 +454,95 @@ fn the_worker_image_keeps_the_dockerfiles_contract() {
     check_image("swarm-worker", "worker");
 }
 
+/// The Python worker's image: the interpreter the Dockerfile's base image has runs the script it
+/// copies, beside a site directory with the pinned distributions.
+#[test]
+fn the_python_worker_image_keeps_the_dockerfiles_contract() {
+    let (name, stage) = ("swarm-python-worker", "python-worker");
+    let want = dockerfile_stage(stage);
+    let image = unpack(name);
+    check_config(name, &want, &image);
+    let Some([interpreter, script]) = want.entrypoint.as_deref() else {
+        panic!("{stage}: the entrypoint is not [interpreter, script]: {want:?}");
+    };
+    check_executable(name, &image, interpreter);
+    check_base(name, &image);
+    check_libraries(name, &image, interpreter);
+
+    // The script, as it is in the repository.
+    assert!(
+        want.copies.contains(script),
+        "{stage}: the entrypoint's {script} is not one the stage copies: {:?}",
+        want.copies
+    );
+    let source = Path::new(REPO).join("examples/python-worker/swarm_worker.py");
+    assert_eq!(
+        image.read(script),
+        std::fs::read_to_string(&source).unwrap(),
+        "{name}: {script} is {}",
+        source.display()
+    );
+
+    // The other copy: the site directory, with each pinned distribution at its version.
+    let [site] = want
+        .copies
+        .iter()
+        .filter(|c| *c != script)
+        .collect::<Vec<_>>()[..]
+    else {
+        panic!(
+            "{stage}: copies {:?}, not the script and one site directory",
+            want.copies
+        );
+    };
+    let normalize = |name: &str| name.to_ascii_lowercase().replace(['-', '.'], "_");
+    let installed: BTreeSet<String> = std::fs::read_dir(image.path(site))
+        .unwrap_or_else(|e| panic!("{name}: {site} in the image: {e}"))
+        .filter_map(|entry| {
+            let file_name = entry.unwrap().file_name().into_string().unwrap();
+            let (distribution, version) = file_name.strip_suffix(".dist-info")?.split_once('-')?;
+            Some(format!("{}=={version}", normalize(distribution)))
+        })
+        .collect();
+    let requirements =
+        std::fs::read_to_string(Path::new(REPO).join("examples/python-worker/requirements.txt"))
+            .unwrap();
+    let pinned: BTreeSet<String> = requirements
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(|line| {
+            let (distribution, version) = line
+                .split_once("==")
+                .unwrap_or_else(|| panic!("requirements.txt: {line} is not NAME==VERSION"));
+            format!("{}=={version}", normalize(distribution))
+        })
+        .collect();
+    assert!(!pinned.is_empty());
+    assert_eq!(
+        installed, pinned,
+        "{name}: the distributions in {site} are the pinned ones"
+    );
+}
+
 #[test]
 fn the_dockerfile_parser_reads_the_operator_stage() {
     let operator = dockerfile_stage("operator");
-    assert_eq!(operator.binary, "/usr/local/bin/swarm-operator");
+    assert_eq!(operator.binary("operator"), "/usr/local/bin/swarm-operator");
     assert_eq!(operator.exposed, BTreeSet::from(["8080/tcp".to_owned()]));
     assert_eq!(operator.cmd, Some(vec!["run".to_owned()]));
+}
+
+#[test]
+fn the_dockerfile_parser_reads_the_python_worker_stage() {
+    let stage = dockerfile_stage("python-worker");
+    assert_eq!(
+        stage.copies,
+        ["/usr/lib/python3/dist-packages", "/app/swarm_worker.py"]
+    );
+    assert_eq!(
+        stage.env,
+        ["PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"]
+    );
+    assert!(stage.exposed.is_empty() && stage.cmd.is_none());
 }
