@@ -487,6 +487,11 @@ class Worker:
             self._acknowledge_while_terminating(version)
         elif not self.lease.acknowledge(version):
             log.warning("version %d applied; its acknowledgement will be retried", version)
+        else:
+            # SIGTERM may have come while the acknowledgement was in flight (it is sent without
+            # the lock): then terminate() saw it unwritten, and only this can end the wait.
+            with self._lock:
+                self._done_if_acknowledged_empty()
         return True
 
     def _stale(self, version):
@@ -541,9 +546,14 @@ class Worker:
             if self.jobs:
                 self._stop_all()
                 self.report.write(self.applied_version, [])
-            # Already acknowledged a version without jobs: nothing left for the operator to wait for.
-            if self.applied_entry_empty and self.lease.written_version == self.applied_version:
-                self.done.set()
+            self._done_if_acknowledged_empty()
+
+    def _done_if_acknowledged_empty(self):
+        """Terminating, with a version without jobs applied and acknowledged: nothing is left
+        for the operator to wait for, so the worker may exit. Holds _lock."""
+        if (self.terminating and self.applied_entry_empty
+                and self.lease.written_version == self.applied_version):
+            self.done.set()
 
 
 def read_config_map(core, env):

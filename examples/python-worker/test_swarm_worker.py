@@ -557,6 +557,26 @@ class WorkerStartTest(unittest.TestCase):
         self.assertTrue(self.worker.handle_config(config_yml(3, {POD: ["a"]})))
         self.assertEqual((list(self.worker.jobs), self.lease.acknowledged), (["a"], [3]))
 
+    def test_sigterm_while_an_empty_version_is_being_acknowledged_exits_once_it_is_written(self):
+        # The operator revoked every job (an empty entry) just as the pod was deleted: SIGTERM
+        # comes while the acknowledgement is in flight, so terminate() sees it unwritten.
+        worker, lease = self.worker, self.lease
+        worker.on_renewed(time.monotonic(), self.start)
+        threading.Thread(target=worker.supervise,
+                         args=(lambda: (config_yml(1, {POD: ["a"]}), "5"),), daemon=True).start()
+        eventually(lambda: lease.acknowledged == [1], timeout=5, what="version 1 acked")
+        acknowledge = lease.acknowledge
+
+        def acknowledge_during_sigterm(version):
+            worker.terminate(time.monotonic() + 30)
+            self.assertFalse(worker.done.is_set(), "not written yet: nothing to exit on")
+            return acknowledge(version)
+
+        lease.acknowledge = acknowledge_during_sigterm
+        self.assertTrue(worker.handle_config(config_yml(2, {POD: []})))
+        self.assertEqual(lease.acknowledged, [1, 2])
+        self.assertTrue(worker.done.is_set(), "the empty version is acknowledged: it may exit")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -47,6 +47,8 @@ pub const TIMINGS_ENV: &str = "SWARM_E2E_TIMINGS";
 pub const OPERATOR_IMAGE_ENV: &str = "SWARM_E2E_OPERATOR_IMAGE";
 /// Names the Rust example worker's image, loaded the same way.
 pub const WORKER_IMAGE_ENV: &str = "SWARM_E2E_WORKER_IMAGE";
+/// Names the Python worker's image, loaded the same way.
+pub const PYTHON_WORKER_IMAGE_ENV: &str = "SWARM_E2E_PYTHON_WORKER_IMAGE";
 
 /// A real cluster is shared: scenarios in their own namespaces hold it for reading, side by
 /// side; a scenario that needs the whole cluster holds it for writing, alone. (The lock
@@ -529,6 +531,13 @@ impl Env {
         let cluster = self.real.as_ref()?;
         let dir = cluster.kubeconfig.parent()?;
         dir.join("cmds").is_dir().then(|| dir.to_path_buf())
+    }
+
+    /// A kubeconfig that presents `token` (as user `user`) to the real cluster, in the
+    /// scenario's scratch directory as `file`; `None` on kube-sim.
+    pub fn token_kubeconfig(&self, token: &str, user: &str, file: &str) -> Option<PathBuf> {
+        let cluster = self.real.as_ref()?;
+        Some(cluster.token_kubeconfig_of(token, user, &self.scratch(file)))
     }
 
     /// Starts a replica of the operator named `identity` (its `POD_NAME`) with `extra_args`,

@@ -189,12 +189,19 @@ impl RealCluster {
         let mut args = vec!["-n", namespace, "create", "token", account, "--duration=2h"];
         args.extend_from_slice(token_args);
         let token = kubectl.ok(&args).await;
+        let user = format!("system:serviceaccount:{namespace}:{account}");
+        self.token_kubeconfig_of(token.trim(), &user, out)
+    }
+
+    /// A kubeconfig at `out` that presents `token` (as user `user`, a name for humans) to
+    /// this cluster's server, trusting its CA.
+    pub fn token_kubeconfig_of(&self, token: &str, user: &str, out: &Path) -> PathBuf {
         let mut config = Kubeconfig::read_from(&self.kubeconfig).unwrap_or_else(|e| {
             panic!("cannot read kubeconfig {}: {e}", self.kubeconfig.display())
         });
-        let user = format!("system:serviceaccount:{namespace}:{account}");
+        let user = user.to_owned();
         let auth = AuthInfo {
-            token: Some(token.trim().to_string().into()),
+            token: Some(token.to_string().into()),
             ..AuthInfo::default()
         };
         for named in &mut config.auth_infos {

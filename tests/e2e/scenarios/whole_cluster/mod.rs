@@ -11,4 +11,4 @@ pub(crate) mod deploy;
 mod node_loss;
 mod real_node;
 mod real_workers;
-mod worker_lease_policy;
+pub(crate) mod worker_lease_policy;

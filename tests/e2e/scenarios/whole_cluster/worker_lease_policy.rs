@@ -17,14 +17,14 @@ use crate::harness::real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, RealClu
 use crate::harness::{Env, SimSpeed};
 use crate::scenarios::scale;
 
-const POLICY_DIR: &str = "deploy/worker-lease-policy";
+pub(super) const POLICY_DIR: &str = "deploy/worker-lease-policy";
 const POLICY: &str = "swarm-worker-lease";
 /// deploy/worker-rbac's ServiceAccount.
-const WORKER_ACCOUNT: &str = "swarm-worker";
+pub(super) const WORKER_ACCOUNT: &str = "swarm-worker";
 
 /// Unbinds the policy when the scenario ends, passed or failed, before the cluster is shared
 /// again (declared after the environment, so dropped before it lets the cluster go).
-struct RemovePolicy(Kubectl);
+pub(super) struct RemovePolicy(pub(super) Kubectl);
 
 impl Drop for RemovePolicy {
     fn drop(&mut self) {
@@ -235,7 +235,7 @@ async fn pod_uid(env: &Env, ns: &str, name: &str) -> String {
 }
 
 /// The API server has compiled the policy and found every expression well typed.
-async fn assert_type_checked(env: &Env) {
+pub(super) async fn assert_type_checked(env: &Env) {
     let policy: Value = eventually("the policy's type check", || async {
         let out = env
             .kubectl
@@ -258,7 +258,7 @@ async fn assert_type_checked(env: &Env) {
 
 /// A worker's Lease as the protocol writes it: named like pod `name` (of uid `holder`),
 /// labelled with the pool, acknowledging `version`, owned by the pod.
-fn lease(ns: &str, name: &str, holder: &str, version: u32) -> Value {
+pub(super) fn lease(ns: &str, name: &str, holder: &str, version: u32) -> Value {
     json!({
         "apiVersion": "coordination.k8s.io/v1",
         "kind": "Lease",
@@ -280,7 +280,7 @@ fn lease(ns: &str, name: &str, holder: &str, version: u32) -> Value {
 
 /// `kubectl <verb> -f` of `lease` as `kubectl`'s identity (`replace` is a PUT, the update verb
 /// the worker's Role grants).
-async fn write(env: &Env, kubectl: &Kubectl, verb: &str, lease: &Value) -> Output {
+pub(super) async fn write(env: &Env, kubectl: &Kubectl, verb: &str, lease: &Value) -> Output {
     let file = env.scratch(&format!("lease-{}.yaml", str_at(lease, "/metadata/name")));
     write_manifest(&file, std::slice::from_ref(lease));
     kubectl.run(&[verb, "-f", path(&file)]).await
@@ -290,18 +290,18 @@ fn path(file: &Path) -> &str {
     file.to_str().expect("UTF-8 scratch path")
 }
 
-fn refused_by_policy(out: &Output) -> bool {
+pub(super) fn refused_by_policy(out: &Output) -> bool {
     !out.success
         && out
             .stderr
             .contains(&format!("ValidatingAdmissionPolicy '{POLICY}'"))
 }
 
-fn assert_allowed(out: &Output, what: &str) {
+pub(super) fn assert_allowed(out: &Output, what: &str) {
     assert!(out.success, "{what} is allowed: {out:?}");
 }
 
-fn assert_refused(out: &Output, says: &[&str]) {
+pub(super) fn assert_refused(out: &Output, says: &[&str]) {
     assert!(refused_by_policy(out), "refused by {POLICY}: {out:?}");
     assert!(out.stderr.contains("(Forbidden)"), "{out:?}");
     for text in says {

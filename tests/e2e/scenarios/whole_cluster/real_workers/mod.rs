@@ -13,6 +13,7 @@
 //! (`SWARM_E2E_WORKER_IMAGE`, set by `scripts/test.sh` after loading it) and skip with a note
 //! otherwise.
 
+mod acknowledge;
 mod delete_pods;
 mod file_refresh;
 mod pod_log;

@@ -32,6 +32,8 @@ pub(super) struct Instance {
     pub restarts: i32,
     /// Whether the last sample still listed it.
     pub present: bool,
+    /// When the log first missed it.
+    pub gone: Option<Timestamp>,
 }
 
 /// The background sampler; stops when dropped.
@@ -57,6 +59,11 @@ impl PodLog {
                     }
                     for pod in &list.items {
                         record(&mut instances, pod, now);
+                    }
+                    for instance in instances.values_mut() {
+                        if !instance.present && instance.gone.is_none() {
+                            instance.gone = Some(now);
+                        }
                     }
                 }
                 tokio::time::sleep(SAMPLE_EVERY).await;
@@ -122,6 +129,15 @@ impl PodLog {
         stops
     }
 
+    /// Seconds from the deletion to the pod's removal (its containers stopped), for every
+    /// deleted instance that is gone.
+    pub fn seconds_to_gone(&self) -> Vec<f64> {
+        self.instances()
+            .iter()
+            .filter_map(|i| Some(i.gone?.duration_since(i.deleted?).as_secs_f64()))
+            .collect()
+    }
+
     /// Seconds from first seen to Ready, for every instance that became Ready.
     pub fn seconds_to_ready(&self) -> Vec<f64> {
         self.instances()
@@ -150,6 +166,7 @@ fn record(instances: &mut BTreeMap<String, Instance>, pod: &Pod, now: Timestamp)
         deadline: None,
         restarts: 0,
         present: true,
+        gone: None,
     });
     instance.present = true;
     let status = pod.status.as_ref();

@@ -1,0 +1,329 @@
+//! `rollout.policy: Acknowledge` with a pool of Rust and Python workers in real pods, as a user
+//! runs it: `deploy/worker-rbac` for their ServiceAccount, `deploy/worker-lease-policy` bound,
+//! and each worker calling the API with its pod's projected token (in-cluster config; the
+//! policy refuses every Lease write that presents no pod-bound token, so each acknowledgement
+//! that lands proves it). The StatefulSet starts with the Rust image and `OnDelete` updates;
+//! its template then names the Python image, so the pods a scale-up adds run Python beside the
+//! Rust ones, as in a migration from one implementation to the other.
+//!
+//! Through a scale 2 -> 4 -> 3 and a job edit: no pod is deleted, no container restarts, no job
+//! runs on two containers at once, and the longest a moved job runs nowhere is at most
+//! [`MAX_GAP_SECONDS`] in each step. Then the projected token of one worker, read from the
+//! kubelet's volume on the host, tries to write another pod's Lease: the policy refuses it.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use serde_json::{Value, json};
+
+use super::pod_log::PodLog;
+use super::{
+    REPORTS_WITHIN, assert_workers_run_their_entries, field, on_real_node, report_env, reports_dir,
+};
+use crate::harness::kubectl::Kubectl;
+use crate::harness::manifests::parse_yaml_stream;
+use crate::harness::observe::{Observed, assert_invariants, balanced, wait_for};
+use crate::harness::worker_fleet::Reports;
+use crate::harness::{Env, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV};
+use crate::scenarios::acknowledge::assert_no_pod_deleted;
+use crate::scenarios::whole_cluster::worker_lease_policy::{
+    POLICY_DIR, RemovePolicy, WORKER_ACCOUNT, assert_refused, assert_type_checked, write,
+};
+use crate::scenarios::{kubectl_ns, scale};
+
+/// The longest a moved job may run nowhere in one step (seconds).
+const MAX_GAP_SECONDS: f64 = 2.0;
+/// The job the edit adds.
+const ADDED_JOB: &str = "stream:real-ack:new";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_and_python_workers_in_real_pods_hand_jobs_over_without_a_restart() {
+    let Some((mut env, images)) = Env::start_alone_with_images(
+        "real-workers-acknowledge",
+        &[WORKER_IMAGE_ENV, PYTHON_WORKER_IMAGE_ENV],
+    )
+    .await
+    else {
+        return;
+    };
+    let (rust_image, python_image) = (images[0].clone(), images[1].clone());
+    let cluster = env
+        .real_cluster_dir()
+        .expect("the real node's cluster is one of scripts/real-cluster.sh");
+    let namespace = env.example.namespace();
+    let reports = reports_dir(&env);
+    let pods = PodLog::start(&env, "app=swarm-worker");
+    env.install_crds().await;
+    env.start_operator().await;
+    env.watch_reports(&env.example.pool_name(), reports.clone());
+
+    // The policy first (declared after the environment: removed before the cluster is shared).
+    let _remove = RemovePolicy(env.kubectl.clone());
+    env.kubectl.ok(&["apply", "-k", POLICY_DIR]).await;
+    assert_type_checked(&env).await;
+    let mut documents = vec![env.example.namespace_manifest().clone()];
+    documents.extend(worker_rbac(&env, &namespace).await);
+    documents.extend(acknowledging_workers(&env, &rust_image, &reports));
+    env.apply("real-ack-workers.yaml", &documents).await;
+    settle(&env, &reports, env.example.replicas()).await;
+
+    // The template names the Python image; OnDelete keeps the running pods as they are.
+    let sts = env.example.statefulset_name();
+    let patch = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "worker", "image": python_image}
+    ]}}}})
+    .to_string();
+    kubectl_ns(
+        &env,
+        &[
+            "patch",
+            "statefulset",
+            &sts,
+            "--type=strategic",
+            "-p",
+            &patch,
+        ],
+    )
+    .await;
+    let mark = env.request_mark().await;
+    step(&env, &reports, "scale to 4", || scale(&env, 4), 4).await;
+    assert_images(
+        &env,
+        &namespace,
+        &[&rust_image, &rust_image, &python_image, &python_image],
+    )
+    .await;
+    step(&env, &reports, "scale to 3", || scale(&env, 3), 3).await;
+    let mut pool = env.example.pool().clone();
+    pool["spec"]["rollout"] = json!({"policy": "Acknowledge"});
+    let mut jobs = env.example.jobs();
+    jobs.remove(0);
+    jobs.push(ADDED_JOB.to_owned());
+    pool["spec"]["jobs"] = json!(jobs);
+    let pool = [pool];
+    step(
+        &env,
+        &reports,
+        "job edit",
+        || env.apply("real-ack-edit.yaml", &pool),
+        3,
+    )
+    .await;
+    assert_no_pod_deleted(&env, mark).await;
+
+    // One worker's projected token against another pod's Lease.
+    let (a, b) = (format!("{sts}-0"), format!("{sts}-1"));
+    let uid_a = pod_uid(&env, &namespace, &a).await;
+    let token = std::fs::read_to_string(projected_token(&cluster, &uid_a))
+        .expect("read the projected token");
+    let stolen = env
+        .token_kubeconfig(token.trim(), &format!("{a}'s token"), "stolen.kubeconfig")
+        .expect("a real cluster");
+    let stolen = Kubectl::new(&stolen, &env.scratch("stolen-kube-cache"));
+    let lease_b: Value =
+        serde_json::from_str(&kubectl_ns(&env, &["get", "lease", &b, "-o", "json"]).await)
+            .expect("the Lease as JSON");
+    let forged = write(&env, &stolen, "replace", &lease_b).await;
+    assert_refused(
+        &forged,
+        &[
+            &format!("only the pod named {b} may write it"),
+            &format!("this token is bound to pod {a}"),
+        ],
+    );
+
+    let stats = env.handoff_stats();
+    assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
+    env.assert_exclusive();
+    pods.assert_no_restart();
+    let stops = pods.assert_stopped_within_grace(&reports);
+    eprintln!(
+        "real-workers-acknowledge: deleted workers: jobs stopped {:?} s, pod gone {:?} s after the deletion",
+        stops,
+        pods.seconds_to_gone()
+    );
+    let (ready_rust, ready_python) = ready_times(&env, &namespace, &pods, &rust_image).await;
+    eprintln!(
+        "real-workers-acknowledge: pod seen to Ready: Rust {ready_rust}, Python {ready_python}"
+    );
+}
+
+/// Applies `change`, waits for the pool to settle over `workers`, and fails if a moved job ran
+/// nowhere for longer than [`MAX_GAP_SECONDS`] meanwhile.
+async fn step<F, Fut>(env: &Env, reports: &Reports, what: &str, change: F, workers: usize)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    env.restart_longest_unheld();
+    let started = Instant::now();
+    change().await;
+    settle(env, reports, workers).await;
+    let stats = env.handoff_stats();
+    eprintln!(
+        "real-workers-acknowledge: {what}: settled in {:.1} s; longest a moved job ran nowhere {:.2} s ({})",
+        started.elapsed().as_secs_f64(),
+        stats.longest_unheld_seconds,
+        stats.longest_unheld_job
+    );
+    assert!(
+        stats.longest_unheld_seconds <= MAX_GAP_SECONDS,
+        "{what}: {} ran nowhere for {:.2} s",
+        stats.longest_unheld_job,
+        stats.longest_unheld_seconds
+    );
+}
+
+/// Waits until the pool is Balanced over `workers` with nothing in transit, checks its
+/// invariants and that the containers run exactly their entries.
+async fn settle(env: &Env, reports: &Reports, workers: usize) -> Observed {
+    let sts = env.example.statefulset_name();
+    let settled = wait_for(
+        env,
+        &format!("Balanced over {workers} acknowledging workers"),
+        |o| {
+            balanced(o, workers, &sts)?;
+            match o.status_u64("jobsInTransit") {
+                Some(0) => Ok(()),
+                n => Err(format!("jobsInTransit {n:?}")),
+            }
+        },
+    )
+    .await;
+    assert_invariants(env, &settled).await;
+    assert_workers_run_their_entries(reports, &settled, REPORTS_WITHIN).await;
+    settled
+}
+
+/// `deploy/worker-rbac`, rendered by kustomize, in `namespace`.
+async fn worker_rbac(env: &Env, namespace: &str) -> Vec<Value> {
+    let rendered = env.kubectl.ok(&["kustomize", "deploy/worker-rbac"]).await;
+    let mut documents = parse_yaml_stream(&rendered, "kubectl kustomize deploy/worker-rbac");
+    for doc in &mut documents {
+        doc["metadata"]["namespace"] = json!(namespace);
+        for subject in doc["subjects"].as_array_mut().into_iter().flatten() {
+            subject["namespace"] = json!(namespace);
+        }
+    }
+    documents
+}
+
+/// The example's pool under `Acknowledge` and its StatefulSet as acknowledging workers of
+/// `image` on the real node: the protocol's environment from the Downward API and the pool,
+/// deploy/worker-rbac's ServiceAccount, `OnDelete` updates, and room for an interpreter.
+fn acknowledging_workers(env: &Env, image: &str, reports: &Reports) -> Vec<Value> {
+    let mut pool = env.example.pool().clone();
+    pool["spec"]["rollout"] = json!({"policy": "Acknowledge"});
+    let mut sts = env.example.statefulset().clone();
+    sts["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    let spec = &mut sts["spec"]["template"]["spec"];
+    on_real_node(spec, reports);
+    spec["serviceAccountName"] = json!(WORKER_ACCOUNT);
+    // The workers' default termination deadline is 25 s: within the grace period.
+    spec["terminationGracePeriodSeconds"] = json!(30);
+    let container = &mut spec["containers"][0];
+    container["image"] = json!(image);
+    container["resources"]["limits"]["memory"] = json!("256Mi");
+    container["env"]
+        .as_array_mut()
+        .expect("the worker's env")
+        .extend([
+            field("POD_NAMESPACE", "metadata.namespace"),
+            field("POD_UID", "metadata.uid"),
+            json!({"name": "SWARM_POOL", "value": env.example.pool_name()}),
+            json!({"name": "SWARM_CONFIG_MAP", "value": env.example.config_map_name()}),
+            json!({"name": "SWARM_WORKER_MODE", "value": "acknowledge"}),
+            report_env(),
+        ]);
+    vec![pool, sts]
+}
+
+/// The uid of pod `name`.
+async fn pod_uid(env: &Env, namespace: &str, name: &str) -> String {
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), namespace);
+    let pod = api
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("GET pod {name}: {e}"));
+    pod.metadata.uid.expect("a pod has a uid")
+}
+
+/// The file of pod `uid`'s projected service account token, in the real node's kubelet
+/// directory (scripts/lib/real-node.sh: `--root-dir=<cluster>/node/kubelet`).
+fn projected_token(cluster: &std::path::Path, uid: &str) -> PathBuf {
+    let volumes = cluster
+        .join("node/kubelet/pods")
+        .join(uid)
+        .join("volumes/kubernetes.io~projected");
+    let entries = std::fs::read_dir(&volumes).unwrap_or_else(|e| {
+        panic!(
+            "the projected volumes of pod {uid} at {}: {e}",
+            volumes.display()
+        )
+    });
+    entries
+        .flatten()
+        .map(|entry| entry.path().join("token"))
+        .find(|token| token.is_file())
+        .unwrap_or_else(|| panic!("no projected token under {}", volumes.display()))
+}
+
+/// Asserts that the pods `<sts>-0..` run `images`, in ordinal order.
+async fn assert_images(env: &Env, namespace: &str, images: &[&str]) {
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), namespace);
+    let sts = env.example.statefulset_name();
+    for (ordinal, image) in images.iter().enumerate() {
+        let name = format!("{sts}-{ordinal}");
+        let pod = api
+            .get(&name)
+            .await
+            .unwrap_or_else(|e| panic!("GET pod {name}: {e}"));
+        let runs = pod
+            .spec
+            .and_then(|s| s.containers.into_iter().next())
+            .and_then(|c| c.image)
+            .unwrap_or_default();
+        assert_eq!(runs, *image, "the image of {name}");
+    }
+}
+
+/// Pod seen to Ready, median and worst, of the Rust and of the Python workers.
+async fn ready_times(
+    env: &Env,
+    namespace: &str,
+    pods: &PodLog,
+    rust_image: &str,
+) -> (String, String) {
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), namespace);
+    let (mut rust, mut python) = (Vec::new(), Vec::new());
+    for instance in pods.instances() {
+        let Some(ready) = instance.ready else {
+            continue;
+        };
+        let seconds = ready.duration_since(instance.seen).as_secs_f64();
+        // Gone pods' images are not known any more: the first two were Rust.
+        let image = match api.get_opt(&instance.name).await.ok().flatten() {
+            Some(pod) if pod.metadata.uid.as_deref() == Some(instance.uid.as_str()) => pod
+                .spec
+                .and_then(|s| s.containers.into_iter().next())
+                .and_then(|c| c.image)
+                .unwrap_or_default(),
+            _ => continue,
+        };
+        if image == rust_image {
+            rust.push(seconds)
+        } else {
+            python.push(seconds)
+        }
+    }
+    let show = |values: &[f64]| {
+        let (median, worst) = super::median_and_worst(values);
+        format!(
+            "{median:.1} s (median), {worst:.1} s (worst) of {}",
+            values.len()
+        )
+    };
+    (show(&rust), show(&python))
+}
