@@ -19,17 +19,14 @@ use kube::Api;
 use serde_json::{Value, json};
 
 use super::pod_log::PodLog;
-use super::{
-    REPORTS_WITHIN, assert_workers_run_their_entries, field, on_real_node, report_env, reports_dir,
-};
+use super::{acknowledging_workers, reports_dir, settle_acknowledged, worker_rbac};
 use crate::harness::kubectl::Kubectl;
-use crate::harness::manifests::parse_yaml_stream;
-use crate::harness::observe::{Observed, assert_invariants, balanced, wait_for};
+use crate::harness::poll::CONVERGE;
 use crate::harness::worker_fleet::Reports;
 use crate::harness::{Env, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV};
 use crate::scenarios::acknowledge::assert_no_pod_deleted;
 use crate::scenarios::whole_cluster::worker_lease_policy::{
-    POLICY_DIR, RemovePolicy, WORKER_ACCOUNT, assert_refused, assert_type_checked, write,
+    POLICY_DIR, RemovePolicy, assert_refused, assert_type_checked, write,
 };
 use crate::scenarios::{kubectl_ns, scale};
 
@@ -65,9 +62,12 @@ async fn rust_and_python_workers_in_real_pods_hand_jobs_over_without_a_restart()
     assert_type_checked(&env).await;
     let mut documents = vec![env.example.namespace_manifest().clone()];
     documents.extend(worker_rbac(&env, &namespace).await);
-    documents.extend(acknowledging_workers(&env, &rust_image, &reports));
+    let mut workers = acknowledging_workers(&env, &rust_image, &reports);
+    // The template changes below must not replace the running pods.
+    workers[1]["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    documents.extend(workers);
     env.apply("real-ack-workers.yaml", &documents).await;
-    settle(&env, &reports, env.example.replicas()).await;
+    settle_acknowledged(&env, &reports, env.example.replicas(), CONVERGE).await;
 
     // The template names the Python image; OnDelete keeps the running pods as they are.
     let sts = env.example.statefulset_name();
@@ -160,7 +160,7 @@ where
     env.restart_longest_unheld();
     let started = Instant::now();
     change().await;
-    settle(env, reports, workers).await;
+    settle_acknowledged(env, reports, workers, CONVERGE).await;
     let stats = env.handoff_stats();
     eprintln!(
         "real-workers-acknowledge: {what}: settled in {:.1} s; longest a moved job ran nowhere {:.2} s ({})",
@@ -174,70 +174,6 @@ where
         stats.longest_unheld_job,
         stats.longest_unheld_seconds
     );
-}
-
-/// Waits until the pool is Balanced over `workers` with nothing in transit, checks its
-/// invariants and that the containers run exactly their entries.
-async fn settle(env: &Env, reports: &Reports, workers: usize) -> Observed {
-    let sts = env.example.statefulset_name();
-    let settled = wait_for(
-        env,
-        &format!("Balanced over {workers} acknowledging workers"),
-        |o| {
-            balanced(o, workers, &sts)?;
-            match o.status_u64("jobsInTransit") {
-                Some(0) => Ok(()),
-                n => Err(format!("jobsInTransit {n:?}")),
-            }
-        },
-    )
-    .await;
-    assert_invariants(env, &settled).await;
-    assert_workers_run_their_entries(reports, &settled, REPORTS_WITHIN).await;
-    settled
-}
-
-/// `deploy/worker-rbac`, rendered by kustomize, in `namespace`.
-async fn worker_rbac(env: &Env, namespace: &str) -> Vec<Value> {
-    let rendered = env.kubectl.ok(&["kustomize", "deploy/worker-rbac"]).await;
-    let mut documents = parse_yaml_stream(&rendered, "kubectl kustomize deploy/worker-rbac");
-    for doc in &mut documents {
-        doc["metadata"]["namespace"] = json!(namespace);
-        for subject in doc["subjects"].as_array_mut().into_iter().flatten() {
-            subject["namespace"] = json!(namespace);
-        }
-    }
-    documents
-}
-
-/// The example's pool under `Acknowledge` and its StatefulSet as acknowledging workers of
-/// `image` on the real node: the protocol's environment from the Downward API and the pool,
-/// deploy/worker-rbac's ServiceAccount, `OnDelete` updates, and room for an interpreter.
-fn acknowledging_workers(env: &Env, image: &str, reports: &Reports) -> Vec<Value> {
-    let mut pool = env.example.pool().clone();
-    pool["spec"]["rollout"] = json!({"policy": "Acknowledge"});
-    let mut sts = env.example.statefulset().clone();
-    sts["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
-    let spec = &mut sts["spec"]["template"]["spec"];
-    on_real_node(spec, reports);
-    spec["serviceAccountName"] = json!(WORKER_ACCOUNT);
-    // The workers' default termination deadline is 25 s: within the grace period.
-    spec["terminationGracePeriodSeconds"] = json!(30);
-    let container = &mut spec["containers"][0];
-    container["image"] = json!(image);
-    container["resources"]["limits"]["memory"] = json!("256Mi");
-    container["env"]
-        .as_array_mut()
-        .expect("the worker's env")
-        .extend([
-            field("POD_NAMESPACE", "metadata.namespace"),
-            field("POD_UID", "metadata.uid"),
-            json!({"name": "SWARM_POOL", "value": env.example.pool_name()}),
-            json!({"name": "SWARM_CONFIG_MAP", "value": env.example.config_map_name()}),
-            json!({"name": "SWARM_WORKER_MODE", "value": "acknowledge"}),
-            report_env(),
-        ]);
-    vec![pool, sts]
 }
 
 /// The uid of pod `name`.

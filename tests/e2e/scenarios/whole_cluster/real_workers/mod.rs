@@ -15,6 +15,7 @@
 
 mod acknowledge;
 mod delete_pods;
+mod faults;
 mod file_refresh;
 mod pod_log;
 
@@ -25,9 +26,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::harness::Env;
-use crate::harness::observe::Observed;
+use crate::harness::manifests::parse_yaml_stream;
+use crate::harness::observe::{Observed, assert_invariants, balanced, observe};
 use crate::harness::poll::eventually_within;
 use crate::harness::worker_fleet::Reports;
+use crate::scenarios::whole_cluster::worker_lease_policy::WORKER_ACCOUNT;
 
 /// The real node's label and the key of its taint (scripts/lib/real-node.sh).
 const REAL_NODE: &str = "swarm.io/real-node";
@@ -112,6 +115,77 @@ fn field(name: &str, path: &str) -> Value {
 /// `POD_UID`, which it expands).
 fn report_env() -> Value {
     json!({"name": "SWARM_WORKER_REPORT", "value": format!("{REPORTS_MOUNT}/$(POD_UID).jsonl")})
+}
+
+/// Waits (up to `within`) until the pool is Balanced over `workers` acknowledging workers
+/// with nothing in transit, checks its invariants and that the containers run exactly their
+/// entries.
+async fn settle_acknowledged(
+    env: &Env,
+    reports: &Reports,
+    workers: usize,
+    within: Duration,
+) -> Observed {
+    let sts = env.example.statefulset_name();
+    let sts = &sts;
+    let settled = eventually_within(
+        &format!("Balanced over {workers} acknowledging workers"),
+        within,
+        || async move {
+            let o = observe(env).await?;
+            balanced(&o, workers, sts)?;
+            match o.status_u64("jobsInTransit") {
+                Some(0) => Ok(o),
+                n => Err(format!("jobsInTransit {n:?}")),
+            }
+        },
+    )
+    .await;
+    assert_invariants(env, &settled).await;
+    assert_workers_run_their_entries(reports, &settled, REPORTS_WITHIN).await;
+    settled
+}
+
+/// `deploy/worker-rbac`, rendered by kustomize, in `namespace`.
+pub(super) async fn worker_rbac(env: &Env, namespace: &str) -> Vec<Value> {
+    let rendered = env.kubectl.ok(&["kustomize", "deploy/worker-rbac"]).await;
+    let mut documents = parse_yaml_stream(&rendered, "kubectl kustomize deploy/worker-rbac");
+    for doc in &mut documents {
+        doc["metadata"]["namespace"] = json!(namespace);
+        for subject in doc["subjects"].as_array_mut().into_iter().flatten() {
+            subject["namespace"] = json!(namespace);
+        }
+    }
+    documents
+}
+
+/// The example's pool under `Acknowledge` and its StatefulSet as acknowledging workers of
+/// `image` on the real node: the protocol's environment from the Downward API and the pool,
+/// deploy/worker-rbac's ServiceAccount ([`worker_rbac`]), and room for an interpreter.
+pub(super) fn acknowledging_workers(env: &Env, image: &str, reports: &Reports) -> Vec<Value> {
+    let mut pool = env.example.pool().clone();
+    pool["spec"]["rollout"] = json!({"policy": "Acknowledge"});
+    let mut sts = env.example.statefulset().clone();
+    let spec = &mut sts["spec"]["template"]["spec"];
+    on_real_node(spec, reports);
+    spec["serviceAccountName"] = json!(WORKER_ACCOUNT);
+    // The workers' default termination deadline is 25 s: within the grace period.
+    spec["terminationGracePeriodSeconds"] = json!(30);
+    let container = &mut spec["containers"][0];
+    container["image"] = json!(image);
+    container["resources"]["limits"]["memory"] = json!("256Mi");
+    container["env"]
+        .as_array_mut()
+        .expect("the worker's env")
+        .extend([
+            field("POD_NAMESPACE", "metadata.namespace"),
+            field("POD_UID", "metadata.uid"),
+            json!({"name": "SWARM_POOL", "value": env.example.pool_name()}),
+            json!({"name": "SWARM_CONFIG_MAP", "value": env.example.config_map_name()}),
+            json!({"name": "SWARM_WORKER_MODE", "value": "acknowledge"}),
+            report_env(),
+        ]);
+    vec![pool, sts]
 }
 
 /// Waits (up to `within`) until what the workers report they run is exactly the settled

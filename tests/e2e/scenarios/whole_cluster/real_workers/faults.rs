@@ -1,0 +1,346 @@
+//! Faults of acknowledging workers in real containers, one after the other on one pool of three
+//! (`rollout.policy: Acknowledge`), each with no job run twice:
+//!
+//! - a worker's process SIGKILLed through containerd: the kubelet starts the container again in
+//!   the same pod (same uid), and the new process starts fenced (its first report line runs
+//!   nothing) and takes its jobs back once it has renewed and read;
+//! - a worker frozen through its cgroup (`ctr tasks pause`, the freezer) for longer than its
+//!   Lease: its jobs move within lease + grace + 2 s; thawed, it fences itself before it works
+//!   again (its permit lapsed while frozen) and becomes a member again;
+//! - a worker's network cut from the API server (its pod's default route removed inside its
+//!   network namespace): it fences itself, its jobs move within the same bound, and it rejoins
+//!   when the route returns;
+//! - the node's kubelet stopped (SIGSTOP) until the node is NotReady: the containers keep
+//!   running and renewing through the API, so nothing moves; then one worker's container is
+//!   killed (no kubelet restarts it): its jobs move within the bound; the kubelet continued, the
+//!   container runs again and the pool settles.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+
+use super::pod_log::PodLog;
+use super::{acknowledging_workers, reports_dir, settle_acknowledged, worker_rbac};
+use crate::harness::kubectl::repo_root;
+use crate::harness::observe::{observe, wait_for};
+use crate::harness::poll::eventually_within;
+use crate::harness::worker_fleet::Reports;
+use crate::harness::{Env, WORKER_IMAGE_ENV};
+use crate::scenarios::acknowledge::jobs_moved_off;
+use crate::scenarios::scale;
+
+/// The workers' Lease (the library's default), the pool's `leaseGraceSeconds` (the default),
+/// and the slack the issue allows: a worker's jobs move within their sum.
+const MOVE_WITHIN: Duration = Duration::from_secs(10 + 2 + 2);
+/// The real node (scripts/lib/real-node.sh).
+const NODE: &str = "real-node";
+/// How long to wait for a worker back after a fault.
+const BACK_WITHIN: Duration = Duration::from_secs(120);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_worker_containers_killed_frozen_cut_off_or_orphaned_never_run_a_job_twice() {
+    let Some((mut env, images)) =
+        Env::start_alone_with_images("real-workers-faults", &[WORKER_IMAGE_ENV]).await
+    else {
+        return;
+    };
+    let cluster = env
+        .real_cluster_dir()
+        .expect("the real node's cluster is one of scripts/real-cluster.sh");
+    let reports = reports_dir(&env);
+    let pods = PodLog::start(&env, "app=swarm-worker");
+    env.install_crds().await;
+    env.start_operator().await;
+    env.watch_reports(&env.example.pool_name(), reports.clone());
+    let namespace = env.example.namespace();
+    let mut documents = vec![env.example.namespace_manifest().clone()];
+    documents.extend(worker_rbac(&env, &namespace).await);
+    documents.extend(acknowledging_workers(&env, &images[0], &reports));
+    env.apply("real-ack-workers.yaml", &documents).await;
+    scale(&env, 3).await;
+    settle_acknowledged(&env, &reports, 3, BACK_WITHIN).await;
+    let sts = env.example.statefulset_name();
+    let victim = format!("{sts}-1");
+
+    killed_process(&env, &cluster, &reports, &victim).await;
+    frozen(&env, &cluster, &reports, &victim).await;
+    cut_off(&env, &cluster, &reports, &victim).await;
+    kubelet_stopped(&env, &cluster, &reports, &format!("{sts}-2")).await;
+
+    let stats = env.handoff_stats();
+    assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
+    env.assert_exclusive();
+    let restarts: i32 = pods.instances().iter().map(|i| i.restarts).sum();
+    assert!(restarts >= 2, "the killed containers restarted: {restarts}");
+}
+
+/// SIGKILL of the worker's process: the container restarts in the same pod and starts fenced.
+async fn killed_process(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
+    let before = worker_pod(env, victim).await;
+    let uid = before.metadata.uid.clone().unwrap_or_default();
+    let killed = Timestamp::now();
+    let started = Instant::now();
+    ctr(
+        cluster,
+        &["tasks", "kill", "-s", "SIGKILL", &container_id(&before)],
+    )
+    .await;
+    let (uid_ref, before_ref) = (&uid, &before);
+    eventually_within(
+        &format!("{victim}'s container restarted"),
+        BACK_WITHIN,
+        || async move {
+            let now = worker_pod(env, victim).await;
+            assert_eq!(
+                now.metadata.uid.as_deref(),
+                Some(uid_ref.as_str()),
+                "{victim} is the same pod instance: the container restarts in it"
+            );
+            if restarts(&now) > restarts(before_ref) {
+                Ok(())
+            } else {
+                Err(format!("restartCount {}", restarts(&now)))
+            }
+        },
+    )
+    .await;
+    let settled = settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
+    let back = started.elapsed();
+    // The new process's first line runs nothing: it starts fenced, whatever its entry says.
+    let lines: Vec<_> = reports
+        .worker_lines(&uid)
+        .into_iter()
+        .filter(|line| line.at > killed)
+        .collect();
+    let first = lines.first().expect("the restarted worker reported");
+    assert!(
+        first.running.is_empty() && first.version.is_none(),
+        "started fenced: {first:?}"
+    );
+    let entry = settled
+        .config()
+        .workload(victim)
+        .map_or(0, |w| w.jobs.len());
+    eprintln!(
+        "real-workers-faults: SIGKILL of {victim}'s process: running its {entry} jobs again in the same pod {:.1} s later",
+        back.as_secs_f64()
+    );
+}
+
+/// The worker's container frozen (cgroup freezer) past its Lease, then thawed.
+async fn frozen(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
+    let id = container_id(&worker_pod(env, victim).await);
+    let started = Instant::now();
+    ctr(cluster, &["tasks", "pause", &id]).await;
+    let moved = jobs_move_off(env, victim, started).await;
+    let thawed = Timestamp::now();
+    ctr(cluster, &["tasks", "resume", &id]).await;
+    settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
+    let uid = worker_pod(env, victim)
+        .await
+        .metadata
+        .uid
+        .unwrap_or_default();
+    let after: Vec<_> = reports
+        .worker_lines(&uid)
+        .into_iter()
+        .filter(|line| line.at >= thawed)
+        .collect();
+    let first = after.first().expect("the thawed worker reported");
+    assert!(
+        first.running.is_empty(),
+        "thawed, it fenced itself first: {first:?}"
+    );
+    eprintln!(
+        "real-workers-faults: {victim} frozen: its jobs moved {:.1} s after the freeze (bound {MOVE_WITHIN:?}); thawed, it fenced itself and rejoined in {:.1} s",
+        moved.as_secs_f64(),
+        started.elapsed().as_secs_f64() - moved.as_secs_f64()
+    );
+}
+
+/// The worker's pod network cut from the API server (no default route), then restored.
+async fn cut_off(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
+    let id = container_id(&worker_pod(env, victim).await);
+    let pid = task_pid(cluster, &id).await;
+    let route = netns(&pid, &["ip", "route", "show", "default"]).await;
+    let route = route.trim().to_owned();
+    assert!(!route.is_empty(), "{victim}'s pod has a default route");
+    let started = Instant::now();
+    netns(&pid, &["ip", "route", "del", "default"]).await;
+    let moved = jobs_move_off(env, victim, started).await;
+    let mut add = vec!["ip", "route", "add"];
+    add.extend(route.split_whitespace());
+    netns(&pid, &add).await;
+    let restored = Instant::now();
+    settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
+    eprintln!(
+        "real-workers-faults: {victim}'s network cut: its jobs moved {:.1} s later (bound {MOVE_WITHIN:?}); it rejoined {:.1} s after the route came back",
+        moved.as_secs_f64(),
+        restored.elapsed().as_secs_f64()
+    );
+}
+
+/// The kubelet stopped until its node is NotReady: nothing moves while the containers renew;
+/// one container killed then: its jobs move; the kubelet back: the pool settles.
+async fn kubelet_stopped(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
+    let before = observe(env).await.expect("observe the pool");
+    let assignment = before.config().workloads.clone();
+    let stopped = Instant::now();
+    real_cluster(&["signal", cluster_str(cluster), "kubelet", "STOP"]).await;
+    let continued = ContinueKubelet(cluster.to_path_buf());
+    let nodes: Api<Node> = Api::all(env.client.clone());
+    let nodes = &nodes;
+    eventually_within(
+        "the real node NotReady",
+        Duration::from_secs(120),
+        || async move {
+            let node = nodes.get(NODE).await.map_err(|e| e.to_string())?;
+            let ready = node
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.status);
+            match ready.as_deref() {
+                Some("True") => Err("Ready".to_owned()),
+                other => Ok(other.map(str::to_owned)),
+            }
+        },
+    )
+    .await;
+    let not_ready = stopped.elapsed();
+    // Longer than a Lease has passed: had the workers stopped renewing, their jobs would move.
+    assert!(not_ready > MOVE_WITHIN, "NotReady after {not_ready:?}");
+    let during = observe(env).await.expect("observe the pool");
+    assert_eq!(
+        during.config().workloads,
+        assignment,
+        "nothing moves while the containers renew without their kubelet"
+    );
+
+    let id = container_id(&worker_pod(env, victim).await);
+    let killed = Instant::now();
+    ctr(cluster, &["tasks", "kill", "-s", "SIGKILL", &id]).await;
+    let moved = jobs_move_off(env, victim, killed).await;
+    drop(continued);
+    let back = Instant::now();
+    settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
+    eprintln!(
+        "real-workers-faults: kubelet stopped: the node NotReady {:.0} s later, nothing moved; {victim}'s container killed then: its jobs moved {:.1} s later (bound {MOVE_WITHIN:?}); kubelet continued: settled {:.1} s later",
+        not_ready.as_secs_f64(),
+        moved.as_secs_f64(),
+        back.elapsed().as_secs_f64()
+    );
+}
+
+/// SIGCONT to the kubelet when dropped, so a failing scenario leaves the node running.
+struct ContinueKubelet(std::path::PathBuf);
+
+impl Drop for ContinueKubelet {
+    fn drop(&mut self) {
+        let script = repo_root().join("scripts/real-cluster.sh");
+        let _ = std::process::Command::new(script)
+            .args(["signal", cluster_str(&self.0), "kubelet", "CONT"])
+            .status();
+    }
+}
+
+/// Waits until `victim` holds no job and nothing is in transit; fails if that took longer than
+/// [`MOVE_WITHIN`] after `since`. Returns how long it took.
+async fn jobs_move_off(env: &Env, victim: &str, since: Instant) -> Duration {
+    wait_for(env, &format!("{victim}'s jobs on the others"), |o| {
+        jobs_moved_off(o, &[victim])
+    })
+    .await;
+    let moved = since.elapsed();
+    assert!(
+        moved <= MOVE_WITHIN,
+        "{victim}'s jobs moved {:.1} s after the fault, over lease + grace + 2 s",
+        moved.as_secs_f64()
+    );
+    moved
+}
+
+async fn worker_pod(env: &Env, name: &str) -> Pod {
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), &env.example.namespace());
+    api.get(name)
+        .await
+        .unwrap_or_else(|e| panic!("GET pod {name}: {e}"))
+}
+
+fn restarts(pod: &Pod) -> i32 {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .map_or(0, |cs| cs.iter().map(|c| c.restart_count).sum())
+}
+
+/// The containerd id of the pod's (one) container.
+fn container_id(pod: &Pod) -> String {
+    let id = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|cs| cs.first())
+        .and_then(|c| c.container_id.clone())
+        .expect("the pod reports its container");
+    id.strip_prefix("containerd://")
+        .expect("a containerd container")
+        .to_owned()
+}
+
+/// The host pid of container `id`'s task.
+async fn task_pid(cluster: &Path, id: &str) -> String {
+    let tasks = ctr(cluster, &["tasks", "ls"]).await;
+    tasks
+        .lines()
+        .find_map(|line| {
+            let mut fields = line.split_whitespace();
+            (fields.next() == Some(id)).then(|| fields.next().map(str::to_owned))?
+        })
+        .unwrap_or_else(|| panic!("no task {id}:\n{tasks}"))
+}
+
+/// Runs `args` in the network namespace of process `pid`; must succeed; its stdout.
+async fn netns(pid: &str, args: &[&str]) -> String {
+    let mut full = vec!["-t", pid, "-n"];
+    full.extend_from_slice(args);
+    run("nsenter", &full).await
+}
+
+/// `scripts/real-cluster.sh ctr <cluster> <args...>`; must succeed; its stdout.
+async fn ctr(cluster: &Path, args: &[&str]) -> String {
+    let mut full = vec!["ctr", cluster_str(cluster)];
+    full.extend_from_slice(args);
+    real_cluster(&full).await
+}
+
+async fn real_cluster(args: &[&str]) -> String {
+    let script = repo_root().join("scripts/real-cluster.sh");
+    run(script.to_str().expect("UTF-8 path"), args).await
+}
+
+async fn run(program: &str, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(program)
+        .args(args)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{program} {} exited {}: {stdout}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+fn cluster_str(cluster: &Path) -> &str {
+    cluster.to_str().expect("UTF-8 cluster path")
+}
