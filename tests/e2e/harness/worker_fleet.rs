@@ -401,7 +401,15 @@ fn rust_worker() -> PathBuf {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             let status = std::process::Command::new(cargo)
                 .current_dir(repo_root())
-                .args(["build", "--quiet", "--example", "swarm-worker"])
+                // --workspace: the features the test binaries were built with, so nothing
+                // but the example is compiled again.
+                .args([
+                    "build",
+                    "--quiet",
+                    "--workspace",
+                    "--example",
+                    "swarm-worker",
+                ])
                 .status()
                 .expect("run cargo build --example swarm-worker");
             assert!(

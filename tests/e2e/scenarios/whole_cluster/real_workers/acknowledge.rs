@@ -32,6 +32,9 @@ use crate::scenarios::{kubectl_ns, scale};
 
 /// The longest a moved job may run nowhere in one step (seconds).
 const MAX_GAP_SECONDS: f64 = 2.0;
+/// How soon a deleted worker's pod must be gone (seconds): it exits on acknowledging an empty
+/// entry, well before its 25 s termination deadline.
+const EXIT_WITHIN_SECONDS: f64 = 15.0;
 /// The job the edit adds.
 const ADDED_JOB: &str = "stream:real-ack:new";
 
@@ -139,10 +142,15 @@ async fn rust_and_python_workers_in_real_pods_hand_jobs_over_without_a_restart()
     env.assert_exclusive();
     pods.assert_no_restart();
     let stops = pods.assert_stopped_within_grace(&reports);
+    let gone = pods.seconds_to_gone();
     eprintln!(
-        "real-workers-acknowledge: deleted workers: jobs stopped {:?} s, pod gone {:?} s after the deletion",
-        stops,
-        pods.seconds_to_gone()
+        "real-workers-acknowledge: deleted workers: jobs stopped {stops:.1?} s, pod gone {gone:.1?} s after the deletion"
+    );
+    // A terminating worker exits once it has acknowledged a version without jobs, long before
+    // its termination deadline (25 s): the operator wrote one at once.
+    assert!(
+        gone.iter().all(|seconds| *seconds < EXIT_WITHIN_SECONDS),
+        "a deleted worker took {gone:.1?} s to exit"
     );
     let (ready_rust, ready_python) = ready_times(&env, &namespace, &pods, &rust_image).await;
     eprintln!(
