@@ -399,7 +399,8 @@ fn rust_worker() -> PathBuf {
     BUILT
         .get_or_init(|| {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let status = std::process::Command::new(cargo)
+            let mut build = std::process::Command::new(cargo);
+            build
                 .current_dir(repo_root())
                 // --workspace: the features the test binaries were built with, so nothing
                 // but the example is compiled again.
@@ -409,7 +410,29 @@ fn rust_worker() -> PathBuf {
                     "--workspace",
                     "--example",
                     "swarm-worker",
-                ])
+                ]);
+            // What cargo sets for this test process, not for a build: inherited,
+            // CARGO_MANIFEST_DIR alone makes cargo rerun ring's build script, and so recompile
+            // the TLS stack, kube and the operator, then again in the next `cargo test`.
+            for (name, _) in std::env::vars_os() {
+                let name = name.to_string_lossy();
+                if [
+                    "CARGO_MANIFEST_",
+                    "CARGO_PKG_",
+                    "CARGO_CRATE_",
+                    "CARGO_BIN_",
+                    "CARGO_PRIMARY_PACKAGE",
+                    "CARGO_TARGET_TMPDIR",
+                    "CARGO_RUSTC_CURRENT_DIR",
+                    "OUT_DIR",
+                ]
+                .iter()
+                .any(|prefix| name.starts_with(prefix))
+                {
+                    build.env_remove(&*name);
+                }
+            }
+            let status = build
                 .status()
                 .expect("run cargo build --example swarm-worker");
             assert!(

@@ -107,9 +107,16 @@ impl PodLog {
                 continue;
             };
             let lines = reports.worker_lines(&instance.uid);
-            let last = lines
-                .last()
-                .unwrap_or_else(|| panic!("{} ({}) reported nothing", instance.name, instance.uid));
+            let Some(last) = lines.last() else {
+                // Deleted before its container started: no worker ran, nothing to stop.
+                assert!(
+                    instance.ready.is_none(),
+                    "{} ({}) was Ready but reported nothing",
+                    instance.name,
+                    instance.uid
+                );
+                continue;
+            };
             assert!(
                 last.running.is_empty(),
                 "{} ({}) was deleted and gone, but its last report still runs {:?}",
