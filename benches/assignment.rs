@@ -2,7 +2,7 @@
 //! scratch, and for each of the four changes from the previous layout; and of weighted `Sticky`
 //! (`spec.qos.weights`) on N -> N+1.
 //!
-//! `cargo bench --bench assignment`; the table of the README comes from
+//! `cargo bench --bench assignment`; the tables of docs/performance.md come from
 //! `cargo bench --bench assignment-report`.
 
 mod scenario;

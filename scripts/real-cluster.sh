@@ -27,7 +27,7 @@
 # hack/{kube,etcd,kwok,containerd,cni}/go.mod (runc and nft are Debian packages pinned in
 # hack/debian/packages); the binaries, module and build caches live in
 # ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}, keyed by version, so only the first `up`
-# on a machine builds (see the README for what that costs).
+# on a machine builds (see docs/testing.md for what that costs).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -2,7 +2,7 @@
 //! x jobs and prints what each cell costs.
 //!
 //! `cargo bench --bench operator [-- CELL...]`, a cell being `POOLSxWORKERSxJOBS` (default:
-//! the grid of the README's Performance table). Cells run on kube-sim, started in this
+//! the grid of the table in docs/performance.md). Cells run on kube-sim, started in this
 //! process; with `SWARM_BENCH_KUBECONFIG=<path>` they run on that cluster instead (for
 //! example one from `scripts/real-cluster.sh up`). Per cell:
 //! 1. create the StatefulSets and wait for their pods, then start the operator;
@@ -55,7 +55,7 @@ use cluster::{
 use driver::LoadDriver;
 use process::{HeapAtPeak, OperatorProcess, Requests};
 
-/// The grid of the README's Performance table.
+/// The grid of the table in docs/performance.md ("The operator at scale").
 const DEFAULT_GRID: &str = "10x10x50 100x5x50 100x100x300";
 /// Most pools scaled one by one in the scale phase.
 const SCALE_SAMPLES: usize = 20;

@@ -465,8 +465,8 @@ fn assign_jobs(
 
 /// Whether `pod` had jobs in the previous config. A Deployment's pod starts before the operator
 /// can list it, so a worker whose entry is missing or empty waits for its jobs and reads them
-/// when they come (see the README's worker contract): only a pod that ran jobs is stale when
-/// its job set changes.
+/// when they come (see the worker contract in docs/worker-protocol.md): only a pod that ran jobs
+/// is stale when its job set changes.
 fn ran_jobs(previous: &Previous, pod: &str) -> bool {
     previous
         .config

@@ -1,7 +1,7 @@
 //! The monitoring component (`deploy/monitoring`): it installs on top of `deploy/`, scrapes the
 //! operator's port, its alerts pass `promtool check rules` and their unit tests, each has a
-//! runbook in the README, and the alerts and the dashboard query only metrics the operator
-//! exports.
+//! runbook on the runbook page (`docs/runbooks.md`), and the alerts and the dashboard query only
+//! metrics the operator exports.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -172,8 +172,8 @@ fn the_alert_rules_pass_promtool_check_rules_and_their_unit_tests() {
 }
 
 #[test]
-fn every_alert_has_a_severity_a_runbook_in_the_readme_and_a_unit_test() {
-    let readme = read("README.md");
+fn every_alert_has_a_severity_a_runbook_on_the_runbook_page_and_a_unit_test() {
+    let runbooks = read("docs/runbooks.md");
     let tests = read("deploy/monitoring/tests/alerts.test.yaml");
     let names: Vec<String> = alerts()
         .iter()
@@ -210,12 +210,12 @@ fn every_alert_has_a_severity_a_runbook_in_the_readme_and_a_unit_test() {
         let runbook = alert["annotations"]["runbook_url"].as_str().unwrap();
         let anchor = name.to_lowercase();
         assert!(
-            runbook.ends_with(&format!("README.md#{anchor}")),
+            runbook.ends_with(&format!("docs/runbooks.md#{anchor}")),
             "{runbook}"
         );
         assert!(
-            readme.contains(&format!("\n#### {name}\n")),
-            "the README has a runbook section for {name}"
+            runbooks.contains(&format!("\n#### {name}\n")),
+            "docs/runbooks.md has a runbook section for {name}"
         );
         assert!(
             tests.contains(&format!("alertname: {name}\n")),

@@ -1,6 +1,6 @@
 //! `kubectl-swarm` against clusters that cannot answer the question: the CRD not installed, a
 //! pool the operator has not reconciled yet, no kubeconfig at all. Each is one line on stderr
-//! that says what to do, with the exit code the README gives.
+//! that says what to do, with the exit code docs/operations.md gives.
 
 use std::path::Path;
 use std::process::Output;

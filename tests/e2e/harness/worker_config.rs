@@ -86,8 +86,9 @@ impl WorkerConfig {
 
     /// The config of the per-worker layout (`rollout.policy: Acknowledge`): `index.yml` of the
     /// pool's ConfigMap `config_map`, and `slices`, each worker's own ConfigMap as (name, the
-    /// pod its `swarm.io/worker` label names, its `config.yml`). Checks what the README
-    /// promises of each: it is named `<config_map>.<pod>` and holds that pod's entry only.
+    /// pod its `swarm.io/worker` label names, its `config.yml`). Checks what
+    /// docs/worker-protocol.md promises of each: it is named `<config_map>.<pod>` and holds that
+    /// pod's entry only.
     pub fn assemble(
         config_map: &str,
         index: &str,

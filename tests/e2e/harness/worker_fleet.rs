@@ -475,7 +475,7 @@ pub struct Reports {
     dir: PathBuf,
 }
 
-/// One line of a report (see the README's worker protocol section).
+/// One line of a report (see the worker protocol in docs/worker-protocol.md).
 #[derive(Debug, Deserialize)]
 struct Line {
     pod: String,

@@ -59,8 +59,8 @@ async fn acknowledging_workers_take_a_scale_up_and_down_without_a_restart() {
     env.assert_exclusive();
 }
 
-/// The Python worker, written from the README's protocol section alone, shares a pool with the
-/// Rust one through job edits and a scale-up.
+/// The Python worker, written from the protocol of docs/worker-protocol.md alone, shares a pool
+/// with the Rust one through job edits and a scale-up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_and_rust_workers_share_one_acknowledging_pool() {
     let mut env = Env::start_with("acknowledge-mixed", SimSpeed::SLOW).await;

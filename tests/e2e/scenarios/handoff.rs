@@ -2,7 +2,7 @@
 //!
 //! Every scenario of the suite runs under the duplicate watch (no job on two live pods, checked
 //! when its environment is dropped); these add a worker pod deleted by hand in the middle of a
-//! handoff, and the scripted sequence whose numbers the README reports.
+//! handoff, and the scripted sequence whose numbers docs/reference.md reports.
 
 use std::time::{Duration, Instant};
 
@@ -65,7 +65,7 @@ enum Change {
     RemoveJobs(usize),
 }
 
-/// The sequence the README's handoff table measures.
+/// The sequence the handoff table of docs/reference.md measures.
 const SEQUENCE: [Change; 5] = [
     Change::Scale(5),
     Change::Scale(2),
@@ -151,8 +151,8 @@ async fn handoff_report_overlap_settles_after_every_change() {
 }
 
 /// The acknowledged handoff on the same sequence, with a real worker process per pod: nobody
-/// restarts and no job runs twice. (How short the gaps are is the README's measurement, not a
-/// timed assertion.)
+/// restarts and no job runs twice. (How short the gaps are is docs/reference.md's measurement,
+/// not a timed assertion.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handoff_report_acknowledge_restarts_nobody_and_never_runs_a_job_twice() {
     let run = Run {
