@@ -21,6 +21,8 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
+use crate::cargo_env;
+
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 /// What the Dockerfile says of one image: its stage's instructions.
@@ -158,27 +160,7 @@ fn archives() -> &'static Path {
         );
         let mut script = Command::new(Path::new(REPO).join("scripts/build-images.sh"));
         script.args(["--profile", "dev", "--out"]).arg(&out);
-        // What cargo sets for this test process, not for a build: inherited, CARGO_MANIFEST_DIR
-        // alone makes cargo rerun ring's build script, and so recompile the TLS stack, kube
-        // and the operator, then again in the next plain build.
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy();
-            if [
-                "CARGO_MANIFEST_",
-                "CARGO_PKG_",
-                "CARGO_CRATE_",
-                "CARGO_BIN_",
-                "CARGO_PRIMARY_PACKAGE",
-                "CARGO_TARGET_TMPDIR",
-                "CARGO_RUSTC_CURRENT_DIR",
-                "OUT_DIR",
-            ]
-            .iter()
-            .any(|prefix| name.starts_with(prefix))
-            {
-                script.env_remove(&*name);
-            }
-        }
+        cargo_env::without_test_env(&mut script);
         let status = script
             .stdout(Stdio::null())
             .status()

@@ -5,6 +5,8 @@
 //! fault soak (`tests/soak/`) are binaries of their own.
 
 mod assignment_plan_cli;
+#[path = "../common/cargo_env.rs"]
+mod cargo_env;
 mod crd;
 mod deployment_scenarios;
 mod fenced_write;

@@ -1,6 +1,8 @@
 //! The test environment of one scenario: a cluster, kubectl, the operator process, and the
 //! reads the assertions use.
 
+#[path = "../../common/cargo_env.rs"]
+pub mod cargo_env;
 pub mod derived_mounts;
 pub mod duplicates;
 pub mod inspect;

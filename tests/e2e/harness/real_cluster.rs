@@ -8,7 +8,7 @@ use kube::config::{AuthInfo, Kubeconfig};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::kubectl::Kubectl;
+use super::kubectl::{Kubectl, repo_root};
 use super::manifests::{Example, documents_at, write_manifest};
 use super::sim_inspect::RequestRecord;
 
@@ -297,6 +297,33 @@ impl AuditEvent {
             time: self.request_received_timestamp,
         }
     }
+}
+
+/// `scripts/real-cluster.sh <args...>`, which must succeed; its stdout.
+pub async fn script(args: &[&str]) -> String {
+    let script = repo_root().join("scripts/real-cluster.sh");
+    let out = tokio::process::Command::new(&script)
+        .args(args)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "real-cluster.sh {} exited {}: {stdout}{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `scripts/real-cluster.sh ctr <cluster> <args...>`: ctr against the real node's containerd
+/// (namespace k8s.io), which must succeed; its stdout.
+pub async fn ctr(cluster: &Path, args: &[&str]) -> String {
+    let mut full = vec!["ctr", cluster.to_str().expect("UTF-8 cluster path")];
+    full.extend_from_slice(args);
+    script(&full).await
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde::Deserialize;
 
+use super::cargo_env;
 use super::kubectl::repo_root;
 
 /// How often the fleet compares the pods with its processes.
@@ -411,27 +412,7 @@ fn rust_worker() -> PathBuf {
                     "--example",
                     "swarm-worker",
                 ]);
-            // What cargo sets for this test process, not for a build: inherited,
-            // CARGO_MANIFEST_DIR alone makes cargo rerun ring's build script, and so recompile
-            // the TLS stack, kube and the operator, then again in the next `cargo test`.
-            for (name, _) in std::env::vars_os() {
-                let name = name.to_string_lossy();
-                if [
-                    "CARGO_MANIFEST_",
-                    "CARGO_PKG_",
-                    "CARGO_CRATE_",
-                    "CARGO_BIN_",
-                    "CARGO_PRIMARY_PACKAGE",
-                    "CARGO_TARGET_TMPDIR",
-                    "CARGO_RUSTC_CURRENT_DIR",
-                    "OUT_DIR",
-                ]
-                .iter()
-                .any(|prefix| name.starts_with(prefix))
-                {
-                    build.env_remove(&*name);
-                }
-            }
+            cargo_env::without_test_env(&mut build);
             let status = build
                 .status()
                 .expect("run cargo build --example swarm-worker");

@@ -17,6 +17,7 @@ use super::{assert_no_pod_deleted_twice, with_fast_pods};
 use crate::harness::Env;
 use crate::harness::observe::{Observed, assert_invariants, balanced, observe, wait_balanced};
 use crate::harness::poll::eventually_within;
+use crate::harness::real_cluster::ctr;
 use crate::scenarios::{kubectl_ns, scale};
 
 /// The job the rollout's change adds.
@@ -78,7 +79,7 @@ async fn kill_the_leader(
     let restarts = replicas::restarts(victim);
     let namespace = victim.metadata.namespace.clone().unwrap_or_default();
     let mark = env.request_mark().await;
-    replicas::ctr(
+    ctr(
         cluster,
         &["tasks", "kill", "-s", "SIGKILL", &container_id(victim)],
     )

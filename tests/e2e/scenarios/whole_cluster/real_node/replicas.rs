@@ -12,9 +12,9 @@ use kube::api::{Api, ListParams};
 use serde_json::Value;
 
 use crate::harness::Env;
-use crate::harness::kubectl::repo_root;
 use crate::harness::poll::eventually_within;
 use crate::harness::promtool;
+use crate::harness::real_cluster::ctr;
 
 /// The label selector of the operator's pods (deploy/manager/deployment.yaml).
 pub(super) const SELECTOR: &str = "app.kubernetes.io/name=swarm-operator";
@@ -285,28 +285,6 @@ pub(super) async fn metrics(pod: &Pod) -> BTreeMap<String, f64> {
         );
     }
     samples
-}
-
-/// `scripts/real-cluster.sh ctr <cluster> <args...>`: ctr against the real node's containerd
-/// (namespace k8s.io), which must succeed; its output.
-pub(super) async fn ctr(cluster: &Path, args: &[&str]) -> String {
-    let script = repo_root().join("scripts/real-cluster.sh");
-    let out = tokio::process::Command::new(&script)
-        .arg("ctr")
-        .arg(cluster)
-        .args(args)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "real-cluster.sh ctr {} exited {}: {stdout}{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 /// Asserts that containerd on the real node has each pod's operator container, and that its

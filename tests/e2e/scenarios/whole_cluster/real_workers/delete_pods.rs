@@ -8,14 +8,13 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::pod_log::PodLog;
 use super::{
-    REPORTS_WITHIN, Rollout, assert_workers_run_their_entries, file_workers, median_and_worst,
-    reports_dir,
+    FileWorkers, REPORTS_WITHIN, Rollout, assert_workers_run_their_entries, median_and_worst,
+    start_file_workers,
 };
+use crate::harness::Env;
 use crate::harness::observe::{Observed, assert_invariants, wait_balanced};
 use crate::harness::worker_fleet::Reports;
-use crate::harness::{Env, WORKER_IMAGE_ENV};
 use crate::scenarios::scale;
 
 /// The job the edit adds.
@@ -23,18 +22,15 @@ const ADDED_JOB: &str = "stream:real-workers:new";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleted_worker_pods_restart_on_their_new_entry_without_running_a_job_twice() {
-    let Some((mut env, images)) =
-        Env::start_alone_with_images("real-workers-delete-pods", &[WORKER_IMAGE_ENV]).await
+    let Some(FileWorkers {
+        env,
+        reports,
+        pods,
+        documents,
+    }) = start_file_workers("real-workers-delete-pods", Rollout::DeletePods).await
     else {
         return;
     };
-    let reports = reports_dir(&env);
-    let pods = PodLog::start(&env, "app=swarm-worker");
-    env.install_crds().await;
-    env.start_operator().await;
-    env.watch_reports(&env.example.pool_name(), reports.clone());
-    let documents = file_workers(&env, &images[0], Rollout::DeletePods, &reports);
-    env.apply("real-workers.yaml", &documents).await;
     let started = Instant::now();
     settle(&env, &reports, env.example.replicas()).await;
     eprintln!(

@@ -27,6 +27,7 @@ use super::{acknowledging_workers, reports_dir, settle_acknowledged, worker_rbac
 use crate::harness::kubectl::repo_root;
 use crate::harness::observe::{observe, wait_for};
 use crate::harness::poll::eventually_within;
+use crate::harness::real_cluster::{self, ctr};
 use crate::harness::worker_fleet::Reports;
 use crate::harness::{Env, WORKER_IMAGE_ENV};
 use crate::scenarios::acknowledge::jobs_moved_off;
@@ -189,7 +190,7 @@ async fn kubelet_stopped(env: &Env, cluster: &Path, reports: &Reports, victim: &
     let before = observe(env).await.expect("observe the pool");
     let assignment = before.config().workloads.clone();
     let stopped = Instant::now();
-    real_cluster(&["signal", cluster_str(cluster), "kubelet", "STOP"]).await;
+    real_cluster::script(&["signal", cluster_str(cluster), "kubelet", "STOP"]).await;
     let continued = ContinueKubelet(cluster.to_path_buf());
     let nodes: Api<Node> = Api::all(env.client.clone());
     let nodes = &nodes;
@@ -310,18 +311,6 @@ async fn netns(pid: &str, args: &[&str]) -> String {
     let mut full = vec!["-t", pid, "-n"];
     full.extend_from_slice(args);
     run("nsenter", &full).await
-}
-
-/// `scripts/real-cluster.sh ctr <cluster> <args...>`; must succeed; its stdout.
-async fn ctr(cluster: &Path, args: &[&str]) -> String {
-    let mut full = vec!["ctr", cluster_str(cluster)];
-    full.extend_from_slice(args);
-    real_cluster(&full).await
-}
-
-async fn real_cluster(args: &[&str]) -> String {
-    let script = repo_root().join("scripts/real-cluster.sh");
-    run(script.to_str().expect("UTF-8 path"), args).await
 }
 
 async fn run(program: &str, args: &[&str]) -> String {

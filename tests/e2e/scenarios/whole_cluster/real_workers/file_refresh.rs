@@ -9,13 +9,11 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::pod_log::PodLog;
 use super::{
-    Rollout, assert_workers_run_their_entries, file_workers, median_and_worst, reports_dir,
+    FileWorkers, Rollout, assert_workers_run_their_entries, median_and_worst, start_file_workers,
 };
 use crate::harness::observe::{assert_invariants, observe, wait_balanced};
 use crate::harness::poll::eventually_within;
-use crate::harness::{Env, WORKER_IMAGE_ENV};
 
 /// How many config versions are measured.
 const CHANGES: usize = 10;
@@ -28,18 +26,15 @@ const REFRESH_WITHIN: Duration = Duration::from_secs(150);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubelet_refreshes_a_mounted_config_within_its_sync_period() {
-    let Some((mut env, images)) =
-        Env::start_alone_with_images("real-workers-file-refresh", &[WORKER_IMAGE_ENV]).await
+    let Some(FileWorkers {
+        env,
+        reports,
+        pods,
+        documents,
+    }) = start_file_workers("real-workers-file-refresh", Rollout::ReloadOverlap).await
     else {
         return;
     };
-    let reports = reports_dir(&env);
-    let pods = PodLog::start(&env, "app=swarm-worker");
-    env.install_crds().await;
-    env.start_operator().await;
-    env.watch_reports(&env.example.pool_name(), reports.clone());
-    let documents = file_workers(&env, &images[0], Rollout::ReloadOverlap, &reports);
-    env.apply("real-workers.yaml", &documents).await;
     let replicas = env.example.replicas();
     let settled = wait_balanced(&env, replicas).await;
     assert_invariants(&env, &settled).await;

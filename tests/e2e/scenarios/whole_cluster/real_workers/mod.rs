@@ -19,17 +19,19 @@ mod faults;
 mod file_refresh;
 mod pod_log;
 
+use pod_log::PodLog;
+
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::Env;
 use crate::harness::manifests::parse_yaml_stream;
 use crate::harness::observe::{Observed, assert_invariants, balanced, observe};
 use crate::harness::poll::eventually_within;
 use crate::harness::worker_fleet::Reports;
+use crate::harness::{Env, WORKER_IMAGE_ENV};
 use crate::scenarios::whole_cluster::worker_lease_policy::WORKER_ACCOUNT;
 
 /// The real node's label and the key of its taint (scripts/lib/real-node.sh).
@@ -49,6 +51,35 @@ enum Rollout {
 /// How soon a worker reports its entry once its pod is Ready, when its file is current at start
 /// (it reads the file at once, then every second).
 const REPORTS_WITHIN: Duration = Duration::from_secs(15);
+
+/// A scenario whose workers read the mounted file: its environment, the workers' reports, the
+/// log of their pods, and the documents applied.
+struct FileWorkers {
+    env: Env,
+    reports: Reports,
+    pods: PodLog,
+    documents: Vec<Value>,
+}
+
+/// Starts scenario `name` with the CRDs, the operator, and the example under `rollout` with
+/// its workers in containers of the worker image (see [`file_workers`]), applied; `None` (with a
+/// note) where no real node holds the image.
+async fn start_file_workers(name: &str, rollout: Rollout) -> Option<FileWorkers> {
+    let (mut env, images) = Env::start_alone_with_images(name, &[WORKER_IMAGE_ENV]).await?;
+    let reports = reports_dir(&env);
+    let pods = PodLog::start(&env, "app=swarm-worker");
+    env.install_crds().await;
+    env.start_operator().await;
+    env.watch_reports(&env.example.pool_name(), reports.clone());
+    let documents = file_workers(&env, &images[0], rollout, &reports);
+    env.apply("real-workers.yaml", &documents).await;
+    Some(FileWorkers {
+        env,
+        reports,
+        pods,
+        documents,
+    })
+}
 
 /// A fresh directory of the host for the workers' reports, writable by their uid (65532).
 fn reports_dir(env: &Env) -> Reports {
@@ -134,10 +165,17 @@ async fn settle_acknowledged(
         || async move {
             let o = observe(env).await?;
             balanced(&o, workers, sts)?;
-            match o.status_u64("jobsInTransit") {
-                Some(0) => Ok(o),
-                n => Err(format!("jobsInTransit {n:?}")),
+            if o.status_u64("jobsInTransit") != Some(0) {
+                return Err(format!("jobsInTransit {:?}", o.status_u64("jobsInTransit")));
             }
+            // The status is written after the ConfigMap: a read between the two sees a Balanced
+            // status beside a config already moving jobs (a worker that just rejoined).
+            let config = o.config();
+            config
+                .check_exactly_once(sts, workers, &o.spec_jobs())
+                .map_err(|e| format!("config: {e}"))?;
+            config.check_balanced()?;
+            Ok(o)
         },
     )
     .await;
