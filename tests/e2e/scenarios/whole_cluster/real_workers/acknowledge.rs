@@ -125,9 +125,14 @@ async fn rust_and_python_workers_in_real_pods_hand_jobs_over_without_a_restart()
         .token_kubeconfig(token.trim(), &format!("{a}'s token"), "stolen.kubeconfig")
         .expect("a real cluster");
     let stolen = Kubectl::new(&stolen, &env.scratch("stolen-kube-cache"));
-    let lease_b: Value =
+    let mut lease_b: Value =
         serde_json::from_str(&kubectl_ns(&env, &["get", "lease", &b, "-o", "json"]).await)
             .expect("the Lease as JSON");
+    // Without its resourceVersion: an unconditional update, so that B's own renewals in the
+    // meantime cannot answer 409 before the admission policy answers.
+    let metadata = lease_b["metadata"].as_object_mut().expect("metadata");
+    metadata.remove("resourceVersion");
+    metadata.remove("managedFields");
     let forged = write(&env, &stolen, "replace", &lease_b).await;
     assert_refused(
         &forged,
