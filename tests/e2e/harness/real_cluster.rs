@@ -299,23 +299,28 @@ impl AuditEvent {
     }
 }
 
-/// `scripts/real-cluster.sh <args...>`, which must succeed; its stdout.
-pub async fn script(args: &[&str]) -> String {
-    let script = repo_root().join("scripts/real-cluster.sh");
-    let out = tokio::process::Command::new(&script)
+/// Runs `program` with `args`, which must succeed; its stdout.
+pub async fn run_ok(program: &Path, args: &[&str]) -> String {
+    let out = tokio::process::Command::new(program)
         .args(args)
         .output()
         .await
-        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
+        .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "real-cluster.sh {} exited {}: {stdout}{}",
+        "{} {} exited {}: {stdout}{}",
+        program.display(),
         args.join(" "),
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// `scripts/real-cluster.sh <args...>`, which must succeed; its stdout.
+pub async fn script(args: &[&str]) -> String {
+    run_ok(&repo_root().join("scripts/real-cluster.sh"), args).await
 }
 
 /// `scripts/real-cluster.sh ctr <cluster> <args...>`: ctr against the real node's containerd

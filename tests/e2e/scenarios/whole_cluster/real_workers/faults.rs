@@ -310,24 +310,7 @@ async fn task_pid(cluster: &Path, id: &str) -> String {
 async fn netns(pid: &str, args: &[&str]) -> String {
     let mut full = vec!["-t", pid, "-n"];
     full.extend_from_slice(args);
-    run("nsenter", &full).await
-}
-
-async fn run(program: &str, args: &[&str]) -> String {
-    let out = tokio::process::Command::new(program)
-        .args(args)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("run {program}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{program} {} exited {}: {stdout}{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    real_cluster::run_ok(Path::new("nsenter"), &full).await
 }
 
 fn cluster_str(cluster: &Path) -> &str {
