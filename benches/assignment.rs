@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use scenario::{Algorithm, Change, STATEFULSET, WEIGHTED_SIZE, jobs, weighted_qos};
-use swarm_assign::{ConfigRequest, Strategy, WorkerConfig, assign_with_qos, next_config};
+use swarm_assign::{ConfigRequest, Strategy, assign_with_qos, next_config};
+use swarm_protocol::config::WorkerConfig;
 
 /// (J, N) pairs measured; the full grid is in the report.
 const SIZES: [(usize, usize); 3] = [(1_000, 10), (30_000, 100), (100_000, 1_000)];

@@ -10,13 +10,13 @@ use kube::runtime::watcher::Event;
 use peak_alloc::PeakAlloc;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use swarm_operator::names::{ACKED_VERSION_ANNOTATION, FENCED_AT_ANNOTATION};
-use swarm_operator::names::{POOL_LABEL, WORKER_LABEL};
 use swarm_operator::state::cached::Cacheable;
 use swarm_operator::state::lease_summary::LeaseSummary;
 use swarm_operator::state::pod_summary::PodSummary;
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_operator::trim;
+use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, FENCED_AT_ANNOTATION};
+use swarm_protocol::names::{POOL_LABEL, WORKER_LABEL};
 
 #[global_allocator]
 static HEAP: PeakAlloc = PeakAlloc;

@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use k8s_openapi::jiff::Timestamp;
-use swarm_assign::worker_config::WorkerConfig;
-use swarm_worker::report::{self, ReportLine};
+use swarm_protocol::config::WorkerConfig;
+use swarm_protocol::report::{self, ReportLine};
+use swarm_worker::report::append;
 use swarm_worker::{Jobs, Permit, Worker};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -250,7 +251,7 @@ fn write_report(args: &Args, assignment: &Assignment) {
         at: report::timestamp(Timestamp::now()),
         until: None,
     };
-    if let Err(error) = report::append(path, &line) {
+    if let Err(error) = append(path, &line) {
         warn!(path = %path.display(), %error, "cannot write the worker report");
     }
 }

@@ -25,7 +25,7 @@ pub mod runtime;
 pub mod state;
 
 // Short paths for the binaries, tests and benches.
-pub use api::{conditions, crd, names};
+pub use api::{conditions, crd};
 pub use controller::{cache_health, fenced_write, relisting_watch, trim};
 pub use planner::rollout;
 pub use runtime::{

@@ -1,5 +1,5 @@
-//! Pure assignment of a SwarmPool's jobs to the workers of its StatefulSet, and the worker config
-//! format.
+//! Pure assignment of a SwarmPool's jobs to the workers of its StatefulSet; the worker config
+//! format it reads and writes is the wire contract's (`swarm_protocol::config`).
 //!
 //! Nothing here talks to Kubernetes or does I/O: the operator fetches the pool, the StatefulSet
 //! and the current `config.yml`, calls [`next_config()`], and writes what comes back. The same
@@ -15,6 +15,7 @@
 //! under `Sticky`, balances job weights; without it every result is exactly [`assign`]'s.
 
 mod assignment;
+mod config_assignment;
 mod consistent;
 mod contiguous;
 mod dedicated;
@@ -30,9 +31,9 @@ pub mod slots;
 mod sticky;
 mod strategy;
 mod weighted;
-pub mod worker_config;
 
 pub use assignment::{Assignment, Held, Owners, pod_name};
+pub use config_assignment::ConfigAssignment;
 pub use jobs::{JobsError, validate_jobs};
 pub use movement::Movement;
 pub use next_config::{ConfigError, ConfigRequest, NextConfig, Publication, next_config, publish};
@@ -44,7 +45,6 @@ pub use qos::{MAX_WEIGHT, Qos, QosError, validate_qos};
 pub use roster::Roster;
 pub use slots::{Rebound, Slot, SlotTable};
 pub use strategy::Strategy;
-pub use worker_config::{ParseError, WorkerConfig, Workload};
 
 /// Assigns `jobs` to the ordinals `0..replicas` with `strategy`.
 ///

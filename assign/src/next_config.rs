@@ -1,11 +1,12 @@
 //! The next config of a pool: one assignment step, shared by the operator and `swarm-operator plan`.
 
+use crate::ConfigAssignment;
 use crate::movement::same_job_set;
-use crate::worker_config::{WorkerConfig, Workload};
 use crate::{
     JobsError, Movement, Qos, QosError, Roster, Strategy, assign_with_qos, current_assignment,
     validate_jobs, validate_qos,
 };
+use swarm_protocol::config::{WorkerConfig, Workload};
 
 /// What to plan for: a pool's jobs and strategy, its StatefulSet, and the config now in the
 /// ConfigMap.

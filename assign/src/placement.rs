@@ -4,10 +4,11 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 
+use crate::ConfigAssignment;
 use crate::assignment::{Held, Owners};
 use crate::sticky::{self, UNOWNED};
-use crate::worker_config::WorkerConfig;
 use crate::{Assignment, Qos, Strategy, consistent, contiguous, dedicated, weighted};
+use swarm_protocol::config::WorkerConfig;
 
 /// An assignment and how it honours the pool's `qos`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -26,8 +26,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use crate::worker_config::WorkerConfig;
 use crate::{Assignment, Held};
+use swarm_protocol::config::WorkerConfig;
 
 /// One slot: the pod that holds it last, after the pods that held it before.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

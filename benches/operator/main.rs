@@ -45,9 +45,9 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, ResourceExt as _};
-use swarm_assign::WorkerConfig;
-use swarm_operator::names::{POOL_LABEL, WORKER_LABEL};
 use swarm_operator::planner::VERSION_ANNOTATION;
+use swarm_protocol::config::WorkerConfig;
+use swarm_protocol::names::{POOL_LABEL, WORKER_LABEL};
 
 use cluster::{
     Cluster, changed, configmap_watch_bytes, poll, settled, wait_for, worker_config_map_versions,

@@ -13,11 +13,11 @@ use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt as _};
 use swarm_operator::crd::SwarmPool;
-use swarm_operator::names::{POOL_LABEL, WORKER_LABEL};
 use swarm_operator::plugin::output::{self, Format};
 use swarm_operator::plugin::{self, PluginError, PoolView, locate, scale_plan, status};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::state::{jobs_source, worker_slices};
+use swarm_protocol::names::{POOL_LABEL, WORKER_LABEL};
 
 /// Inspect SwarmPools: where each job runs, what each worker holds, what a scale would move.
 #[derive(Parser, Debug)]
@@ -279,7 +279,7 @@ async fn read_config_maps(
         .map_err(|e| cluster.error(&e, "read the pool's ConfigMap"))?;
     let indexed = config_map
         .as_ref()
-        .is_some_and(|cm| worker_slices::Index::of(cm).is_some());
+        .is_some_and(|cm| worker_slices::index_of(cm).is_some());
     if !indexed {
         return Ok((config_map, Vec::new()));
     }

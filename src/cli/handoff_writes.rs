@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use anyhow::{Result, bail};
 use k8s_openapi::jiff::Timestamp;
-use swarm_assign::worker_config::WorkerConfig;
+use swarm_protocol::config::WorkerConfig;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 

@@ -15,15 +15,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
-use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{ConfigRequest, NextConfig, Qos, Strategy};
+use swarm_protocol::config::WorkerConfig;
 
 use super::handoff_writes::{HandoffWrite, handoff_writes, pool_spec};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::crd::{Handoff, JobsFromSource, RolloutSpec};
-use crate::planner::{CONFIG_KEY, CONFIG_MAP_MAX_BYTES};
+use crate::planner::CONFIG_MAP_MAX_BYTES;
 use crate::state::jobs_source::{self, Found, Unresolved};
+use swarm_protocol::config::CONFIG_KEY;
 
 /// The most workers `--replicas` accepts: far more than one ConfigMap can describe, small
 /// enough that a typo cannot exhaust memory.

@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
-use crate::names::MANAGER as FIELD_MANAGER;
+use swarm_protocol::names::MANAGER as FIELD_MANAGER;
 
 /// Writes `desired` (server-side apply) only over `based_on`, the ConfigMap the decision was
 /// made from: its resourceVersion is a precondition, so a write decided on stale state (by an

@@ -19,7 +19,6 @@ use super::{Context, DEPLOYMENT_POD_LABEL, fenced_write, live_pods_selector, poo
 use crate::Error;
 use crate::crd::{RolloutPolicy, SwarmPool, WorkloadKind};
 use crate::drive::{Cluster, Deleted, SliceWrite, SliceWritten, Written};
-use crate::names::{MANAGER, POOL_LABEL, WORKER_LABEL};
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, Observed};
 use crate::pod_summary::PodSummary;
@@ -30,6 +29,7 @@ use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
 use crate::state::slice_summary::SliceSummary;
+use swarm_protocol::names::{MANAGER, POOL_LABEL, WORKER_LABEL};
 
 /// How many of one pool's workers' ConfigMaps are written at once.
 const SLICE_WRITES_AT_ONCE: usize = 16;

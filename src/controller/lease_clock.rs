@@ -214,9 +214,9 @@ fn pool_leases<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::names::POOL_LABEL;
     use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use swarm_protocol::names::POOL_LABEL;
 
     fn lease(renewed: i64) -> LeaseSummary {
         LeaseSummary::from(&Lease {

@@ -52,7 +52,6 @@ use crate::drive::{Driven, Journal, drive};
 use crate::http::HttpState;
 use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
-use crate::names::{JOBS_SOURCE_LABEL, WORKER_LABEL};
 use crate::planner::{self, POOL_LABEL, PlannedEvent};
 use crate::pod_summary::PodSummary;
 use crate::pool_metrics::PoolCounter;
@@ -65,8 +64,11 @@ use jobs_sources::Source;
 use kube_cluster::{KubeCluster, Snapshot};
 use lease_clock::LeaseClock;
 use relisting_watch::relisting_watcher;
+use swarm_protocol::names::{JOBS_SOURCE_LABEL, WORKER_LABEL};
 
-pub use crate::names::{DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL};
+pub use swarm_protocol::names::{
+    DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL,
+};
 /// How long a requested pod deletion is remembered in case the cache has not seen it yet.
 const DELETING_MEMORY: Duration = Duration::from_secs(600);
 /// First and last retry delay of the per-pool backoff for transient errors. The cap is short:

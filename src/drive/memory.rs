@@ -14,11 +14,11 @@ use super::{Cluster, Deleted, SliceWrite, SliceWritten, Unsettled, Written};
 use crate::pod_summary::PodSummary;
 use crate::rollout::PodDelete;
 use crate::state::cached::{Cacheable, CachedPod};
-use crate::state::config_map::{CONFIG_KEY, pool_config};
+use crate::state::config_map::pool_config;
 use crate::state::lease_summary::LeaseSummary;
 use crate::state::slice_summary::SliceSummary;
-use crate::state::worker_slices::INDEX_KEY;
-use swarm_assign::worker_config::WorkerConfig;
+use swarm_protocol::config::{CONFIG_KEY, WorkerConfig};
+use swarm_protocol::slices::INDEX_KEY;
 
 /// The API objects one pool's reconcile touches.
 #[derive(Clone, Debug, Default)]

@@ -24,12 +24,12 @@ use swarm_assign::pod_name;
 use super::memory::{MemoryCluster, MemoryError, block_on};
 use super::{Driven, Journal, drive};
 use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
-use crate::names::STATEFULSET_POD_LABEL;
 use crate::pod_summary::{PodSummary, ReadyCondition};
 use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::config_map::pool_config;
 use crate::state::lease::{Ack, Acks};
-use swarm_assign::worker_config::WorkerConfig;
+use swarm_protocol::config::WorkerConfig;
+use swarm_protocol::names::STATEFULSET_POD_LABEL;
 
 /// The label that ties the what-if workload to the pool's selector.
 const WORKLOAD_LABEL: &str = "swarm.io/what-if";

@@ -14,11 +14,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
-use swarm_assign::worker_config::WorkerConfig;
+use swarm_protocol::config::WorkerConfig;
 
-pub use crate::names::AWAITING_ACK_ANNOTATION;
 use crate::rollout::Workers;
 use crate::state::lease::Acks;
+pub use swarm_protocol::names::AWAITING_ACK_ANNOTATION;
 
 /// One worker waited for.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

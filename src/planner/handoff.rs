@@ -32,7 +32,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use swarm_assign::Roster;
-use swarm_assign::worker_config::WorkerConfig;
+use swarm_protocol::config::WorkerConfig;
 
 use crate::planner::target::Target;
 
@@ -40,8 +40,8 @@ use crate::crd::Handoff;
 use crate::planner::by_job::{ByJob, Positions};
 use crate::state::lease::Acks;
 
-pub use crate::names::HANDOFF_ANNOTATION;
 pub use crate::state::records::HoldersParseError;
+pub use swarm_protocol::names::HANDOFF_ANNOTATION;
 
 /// One pod instance that may still run jobs revoked from its pod.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -825,7 +825,7 @@ mod tests {
 
     fn config(workers: &[&[&str]], transit: &[(&str, &[&str])]) -> WorkerConfig {
         let workloads = workers.iter().enumerate().map(|(i, held)| {
-            let workload = swarm_assign::Workload {
+            let workload = swarm_protocol::config::Workload {
                 version: 1,
                 jobs: jobs(held),
             };
@@ -1072,7 +1072,7 @@ mod tests {
         WorkerConfig::new(
             1,
             [("a", &["x"][..]), ("b", &["y"][..])].map(|(pod, held)| {
-                let workload = swarm_assign::Workload {
+                let workload = swarm_protocol::config::Workload {
                     version: 1,
                     jobs: jobs(held),
                 };

@@ -43,11 +43,11 @@ use target::Target;
 use validate::{Facts, Failure, Valid};
 
 pub use crate::state::config_map::{
-    ANNOTATIONS_MAX_BYTES, CONFIG_KEY, CONFIG_MAP_MAX_BYTES, records_unresolved, slot_table,
+    ANNOTATIONS_MAX_BYTES, CONFIG_MAP_MAX_BYTES, records_unresolved, slot_table,
 };
 pub use validate::selects;
 
-pub use crate::names::{
+pub use swarm_protocol::names::{
     MANAGED_BY_LABEL, MANAGER, POOL_LABEL, SLOTS_ANNOTATION, VERSION_ANNOTATION,
 };
 /// How long a worker pod may be not Ready before the pool counts as Degraded rather than
@@ -498,7 +498,7 @@ fn roll_out(
     o: &Observed,
     valid: &Valid,
     previous: &Previous,
-    (index, slices): (Option<worker_slices::Index>, SliceWrites),
+    (index, slices): (Option<swarm_protocol::slices::Index>, SliceWrites),
     publication: &swarm_assign::Publication,
     handoff: &HandoffOutcome,
 ) -> Result<Rollout, Failure> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::jiff::Timestamp;
 use swarm_assign::Publication;
-use swarm_assign::worker_config::WorkerConfig;
+use swarm_protocol::config::WorkerConfig;
 
 use super::acknowledge::{self, AckProgress, AwaitingAcks};
 use super::by_job::{ByJob, Positions};

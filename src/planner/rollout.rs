@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
-pub use crate::names::PENDING_REFRESH_ANNOTATION;
 pub use crate::state::records::PendingRefreshParseError;
+pub use swarm_protocol::names::PENDING_REFRESH_ANNOTATION;
 
 /// The observed state of one worker's pod, as far as pacing cares.
 #[derive(Clone, Debug, PartialEq, Eq)]

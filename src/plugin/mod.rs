@@ -13,7 +13,7 @@ pub mod status;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt as _;
-use swarm_assign::worker_config::WorkerConfig;
+use swarm_protocol::config::WorkerConfig;
 
 use crate::crd::SwarmPool;
 use crate::pod_summary::PodSummary;
@@ -61,7 +61,7 @@ impl PoolView {
         if let Some(text) = config_map::config_text(cm) {
             return WorkerConfig::parse(text).map_err(|error| unreadable(error.to_string()));
         }
-        match worker_slices::Index::of(cm) {
+        match worker_slices::index_of(cm) {
             Some(Ok(index)) => {
                 let read: Vec<SliceSummary> = self
                     .worker_config_maps
@@ -73,7 +73,7 @@ impl PoolView {
             }
             Some(Err(error)) => Err(unreadable(format!(
                 "{} is unreadable: {error}",
-                worker_slices::INDEX_KEY
+                swarm_protocol::slices::INDEX_KEY
             ))),
             None => Err(missing()),
         }

@@ -10,8 +10,8 @@ use std::collections::HashMap;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
-use swarm_assign::worker_config::WorkerConfig;
 use swarm_assign::{Assignment, Qos, pod_name};
+use swarm_protocol::config::WorkerConfig;
 
 use super::output::Table;
 use super::{PluginError, PoolView};

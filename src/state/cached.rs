@@ -307,8 +307,8 @@ mod tests {
         let mut lease: LeaseSummary = serde_json::from_value(json!({
             "metadata": {"name": "web-0", "namespace": "ns", "uid": "l", "resourceVersion": "3",
                 "deletionGracePeriodSeconds": 1,
-                "labels": {crate::names::POOL_LABEL: "web"},
-                "annotations": {crate::names::ACKED_VERSION_ANNOTATION: "4"}},
+                "labels": {swarm_protocol::names::POOL_LABEL: "web"},
+                "annotations": {swarm_protocol::names::ACKED_VERSION_ANNOTATION: "4"}},
             "spec": {"holderIdentity": "u", "renewTime": "2026-01-01T00:00:00.000000Z",
                 "leaseDurationSeconds": 10},
         }))
@@ -319,8 +319,8 @@ mod tests {
 
         let mut slice: SliceSummary = serde_json::from_value(json!({
             "metadata": {"name": "web-config.web-0", "namespace": "ns", "resourceVersion": "5",
-                "labels": {crate::names::POOL_LABEL: "web", crate::names::WORKER_LABEL: "web-0"},
-                "annotations": {crate::names::FENCED_AT_ANNOTATION: "2"},
+                "labels": {swarm_protocol::names::POOL_LABEL: "web", swarm_protocol::names::WORKER_LABEL: "web-0"},
+                "annotations": {swarm_protocol::names::FENCED_AT_ANNOTATION: "2"},
                 "ownerReferences": [{"apiVersion": "swarm.io/v1alpha1", "kind": "SwarmPool",
                     "name": "web", "uid": "p", "controller": true}]},
             "data": {"config.yml": "version: 7\n"},

@@ -7,22 +7,21 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
 use swarm_assign::SlotTable;
-use swarm_assign::worker_config::WorkerConfig;
+use swarm_protocol::config::{CONFIG_KEY, WorkerConfig};
+use swarm_protocol::slices::{INDEX_KEY, Index};
 
 use crate::crd::SwarmPool;
-use crate::names::{
-    AWAITING_ACK_ANNOTATION, HANDOFF_ANNOTATION, MANAGED_BY_LABEL, MANAGER,
-    PENDING_REFRESH_ANNOTATION, POOL_LABEL, SLOTS_ANNOTATION, VERSION_ANNOTATION,
-};
 use crate::planner::acknowledge::AwaitingAcks;
 use crate::planner::handoff::Holders;
 use crate::planner::validate::{Failure, FailureReason};
 use crate::rollout::PendingRefresh;
 use crate::state::slice_summary::SliceSummary;
-use crate::state::worker_slices::{self, INDEX_KEY, Index};
+use crate::state::worker_slices;
+use swarm_protocol::names::{
+    AWAITING_ACK_ANNOTATION, HANDOFF_ANNOTATION, MANAGED_BY_LABEL, MANAGER,
+    PENDING_REFRESH_ANNOTATION, POOL_LABEL, SLOTS_ANNOTATION, VERSION_ANNOTATION,
+};
 
-/// The ConfigMap key the workers read.
-pub const CONFIG_KEY: &str = "config.yml";
 /// The most data the operator writes into one ConfigMap (keys plus values): half of what the
 /// API server accepts, so that no write of the operator's is a large object for etcd and the
 /// watchers. A pool whose whole config is larger uses the per-worker layout
@@ -68,7 +67,7 @@ impl Previous {
         let mut index = None;
         let mut unsettled = BTreeSet::new();
         let text = cm.data.as_ref().and_then(|d| d.get(CONFIG_KEY));
-        let parsed = match (text, Index::of(cm)) {
+        let parsed = match (text, worker_slices::index_of(cm)) {
             (None, Some(Ok(read))) => {
                 let assembled = worker_slices::assemble(&read, slices);
                 unsettled = assembled.unsettled;
@@ -139,7 +138,7 @@ pub fn pool_config<'a>(
     if let Some(config) = worker_config(main) {
         return Some(config);
     }
-    let index = Index::of(main)?.ok()?;
+    let index = worker_slices::index_of(main)?.ok()?;
     let mut slices = worker_slices::Observed::of(main.metadata.name.as_deref()?, others);
     Some(worker_slices::assemble(&index, &mut slices).config)
 }

@@ -13,7 +13,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::crd::{JobsFromSource, SwarmPool};
-use crate::names::JOBS_SOURCE_LABEL;
+use swarm_protocol::names::JOBS_SOURCE_LABEL;
 
 /// A source's ConfigMap, as the caller found it.
 #[derive(Clone, Copy, Debug)]

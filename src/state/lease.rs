@@ -1,6 +1,6 @@
 //! A worker's Lease as the operator reads it (`rollout.policy: Acknowledge`): named like the
 //! worker's pod, held by the pod instance's uid, with the config version it runs in the
-//! [`ACKED_VERSION_ANNOTATION`](crate::names::ACKED_VERSION_ANNOTATION).
+//! [`ACKED_VERSION_ANNOTATION`](swarm_protocol::names::ACKED_VERSION_ANNOTATION).
 
 use std::collections::BTreeMap;
 
@@ -196,8 +196,8 @@ pub fn ack_of(lease: &LeaseSummary) -> Option<Ack> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::names::ACKED_VERSION_ANNOTATION;
     use serde_json::json;
+    use swarm_protocol::names::ACKED_VERSION_ANNOTATION;
 
     fn lease(name: &str, holder: Option<&str>, version: Option<&str>) -> LeaseSummary {
         let mut annotations = serde_json::Map::new();

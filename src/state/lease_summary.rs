@@ -11,9 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
 
-use crate::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
 use crate::state::object_meta::{read_meta, without_managed_fields};
 use crate::state::served_as::served_as;
+use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
 
 /// A worker Lease: identity in `metadata` (without labels and annotations), and what the
 /// operator reads of the rest.

@@ -3,10 +3,12 @@
 //! compact JSON object with sorted keys, and the size rule they are checked against before a
 //! write.
 
-use crate::names::{AWAITING_ACK_ANNOTATION, HANDOFF_ANNOTATION, PENDING_REFRESH_ANNOTATION};
 use crate::planner::acknowledge::AwaitingAcks;
 use crate::planner::handoff::Holders;
 use crate::planner::rollout::PendingRefresh;
+use swarm_protocol::names::{
+    AWAITING_ACK_ANNOTATION, HANDOFF_ANNOTATION, PENDING_REFRESH_ANNOTATION,
+};
 
 /// Uids are 36 characters; a record sized with it fits once it is resolved.
 const UID_LEN: usize = 36;

@@ -15,10 +15,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
-use crate::names::{FENCED_AT_ANNOTATION, POOL_LABEL, WORKER_LABEL};
-use crate::state::config_map::CONFIG_KEY;
 use crate::state::object_meta::{read_meta, without_managed_fields};
 use crate::state::served_as::served_as;
+use swarm_protocol::config::CONFIG_KEY;
+use swarm_protocol::names::{FENCED_AT_ANNOTATION, POOL_LABEL, WORKER_LABEL};
 
 /// A worker's ConfigMap: identity in `metadata` (without labels, annotations and owners), and
 /// what the operator reads of the rest.

@@ -20,45 +20,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
-use serde::{Deserialize, Serialize};
-use swarm_assign::worker_config::{WorkerConfig, Workload};
+use swarm_protocol::config::{CONFIG_KEY, WorkerConfig, Workload};
+use swarm_protocol::names::{
+    FENCED_AT_ANNOTATION, MANAGED_BY_LABEL, MANAGER, POOL_LABEL, WORKER_LABEL,
+};
+use swarm_protocol::slices::{INDEX_KEY, Index, slice_name};
 
 use crate::crd::SwarmPool;
-use crate::names::{FENCED_AT_ANNOTATION, MANAGED_BY_LABEL, MANAGER, POOL_LABEL, WORKER_LABEL};
 use crate::planner::handoff::Holders;
 use crate::planner::validate::{Failure, FailureReason};
-use crate::state::config_map::{CONFIG_KEY, CONFIG_MAP_MAX_BYTES};
+use crate::state::config_map::CONFIG_MAP_MAX_BYTES;
 use crate::state::slice_summary::SliceSummary;
 
-/// The pool ConfigMap's key holding the index.
-pub const INDEX_KEY: &str = "index.yml";
-
-/// The ConfigMap worker `pod` reads its slice from.
-pub fn slice_name(config_map: &str, pod: &str) -> String {
-    format!("{config_map}.{pod}")
-}
-
-/// `index.yml`: the config version, and the version each worker's slice was written at.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Index {
-    /// The config version.
-    pub version: u64,
-    /// Pod name to the version of its slice.
-    #[serde(default)]
-    pub workers: BTreeMap<String, u64>,
-}
-
-impl Index {
-    /// The index of a pool ConfigMap in this layout, if it is one.
-    pub fn of(main: &ConfigMap) -> Option<Result<Index, serde_yaml::Error>> {
-        let text = main.data.as_ref()?.get(INDEX_KEY)?;
-        Some(serde_yaml::from_str(text))
-    }
-
-    /// The YAML text.
-    pub fn render(&self) -> String {
-        serde_yaml::to_string(self).expect("strings and integers always serialize to YAML")
-    }
+/// The index of a pool ConfigMap in this layout, if it is one.
+pub fn index_of(main: &ConfigMap) -> Option<Result<Index, serde_yaml::Error>> {
+    Some(Index::parse(main.data.as_ref()?.get(INDEX_KEY)?))
 }
 
 /// One worker's slice as a ConfigMap shows it.

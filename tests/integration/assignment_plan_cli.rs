@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use swarm_assign::ConfigAssignment;
 
 const EXAMPLE_POOL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/swarmpool.yaml");
 
@@ -67,8 +68,8 @@ fn example_jobs() -> Vec<String> {
 
 #[test]
 fn the_example_pool_on_2_workers_gets_14_and_13_jobs_each_exactly_once() {
-    let config =
-        swarm_assign::WorkerConfig::parse(&stdout(&plan_example("2", &[]))).expect("config");
+    let config = swarm_protocol::config::WorkerConfig::parse(&stdout(&plan_example("2", &[])))
+        .expect("config");
     assert_eq!(config.version, 1);
     let assignment = config.assignment("swarm-worker").expect("our pods");
     assert_eq!(assignment.loads(), [14, 13]);
@@ -95,7 +96,7 @@ fn scaling_from_2_to_3_moves_9_jobs_and_explains_it() {
     let dir = tempfile::tempdir().expect("temp dir");
     let previous = write(dir.path(), "config.yml", &stdout(&plan_example("2", &[])));
     let output = plan_example("3", &["--previous", &previous, "--explain"]);
-    let config = swarm_assign::WorkerConfig::parse(&stdout(&output)).expect("config");
+    let config = swarm_protocol::config::WorkerConfig::parse(&stdout(&output)).expect("config");
     // Exclusive (the example's default): version 2 revokes the 9 jobs, version 3 grants them.
     assert_eq!(config.version, 3);
     assert_eq!(config.transit().count(), 0, "settled: nothing in transit");
@@ -128,12 +129,12 @@ fn overlap_handoff_writes_the_move_in_one_version() {
         "3",
         &["--previous", &previous, "--handoff", "overlap", "--explain"],
     );
-    let overlap = swarm_assign::WorkerConfig::parse(&stdout(&output)).expect("config");
+    let overlap = swarm_protocol::config::WorkerConfig::parse(&stdout(&output)).expect("config");
     assert_eq!(overlap.version, 2);
     assert!(stderr(&output).contains("handoff: Overlap, 1 writes\n"));
     // The same assignment either way; only the version differs.
-    let exclusive = swarm_assign::WorkerConfig::parse(&exclusive).expect("config");
-    let jobs = |c: &swarm_assign::WorkerConfig| {
+    let exclusive = swarm_protocol::config::WorkerConfig::parse(&exclusive).expect("config");
+    let jobs = |c: &swarm_protocol::config::WorkerConfig| {
         c.workloads()
             .map(|(pod, w)| (pod.to_owned(), w.jobs.clone()))
             .collect::<Vec<_>>()
@@ -161,7 +162,7 @@ fn zero_replicas_print_no_worker_and_explain_lists_every_job_unassigned() {
 #[test]
 fn the_strategy_flag_overrides_the_pools_strategy() {
     let config = stdout(&plan_example("2", &["--strategy", "contiguous"]));
-    let config = swarm_assign::WorkerConfig::parse(&config).expect("config");
+    let config = swarm_protocol::config::WorkerConfig::parse(&config).expect("config");
     let jobs = example_jobs();
     assert_eq!(
         config.workload("swarm-worker-0").expect("worker 0").jobs,
@@ -320,7 +321,7 @@ fn the_qos_example_gives_dedicated_jobs_their_own_workers_and_a_bad_qos_is_one_l
         "4",
         "--explain",
     ]);
-    let config = swarm_assign::WorkerConfig::parse(&stdout(&output)).expect("config");
+    let config = swarm_protocol::config::WorkerConfig::parse(&stdout(&output)).expect("config");
     let alone: Vec<&str> = config
         .workloads()
         .filter(|(_, w)| w.jobs.len() == 1)

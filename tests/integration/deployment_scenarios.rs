@@ -16,7 +16,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::conditions::reason;
 use swarm_operator::crd::{Handoff, Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
@@ -27,6 +26,7 @@ use swarm_operator::state::cached::{Cacheable, CachedPod};
 use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::lease::Acks;
 use swarm_operator::state::slice_summary::SliceSummary;
+use swarm_protocol::config::WorkerConfig;
 
 const NS: &str = "swarm";
 const DEPLOYMENT: &str = "stream-worker";

@@ -14,7 +14,6 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use proptest::prelude::*;
-use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::conditions::{self, reason};
 use swarm_operator::crd::{
     ConfigMapRef, Handoff, JobsFromSource, Phase, Qos, RolloutPolicy, RolloutSpec, Strategy,
@@ -23,9 +22,7 @@ use swarm_operator::crd::{
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::planner::handoff::{HANDOFF_ANNOTATION, Holder};
-use swarm_operator::planner::{
-    self, CONFIG_KEY, Observed, Outcome, PlannedEvent, VERSION_ANNOTATION,
-};
+use swarm_operator::planner::{self, Observed, Outcome, PlannedEvent, VERSION_ANNOTATION};
 use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
@@ -34,6 +31,8 @@ use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::jobs_source::{self, Found};
 use swarm_operator::state::lease::{Ack, Acks, Renewal};
 use swarm_operator::state::slice_summary::SliceSummary;
+use swarm_protocol::config::CONFIG_KEY;
+use swarm_protocol::config::WorkerConfig;
 
 const NS: &str = "swarm";
 const STS: &str = "swarm-worker";
@@ -724,7 +723,7 @@ fn job_source(name: &str, jobs: &[&str]) -> ConfigMap {
             name: Some(name.into()),
             namespace: Some(NS.into()),
             labels: Some(labels(&[(
-                swarm_operator::names::JOBS_SOURCE_LABEL,
+                swarm_protocol::names::JOBS_SOURCE_LABEL,
                 "true",
             )])),
             ..ObjectMeta::default()

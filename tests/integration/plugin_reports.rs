@@ -340,7 +340,7 @@ fn plan_of_a_deployment_scale_down_waits_for_the_replica_set_to_remove_pods() {
     let slots: Vec<Vec<&str>> = pods.iter().map(|pod| vec![*pod]).collect();
     // The ConfigMap as the operator left it, so that before the ReplicaSet removes two pods
     // the operator has nothing to write.
-    let text = swarm_assign::worker_config::WorkerConfig::parse(&text)
+    let text = swarm_protocol::config::WorkerConfig::parse(&text)
         .expect("a valid config")
         .render();
     let mut config_map = config_map(

@@ -9,12 +9,9 @@ use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{WatchEvent, WatchParams};
-use swarm_assign::worker_config::WorkerConfig;
+use swarm_protocol::config::{CONFIG_KEY, WorkerConfig};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
-
-/// The ConfigMap key holding the worker config.
-pub const CONFIG_KEY: &str = "config.yml";
 
 /// How long to wait before reading the ConfigMap again after a failed read.
 const RETRY: Duration = Duration::from_secs(2);
@@ -30,10 +27,7 @@ pub struct Observed {
 
 impl Observed {
     /// This pod's entry of a `config.yml` text, or why it cannot be read.
-    pub fn parse(
-        text: &str,
-        pod: &str,
-    ) -> Result<Observed, swarm_assign::worker_config::ParseError> {
+    pub fn parse(text: &str, pod: &str) -> Result<Observed, swarm_protocol::config::ParseError> {
         let config = WorkerConfig::parse(text)?;
         Ok(Observed {
             version: config.version,

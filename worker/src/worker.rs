@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
+use swarm_protocol::lease::Holder;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -16,7 +17,7 @@ use tracing::{debug, info, warn};
 use crate::Error;
 use crate::fence::Fence;
 use crate::handoff::Handoff;
-use crate::lease::{self, Holder, Written};
+use crate::lease::{self, Written};
 use crate::permit::Permit;
 use crate::report::Report;
 use crate::settings::{PartialSettings, Settings};

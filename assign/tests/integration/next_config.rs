@@ -7,9 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use common::*;
 use proptest::prelude::*;
 use swarm_assign::{
-    ConfigError, ConfigRequest, JobsError, NextConfig, Strategy as Assign, WorkerConfig, Workload,
+    ConfigAssignment, ConfigError, ConfigRequest, JobsError, NextConfig, Strategy as Assign,
     next_config,
 };
+use swarm_protocol::config::{WorkerConfig, Workload};
 
 const STS: &str = "swarm-worker";
 

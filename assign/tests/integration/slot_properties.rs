@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use common::*;
 use proptest::prelude::*;
-use swarm_assign::worker_config::{WorkerConfig, Workload};
 use swarm_assign::{Assignment, Slot, SlotTable, Strategy as Assign, assign};
+use swarm_protocol::config::{WorkerConfig, Workload};
 
 /// Pod names a table and the candidates draw from.
 const PODS: usize = 16;

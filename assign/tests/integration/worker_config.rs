@@ -4,7 +4,8 @@ use crate::common;
 
 use common::*;
 use proptest::prelude::*;
-use swarm_assign::{Assignment, ParseError, WorkerConfig, Workload};
+use swarm_assign::{Assignment, ConfigAssignment};
+use swarm_protocol::config::{ParseError, WorkerConfig, Workload};
 
 fn workload(version: u64, jobs: &[&str]) -> Workload {
     Workload {

@@ -12,13 +12,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, MicroTime, ObjectMeta, OwnerReference, Time,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::controller::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
-use swarm_operator::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
-use swarm_operator::planner::CONFIG_KEY;
 use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::slice_summary::SliceSummary;
-use swarm_operator::state::worker_slices::slice_name;
+use swarm_protocol::config::CONFIG_KEY;
+use swarm_protocol::config::WorkerConfig;
+use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
+use swarm_protocol::slices::slice_name;
 
 use super::process::{self, LEASE_SECONDS, Process};
 

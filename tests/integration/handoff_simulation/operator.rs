@@ -11,13 +11,13 @@ use swarm_operator::controller::lease_clock::LeaseClock;
 use swarm_operator::crd::SwarmPool;
 use swarm_operator::drive::memory::{MemoryCluster, MemoryError, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
-use swarm_operator::names::ACKED_VERSION_ANNOTATION;
 use swarm_operator::planner::{Observed, VERSION_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::state::cached::CachedPod;
 use swarm_operator::state::lease::Acks;
 use swarm_operator::state::lease_summary::LeaseSummary;
 use swarm_operator::state::slice_summary::SliceSummary;
+use swarm_protocol::names::ACKED_VERSION_ANNOTATION;
 
 use super::cluster::{Cluster, NS};
 use super::process;

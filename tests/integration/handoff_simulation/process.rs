@@ -48,7 +48,7 @@ pub struct Process {
     last_renewal: Instant,
     streak: Instant,
     /// The fence's read in flight: its tag, and the config the API server served it.
-    pub read: Option<(u64, Option<swarm_assign::worker_config::WorkerConfig>)>,
+    pub read: Option<(u64, Option<swarm_protocol::config::WorkerConfig>)>,
 }
 
 impl Process {
@@ -92,7 +92,7 @@ impl Process {
     pub fn renewed(
         &mut self,
         millis: u64,
-        current: Option<swarm_assign::worker_config::WorkerConfig>,
+        current: Option<swarm_protocol::config::WorkerConfig>,
     ) -> bool {
         let now = self.now(millis);
         if now.saturating_duration_since(self.last_renewal) >= self.limit() {

@@ -11,7 +11,7 @@ pub const PENDING_REFRESH_ANNOTATION: &str = "swarm.io/pending-refresh";
 /// pod instances that may still run jobs in transit (`uid` empty until resolved), keys sorted.
 pub const HANDOFF_ANNOTATION: &str = "swarm.io/handoff";
 /// ConfigMap annotation with a Deployment pool's slot table: JSON list of slots, each the list
-/// of pods that held it, the pod holding it last (see [`swarm_assign::slots`]).
+/// of pods that held it, the pod holding it last (see `swarm_assign::slots`).
 pub const SLOTS_ANNOTATION: &str = "swarm.io/slots";
 /// ConfigMap annotation with the workers that have not acknowledged the version that last
 /// changed their jobs (`rollout.policy: Acknowledge`): JSON object of pod name to
@@ -40,5 +40,5 @@ pub const JOBS_SOURCE_LABEL: &str = "swarm.io/jobs-source";
 /// the config it holds.
 pub const WORKER_LABEL: &str = "swarm.io/worker";
 /// Annotation of a worker's own ConfigMap: the index version it was fenced at, when a write of
-/// that version never landed (see [`crate::state::worker_slices`]).
+/// that version never landed (see [`crate::slices`]).
 pub const FENCED_AT_ANNOTATION: &str = "swarm.io/fenced-at";

@@ -25,7 +25,8 @@ use std::collections::BTreeMap;
 use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::{Assignment, Held};
+/// The ConfigMap key holding `config.yml`, in the pool's ConfigMap and in each worker's own.
+pub const CONFIG_KEY: &str = "config.yml";
 
 /// The whole `config.yml`: a version, the workload of every pod in ordinal order, and the jobs in
 /// transit (revoked from a pod, not yet granted to another) by the pod that last held them.
@@ -141,55 +142,6 @@ impl WorkerConfig {
     pub fn is_empty(&self) -> bool {
         self.workloads.is_empty()
     }
-
-    /// The assignment this config encodes for `statefulset`, whose pods are `<statefulset>-<i>`.
-    ///
-    /// Returns `None` when no pod of `statefulset` appears (a config written for another
-    /// StatefulSet). Pods of other names are ignored. With K pods of `statefulset` in the config,
-    /// the assignment has K ordinals; a pod whose ordinal is K or more (a gap left by a hand
-    /// edit) is ignored, so its jobs count as unassigned instead of inflating N.
-    pub fn assignment(&self, statefulset: &str) -> Option<Assignment> {
-        self.held(statefulset).map(|held| held.to_assignment())
-    }
-
-    /// [`WorkerConfig::assignment`] borrowed from this config.
-    pub fn held(&self, statefulset: &str) -> Option<Held<'_>> {
-        let ours: Vec<(usize, &Workload)> = self
-            .workloads
-            .iter()
-            .filter_map(|(pod, workload)| Some((ordinal_in(pod, statefulset)?, workload)))
-            .collect();
-        if ours.is_empty() {
-            return None;
-        }
-        let mut workers = vec![Vec::new(); ours.len()];
-        for (ordinal, workload) in ours {
-            if let Some(worker) = workers.get_mut(ordinal) {
-                *worker = workload.jobs.iter().map(String::as_str).collect();
-            }
-        }
-        Some(Held::new(workers))
-    }
-
-    /// [`WorkerConfig::assignment`] with every job in transit counted as held by the pod that
-    /// last held it (if that pod is one of the ordinals): what the workers hold or may still
-    /// run. Planning from this gives the same target before and after a revoke is written.
-    pub fn assignment_with_transit(&self, statefulset: &str) -> Option<Assignment> {
-        self.held_with_transit(statefulset)
-            .map(|held| held.to_assignment())
-    }
-
-    /// [`WorkerConfig::assignment_with_transit`] borrowed from this config.
-    pub fn held_with_transit(&self, statefulset: &str) -> Option<Held<'_>> {
-        let mut workers = self.held(statefulset)?.into_workers();
-        for (pod, jobs) in &self.transit {
-            let ordinal = ordinal_in(pod, statefulset);
-            if let Some(worker) = ordinal.and_then(|ordinal| workers.get_mut(ordinal)) {
-                worker.extend(jobs.iter().map(String::as_str));
-            }
-        }
-        Some(Held::new(workers))
-    }
 }
 
 impl Serialize for WorkerConfig {
@@ -264,7 +216,7 @@ fn by_pod<T>(entries: impl IntoIterator<Item = (String, T)>) -> Vec<(String, T)>
 }
 
 /// The ordinal of `pod` if it is a pod of `statefulset` (`<statefulset>-<ordinal>`).
-fn ordinal_in(pod: &str, statefulset: &str) -> Option<usize> {
+pub fn ordinal_in(pod: &str, statefulset: &str) -> Option<usize> {
     parse_ordinal(pod.strip_prefix(statefulset)?.strip_prefix('-')?)
 }
 
