@@ -6,11 +6,13 @@
 //! - [`config`]: `config.yml`, the format each worker reads its entry from;
 //! - [`slices`]: the per-worker ConfigMaps of `rollout.policy: Acknowledge` and their
 //!   `index.yml`;
+//! - [`fence`]: how long a worker may run jobs after its last successful Lease write;
 //! - [`lease`]: the worker's Lease, which proves its pod instance alive and acknowledges the
 //!   version it runs;
 //! - [`report`]: the line a worker appends to its report file each time what it runs changes.
 
 pub mod config;
+pub mod fence;
 pub mod lease;
 pub mod names;
 pub mod report;

@@ -18,21 +18,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// The least margin: room for stopping jobs and for rate drift between the two clocks.
-pub const MIN_MARGIN: Duration = Duration::from_secs(2);
-
-/// The default margin for a Lease duration: `max(2 s, duration / 5)`.
-pub fn default_margin(duration: Duration) -> Duration {
-    MIN_MARGIN.max(duration / 5)
-}
-
-/// How long after its last successful Lease write a worker may run jobs: `duration - margin`,
-/// with the margin held to at most half the duration so that a short Lease still leaves time
-/// for two renewals.
-pub fn limit(duration: Duration, margin: Duration) -> Duration {
-    duration - margin.min(duration / 2)
-}
-
 /// What a successful Lease write means for the fence.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Renewal {
@@ -147,6 +132,8 @@ impl Fence {
 
 #[cfg(test)]
 mod tests {
+    use swarm_protocol::fence::{default_margin, limit};
+
     use super::*;
 
     const LIMIT: Duration = Duration::from_secs(8);

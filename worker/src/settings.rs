@@ -3,8 +3,9 @@
 
 use std::path::PathBuf;
 use std::time::Duration;
+use swarm_protocol::fence;
 
-use crate::{Error, fence};
+use crate::Error;
 
 /// The Lease duration when none is set: the operator sees a stopped worker within it.
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(10);
@@ -31,7 +32,7 @@ pub struct Settings {
     /// The Lease's `leaseDurationSeconds`; it is renewed four times per duration.
     pub lease_duration: Duration,
     /// How long before its Lease could look expired the worker fences itself (stops every
-    /// job); by default [`crate::fence::default_margin`], at most half the duration.
+    /// job); by default [`swarm_protocol::fence::default_margin`], at most half the duration.
     pub fence_margin: Duration,
     /// How long after SIGTERM the worker waits to acknowledge a version without jobs before it
     /// exits anyway; keep it below the pod's `terminationGracePeriodSeconds`.

@@ -4,8 +4,9 @@
 
 use std::sync::OnceLock;
 use std::time::Duration;
+use swarm_protocol::fence;
 
-use swarm_worker::fence::{self, Fence};
+use swarm_worker::fence::Fence;
 use tokio::time::Instant;
 
 /// The workers' `leaseDurationSeconds` under Lease faults: short, so that schedules of a few
