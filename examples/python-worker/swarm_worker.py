@@ -178,6 +178,15 @@ class Fence:
             self.state = Fence.FENCED
 
 
+def report_line(pod, uid, version, running, at, until=None):
+    """One report line, without its newline, byte for byte as every worker writes it (see
+    protocol/vectors/report.json): `until` is left out while the permit is not held."""
+    line = {"pod": pod, "uid": uid, "version": version, "running": list(running), "at": at}
+    if until is not None:
+        line["until"] = until
+    return json.dumps(line, separators=(",", ":"))
+
+
 class Report:
     """The JSON lines file that tests read (SWARM_WORKER_REPORT); does nothing when unset."""
 
@@ -188,14 +197,13 @@ class Report:
     def write(self, version, running):
         if not self.path:
             return
-        line = {"pod": self.pod_name, "uid": self.pod_uid, "version": version,
-                "running": list(running), "at": nano_time()}
         until = self.permit.until
         if until is not None:
             # The permit's deadline on the wall clock: the jobs do no work after it.
-            line["until"] = nano_time(time.time_ns() + int((until - time.monotonic()) * 1e9))
+            until = nano_time(time.time_ns() + int((until - time.monotonic()) * 1e9))
+        line = report_line(self.pod_name, self.pod_uid, version, running, nano_time(), until)
         with open(self.path, "a", encoding="utf-8") as report:
-            report.write(json.dumps(line) + "\n")
+            report.write(line + "\n")
 
 
 class Job:
@@ -225,6 +233,44 @@ class Job:
 
     def join(self):
         self._thread.join()
+
+
+def desired_lease(current, holder, acked, duration_seconds, now):
+    """The Lease a worker writes for `holder` (pod, namespace, uid, pool) at `now` (a MicroTime),
+    acknowledging `acked` (None: nothing yet), given the Lease read (None to create). A Lease
+    left by another uid (a previous pod of the same name) is taken over: a new acquire time,
+    this pod as its only Pod owner, no acknowledgement but this instance's. Labels, annotations
+    and owners that are not the protocol's are kept. The test vectors in protocol/vectors/
+    (lease.json) say exactly what it must give."""
+    name, uid = holder["pod"], holder["uid"]
+    lease = copy.deepcopy(current) if current else {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": holder["namespace"]}}
+    metadata = lease.setdefault("metadata", {})
+    metadata["labels"] = {**(metadata.get("labels") or {}), POOL_LABEL: holder["pool"]}
+    annotations = {**(metadata.get("annotations") or {})}
+    # The annotation speaks for this process only, never for a previous one.
+    annotations.pop(ACKED_VERSION_ANNOTATION, None)
+    if acked is not None:
+        annotations[ACKED_VERSION_ANNOTATION] = str(acked)
+    metadata["annotations"] = annotations
+    # A previous pod instance owned it; the Lease must go with this one instead.
+    owners = [owner for owner in metadata.get("ownerReferences") or []
+              if not (owner.get("kind") == "Pod" and owner.get("uid") != uid)]
+    if not any(owner.get("uid") == uid for owner in owners):
+        owners.append({"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid})
+    metadata["ownerReferences"] = owners
+    spec = lease.get("spec") or {}
+    if spec.get("holderIdentity") != uid:
+        if spec.get("holderIdentity"):
+            spec["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
+        spec["holderIdentity"] = uid
+        spec["acquireTime"] = now
+    spec.setdefault("acquireTime", now)
+    spec["renewTime"] = now
+    spec["leaseDurationSeconds"] = max(1, int(duration_seconds))
+    lease["spec"] = spec
+    return lease
 
 
 class LeaseWriter:
@@ -311,33 +357,9 @@ class LeaseWriter:
 
     def _desired(self, current):
         """The Lease to write: `current` (None to create) with our holder, times and version."""
-        now = micro_time()
-        name, uid = self.env["POD_NAME"], self.env["POD_UID"]
-        lease = copy.deepcopy(current) if current else {
-            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": name, "namespace": self.env["POD_NAMESPACE"]}}
-        metadata = lease["metadata"]
-        metadata["labels"] = {**(metadata.get("labels") or {}), POOL_LABEL: self.env["SWARM_POOL"]}
-        annotations = {**(metadata.get("annotations") or {})}
-        # Before its first acknowledgement this instance claims none (nor a previous pod's).
-        annotations.pop(ACKED_VERSION_ANNOTATION, None)
-        if self._version is not None:
-            annotations[ACKED_VERSION_ANNOTATION] = str(self._version)
-        metadata["annotations"] = annotations
-        # A previous pod of the same name owned it; the Lease must go with this pod instead.
-        owners = [owner for owner in metadata.get("ownerReferences") or []
-                  if not (owner.get("kind") == "Pod" and owner.get("name") == name)]
-        metadata["ownerReferences"] = owners + [
-            {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]
-        spec = lease.setdefault("spec", {})
-        if spec.get("holderIdentity") != uid:
-            if spec.get("holderIdentity"):
-                spec["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
-            spec["holderIdentity"] = uid
-            spec["acquireTime"] = now
-        spec["leaseDurationSeconds"] = self.duration_seconds
-        spec["renewTime"] = now
-        return lease
+        holder = {"pod": self.env["POD_NAME"], "namespace": self.env["POD_NAMESPACE"],
+                  "uid": self.env["POD_UID"], "pool": self.env["SWARM_POOL"]}
+        return desired_lease(current, holder, self._version, self.duration_seconds, micro_time())
 
 
 class Worker:
