@@ -17,7 +17,9 @@ use swarm_protocol::{fence, names};
 
 /// The cases of one vector file.
 fn vectors<T: for<'de> Deserialize<'de>>(file: &str) -> T {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("vectors")
+        .join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path:?}: {e}"))
 }
@@ -27,7 +29,10 @@ fn every_name_is_the_vectors() {
     let expected: BTreeMap<String, String> = vectors("names.json");
     let ours = BTreeMap::from([
         ("VERSION_ANNOTATION", names::VERSION_ANNOTATION),
-        ("PENDING_REFRESH_ANNOTATION", names::PENDING_REFRESH_ANNOTATION),
+        (
+            "PENDING_REFRESH_ANNOTATION",
+            names::PENDING_REFRESH_ANNOTATION,
+        ),
         ("HANDOFF_ANNOTATION", names::HANDOFF_ANNOTATION),
         ("SLOTS_ANNOTATION", names::SLOTS_ANNOTATION),
         ("AWAITING_ACK_ANNOTATION", names::AWAITING_ACK_ANNOTATION),
@@ -107,7 +112,12 @@ fn a_worker_reads_its_own_config_map_and_the_operator_its_index() {
         assert_eq!(slice_name(&case.config_map, &case.pod), case.expect);
     }
     for case in slices.indexes {
-        assert_eq!(Index::parse(&case.text).unwrap(), case.expect, "{}", case.name);
+        assert_eq!(
+            Index::parse(&case.text).unwrap(),
+            case.expect,
+            "{}",
+            case.name
+        );
         let again = Index::parse(&case.expect.render()).unwrap();
         assert_eq!(again, case.expect, "{}: rendered and read back", case.name);
     }

@@ -221,38 +221,13 @@ impl Worker {
     /// whose entry has no jobs, or at the termination deadline.
     pub async fn run<J: Jobs>(self, jobs: J) -> Exit {
         let settings = self.settings.clone();
-        let permit = Permit::default();
-        let report = Report::new(
-            settings.report.clone(),
-            &settings.pod_name,
-            &settings.pod_uid,
-            permit.clone(),
-        );
-        report.write(None, &[]);
-        let config_maps = Api::namespaced(self.client.clone(), &settings.namespace);
-        let start = Instant::now();
-        let (_tasks, channels) = self.spawn_tasks(start);
-        let Channels {
-            ack,
+        let (_tasks, mut shell, inputs) = self.start(jobs);
+        let Inputs {
             mut written,
             mut config,
             mut terminate,
-        } = channels;
-        let (read_tx, mut reads) = mpsc::unbounded_channel();
-        let mut shell = Shell {
-            core: Handoff::new(),
-            fence: Fence::new(settings.fence_after(), start),
-            permit,
-            jobs,
-            report,
-            ack,
-            written: written.clone(),
-            terminate: terminate.clone(),
-            config_maps,
-            settings: settings.clone(),
-            read_tx,
-            fresh_reads: Tasks(Vec::new()),
-        };
+            mut reads,
+        } = inputs;
         let mut deadline: Option<Instant> = None;
         loop {
             let fence_at = shell.fence.deadline();
@@ -308,6 +283,51 @@ impl Worker {
 }
 
 impl Worker {
+    /// Writes the report's first line, starts the tasks ([`Worker::spawn_tasks`]), and returns
+    /// them with the event loop's state and the channels it reads.
+    fn start<J: Jobs>(self, jobs: J) -> (Tasks, Shell<J>, Inputs) {
+        let settings = self.settings.clone();
+        let permit = Permit::default();
+        let report = Report::new(
+            settings.report.clone(),
+            &settings.pod_name,
+            &settings.pod_uid,
+            permit.clone(),
+        );
+        report.write(None, &[]);
+        let config_maps = Api::namespaced(self.client.clone(), &settings.namespace);
+        let start = Instant::now();
+        let (tasks, channels) = self.spawn_tasks(start);
+        let Channels {
+            ack,
+            written,
+            config,
+            terminate,
+        } = channels;
+        let (read_tx, reads) = mpsc::unbounded_channel();
+        let shell = Shell {
+            core: Handoff::new(),
+            fence: Fence::new(settings.fence_after(), start),
+            permit,
+            jobs,
+            report,
+            ack,
+            written: written.clone(),
+            terminate: terminate.clone(),
+            config_maps,
+            settings,
+            read_tx,
+            fresh_reads: Tasks(Vec::new()),
+        };
+        let inputs = Inputs {
+            written,
+            config,
+            terminate,
+            reads,
+        };
+        (tasks, shell, inputs)
+    }
+
     /// Starts the Lease keeper, the ConfigMap follower and the shutdown watch, and returns
     /// them with the channels the event loop of [`Worker::run`] reads and writes.
     fn spawn_tasks(self, start: Instant) -> (Tasks, Channels) {
@@ -355,6 +375,18 @@ impl Worker {
         };
         (tasks, channels)
     }
+}
+
+/// What the event loop of [`Worker::run`] reads.
+struct Inputs {
+    /// From the Lease keeper: each successful write.
+    written: watch::Receiver<Option<Written>>,
+    /// From the ConfigMap follower: the version observed last.
+    config: watch::Receiver<Option<Observed>>,
+    /// From the shutdown watch: SIGTERM came.
+    terminate: watch::Receiver<bool>,
+    /// The answers of the fresh reads issued after a renewal while fenced.
+    reads: mpsc::UnboundedReceiver<(u64, Result<Option<Observed>, ReadError>)>,
 }
 
 /// The event loop's side of the background tasks.
