@@ -3,3 +3,4 @@
 
 pub mod conditions;
 pub mod crd;
+pub mod failure;

@@ -10,30 +10,13 @@
 //! This is only about restarts and status. What keeps a moved job on one worker is the handoff
 //! (see [`super::handoff`]), which releases a revoked job on its holder's acknowledgement.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use serde::{Deserialize, Serialize};
 use swarm_protocol::config::WorkerConfig;
 
 use crate::rollout::Workers;
 use crate::state::lease::Acks;
+use crate::state::records::{Awaiting, AwaitingAcks};
 pub use swarm_protocol::names::AWAITING_ACK_ANNOTATION;
-
-/// One worker waited for.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Awaiting {
-    /// Uid of the pod instance that must acknowledge.
-    pub uid: String,
-    /// Since when: the write that changed its jobs, or the start of this instance if later.
-    pub since: Timestamp,
-}
-
-/// The workers that owe an acknowledgement, by pod name.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct AwaitingAcks {
-    entries: BTreeMap<String, Awaiting>,
-}
 
 /// What changed in the records this step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -82,21 +65,6 @@ pub fn expiry_unconfirmed(workers: &Workers, acks: &Acks) -> bool {
 }
 
 impl AwaitingAcks {
-    /// Records with these entries.
-    pub(crate) fn from_entries(entries: BTreeMap<String, Awaiting>) -> Self {
-        Self { entries }
-    }
-
-    /// The entries: pod name to the instance waited for.
-    pub fn entries(&self) -> &BTreeMap<String, Awaiting> {
-        &self.entries
-    }
-
-    /// True when no worker owes an acknowledgement.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// Pod names of the workers waited for.
     pub fn pods(&self) -> impl Iterator<Item = &str> {
         self.entries.keys().map(String::as_str)

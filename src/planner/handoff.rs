@@ -29,7 +29,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::jiff::Timestamp;
-use serde::{Deserialize, Serialize};
 use smallvec::SmallVec;
 use swarm_assign::Roster;
 use swarm_protocol::config::WorkerConfig;
@@ -39,41 +38,11 @@ use crate::planner::target::Target;
 use crate::crd::Handoff;
 use crate::planner::by_job::{ByJob, Positions};
 use crate::state::lease::Acks;
+use crate::state::records::{Holder, Holders};
 
-pub use crate::state::records::HoldersParseError;
 pub use swarm_protocol::names::HANDOFF_ANNOTATION;
 
-/// One pod instance that may still run jobs revoked from its pod.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Holder {
-    /// Uid of the instance, `""` until resolved against a live pod list.
-    pub uid: String,
-    /// When jobs were first revoked from this pod (the start of their time unheld).
-    pub revoked_at: Timestamp,
-    /// The instance is gone: its jobs are free, and wait only for the rest of their worker's
-    /// grant.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub gone: bool,
-    /// The config version that last revoked jobs from it (`None` until that version is
-    /// known): under `Acknowledge`, an acknowledgement of this version or a later one by the
-    /// recorded instance frees its jobs as its end would.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub version: Option<u64>,
-}
-
-/// The holders of jobs in transit, by pod name.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Holders {
-    entries: BTreeMap<String, Holder>,
-}
-
 impl Holders {
-    /// A set with these entries: pod name to holder.
-    pub(crate) fn from_entries(entries: BTreeMap<String, Holder>) -> Self {
-        Self { entries }
-    }
-
     /// Records `pod` as a holder whose instance is still to be resolved. A pod that held jobs
     /// before keeps its earliest revocation time.
     fn mark(&mut self, pod: &str, now: Timestamp) {
@@ -133,11 +102,6 @@ impl Holders {
             }
         }
         unconfirmed
-    }
-
-    /// The entries: pod name to holder.
-    pub fn entries(&self) -> &BTreeMap<String, Holder> {
-        &self.entries
     }
 }
 

@@ -29,18 +29,20 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use swarm_assign::{Placed, Qos};
 
+use crate::api::failure::Failure;
 use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
 use crate::state::cached::CachedPod;
 use crate::state::config_map::{self, Previous};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
+use crate::state::records::{AwaitingAcks, PendingRefresh};
 use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices::{self, SliceWrites};
-use acknowledge::{AckProgress, AwaitingAcks};
+use acknowledge::AckProgress;
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
-use rollout::{PendingRefresh, PodDelete, Priorities};
+use rollout::{PodDelete, Priorities};
 use target::Target;
-use validate::{Facts, Failure, Valid};
+use validate::{Facts, Valid};
 
 pub use crate::state::config_map::{
     ANNOTATIONS_MAX_BYTES, CONFIG_MAP_MAX_BYTES, records_unresolved, slot_table,

@@ -8,18 +8,20 @@ use k8s_openapi::jiff::Timestamp;
 use swarm_assign::Publication;
 use swarm_protocol::config::WorkerConfig;
 
-use super::acknowledge::{self, AckProgress, AwaitingAcks};
+use super::acknowledge::{self, AckProgress};
 use super::by_job::{ByJob, Positions};
 use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
-use super::validate::{Facts, Failure, Valid};
+use super::validate::{Facts, Valid};
 use super::{
     Decision, EXPIRY_SLACK, Observed, PlannedEvent, REQUEUE_CONFLICT, REQUEUE_IDLE,
     REQUEUE_ROLLING, Rollout, STARTUP_GRACE,
 };
+use crate::api::failure::Failure;
 use crate::conditions::{self, Verdict, reason};
 use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
-use crate::rollout::{PendingRefresh, PodDelete, Workers};
+use crate::rollout::{PodDelete, Workers};
+use crate::state::records::{AwaitingAcks, PendingRefresh};
 use crate::state::worker_slices::{self, SliceWrites};
 
 /// The plan of a valid pool: what the roll-out step does, reported.

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
-pub use crate::state::records::PendingRefreshParseError;
+use crate::state::records::PendingRefresh;
 pub use swarm_protocol::names::PENDING_REFRESH_ANNOTATION;
 
 /// The observed state of one worker's pod, as far as pacing cares.
@@ -123,19 +123,7 @@ impl Workers {
     }
 }
 
-/// The stale-worker bookkeeping: pod name to the uid of the pod instance that must be replaced,
-/// `""` while unresolved.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PendingRefresh {
-    entries: BTreeMap<String, String>,
-}
-
 impl PendingRefresh {
-    /// A set with these entries: pod name to uid (`""` while unresolved).
-    pub(crate) fn from_entries(entries: BTreeMap<String, String>) -> Self {
-        Self { entries }
-    }
-
     /// Records `pods` as stale with an unresolved uid (their job set changed in the version
     /// about to be written). A pod recorded before is unresolved again: whatever instance runs
     /// at resolution time may have mounted content older than this version.
@@ -194,11 +182,6 @@ impl PendingRefresh {
         let mut names: Vec<&String> = self.entries.keys().collect();
         names.sort_by_key(|name| workers.ordinal(name).unwrap_or(usize::MAX));
         names.into_iter().cloned().collect()
-    }
-
-    /// The entries: pod name to uid (`""` while unresolved).
-    pub fn entries(&self) -> &BTreeMap<String, String> {
-        &self.entries
     }
 
     /// True when no worker is stale.

@@ -9,100 +9,10 @@ use kube::core::{Selector, SelectorExt};
 use swarm_assign::{Rebound, Roster, validate_jobs, validate_qos};
 
 use super::{Observed, config_map};
-use crate::conditions::reason;
+use crate::api::failure::{Failure, FailureReason};
 use crate::crd::{Handoff, RolloutPolicy, SwarmPool, WorkloadKind};
 use crate::rollout::{self, WorkerPod, Workers};
 use crate::state::cached::CachedPod;
-use crate::state::jobs_source::Unresolved;
-
-/// Why the pool cannot be reconciled as specified.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Failure {
-    pub reason: FailureReason,
-    pub message: String,
-}
-
-impl Failure {
-    pub fn new(reason: FailureReason, message: impl Into<String>) -> Self {
-        Self {
-            reason,
-            message: message.into(),
-        }
-    }
-}
-
-/// Why a pool cannot be planned (phase Failed); its condition reason is [`FailureReason::as_str`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailureReason {
-    InvalidJobs,
-    InvalidQos,
-    InvalidMaxUnavailable,
-    InvalidRollout,
-    EmptySelector,
-    InvalidSelector,
-    StatefulSetNotFound,
-    DeploymentNotFound,
-    AmbiguousSelector,
-    StatefulSetInUse,
-    DeploymentInUse,
-    ConfigMapConflict,
-    ConfigMapTooLarge,
-    JobsSourceNotFound,
-    JobsSourceNotLabelled,
-    JobsSourceUnreadable,
-}
-
-impl FailureReason {
-    /// The condition and event reason (see [`reason`]).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureReason::InvalidJobs => reason::INVALID_JOBS,
-            FailureReason::InvalidQos => reason::INVALID_QOS,
-            FailureReason::InvalidMaxUnavailable => reason::INVALID_MAX_UNAVAILABLE,
-            FailureReason::InvalidRollout => reason::INVALID_ROLLOUT,
-            FailureReason::EmptySelector => reason::EMPTY_SELECTOR,
-            FailureReason::InvalidSelector => reason::INVALID_SELECTOR,
-            FailureReason::StatefulSetNotFound => reason::STATEFUL_SET_NOT_FOUND,
-            FailureReason::DeploymentNotFound => reason::DEPLOYMENT_NOT_FOUND,
-            FailureReason::AmbiguousSelector => reason::AMBIGUOUS_SELECTOR,
-            FailureReason::StatefulSetInUse => reason::STATEFUL_SET_IN_USE,
-            FailureReason::DeploymentInUse => reason::DEPLOYMENT_IN_USE,
-            FailureReason::ConfigMapConflict => reason::CONFIG_MAP_CONFLICT,
-            FailureReason::ConfigMapTooLarge => reason::CONFIG_MAP_TOO_LARGE,
-            FailureReason::JobsSourceNotFound => reason::JOBS_SOURCE_NOT_FOUND,
-            FailureReason::JobsSourceNotLabelled => reason::JOBS_SOURCE_NOT_LABELLED,
-            FailureReason::JobsSourceUnreadable => reason::JOBS_SOURCE_UNREADABLE,
-        }
-    }
-
-    /// The reason of unresolvable `spec.jobsFrom`: a job listed twice is invalid jobs, as in
-    /// `spec.jobs`.
-    pub fn of_unresolved(unresolved: &Unresolved) -> Self {
-        match unresolved {
-            Unresolved::NotFound { .. } | Unresolved::KeyNotFound { .. } => {
-                FailureReason::JobsSourceNotFound
-            }
-            Unresolved::NotLabelled { .. } => FailureReason::JobsSourceNotLabelled,
-            Unresolved::Unreadable { .. } => FailureReason::JobsSourceUnreadable,
-            Unresolved::Duplicate { .. } => FailureReason::InvalidJobs,
-        }
-    }
-
-    /// Whether the failure ends only on a change the operator does not watch (the other
-    /// ConfigMap or the older pool going away, a jobs source created without its label, a
-    /// permission granted): worth checking again sooner.
-    pub fn waits_on_another_object(self) -> bool {
-        matches!(
-            self,
-            FailureReason::ConfigMapConflict
-                | FailureReason::StatefulSetInUse
-                | FailureReason::DeploymentInUse
-                | FailureReason::JobsSourceNotFound
-                | FailureReason::JobsSourceNotLabelled
-                | FailureReason::JobsSourceUnreadable
-        )
-    }
-}
 
 /// What is known about the pool while validating; a failure's status is built from it.
 #[derive(Default)]
@@ -158,7 +68,7 @@ pub(super) fn validate(o: &Observed, facts: &mut Facts) -> Result<Valid, Failure
 
     if let Some(unresolved) = o.jobs_unresolved {
         return Err(Failure::new(
-            FailureReason::of_unresolved(unresolved),
+            unresolved.failure_reason(),
             unresolved.to_string(),
         ));
     }

@@ -10,11 +10,9 @@ use swarm_assign::SlotTable;
 use swarm_protocol::config::{CONFIG_KEY, WorkerConfig};
 use swarm_protocol::slices::{INDEX_KEY, Index};
 
+use crate::api::failure::{Failure, FailureReason};
 use crate::crd::SwarmPool;
-use crate::planner::acknowledge::AwaitingAcks;
-use crate::planner::handoff::Holders;
-use crate::planner::validate::{Failure, FailureReason};
-use crate::rollout::PendingRefresh;
+use crate::state::records::{AwaitingAcks, Holders, PendingRefresh};
 use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices;
 use swarm_protocol::names::{

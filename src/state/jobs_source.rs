@@ -12,6 +12,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
+use crate::api::failure::FailureReason;
 use crate::crd::{JobsFromSource, SwarmPool};
 use swarm_protocol::names::JOBS_SOURCE_LABEL;
 
@@ -139,6 +140,19 @@ pub enum Unresolved {
         /// Where it is listed again.
         second: Box<Origin>,
     },
+}
+
+impl Unresolved {
+    /// The failure reason of unresolvable `spec.jobsFrom`: a job listed twice is invalid jobs, as in
+    /// `spec.jobs`.
+    pub fn failure_reason(&self) -> FailureReason {
+        match self {
+            Self::NotFound { .. } | Self::KeyNotFound { .. } => FailureReason::JobsSourceNotFound,
+            Self::NotLabelled { .. } => FailureReason::JobsSourceNotLabelled,
+            Self::Unreadable { .. } => FailureReason::JobsSourceUnreadable,
+            Self::Duplicate { .. } => FailureReason::InvalidJobs,
+        }
+    }
 }
 
 /// The pool's jobs: `inline` (its `spec.jobs`) followed by each source's, in order. `find`

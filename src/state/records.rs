@@ -3,12 +3,60 @@
 //! compact JSON object with sorted keys, and the size rule they are checked against before a
 //! write.
 
-use crate::planner::acknowledge::AwaitingAcks;
-use crate::planner::handoff::Holders;
-use crate::planner::rollout::PendingRefresh;
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+use serde::{Deserialize, Serialize};
 use swarm_protocol::names::{
     AWAITING_ACK_ANNOTATION, HANDOFF_ANNOTATION, PENDING_REFRESH_ANNOTATION,
 };
+
+/// The stale-worker bookkeeping: pod name to the uid of the pod instance that must be replaced,
+/// `""` while unresolved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PendingRefresh {
+    pub(crate) entries: BTreeMap<String, String>,
+}
+
+/// One pod instance that may still run jobs revoked from its pod.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Holder {
+    /// Uid of the instance, `""` until resolved against a live pod list.
+    pub uid: String,
+    /// When jobs were first revoked from this pod (the start of their time unheld).
+    pub revoked_at: Timestamp,
+    /// The instance is gone: its jobs are free, and wait only for the rest of their worker's
+    /// grant.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
+    /// The config version that last revoked jobs from it (`None` until that version is
+    /// known): under `Acknowledge`, an acknowledgement of this version or a later one by the
+    /// recorded instance frees its jobs as its end would.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+}
+
+/// The holders of jobs in transit, by pod name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holders {
+    pub(crate) entries: BTreeMap<String, Holder>,
+}
+
+/// One worker waited for.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Awaiting {
+    /// Uid of the pod instance that must acknowledge.
+    pub uid: String,
+    /// Since when: the write that changed its jobs, or the start of this instance if later.
+    pub since: Timestamp,
+}
+
+/// The workers that owe an acknowledgement, by pod name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AwaitingAcks {
+    pub(crate) entries: BTreeMap<String, Awaiting>,
+}
 
 /// Uids are 36 characters; a record sized with it fits once it is resolved.
 const UID_LEN: usize = 36;
@@ -39,6 +87,16 @@ fn parse_object<T: serde::de::DeserializeOwned + Default>(
 }
 
 impl PendingRefresh {
+    /// A set with these entries: pod name to uid (`""` while unresolved).
+    pub(crate) fn from_entries(entries: BTreeMap<String, String>) -> Self {
+        Self { entries }
+    }
+
+    /// The entries: pod name to uid (`""` while unresolved).
+    pub fn entries(&self) -> &BTreeMap<String, String> {
+        &self.entries
+    }
+
     /// Reads the annotation value; a missing annotation is an empty set.
     pub fn parse(annotation: Option<&str>) -> Result<Self, PendingRefreshParseError> {
         parse_object(annotation)
@@ -65,6 +123,16 @@ impl PendingRefresh {
 }
 
 impl Holders {
+    /// A set with these entries: pod name to holder.
+    pub(crate) fn from_entries(entries: BTreeMap<String, Holder>) -> Self {
+        Self { entries }
+    }
+
+    /// The entries: pod name to holder.
+    pub fn entries(&self) -> &BTreeMap<String, Holder> {
+        &self.entries
+    }
+
     /// Reads the annotation value; a missing annotation is an empty set.
     pub fn parse(annotation: Option<&str>) -> Result<Self, HoldersParseError> {
         parse_object(annotation)
@@ -91,6 +159,21 @@ impl Holders {
 }
 
 impl AwaitingAcks {
+    /// Records with these entries.
+    pub(crate) fn from_entries(entries: BTreeMap<String, Awaiting>) -> Self {
+        Self { entries }
+    }
+
+    /// The entries: pod name to the instance waited for.
+    pub fn entries(&self) -> &BTreeMap<String, Awaiting> {
+        &self.entries
+    }
+
+    /// True when no worker owes an acknowledgement.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     /// Reads the annotation value; a missing annotation is an empty set.
     pub fn parse(annotation: Option<&str>) -> Result<Self, AwaitingAcksParseError> {
         parse_object(annotation)

@@ -26,10 +26,10 @@ use swarm_protocol::names::{
 };
 use swarm_protocol::slices::{INDEX_KEY, Index, slice_name};
 
+use crate::api::failure::{Failure, FailureReason};
 use crate::crd::SwarmPool;
-use crate::planner::handoff::Holders;
-use crate::planner::validate::{Failure, FailureReason};
 use crate::state::config_map::CONFIG_MAP_MAX_BYTES;
+use crate::state::records::Holders;
 use crate::state::slice_summary::SliceSummary;
 
 /// The index of a pool ConfigMap in this layout, if it is one.

@@ -21,7 +21,6 @@ use swarm_operator::crd::{
 };
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
-use swarm_operator::planner::handoff::{HANDOFF_ANNOTATION, Holder};
 use swarm_operator::planner::{self, Observed, Outcome, PlannedEvent, VERSION_ANNOTATION};
 use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::pod_summary::PodSummary;
@@ -30,9 +29,11 @@ use swarm_operator::state::cached::CachedPod;
 use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::jobs_source::{self, Found};
 use swarm_operator::state::lease::{Ack, Acks, Renewal};
+use swarm_operator::state::records::Holder;
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_protocol::config::CONFIG_KEY;
 use swarm_protocol::config::WorkerConfig;
+use swarm_protocol::names::HANDOFF_ANNOTATION;
 
 const NS: &str = "swarm";
 const STS: &str = "swarm-worker";
