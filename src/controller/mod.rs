@@ -2,17 +2,22 @@
 //!
 //! Triggers: SwarmPools; ConfigMaps they own, and those they read jobs from
 //! ([`jobs_sources`]); workloads and their pods, mapped to the pools that select them (a pod
-//! through its controlling StatefulSet, or through its ReplicaSet's Deployment), each kind
-//! once in `workloads` over the generic mappers of `triggers`. Everything is read from reflector
-//! caches that feed the same streams that trigger reconciles, so a reconcile never runs on a
-//! cache older than its trigger, and an idle operator sends no requests. The caches keep only
-//! what the planner reads ([`crate::trim`]).
+//! through its controlling StatefulSet, or through its ReplicaSet's Deployment). Everything
+//! is read from reflector caches that feed the same streams that trigger reconciles, so a
+//! reconcile never runs on a cache older than its trigger, and an idle operator sends no
+//! requests. The caches keep only what the planner reads ([`crate::trim`]).
 //!
 //! The ConfigMap holds the config version and the rollout bookkeeping, so a decision must not
 //! be taken on a copy older than this operator's own last write: the cached copy is used when
 //! it is that write (or there was none), and read with a GET otherwise. Every write is fenced
 //! by the copy it was decided on, so a decision on a stale copy fails with a conflict, and the
 //! reconcile reads the ConfigMap again and decides anew.
+//!
+//! The modules: `watches` (the watches, their caches and triggers), `workloads` (one module
+//! per workload kind: its caches, watches, pod mapping and live list), `triggers` (which pools
+//! a workload or its pods wake, for every kind), `context` (what is remembered of each pool
+//! between reconciles), `reconcile` (one reconcile, its status and its retries), `events`,
+//! and `kube_cluster` (the round protocol's requests over kube).
 
 pub mod cache_health;
 pub mod changes;
