@@ -1,7 +1,6 @@
 //! Step 1 of the pipeline: is the pool servable as specified, and what does it manage?
-
 //!
-//! What differs between the kinds of workload is in [`workload`], one impl per kind
+//! Matching a pool to its workload is in [`workload`], over one `Workload` impl per kind
 //! ([`statefulset`], [`deployment`]).
 
 mod deployment;
