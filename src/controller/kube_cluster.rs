@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -15,9 +14,11 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info};
 
-use super::{Context, DEPLOYMENT_POD_LABEL, fenced_write, live_pods_selector, pool_objects, trim};
+use super::context::pool_objects;
+use super::workloads::{WorkloadSnapshot, Workloads};
+use super::{Context, fenced_write, trim};
 use crate::Error;
-use crate::crd::{RolloutPolicy, SwarmPool, WorkloadKind};
+use crate::crd::{RolloutPolicy, SwarmPool};
 use crate::drive::{Cluster, Deleted, SliceWrite, SliceWritten, Written};
 use crate::planner::handoff::HANDOFF_ANNOTATION;
 use crate::planner::{self, Observed};
@@ -114,10 +115,7 @@ async fn write_slice(
 pub(super) struct Snapshot<'a> {
     pool: &'a SwarmPool,
     jobs_unresolved: Option<&'a Unresolved>,
-    statefulsets: Vec<Arc<StatefulSet>>,
-    deployments: Vec<Arc<Deployment>>,
-    replica_sets: Vec<Arc<ReplicaSet>>,
-    pods: Vec<Arc<CachedPod>>,
+    workloads: WorkloadSnapshot,
     other_pools: Vec<Arc<SwarmPool>>,
     config_map: Option<ConfigMap>,
     worker_config_maps: Vec<SliceSummary>,
@@ -138,10 +136,7 @@ impl<'a> Snapshot<'a> {
         Snapshot {
             pool,
             jobs_unresolved,
-            statefulsets: ctx.statefulsets.state_filter(|o| here(&o.metadata)),
-            deployments: ctx.deployments.state_filter(|o| here(&o.metadata)),
-            replica_sets: ctx.replica_sets.state_filter(|o| here(&o.metadata)),
-            pods: ctx.pods.in_namespace(namespace),
+            workloads: ctx.workloads.snapshot(namespace),
             other_pools: ctx
                 .pools
                 .state_filter(|p| here(&p.metadata) && p.metadata.uid != pool.metadata.uid),
@@ -158,13 +153,14 @@ impl<'a> Snapshot<'a> {
     }
 
     pub(super) fn observed(&self) -> Observed<'_> {
-        Observed {
+        let mut observed = Observed {
             pool: self.pool,
             jobs_unresolved: self.jobs_unresolved,
-            statefulsets: self.statefulsets.iter().map(AsRef::as_ref).collect(),
-            deployments: self.deployments.iter().map(AsRef::as_ref).collect(),
-            replica_sets: self.replica_sets.iter().map(AsRef::as_ref).collect(),
-            pods: self.pods.iter().map(AsRef::as_ref).collect(),
+            // Filled from the workload snapshot below.
+            statefulsets: Vec::new(),
+            deployments: Vec::new(),
+            replica_sets: Vec::new(),
+            pods: Vec::new(),
             other_pools: self.other_pools.iter().map(AsRef::as_ref).collect(),
             pods_are_live: false,
             config_map: self.config_map.as_ref(),
@@ -173,7 +169,9 @@ impl<'a> Snapshot<'a> {
             deleting: &self.deleting,
             acks: &self.acks,
             now: Timestamp::now(),
-        }
+        };
+        self.workloads.fill(&mut observed);
+        observed
     }
 }
 
@@ -288,15 +286,11 @@ impl Cluster for KubeCluster<'_> {
             })
     }
 
-    /// The pods by the label the StatefulSet controller gives each pod its name in: a holder
-    /// of jobs in transit may be a pod the pool's StatefulSet no longer controls. A
-    /// Deployment's pods have no name label: they are all listed, and the named ones kept.
+    /// The pods by the selector of the pool's workload kind
+    /// ([`super::workloads::WatchedWorkload::live_pods_selector`]), the named ones kept.
     async fn list_live(&mut self, names: &BTreeSet<String>) -> Result<Vec<CachedPod>, Error> {
-        let selector = match self.pool.spec.workload_kind {
-            WorkloadKind::StatefulSet => live_pods_selector(names),
-            WorkloadKind::Deployment => Some(DEPLOYMENT_POD_LABEL.to_owned()),
-        };
-        let Some(selector) = selector else {
+        let kind = self.pool.spec.workload_kind;
+        let Some(selector) = Workloads::live_pods_selector(kind, names) else {
             return Ok(Vec::new());
         };
         let list = self
