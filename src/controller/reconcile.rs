@@ -21,7 +21,7 @@ use crate::cache_health::{STALE_AFTER, StaleCache};
 use crate::conditions;
 use crate::crd::{Phase, SwarmPool, SwarmPoolStatus};
 use crate::drive::{Driven, Journal, drive};
-use crate::names::MANAGER as FIELD_MANAGER;
+use swarm_protocol::names::MANAGER as FIELD_MANAGER;
 use crate::state::jobs_source::{self, Found};
 
 /// First and last retry delay of the per-pool backoff for transient errors. The cap is short:

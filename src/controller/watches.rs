@@ -27,7 +27,7 @@ use super::{changes, jobs_sources, trim};
 use crate::cache_health::{Cache, CacheHealth, Cause};
 use crate::crd::SwarmPool;
 use crate::metrics::Metrics;
-use crate::names::{JOBS_SOURCE_LABEL, POOL_LABEL, WORKER_LABEL};
+use swarm_protocol::names::{JOBS_SOURCE_LABEL, POOL_LABEL, WORKER_LABEL};
 use crate::pod_summary::PodSummary;
 use crate::state::cached::{Cacheable, CachedLease, CachedPod, CachedSlice};
 use crate::state::lease_summary::LeaseSummary;

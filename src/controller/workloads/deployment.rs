@@ -16,7 +16,7 @@ use crate::controller::triggers::{controller_of, pools_for_owner, pools_of_kind}
 use crate::controller::watches::{WatchScope, changes_only, workload_triggers};
 use crate::controller::{changes, trim};
 use crate::crd::SwarmPool;
-use crate::names::DEPLOYMENT_POD_LABEL;
+use swarm_protocol::names::DEPLOYMENT_POD_LABEL;
 use crate::pod_summary::PodSummary;
 use crate::state::cached::CachedPod;
 

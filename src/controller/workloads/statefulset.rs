@@ -17,7 +17,7 @@ use crate::controller::triggers::pools_for_owner;
 use crate::controller::trim;
 use crate::controller::watches::{WatchScope, workload_triggers};
 use crate::crd::SwarmPool;
-use crate::names::STATEFULSET_POD_LABEL;
+use swarm_protocol::names::STATEFULSET_POD_LABEL;
 use crate::pod_summary::PodSummary;
 use crate::state::cached::CachedPod;
 
