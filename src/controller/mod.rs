@@ -63,7 +63,7 @@ use crate::state::lease_summary::LeaseSummary;
 use crate::state::slice_summary::SliceSummary;
 use jobs_sources::Source;
 use kube_cluster::{KubeCluster, Snapshot};
-use lease_clock::LeaseClock;
+use lease_clock::{ClockReading, LeaseClock};
 use relisting_watch::relisting_watcher;
 
 pub use crate::names::{DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL};
@@ -227,8 +227,12 @@ impl Context {
     fn acks(&self, namespace: &str, pool: &str, grace: Duration) -> Acks {
         let leases: Vec<LeaseSummary> = pool_objects(&self.leases, namespace, pool);
         let mut acks = Acks::from_leases(&leases);
+        let now = ClockReading {
+            monotonic: Instant::now(),
+            wall: Timestamp::now(),
+        };
         self.lease_clock
-            .judge(namespace, pool, &leases, grace, Instant::now(), &mut acks);
+            .judge(namespace, pool, &leases, grace, now, &mut acks);
         acks
     }
 

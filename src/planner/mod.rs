@@ -285,7 +285,7 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         .filter(|(name, pod)| {
             acknowledge
                 && pod.is_none_or(|p| {
-                    !p.terminating && (!p.ready || o.acks.version_of(name, &p.uid).is_none())
+                    !p.terminating && (!p.ready || o.acks.state(name, &p.uid).acked().is_none())
                 })
         })
         .map(|(name, _)| name.to_owned())

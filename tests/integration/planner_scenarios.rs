@@ -3,6 +3,7 @@
 //! pods live when asked, plan again, delete), and a StatefulSet stand-in replaces deleted pods.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -22,6 +23,7 @@ use swarm_operator::crd::{
 };
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
+use swarm_operator::names::ACKED_VERSION_ANNOTATION;
 use swarm_operator::planner::handoff::{HANDOFF_ANNOTATION, Holder};
 use swarm_operator::planner::{
     self, CONFIG_KEY, Observed, Outcome, PlannedEvent, VERSION_ANNOTATION,
@@ -1931,8 +1933,10 @@ fn under_acknowledge_a_worker_whose_lease_expired_loses_its_jobs_to_the_others_u
         .iter()
         .cloned()
         .collect();
-    let uid = world.uid_of(1);
-    world.acks.mark_expired("swarm-worker-1", renewal(&uid));
+    let renewal = renewal_at(&world, 1, 1_000);
+    world
+        .acks
+        .mark_expired("swarm-worker-1", renewal, Instant::now());
     world.reconcile();
     let after = world.config();
     assert!(after.workload("swarm-worker-1").unwrap().jobs.is_empty());
@@ -1977,17 +1981,19 @@ fn under_acknowledge_a_worker_whose_lease_expired_loses_its_jobs_to_the_others_u
     assert_eq!(status.phase, Some(Phase::Balanced));
 }
 
-/// What a worker's Lease says when renewed at second `at` by instance `holder`.
-fn renewal_at(holder: &str, at: i64) -> Renewal {
+/// What the Lease of worker `ordinal` says when its instance renews it at second `at`, with the
+/// version it acknowledged.
+fn renewal_at(world: &World, ordinal: usize, at: i64) -> Renewal {
+    let holder = world.uid_of(ordinal);
+    let acked = world
+        .acks
+        .state(&format!("{STS}-{ordinal}"), &holder)
+        .acked();
     Renewal {
-        holder: holder.to_owned(),
+        holder,
         renew_time: Some(Timestamp::from_second(at).unwrap()),
-        acked: None,
+        acked: acked.map(|v| v.to_string()),
     }
-}
-
-fn renewal(holder: &str) -> Renewal {
-    renewal_at(holder, 1_000)
 }
 
 /// A worker Lease of `pod` saying `renewal`, as the API server serves it.
@@ -1996,6 +2002,10 @@ fn lease_saying(pod: &str, renewal: &Renewal) -> Lease {
         metadata: ObjectMeta {
             name: Some(pod.to_owned()),
             namespace: Some(NS.to_owned()),
+            annotations: renewal
+                .acked
+                .clone()
+                .map(|v| [(ACKED_VERSION_ANNOTATION.to_owned(), v)].into()),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {
@@ -2012,15 +2022,15 @@ fn under_acknowledge_a_lease_expired_in_a_lagging_cache_but_renewed_live_keeps_i
     let mut world = acknowledging(3);
     let before = world.config();
     let writes = world.writes;
-    let uid = world.uid_of(1);
     // The cache last saw the renewal of second 1000; the API server has one of second 1011.
+    let renewal = renewal_at(&world, 1, 1_000);
     world
         .acks
-        .mark_expired("swarm-worker-1", renewal_at(&uid, 1_000));
+        .mark_expired("swarm-worker-1", renewal.clone(), Instant::now());
     world.live_leases = (0..3)
         .map(|o| {
             let pod = format!("{STS}-{o}");
-            lease_saying(&pod, &renewal_at(&world.uid_of(o), 1_011))
+            lease_saying(&pod, &renewal_at(&world, o, 1_011))
         })
         .collect();
     world.reconcile();
@@ -2031,7 +2041,7 @@ fn under_acknowledge_a_lease_expired_in_a_lagging_cache_but_renewed_live_keeps_i
     assert!(!world.all_reasons.contains(&reason::WORKER_LEASE_EXPIRED));
 
     // Had it not been renewed, the live read would confirm the expiry.
-    world.live_leases[1] = lease_saying("swarm-worker-1", &renewal_at(&uid, 1_000));
+    world.live_leases[1] = lease_saying("swarm-worker-1", &renewal);
     world.reconcile();
     assert!(
         world

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use swarm_operator::controller::lease_clock::LeaseClock;
+use swarm_operator::controller::lease_clock::{ClockReading, LeaseClock};
 use swarm_operator::crd::SwarmPool;
 use swarm_operator::drive::memory::{MemoryCluster, MemoryError, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
@@ -142,9 +142,11 @@ impl Operator {
             .collect();
         let mut acks = Acks::from_leases(&leases);
         let grace = Duration::from_secs(self.pool.spec.rollout.lease_grace_seconds as u64);
-        let now = process::instant(self.clock_rate, cluster.millis);
-        self.clock
-            .judge(NS, "pool", &leases, grace, now.into_std(), &mut acks);
+        let now = ClockReading {
+            monotonic: process::instant(self.clock_rate, cluster.millis).into_std(),
+            wall: cluster.now(),
+        };
+        self.clock.judge(NS, "pool", &leases, grace, now, &mut acks);
         acks
     }
 
