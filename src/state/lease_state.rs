@@ -154,6 +154,18 @@ mod tests {
 
     const LASTS: Duration = Duration::from_secs(12);
 
+    /// The Lease's holder, acknowledged version, timing start and live read; the instance
+    /// asked about and the reading; the state.
+    type Row<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<Instant>,
+        LiveRead,
+        &'a str,
+        Option<Instant>,
+        WorkerLeaseState,
+    );
+
     fn observed(
         holder: &str,
         acked: Option<&str>,
@@ -183,7 +195,7 @@ mod tests {
         let at_expiry = t0 + LASTS;
         let just_before = at_expiry - ms(1);
         #[rustfmt::skip]
-        let table: [(&str, Option<&str>, Option<Instant>, LiveRead, &str, Option<Instant>, WorkerLeaseState); 17] = [
+        let table: [Row; 17] = [
             // No Lease for this instance.
             ("uid-0", Some("3"), Some(t0), NotRead, "uid-1", Some(at_expiry), Unheld),
             ("uid-0", Some("3"), Some(t0), NotRead, "", Some(t0), Unheld),

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     Condition, LabelSelector, MicroTime, ObjectMeta, OwnerReference, Time,
 };
@@ -18,8 +18,7 @@ use proptest::prelude::*;
 use swarm_assign::worker_config::WorkerConfig;
 use swarm_operator::conditions::{self, reason};
 use swarm_operator::crd::{
-    ConfigMapRef, Handoff, JobsFromSource, Phase, Qos, RolloutPolicy, RolloutSpec, Strategy,
-    SwarmPool, SwarmPoolSpec,
+    ConfigMapRef, Handoff, JobsFromSource, Phase, Qos, RolloutPolicy, Strategy, SwarmPool,
 };
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
@@ -32,14 +31,14 @@ use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
 use swarm_operator::state::cached::CachedPod;
-use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::jobs_source::{self, Found};
 use swarm_operator::state::lease::{Ack, Acks, Renewal};
 use swarm_operator::state::slice_summary::SliceSummary;
 
+use super::fixtures::{self, POOL_UID, labels, owner, pool_spec, ready_status};
+
 const NS: &str = "swarm";
 const STS: &str = "swarm-worker";
-const POOL_UID: &str = "pool-uid";
 const STS_UID: &str = "sts-uid";
 const CM: &str = "swarm-worker-config";
 
@@ -61,35 +60,9 @@ fn t0() -> Timestamp {
     Timestamp::from_second(1_700_000_000).unwrap()
 }
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
 fn pool(jobs: Vec<String>) -> SwarmPool {
-    let mut pool = SwarmPool::new(
-        "swarm-pool",
-        SwarmPoolSpec {
-            selector: LabelSelector {
-                match_labels: Some(labels(&[("app", "swarm-worker")])),
-                ..LabelSelector::default()
-            },
-            workload_kind: Default::default(),
-            jobs,
-            jobs_from: Vec::new(),
-            config_map: Some(CM.into()),
-            strategy: Strategy::Sticky,
-            qos: None,
-            rollout: RolloutSpec::default(),
-            paused: false,
-        },
-    );
-    pool.metadata.namespace = Some(NS.into());
-    pool.metadata.uid = Some(POOL_UID.into());
-    pool.metadata.generation = Some(1);
-    pool
+    let selector = labels(&[("app", "swarm-worker")]);
+    fixtures::pool(NS, "swarm-pool", pool_spec(selector, jobs, CM))
 }
 
 fn statefulset(name: &str, uid: &str, replicas: i32) -> StatefulSet {
@@ -121,26 +94,11 @@ fn pod(ordinal: usize, uid: &str, ready: bool, at: Timestamp) -> Pod {
             uid: Some(uid.into()),
             creation_timestamp: Some(Time(at)),
             labels: Some(labels(&[("app", "swarm-worker")])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "apps/v1".into(),
-                kind: "StatefulSet".into(),
-                name: STS.into(),
-                uid: STS_UID.into(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![owner("StatefulSet", STS, STS_UID)]),
             ..ObjectMeta::default()
         },
         spec: None,
-        status: Some(PodStatus {
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                last_transition_time: Some(Time(at)),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        }),
+        status: Some(ready_status(ready, at)),
     }
 }
 
@@ -259,20 +217,13 @@ impl World {
         let driven = block_on(drive(
             &mut cluster,
             &Observed {
-                pool: &resolved,
                 jobs_unresolved: unresolved.as_ref(),
                 statefulsets: self.statefulsets.iter().collect(),
-                deployments: Vec::new(),
-                replica_sets: Vec::new(),
                 pods: cached.iter().collect(),
                 other_pools: self.other_pools.iter().collect(),
-                pods_are_live: false,
                 config_map: self.config_map.as_ref(),
                 worker_config_maps: cached_slices.iter().collect(),
-                slices_are_live: false,
-                deleting: &self.deleting,
-                acks: &self.acks,
-                now: self.now,
+                ..fixtures::observed(&resolved, &self.acks, &self.deleting, self.now)
             },
             &mut journal,
         ));
@@ -332,15 +283,7 @@ impl World {
     }
 
     fn config(&self) -> WorkerConfig {
-        pool_config(
-            self.config_map.as_ref().unwrap(),
-            &self
-                .slices
-                .iter()
-                .map(SliceSummary::from)
-                .collect::<Vec<_>>(),
-        )
-        .expect("a config")
+        fixtures::written_config(self.config_map.as_ref().unwrap(), &self.slices)
     }
 
     fn pending(&self) -> BTreeMap<String, String> {

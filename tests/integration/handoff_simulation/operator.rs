@@ -21,6 +21,7 @@ use swarm_operator::state::slice_summary::SliceSummary;
 
 use super::cluster::{Cluster, NS};
 use super::process;
+use crate::fixtures;
 
 /// What the operator did, for the invariants.
 #[derive(Clone, Debug, Default)]
@@ -197,20 +198,13 @@ impl Operator {
         let driven = block_on(drive(
             &mut api,
             &Observed {
-                pool: &self.pool,
-                jobs_unresolved: None,
                 statefulsets: statefulset.iter().collect(),
                 deployments: deployment.iter().collect(),
                 replica_sets: replica_sets.iter().collect(),
                 pods: cached.iter().collect(),
-                other_pools: Vec::new(),
-                pods_are_live: false,
                 config_map: cluster.config_map.as_ref(),
                 worker_config_maps: cached_slices.iter().collect(),
-                slices_are_live: false,
-                deleting: &self.deleting,
-                acks: &acks,
-                now: cluster.now(),
+                ..fixtures::observed(&self.pool, &acks, &self.deleting, cluster.now())
             },
             &mut Journal::default(),
         ));
