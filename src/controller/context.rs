@@ -8,12 +8,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use tokio::sync::Semaphore;
 
-use super::lease_clock::LeaseClock;
+use super::lease_clock::{ClockReading, LeaseClock};
 use super::workloads::Workloads;
 use crate::Error;
 use crate::cache_health::CacheHealth;
@@ -151,8 +152,12 @@ impl Context {
     pub(super) fn acks(&self, namespace: &str, pool: &str, grace: Duration) -> Acks {
         let leases: Vec<LeaseSummary> = pool_objects(&self.leases, namespace, pool);
         let mut acks = Acks::from_leases(&leases);
+        let now = ClockReading {
+            monotonic: Instant::now(),
+            wall: Timestamp::now(),
+        };
         self.lease_clock
-            .judge(namespace, pool, &leases, grace, Instant::now(), &mut acks);
+            .judge(namespace, pool, &leases, grace, now, &mut acks);
         acks
     }
 

@@ -5,7 +5,8 @@
 //! operator's observation, as client-go's leader election judges a leader's lease: no clock is
 //! shared with the workers, only their rates must agree within the grace. An operator that
 //! (re)starts has seen nothing yet, so it observes every Lease for a full duration before it
-//! calls one expired.
+//! calls one expired. The judgment is [`WorkerLeaseState::of`], at the [`ClockReading`] the
+//! caller passes: nothing here reads a clock, so the simulation drives it on its own.
 //!
 //! Renewals are recorded as the watch delivers them ([`LeaseClock::observe`]), so that a renewal
 //! need not wake its pool: with thousands of workers renewing every few seconds, only a new
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::state::lease::{Acks, Renewal};
+use crate::state::lease_state::{ObservedLease, Timed, WorkerLeaseState};
 use crate::state::lease_summary::LeaseSummary;
 
 /// What a Lease says, as compared between two sightings: its `renewTime`, and fingerprints of
@@ -130,56 +132,77 @@ impl LeaseClock {
         prune(&mut seen, namespace, pool);
     }
 
-    /// Marks in `acks` the Leases of pool `pool` in `namespace` (all of them `leases`) that
-    /// expired by `now`, and notes when the next one will; forgets Leases no longer there.
+    /// Records in `acks` the Leases of pool `pool` in `namespace` (all of them `leases`) as
+    /// timed on this clock, judged at the reading `now`, and when the next one expires unless
+    /// renewed; forgets Leases no longer there.
     pub fn judge<'a>(
         &self,
         namespace: &str,
         pool: &str,
         leases: impl IntoIterator<Item = &'a LeaseSummary>,
         grace: Duration,
-        now: Instant,
+        now: ClockReading,
         acks: &mut Acks,
     ) {
         let mut seen = self.seen.lock().expect("lease clock lock poisoned");
         let known = pool_leases(&mut seen, namespace, pool);
         let mut present = HashSet::new();
         let mut next_expiry: Option<Duration> = None;
+        acks.judged_at(now.monotonic);
         for lease in leases {
-            let (Some(name), Some(said), Some(duration)) = (
+            let (Some(name), Some(said), Some(duration), Some(renewal)) = (
                 lease.metadata.name.as_deref(),
                 Said::of(lease),
                 lease.duration_seconds,
+                Renewal::of(lease),
             ) else {
                 continue;
             };
             // Looked up before inserting: nearly every Lease has its record, and a key costs an
             // allocation.
             if !known.contains_key(name) {
-                known.insert(name.into(), Seen::new(said, now));
+                known.insert(name.into(), Seen::new(said, now.monotonic));
             }
             let entry = known.get_mut(name).expect("inserted above");
             if entry.said != said {
-                *entry = Seen::new(said, now);
+                *entry = Seen::new(said, now.monotonic);
             }
-            let lasts = Duration::from_secs(u64::try_from(duration).unwrap_or(0)) + grace;
-            let left = lasts.saturating_sub(now.saturating_duration_since(entry.since));
-            entry.expired = left.is_zero();
-            if entry.expired {
-                if let Some(renewal) = Renewal::of(lease) {
-                    acks.mark_expired(name, renewal);
-                }
-            } else {
+            let timed = Timed {
+                unchanged_since: entry.since,
+                lasts: Duration::from_secs(u64::try_from(duration).unwrap_or(0)) + grace,
+            };
+            let observed = ObservedLease {
+                timed: Some(timed),
+                ..ObservedLease::new(renewal)
+            };
+            let state = WorkerLeaseState::of(
+                Some(&observed),
+                &observed.renewal.holder,
+                Some(now.monotonic),
+            );
+            entry.expired = state.is_expired();
+            if !entry.expired {
+                let left = timed.left(now.monotonic);
                 next_expiry = Some(next_expiry.map_or(left, |next| next.min(left)));
             }
+            acks.observe(name, observed);
             present.insert(name);
         }
         if let Some(left) = next_expiry.and_then(|left| SignedDuration::try_from(left).ok()) {
-            acks.note_expiry(Timestamp::now() + left);
+            acks.note_expiry(now.wall + left);
         }
         known.retain(|name, _| present.contains(&**name));
         prune(&mut seen, namespace, pool);
     }
+}
+
+/// One reading of this operator's clocks, taken by the caller: the judgment reads none.
+#[derive(Clone, Copy, Debug)]
+pub struct ClockReading {
+    /// The monotonic clock, which times the Leases.
+    pub monotonic: Instant,
+    /// The wall clock, which dates the next expiry for the requeue.
+    pub wall: Timestamp,
 }
 
 /// Drops the records of `pool` in `namespace` once it has no Lease left (a deleted pool).
@@ -235,10 +258,28 @@ mod tests {
         })
     }
 
+    fn reading(monotonic: Instant) -> ClockReading {
+        ClockReading {
+            monotonic,
+            wall: Timestamp::from_second(5_000).unwrap(),
+        }
+    }
+
     fn judge(clock: &LeaseClock, lease: &LeaseSummary, at: Instant) -> Acks {
         let mut acks = Acks::default();
-        clock.judge("ns", "p", [lease], Duration::from_secs(2), at, &mut acks);
+        clock.judge(
+            "ns",
+            "p",
+            [lease],
+            Duration::from_secs(2),
+            reading(at),
+            &mut acks,
+        );
         acks
+    }
+
+    fn expired(acks: &Acks, uid: &str) -> bool {
+        acks.state("w-0", uid).is_expired()
     }
 
     #[test]
@@ -247,17 +288,33 @@ mod tests {
         let t0 = Instant::now();
         // A renewTime long past says nothing: a new operator observes a full duration first.
         let old = lease(1_000);
-        assert!(!judge(&clock, &old, t0).is_expired("w-0", "uid-0"));
-        assert!(judge(&clock, &old, t0).next_expiry().is_some());
-        assert!(!judge(&clock, &old, t0 + Duration::from_secs(11)).is_expired("w-0", "uid-0"));
-        assert!(judge(&clock, &old, t0 + Duration::from_secs(12)).is_expired("w-0", "uid-0"));
+        assert!(!expired(&judge(&clock, &old, t0), "uid-0"));
+        assert_eq!(
+            judge(&clock, &old, t0).next_expiry(),
+            Some(Timestamp::from_second(5_012).unwrap()),
+            "dated on the wall clock read"
+        );
+        assert!(!expired(
+            &judge(&clock, &old, t0 + Duration::from_secs(11)),
+            "uid-0"
+        ));
+        assert!(expired(
+            &judge(&clock, &old, t0 + Duration::from_secs(12)),
+            "uid-0"
+        ));
         // A renewal starts the count again.
         let renewed = lease(1_003);
         let at = t0 + Duration::from_secs(13);
-        assert!(!judge(&clock, &renewed, at).is_expired("w-0", "uid-0"));
-        assert!(!judge(&clock, &renewed, at + Duration::from_secs(11)).is_expired("w-0", "uid-0"));
+        assert!(!expired(&judge(&clock, &renewed, at), "uid-0"));
+        assert!(!expired(
+            &judge(&clock, &renewed, at + Duration::from_secs(11)),
+            "uid-0"
+        ));
         assert!(
-            !judge(&clock, &renewed, at + Duration::from_secs(12)).is_expired("w-0", "uid-1"),
+            !expired(
+                &judge(&clock, &renewed, at + Duration::from_secs(12)),
+                "uid-1"
+            ),
             "only the holder's instance is expired"
         );
     }
@@ -267,7 +324,7 @@ mod tests {
         let clock = LeaseClock::default();
         let t0 = Instant::now();
         let expired =
-            |lease: &LeaseSummary, at: Instant| judge(&clock, lease, at).is_expired("w-0", "uid-0");
+            |lease: &LeaseSummary, at: Instant| expired(&judge(&clock, lease, at), "uid-0");
         assert!(clock.observe(&lease(1_000), t0), "a new Lease");
         let at = t0 + Duration::from_secs(3);
         assert!(!clock.observe(&lease(1_003), at));
@@ -306,7 +363,14 @@ mod tests {
         judge(&clock, &lease(1_000), t0);
         assert_eq!(clock.seen.lock().unwrap()["ns"]["p"].len(), 1);
         let mut acks = Acks::default();
-        clock.judge("ns", "p", [], Duration::from_secs(2), t0, &mut acks);
+        clock.judge(
+            "ns",
+            "p",
+            [],
+            Duration::from_secs(2),
+            reading(t0),
+            &mut acks,
+        );
         assert!(
             clock.seen.lock().unwrap().is_empty(),
             "the pool was deleted"

@@ -47,9 +47,11 @@ use crate::leader::LeaseGuard;
 use crate::metrics::Metrics;
 use context::Written;
 
-pub use swarm_protocol::names::{DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL};
 pub use context::Context;
 pub use reconcile::backoff_delay;
+pub use swarm_protocol::names::{
+    DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL,
+};
 
 /// Runs the controller until `shutdown` resolves: watches in `namespace` (all when `None`),
 /// reconciles at most `concurrency` pools at once, marks `http` ready once the caches have

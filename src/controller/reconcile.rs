@@ -21,8 +21,8 @@ use crate::cache_health::{STALE_AFTER, StaleCache};
 use crate::conditions;
 use crate::crd::{Phase, SwarmPool, SwarmPoolStatus};
 use crate::drive::{Driven, Journal, drive};
-use swarm_protocol::names::MANAGER as FIELD_MANAGER;
 use crate::state::jobs_source::{self, Found};
+use swarm_protocol::names::MANAGER as FIELD_MANAGER;
 
 /// First and last retry delay of the per-pool backoff for transient errors. The cap is short:
 /// a pool whose reconciles failed while the API server was away must not wait minutes once it

@@ -27,11 +27,11 @@ use super::{changes, jobs_sources, trim};
 use crate::cache_health::{Cache, CacheHealth, Cause};
 use crate::crd::SwarmPool;
 use crate::metrics::Metrics;
-use swarm_protocol::names::{JOBS_SOURCE_LABEL, POOL_LABEL, WORKER_LABEL};
 use crate::pod_summary::PodSummary;
 use crate::state::cached::{Cacheable, CachedLease, CachedPod, CachedSlice};
 use crate::state::lease_summary::LeaseSummary;
 use crate::state::slice_summary::SliceSummary;
+use swarm_protocol::names::{JOBS_SOURCE_LABEL, POOL_LABEL, WORKER_LABEL};
 
 /// The caches the reconciles read, filled by the watches that trigger them.
 pub(super) struct Caches {

@@ -15,6 +15,7 @@ use swarm_protocol::config::WorkerConfig;
 
 use crate::rollout::Workers;
 use crate::state::lease::Acks;
+use crate::state::lease_state::WorkerLeaseState;
 use crate::state::records::{Awaiting, AwaitingAcks};
 pub use swarm_protocol::names::AWAITING_ACK_ANNOTATION;
 
@@ -38,7 +39,7 @@ pub fn unacknowledged<'a>(
     workers.iter().filter_map(move |(pod, instance)| {
         let instance = instance.filter(|p| p.ready && !p.terminating)?;
         let version = config.workload(pod).map_or(config.version, |w| w.version);
-        (!acks.covers(pod, &instance.uid, version)).then_some(pod)
+        (!acks.state(pod, &instance.uid).covers(version)).then_some(pod)
     })
 }
 
@@ -48,7 +49,15 @@ pub fn expired_workers<'a>(workers: &'a Workers, acks: &'a Acks) -> Vec<(usize, 
     workers
         .iter()
         .enumerate()
-        .filter(|(_, (name, pod))| pod.is_some_and(|p| acks.is_expiry_confirmed(name, &p.uid)))
+        .filter(|(_, (name, pod))| {
+            pod.is_some_and(|p| {
+                matches!(
+                    acks.state(name, &p.uid),
+                    WorkerLeaseState::ExpiredConfirmed { .. }
+                        | WorkerLeaseState::ExpiredConfirmedBeforeWrite { .. }
+                )
+            })
+        })
         .map(|(position, (name, _))| (position, name))
         .collect()
 }
@@ -59,7 +68,10 @@ pub fn expired_workers<'a>(workers: &'a Workers, acks: &'a Acks) -> Vec<(usize, 
 pub fn expiry_unconfirmed(workers: &Workers, acks: &Acks) -> bool {
     workers.iter().any(|(name, pod)| {
         pod.is_some_and(|p| {
-            acks.is_expired(name, &p.uid) && !acks.is_expiry_confirmed(name, &p.uid)
+            matches!(
+                acks.state(name, &p.uid),
+                WorkerLeaseState::ExpiredUnconfirmed { .. }
+            )
         })
     })
 }
@@ -131,7 +143,7 @@ impl AwaitingAcks {
                 awaiting.uid.clone_from(&instance.uid);
             }
             let version = config.workload(pod).map_or(config.version, |w| w.version);
-            if acks.covers(pod, &awaiting.uid, version) {
+            if acks.state(pod, &awaiting.uid).covers(version) {
                 progress
                     .acknowledged
                     .push((pod.clone(), awaiting.uid.clone(), version));

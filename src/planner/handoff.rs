@@ -38,6 +38,7 @@ use crate::planner::target::Target;
 use crate::crd::Handoff;
 use crate::planner::by_job::{ByJob, Positions};
 use crate::state::lease::Acks;
+use crate::state::lease_state::WorkerLeaseState;
 use crate::state::records::{Holder, Holders};
 
 pub use swarm_protocol::names::HANDOFF_ANNOTATION;
@@ -89,16 +90,20 @@ impl Holders {
     fn release_acknowledged(&mut self, acks: &Acks) -> bool {
         let mut unconfirmed = false;
         for (pod, holder) in &mut self.entries {
-            let acked = holder
-                .version
-                .is_some_and(|version| acks.covers(pod, &holder.uid, version));
-            // An instance whose Lease expired has fenced itself: it runs no job. Should it renew
-            // after the live read, it reads the config again first, which revokes its jobs.
-            let expired = acks.is_expiry_confirmed_since_write(pod, &holder.uid);
-            if acked || expired {
-                holder.gone = true;
-            } else if !holder.gone && acks.is_expired(pod, &holder.uid) {
-                unconfirmed = true;
+            let state = acks.state(pod, &holder.uid);
+            let acked = holder.version.is_some_and(|version| state.covers(version));
+            match state {
+                // An instance whose Lease expired, as a live read since the write confirms, has
+                // fenced itself: it runs no job. Should it renew after the read, it reads the
+                // config again first, which revokes its jobs.
+                _ if acked => holder.gone = true,
+                WorkerLeaseState::ExpiredConfirmed { .. } => holder.gone = true,
+                // The cache's word, or a read before the write: a live read must confirm it.
+                WorkerLeaseState::ExpiredUnconfirmed { .. }
+                | WorkerLeaseState::ExpiredConfirmedBeforeWrite { .. } => {
+                    unconfirmed |= !holder.gone;
+                }
+                WorkerLeaseState::Unheld | WorkerLeaseState::Live { .. } => {}
             }
         }
         unconfirmed

@@ -7,14 +7,19 @@
 //!
 //! [`decide`] is a pipeline of named steps, each in its own module or function:
 //! 1. `validate`: the selector, the StatefulSet, the jobs, the rollout settings, ownership;
-//! 2. assign: where the strategy wants every job ([`swarm_assign::assign`]);
-//! 3. [`handoff`]: what each worker may run now, and which jobs wait in transit;
-//! 4. roll out: the ConfigMap to write, the stale workers, the pods to delete ([`rollout`]);
-//! 5. `report`: status, conditions and events.
+//!    then `read_written` (the config last written and the workers' own ConfigMaps) and
+//!    `Membership::of` (under `Acknowledge`: the workers whose Lease expired, terminating or
+//!    not ready for jobs);
+//! 2. `assign_jobs`: where the strategy wants every job ([`swarm_assign::assign`]);
+//! 3. `hand_off`: what each worker may run now, and which jobs wait in transit ([`handoff`]),
+//!    published as the next config; then `lay_out_slices`, the workers' own ConfigMaps;
+//! 4. `roll_out`: the ConfigMap to write, the stale workers, the pods to delete ([`rollout`]);
+//! 5. `report::decision`: status, conditions and events.
 
 pub mod acknowledge;
 mod by_job;
 pub mod handoff;
+mod membership;
 mod report;
 pub use report::{FAILOVER, coalesce_acknowledgements};
 pub mod rollout;
@@ -40,6 +45,7 @@ use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices::{self, SliceWrites};
 use acknowledge::AckProgress;
 use handoff::{HandoffInput, HandoffOutcome, PodIndex};
+use membership::Membership;
 use rollout::{PodDelete, Priorities};
 use target::Target;
 use validate::{Facts, Valid};
@@ -238,61 +244,67 @@ pub fn decide(observed: &Observed) -> Decision {
     }
 }
 
-/// The pipeline for a pool that may pass validation.
+/// The pipeline for a pool that may pass validation, one named step per line.
 fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     let valid = validate::validate(o, facts)?;
-    let mut slices =
-        worker_slices::Observed::of(&valid.config_map_name, o.worker_config_maps.iter().copied());
-    let previous = Previous::read(o.config_map, &mut slices);
+    let (previous, slices) = read_written(o, &valid);
     if !previous.unsettled.is_empty() {
         return settle_slices(o, &valid, &previous, &slices);
     }
     let looked_up = pods_looked_up(&valid, &previous);
-    let pods = index_pods(o, &looked_up);
-    let acknowledge = o.pool.spec.rollout.policy == RolloutPolicy::Acknowledge;
-    // Under `Acknowledge`, a worker whose Lease expired (as read live) is not a member: it gets
-    // no job, and its jobs go to the others (it stopped them when it could not renew).
-    let expired: BTreeSet<usize> = if acknowledge {
-        acknowledge::expired_workers(&valid.workers, o.acks)
-            .into_iter()
-            .map(|(position, _)| position)
-            .collect()
-    } else {
-        BTreeSet::new()
-    };
-    let Placed {
-        owners,
-        dedicated_unmet,
-        ..
-    } = assign_jobs(o.pool, &valid, &previous, &expired);
+    let members = Membership::of(o, &valid);
+    let placed = assign_jobs(o.pool, &valid, &previous, &members.expired);
+    let (mut publication, mut handoff) =
+        hand_off(o, &valid, &previous, &members, &looked_up, placed.owners);
+    let slice_writes = lay_out_slices(
+        o,
+        &valid,
+        &previous,
+        &slices,
+        &mut publication,
+        &mut handoff,
+    )?;
+    let rollout = roll_out(o, &valid, &previous, slice_writes, &publication, &handoff)?;
+    let mut plan = report::decision(report::Planned {
+        observed: o,
+        valid: &valid,
+        previous: &previous,
+        publication: &publication,
+        handoff: &handoff,
+        dedicated_unmet: &placed.dedicated_unmet,
+        rollout,
+    });
+    plan.needs_live_pods |=
+        members.acknowledge && acknowledge::expiry_unconfirmed(&valid.workers, o.acks);
+    if plan.needs_live_pods {
+        plan.live_pods = looked_up;
+    }
+    Ok(plan)
+}
+
+/// Step 1b: the config last written, and the workers' own ConfigMaps laid out from it.
+fn read_written<'a>(o: &Observed<'a>, valid: &Valid) -> (Previous, worker_slices::Observed<'a>) {
+    let mut slices =
+        worker_slices::Observed::of(&valid.config_map_name, o.worker_config_maps.iter().copied());
+    let previous = Previous::read(o.config_map, &mut slices);
+    (previous, slices)
+}
+
+/// Step 3: what each worker may run now and which jobs wait in transit, as the next config.
+fn hand_off(
+    o: &Observed,
+    valid: &Valid,
+    previous: &Previous,
+    members: &Membership,
+    looked_up: &BTreeSet<String>,
+    owners: swarm_assign::Owners,
+) -> (swarm_assign::Publication, HandoffOutcome<'static>) {
     // The handoff reads the target as a `u32` per job: the strategy's owners go before the
     // handoff builds its own tables.
     let target = Target::from_owners(&owners);
     drop(owners);
-    // Given no job, their jobs revoked: terminating workers, and workers whose Lease expired.
-    let terminating: BTreeSet<String> = valid
-        .workers
-        .iter()
-        .enumerate()
-        .filter(|(position, (_, pod))| {
-            acknowledge && (expired.contains(position) || pod.is_some_and(|p| p.terminating))
-        })
-        .map(|(_, (name, _))| name.to_owned())
-        .collect();
-    // A worker is ready for jobs once its pod is Ready and its instance has acknowledged a
-    // version: then its worker process is up and speaks the protocol.
-    let unready: BTreeSet<String> = valid
-        .workers
-        .iter()
-        .filter(|(name, pod)| {
-            acknowledge
-                && pod.is_none_or(|p| {
-                    !p.terminating && (!p.ready || o.acks.version_of(name, &p.uid).is_none())
-                })
-        })
-        .map(|(name, _)| name.to_owned())
-        .collect();
-    let (held, mut handoff) = handoff::hand_off(&HandoffInput {
+    let pods = index_pods(o, looked_up);
+    let (held, handoff) = handoff::hand_off(&HandoffInput {
         mode: o.pool.spec.rollout.handoff,
         roster: &valid.roster,
         jobs: &o.pool.spec.jobs,
@@ -300,9 +312,9 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         previous: previous.config.as_ref(),
         holders: previous.holders.as_ref(),
         pods: &pods,
-        acks: acknowledge.then_some(o.acks),
-        terminating: &terminating,
-        unready: &unready,
+        acks: members.acknowledge.then_some(o.acks),
+        terminating: &members.terminating,
+        unready: &members.unready,
         pods_are_live: o.pods_are_live,
         now: o.now,
     })
@@ -312,57 +324,53 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         .into_iter()
         .map(|jobs| jobs.into_iter().map(str::to_owned).collect())
         .collect();
-    let mut publication = swarm_assign::publish(
+    let publication = swarm_assign::publish(
         &valid.roster,
         previous.config.as_ref(),
         held,
         handoff.transit.clone(),
     );
-    // Under `Acknowledge` each worker reads a ConfigMap of its own (a pool that left that
-    // policy has its workers' ConfigMaps deleted). Slices are rewritten at a new version even
-    // if their content stays when unsettled, or when a holder waits for the acknowledgement of
-    // a version its slice never got.
-    let slice_writes = if acknowledge {
-        let mut rewrite = previous.unsettled.clone();
-        rewrite.extend(worker_slices::lagging(&handoff.holders, &slices));
-        let next = publication.config.version + u64::from(!publication.changed);
-        let (mut index, writes) = worker_slices::desired(
-            o.pool,
-            &valid.config_map_name,
-            &publication.config,
-            (&slices, previous.assembled()),
-            &rewrite,
-            next,
-        )?;
-        if !writes.first.is_empty() || !writes.then.is_empty() {
-            publication.config.version = next;
-        }
-        index.version = publication.config.version;
-        handoff.holders.stamp_version(publication.config.version);
-        (Some(index), writes)
-    } else {
+    (publication, handoff)
+}
+
+/// Step 3b: the workers' own ConfigMaps to write, and the index of them (`Acknowledge`).
+fn lay_out_slices(
+    o: &Observed,
+    valid: &Valid,
+    previous: &Previous,
+    slices: &worker_slices::Observed,
+    publication: &mut swarm_assign::Publication,
+    handoff: &mut HandoffOutcome<'static>,
+) -> Result<(Option<swarm_protocol::slices::Index>, SliceWrites), Failure> {
+    // Under `Acknowledge` each worker reads a ConfigMap of its own; a pool that left that
+    // policy has its workers' ConfigMaps deleted.
+    if o.pool.spec.rollout.policy != RolloutPolicy::Acknowledge {
         let deletes = slices.iter().map(|(_, cm)| cm.clone()).collect();
         let writes = SliceWrites {
             deletes,
             ..SliceWrites::default()
         };
-        (None, writes)
-    };
-    let rollout = roll_out(o, &valid, &previous, slice_writes, &publication, &handoff)?;
-    let mut plan = report::decision(
-        o,
-        &valid,
-        &previous,
-        &publication,
-        &handoff,
-        &dedicated_unmet,
-        rollout,
-    );
-    plan.needs_live_pods |= acknowledge && acknowledge::expiry_unconfirmed(&valid.workers, o.acks);
-    if plan.needs_live_pods {
-        plan.live_pods = looked_up;
+        return Ok((None, writes));
     }
-    Ok(plan)
+    // Slices are rewritten at a new version even if their content stays when unsettled, or
+    // when a holder waits for the acknowledgement of a version its slice never got.
+    let mut rewrite = previous.unsettled.clone();
+    rewrite.extend(worker_slices::lagging(&handoff.holders, slices));
+    let next = publication.config.version + u64::from(!publication.changed);
+    let (mut index, writes) = worker_slices::desired(
+        o.pool,
+        &valid.config_map_name,
+        &publication.config,
+        (slices, previous.assembled()),
+        &rewrite,
+        next,
+    )?;
+    if !writes.first.is_empty() || !writes.then.is_empty() {
+        publication.config.version = next;
+    }
+    index.version = publication.config.version;
+    handoff.holders.stamp_version(publication.config.version);
+    Ok((Some(index), writes))
 }
 
 /// The plan while some worker's slice does not show what the index records: list the slices

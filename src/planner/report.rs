@@ -24,19 +24,37 @@ use crate::rollout::{PodDelete, Workers};
 use crate::state::records::{AwaitingAcks, PendingRefresh};
 use crate::state::worker_slices::{self, SliceWrites};
 
+/// What the pipeline planned for a valid pool, to report.
+pub(super) struct Planned<'a> {
+    /// What the plan was made from.
+    pub observed: &'a Observed<'a>,
+    /// The pool as validated.
+    pub valid: &'a Valid,
+    /// The config last written.
+    pub previous: &'a Previous,
+    /// The config to write.
+    pub publication: &'a Publication,
+    /// What the handoff revoked, granted and holds in transit.
+    pub handoff: &'a HandoffOutcome<'static>,
+    /// Dedicated jobs that run as shared jobs for want of workers.
+    pub dedicated_unmet: &'a [String],
+    /// The roll-out step's writes, records and deletes.
+    pub rollout: Rollout,
+}
+
 /// The plan of a valid pool: what the roll-out step does, reported.
-pub(super) fn decision(
-    o: &Observed,
-    valid: &Valid,
-    previous: &Previous,
-    publication: &Publication,
-    handoff: &HandoffOutcome,
-    dedicated_unmet: &[String],
-    rollout: super::Rollout,
-) -> Decision {
+pub(super) fn decision(planned: Planned) -> Decision {
+    let Planned {
+        observed: o,
+        valid,
+        previous,
+        publication,
+        handoff,
+        dedicated_unmet,
+        rollout,
+    } = planned;
     let pool = o.pool;
     let spec = &pool.spec;
-    let paused = spec.paused;
     let workers = &valid.workers;
     let Rollout {
         apply,
@@ -62,14 +80,7 @@ pub(super) fn decision(
     events.extend(not_enough_workers_event(pool, unmet, unmet_note.as_ref()));
     events.extend(deletes.iter().map(|d| refreshing_worker_event(d, version)));
     events.extend(ack_events(&acks, spec.rollout.ack_timeout_seconds));
-    let expired: Vec<String> = if spec.rollout.policy == RolloutPolicy::Acknowledge {
-        acknowledge::expired_workers(workers, o.acks)
-            .into_iter()
-            .map(|(_, name)| name.to_owned())
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let expired = expired_workers(o, workers);
     events.extend(expiry_events(pool, previous, &expired));
 
     let reported = reported(
@@ -81,16 +92,7 @@ pub(super) fn decision(
         outdated,
         unmet_note,
     );
-    let requeue_after = match reported.verdict.phase {
-        Phase::RollingOut | Phase::Pending if !paused => REQUEUE_ROLLING,
-        _ => REQUEUE_IDLE,
-    };
-    // A worker Lease that expires unless renewed needs a look then: no event would come.
-    let requeue_after = match o.acks.next_expiry() {
-        Some(at) => requeue_after
-            .min(Duration::try_from(at.duration_since(o.now)).unwrap_or_default() + EXPIRY_SLACK),
-        None => requeue_after,
-    };
+    let requeue_after = requeue_after(o, reported.verdict.phase);
     let dedicated_unmet = (dedicated > 0).then(|| count(unmet.len()));
     let mut status = valid_status(o, valid, previous, reported, dedicated_unmet);
     status.expired_workers = expired;
@@ -110,6 +112,31 @@ pub(super) fn decision(
         events,
         granted_after_seconds,
         requeue_after,
+    }
+}
+
+/// The workers whose Lease expired as a live read confirmed (`Acknowledge`), by pod name.
+fn expired_workers(o: &Observed, workers: &Workers) -> Vec<String> {
+    if o.pool.spec.rollout.policy != RolloutPolicy::Acknowledge {
+        return Vec::new();
+    }
+    acknowledge::expired_workers(workers, o.acks)
+        .into_iter()
+        .map(|(_, name)| name.to_owned())
+        .collect()
+}
+
+/// When to look at the pool again if nothing else triggers it: soon while a roll-out goes on,
+/// and just past the next worker Lease's expiry, of which no event would tell.
+fn requeue_after(o: &Observed, phase: Phase) -> Duration {
+    let requeue_after = match phase {
+        Phase::RollingOut | Phase::Pending if !o.pool.spec.paused => REQUEUE_ROLLING,
+        _ => REQUEUE_IDLE,
+    };
+    match o.acks.next_expiry() {
+        Some(at) => requeue_after
+            .min(Duration::try_from(at.duration_since(o.now)).unwrap_or_default() + EXPIRY_SLACK),
+        None => requeue_after,
     }
 }
 

@@ -6,6 +6,7 @@ pub mod cached;
 pub mod config_map;
 pub mod jobs_source;
 pub mod lease;
+pub mod lease_state;
 pub mod lease_summary;
 mod object_meta;
 pub mod pod_summary;

@@ -10,10 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
 };
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    LabelSelector, ObjectMeta, OwnerReference, Time,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use swarm_operator::conditions::reason;
@@ -23,10 +21,11 @@ use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::planner::{Observed, Outcome, PlannedEvent, SLOTS_ANNOTATION};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::state::cached::{Cacheable, CachedPod};
-use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::lease::Acks;
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_protocol::config::WorkerConfig;
+
+use super::fixtures::{self, owner, pool_spec, ready_status};
 
 const NS: &str = "swarm";
 const DEPLOYMENT: &str = "stream-worker";
@@ -40,17 +39,6 @@ fn app_labels() -> BTreeMap<String, String> {
 
 fn jobs(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("stream:{i:02}")).collect()
-}
-
-fn owner(kind: &str, name: &str, uid: &str) -> OwnerReference {
-    OwnerReference {
-        api_version: "apps/v1".into(),
-        kind: kind.into(),
-        name: name.into(),
-        uid: uid.into(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
 }
 
 fn meta(name: &str, uid: &str) -> ObjectMeta {
@@ -92,26 +80,11 @@ struct World {
 
 impl World {
     fn new(jobs: Vec<String>, replicas: usize) -> World {
-        let mut pool = SwarmPool::new(
-            "stream-pool",
-            SwarmPoolSpec {
-                selector: LabelSelector {
-                    match_labels: Some(app_labels()),
-                    ..LabelSelector::default()
-                },
-                workload_kind: WorkloadKind::Deployment,
-                jobs,
-                jobs_from: Vec::new(),
-                config_map: Some("stream-worker-config".into()),
-                strategy: Default::default(),
-                qos: None,
-                rollout: Default::default(),
-                paused: false,
-            },
-        );
-        pool.metadata.namespace = Some(NS.into());
-        pool.metadata.uid = Some("pool-uid".into());
-        pool.metadata.generation = Some(1);
+        let spec = SwarmPoolSpec {
+            workload_kind: WorkloadKind::Deployment,
+            ..pool_spec(app_labels(), jobs, "stream-worker-config")
+        };
+        let pool = fixtures::pool(NS, "stream-pool", spec);
         let mut replica_set = ReplicaSet {
             metadata: meta(RS, RS_UID),
             ..ReplicaSet::default()
@@ -163,15 +136,7 @@ impl World {
         self.pods.push(Pod {
             metadata,
             spec: None,
-            status: Some(PodStatus {
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: "True".into(),
-                    last_transition_time: Some(Time(self.now)),
-                    ..PodCondition::default()
-                }]),
-                ..PodStatus::default()
-            }),
+            status: Some(ready_status(true, self.now)),
         });
         name
     }
@@ -242,8 +207,6 @@ impl World {
         let driven = block_on(drive(
             &mut cluster,
             &Observed {
-                pool: &self.pool,
-                jobs_unresolved: None,
                 statefulsets: self.statefulsets.iter().collect(),
                 deployments: std::iter::once(&self.deployment)
                     .chain(&self.other_deployments)
@@ -251,13 +214,9 @@ impl World {
                 replica_sets: vec![&self.replica_set],
                 pods: cached.iter().collect(),
                 other_pools: self.other_pools.iter().collect(),
-                pods_are_live: false,
                 config_map: self.config_map.as_ref(),
                 worker_config_maps: cached_slices.iter().collect(),
-                slices_are_live: false,
-                deleting: &self.deleting,
-                acks: &self.acks,
-                now: self.now,
+                ..fixtures::observed(&self.pool, &self.acks, &self.deleting, self.now)
             },
             &mut journal,
         ));
@@ -301,15 +260,7 @@ impl World {
 
     fn config(&self) -> WorkerConfig {
         let cm = self.config_map.as_ref().expect("a ConfigMap");
-        pool_config(
-            cm,
-            &self
-                .slices
-                .iter()
-                .map(SliceSummary::from)
-                .collect::<Vec<_>>(),
-        )
-        .expect("a config")
+        fixtures::written_config(cm, &self.slices)
     }
 
     fn slots(&self) -> String {

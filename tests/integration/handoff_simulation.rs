@@ -41,16 +41,16 @@ use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
 use swarm_operator::crd::{
-    Handoff, Qos, RolloutPolicy, RolloutSpec, Strategy as AssignStrategy, SwarmPool, SwarmPoolSpec,
-    WorkloadKind,
+    Handoff, Qos, RolloutPolicy, RolloutSpec, SwarmPool, SwarmPoolSpec, WorkloadKind,
 };
 
 use cluster::{Cluster, Kind, NS, labels};
 use operator::{Operator, Record};
+
+use super::fixtures;
 
 /// Jobs a schedule can name: the pool starts with the first few.
 const JOB_NAMES: usize = 8;
@@ -307,33 +307,17 @@ fn job(index: usize) -> String {
 }
 
 fn pool(jobs: usize, mode: Handoff, max_unavailable: u8) -> SwarmPool {
-    let mut pool = SwarmPool::new(
-        "pool",
-        SwarmPoolSpec {
-            selector: LabelSelector {
-                match_labels: Some(labels()),
-                ..LabelSelector::default()
-            },
-            workload_kind: Default::default(),
-            jobs: (0..jobs).map(job).collect(),
-            jobs_from: Vec::new(),
-            config_map: Some("pool-config".into()),
-            strategy: AssignStrategy::Sticky,
-            qos: None,
-            rollout: RolloutSpec {
-                handoff: mode,
-                max_unavailable: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(
-                    max_unavailable.into(),
-                ),
-                ..RolloutSpec::default()
-            },
-            paused: false,
+    let spec = SwarmPoolSpec {
+        rollout: RolloutSpec {
+            handoff: mode,
+            max_unavailable: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(
+                max_unavailable.into(),
+            ),
+            ..RolloutSpec::default()
         },
-    );
-    pool.metadata.namespace = Some(NS.into());
-    pool.metadata.uid = Some("pool-uid".into());
-    pool.metadata.generation = Some(1);
-    pool
+        ..fixtures::pool_spec(labels(), (0..jobs).map(job).collect(), "pool-config")
+    };
+    fixtures::pool(NS, "pool", spec)
 }
 
 /// Runs one schedule, checking the invariants after every step: with `exclusive`, that no job

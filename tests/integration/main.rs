@@ -10,6 +10,7 @@ mod cargo_env;
 mod crd;
 mod deployment_scenarios;
 mod fenced_write;
+mod fixtures;
 mod handoff_simulation;
 mod images;
 mod manifests;

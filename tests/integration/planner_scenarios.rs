@@ -3,10 +3,11 @@
 //! pods live when asked, plan again, delete), and a StatefulSet stand-in replaces deleted pods.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     Condition, LabelSelector, MicroTime, ObjectMeta, OwnerReference, Time,
 };
@@ -16,8 +17,7 @@ use kube::ResourceExt;
 use proptest::prelude::*;
 use swarm_operator::conditions::{self, reason};
 use swarm_operator::crd::{
-    ConfigMapRef, Handoff, JobsFromSource, Phase, Qos, RolloutPolicy, RolloutSpec, Strategy,
-    SwarmPool, SwarmPoolSpec,
+    ConfigMapRef, Handoff, JobsFromSource, Phase, Qos, RolloutPolicy, Strategy, SwarmPool,
 };
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
@@ -26,18 +26,19 @@ use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::pod_summary::PodSummary;
 use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
 use swarm_operator::state::cached::CachedPod;
-use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::jobs_source::{self, Found};
 use swarm_operator::state::lease::{Ack, Acks, Renewal};
 use swarm_operator::state::records::Holder;
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_protocol::config::CONFIG_KEY;
 use swarm_protocol::config::WorkerConfig;
+use swarm_protocol::names::ACKED_VERSION_ANNOTATION;
 use swarm_protocol::names::HANDOFF_ANNOTATION;
+
+use super::fixtures::{self, POOL_UID, labels, owner, pool_spec, ready_status};
 
 const NS: &str = "swarm";
 const STS: &str = "swarm-worker";
-const POOL_UID: &str = "pool-uid";
 const STS_UID: &str = "sts-uid";
 const CM: &str = "swarm-worker-config";
 
@@ -59,35 +60,9 @@ fn t0() -> Timestamp {
     Timestamp::from_second(1_700_000_000).unwrap()
 }
 
-fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
 fn pool(jobs: Vec<String>) -> SwarmPool {
-    let mut pool = SwarmPool::new(
-        "swarm-pool",
-        SwarmPoolSpec {
-            selector: LabelSelector {
-                match_labels: Some(labels(&[("app", "swarm-worker")])),
-                ..LabelSelector::default()
-            },
-            workload_kind: Default::default(),
-            jobs,
-            jobs_from: Vec::new(),
-            config_map: Some(CM.into()),
-            strategy: Strategy::Sticky,
-            qos: None,
-            rollout: RolloutSpec::default(),
-            paused: false,
-        },
-    );
-    pool.metadata.namespace = Some(NS.into());
-    pool.metadata.uid = Some(POOL_UID.into());
-    pool.metadata.generation = Some(1);
-    pool
+    let selector = labels(&[("app", "swarm-worker")]);
+    fixtures::pool(NS, "swarm-pool", pool_spec(selector, jobs, CM))
 }
 
 fn statefulset(name: &str, uid: &str, replicas: i32) -> StatefulSet {
@@ -119,26 +94,11 @@ fn pod(ordinal: usize, uid: &str, ready: bool, at: Timestamp) -> Pod {
             uid: Some(uid.into()),
             creation_timestamp: Some(Time(at)),
             labels: Some(labels(&[("app", "swarm-worker")])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "apps/v1".into(),
-                kind: "StatefulSet".into(),
-                name: STS.into(),
-                uid: STS_UID.into(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![owner("StatefulSet", STS, STS_UID)]),
             ..ObjectMeta::default()
         },
         spec: None,
-        status: Some(PodStatus {
-            conditions: Some(vec![PodCondition {
-                type_: "Ready".into(),
-                status: if ready { "True" } else { "False" }.into(),
-                last_transition_time: Some(Time(at)),
-                ..PodCondition::default()
-            }]),
-            ..PodStatus::default()
-        }),
+        status: Some(ready_status(ready, at)),
     }
 }
 
@@ -257,20 +217,13 @@ impl World {
         let driven = block_on(drive(
             &mut cluster,
             &Observed {
-                pool: &resolved,
                 jobs_unresolved: unresolved.as_ref(),
                 statefulsets: self.statefulsets.iter().collect(),
-                deployments: Vec::new(),
-                replica_sets: Vec::new(),
                 pods: cached.iter().collect(),
                 other_pools: self.other_pools.iter().collect(),
-                pods_are_live: false,
                 config_map: self.config_map.as_ref(),
                 worker_config_maps: cached_slices.iter().collect(),
-                slices_are_live: false,
-                deleting: &self.deleting,
-                acks: &self.acks,
-                now: self.now,
+                ..fixtures::observed(&resolved, &self.acks, &self.deleting, self.now)
             },
             &mut journal,
         ));
@@ -330,15 +283,7 @@ impl World {
     }
 
     fn config(&self) -> WorkerConfig {
-        pool_config(
-            self.config_map.as_ref().unwrap(),
-            &self
-                .slices
-                .iter()
-                .map(SliceSummary::from)
-                .collect::<Vec<_>>(),
-        )
-        .expect("a config")
+        fixtures::written_config(self.config_map.as_ref().unwrap(), &self.slices)
     }
 
     fn pending(&self) -> BTreeMap<String, String> {
@@ -1931,8 +1876,10 @@ fn under_acknowledge_a_worker_whose_lease_expired_loses_its_jobs_to_the_others_u
         .iter()
         .cloned()
         .collect();
-    let uid = world.uid_of(1);
-    world.acks.mark_expired("swarm-worker-1", renewal(&uid));
+    let renewal = renewal_at(&world, 1, 1_000);
+    world
+        .acks
+        .mark_expired("swarm-worker-1", renewal, Instant::now());
     world.reconcile();
     let after = world.config();
     assert!(after.workload("swarm-worker-1").unwrap().jobs.is_empty());
@@ -1977,17 +1924,19 @@ fn under_acknowledge_a_worker_whose_lease_expired_loses_its_jobs_to_the_others_u
     assert_eq!(status.phase, Some(Phase::Balanced));
 }
 
-/// What a worker's Lease says when renewed at second `at` by instance `holder`.
-fn renewal_at(holder: &str, at: i64) -> Renewal {
+/// What the Lease of worker `ordinal` says when its instance renews it at second `at`, with the
+/// version it acknowledged.
+fn renewal_at(world: &World, ordinal: usize, at: i64) -> Renewal {
+    let holder = world.uid_of(ordinal);
+    let acked = world
+        .acks
+        .state(&format!("{STS}-{ordinal}"), &holder)
+        .acked();
     Renewal {
-        holder: holder.to_owned(),
+        holder,
         renew_time: Some(Timestamp::from_second(at).unwrap()),
-        acked: None,
+        acked: acked.map(|v| v.to_string()),
     }
-}
-
-fn renewal(holder: &str) -> Renewal {
-    renewal_at(holder, 1_000)
 }
 
 /// A worker Lease of `pod` saying `renewal`, as the API server serves it.
@@ -1996,6 +1945,10 @@ fn lease_saying(pod: &str, renewal: &Renewal) -> Lease {
         metadata: ObjectMeta {
             name: Some(pod.to_owned()),
             namespace: Some(NS.to_owned()),
+            annotations: renewal
+                .acked
+                .clone()
+                .map(|v| [(ACKED_VERSION_ANNOTATION.to_owned(), v)].into()),
             ..ObjectMeta::default()
         },
         spec: Some(LeaseSpec {
@@ -2012,15 +1965,15 @@ fn under_acknowledge_a_lease_expired_in_a_lagging_cache_but_renewed_live_keeps_i
     let mut world = acknowledging(3);
     let before = world.config();
     let writes = world.writes;
-    let uid = world.uid_of(1);
     // The cache last saw the renewal of second 1000; the API server has one of second 1011.
+    let renewal = renewal_at(&world, 1, 1_000);
     world
         .acks
-        .mark_expired("swarm-worker-1", renewal_at(&uid, 1_000));
+        .mark_expired("swarm-worker-1", renewal.clone(), Instant::now());
     world.live_leases = (0..3)
         .map(|o| {
             let pod = format!("{STS}-{o}");
-            lease_saying(&pod, &renewal_at(&world.uid_of(o), 1_011))
+            lease_saying(&pod, &renewal_at(&world, o, 1_011))
         })
         .collect();
     world.reconcile();
@@ -2031,7 +1984,7 @@ fn under_acknowledge_a_lease_expired_in_a_lagging_cache_but_renewed_live_keeps_i
     assert!(!world.all_reasons.contains(&reason::WORKER_LEASE_EXPIRED));
 
     // Had it not been renewed, the live read would confirm the expiry.
-    world.live_leases[1] = lease_saying("swarm-worker-1", &renewal_at(&uid, 1_000));
+    world.live_leases[1] = lease_saying("swarm-worker-1", &renewal);
     world.reconcile();
     assert!(
         world

@@ -16,9 +16,9 @@ use crate::controller::triggers::{controller_of, pools_for_owner, pools_of_kind}
 use crate::controller::watches::{WatchScope, changes_only, workload_triggers};
 use crate::controller::{changes, trim};
 use crate::crd::SwarmPool;
-use swarm_protocol::names::DEPLOYMENT_POD_LABEL;
 use crate::pod_summary::PodSummary;
 use crate::state::cached::CachedPod;
+use swarm_protocol::names::DEPLOYMENT_POD_LABEL;
 
 /// The caches of Deployments, of their ReplicaSets and of their pods.
 #[derive(Clone)]

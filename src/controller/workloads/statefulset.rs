@@ -17,9 +17,9 @@ use crate::controller::triggers::pools_for_owner;
 use crate::controller::trim;
 use crate::controller::watches::{WatchScope, workload_triggers};
 use crate::crd::SwarmPool;
-use swarm_protocol::names::STATEFULSET_POD_LABEL;
 use crate::pod_summary::PodSummary;
 use crate::state::cached::CachedPod;
+use swarm_protocol::names::STATEFULSET_POD_LABEL;
 
 /// Names in one set-based selector at most; beyond, every StatefulSet pod of the namespace is
 /// listed (a long query would approach the API server's limit on request line length).

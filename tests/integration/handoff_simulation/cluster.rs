@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, MicroTime, ObjectMeta, OwnerReference, Time,
 };
@@ -21,6 +21,7 @@ use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
 use swarm_protocol::slices::slice_name;
 
 use super::process::{self, LEASE_SECONDS, Process};
+use crate::fixtures::{owner, ready_status};
 
 pub const NS: &str = "sim";
 pub const STS: &str = "w";
@@ -653,25 +654,12 @@ impl Cluster {
         let owner = match self.kind {
             Kind::StatefulSet => {
                 labels.insert(STATEFULSET_POD_LABEL.into(), pod.name());
-                OwnerReference {
-                    api_version: "apps/v1".into(),
-                    kind: "StatefulSet".into(),
-                    name: STS.into(),
-                    uid: STS_UID.into(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }
+                owner("StatefulSet", STS, STS_UID)
             }
             Kind::Deployment => {
                 labels.insert(DEPLOYMENT_POD_LABEL.into(), format!("rs{}", pod.revision));
-                OwnerReference {
-                    api_version: "apps/v1".into(),
-                    kind: "ReplicaSet".into(),
-                    name: replica_set_name(pod.revision),
-                    uid: format!("rs-uid-{}", pod.revision),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }
+                let name = replica_set_name(pod.revision);
+                owner("ReplicaSet", &name, &format!("rs-uid-{}", pod.revision))
             }
         };
         // Pods are created in ordinal order: a Deployment gives the oldest the first slots.
@@ -688,15 +676,7 @@ impl Cluster {
                 ..ObjectMeta::default()
             },
             spec: None,
-            status: Some(PodStatus {
-                conditions: Some(vec![PodCondition {
-                    type_: "Ready".into(),
-                    status: if pod.runs.is_some() { "True" } else { "False" }.into(),
-                    last_transition_time: Some(t0),
-                    ..PodCondition::default()
-                }]),
-                ..PodStatus::default()
-            }),
+            status: Some(ready_status(pod.runs.is_some(), t0.0)),
         }
     }
 }

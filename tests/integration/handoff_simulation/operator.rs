@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use swarm_operator::controller::lease_clock::LeaseClock;
+use swarm_operator::controller::lease_clock::{ClockReading, LeaseClock};
 use swarm_operator::crd::SwarmPool;
 use swarm_operator::drive::memory::{MemoryCluster, MemoryError, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
@@ -21,6 +21,7 @@ use swarm_protocol::names::ACKED_VERSION_ANNOTATION;
 
 use super::cluster::{Cluster, NS};
 use super::process;
+use crate::fixtures;
 
 /// What the operator did, for the invariants.
 #[derive(Clone, Debug, Default)]
@@ -142,9 +143,11 @@ impl Operator {
             .collect();
         let mut acks = Acks::from_leases(&leases);
         let grace = Duration::from_secs(self.pool.spec.rollout.lease_grace_seconds as u64);
-        let now = process::instant(self.clock_rate, cluster.millis);
-        self.clock
-            .judge(NS, "pool", &leases, grace, now.into_std(), &mut acks);
+        let now = ClockReading {
+            monotonic: process::instant(self.clock_rate, cluster.millis).into_std(),
+            wall: cluster.now(),
+        };
+        self.clock.judge(NS, "pool", &leases, grace, now, &mut acks);
         acks
     }
 
@@ -195,20 +198,13 @@ impl Operator {
         let driven = block_on(drive(
             &mut api,
             &Observed {
-                pool: &self.pool,
-                jobs_unresolved: None,
                 statefulsets: statefulset.iter().collect(),
                 deployments: deployment.iter().collect(),
                 replica_sets: replica_sets.iter().collect(),
                 pods: cached.iter().collect(),
-                other_pools: Vec::new(),
-                pods_are_live: false,
                 config_map: cluster.config_map.as_ref(),
                 worker_config_maps: cached_slices.iter().collect(),
-                slices_are_live: false,
-                deleting: &self.deleting,
-                acks: &acks,
-                now: cluster.now(),
+                ..fixtures::observed(&self.pool, &acks, &self.deleting, cluster.now())
             },
             &mut Journal::default(),
         ));
