@@ -14,7 +14,7 @@ use swarm_operator::state::cached::Cacheable;
 use swarm_operator::state::lease_summary::LeaseSummary;
 use swarm_operator::state::pod_summary::PodSummary;
 use swarm_operator::state::slice_summary::SliceSummary;
-use swarm_operator::trim;
+use swarm_operator::state::trim;
 use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, FENCED_AT_ANNOTATION};
 use swarm_protocol::names::{POOL_LABEL, WORKER_LABEL};
 

@@ -2,18 +2,21 @@
 //! each job on exactly one worker, through a ConfigMap the workers read.
 //!
 //! The layers, from the API types inwards and back out:
-//! - [`api`]: the SwarmPool resource, its conditions, and every label, annotation and field
-//!   manager name;
+//! - [`api`]: the SwarmPool resource, its conditions and failure reasons (the names shared
+//!   with the workers are the wire contract's, in `swarm_protocol`);
 //! - [`state`]: the objects as the operator reads and writes them: the ConfigMap's format
 //!   (`config.yml` and the `swarm.io/*` annotations) and the pod summary it caches;
 //! - [`planner`]: pure decisions, one step of a reconcile round at a time;
 //! - [`drive`]: the round protocol that carries the steps out against a cluster (the API
 //!   server, or one in memory for the what-if commands and the tests);
+//! - [`runtime`]: leader election, HTTP endpoints, metrics, the caches' health, retry delays,
+//!   telemetry;
 //! - [`controller`]: watches, caches, triggers, and the cluster over kube;
-//! - [`runtime`]: leader election, HTTP endpoints, metrics, telemetry;
 //! - [`cli`] and [`plugin`]: `swarm-operator plan` and `kubectl swarm`.
 
 #![warn(missing_docs)]
+// Every function fits on a screen (the threshold is in clippy.toml).
+#![warn(clippy::too_many_lines)]
 
 pub mod api;
 pub mod cli;
@@ -23,15 +26,6 @@ pub mod planner;
 pub mod plugin;
 pub mod runtime;
 pub mod state;
-
-// Short paths for the binaries, tests and benches.
-pub use api::{conditions, crd};
-pub use controller::{cache_health, fenced_write, relisting_watch, trim};
-pub use planner::rollout;
-pub use runtime::{
-    allocator_metrics, api_requests, http, leader, metrics, pool_metrics, telemetry,
-};
-pub use state::pod_summary;
 
 /// 64 bits that differ between calls and between processes, for jitter and for identities
 /// that must differ at each start (not for anything that needs randomness of quality).

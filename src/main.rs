@@ -1,5 +1,8 @@
 //! `swarm-operator`: the operator binary. Only wiring; the logic lives in the library.
 
+// Every function fits on a screen (the threshold is in clippy.toml).
+#![warn(clippy::too_many_lines)]
+
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -10,12 +13,14 @@ use axum::http::HeaderValue;
 use axum::http::header::USER_AGENT;
 use clap::{Args, Parser, Subcommand};
 use prometheus_client::registry::Registry;
+use swarm_operator::api::crd;
 use swarm_operator::cli::plan::{self, PlanArgs};
-use swarm_operator::http::HttpState;
-use swarm_operator::leader::{self, LeaseConfig};
-use swarm_operator::metrics::Metrics;
-use swarm_operator::telemetry::{self, LogFormat};
-use swarm_operator::{api_requests, controller, crd, http};
+use swarm_operator::controller;
+use swarm_operator::runtime::http::HttpState;
+use swarm_operator::runtime::leader::{self, LeaseConfig};
+use swarm_operator::runtime::metrics::Metrics;
+use swarm_operator::runtime::telemetry::{self, LogFormat};
+use swarm_operator::runtime::{api_requests, http};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
@@ -162,7 +167,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let mut registry = Registry::default();
         let metrics = Metrics::default().register(&mut registry);
         #[cfg(not(feature = "dhat-heap"))]
-        registry.register_collector(Box::new(swarm_operator::allocator_metrics::AllocatorStats));
+        registry.register_collector(Box::new(
+            swarm_operator::runtime::allocator_metrics::AllocatorStats,
+        ));
         let client = kube::client::ClientBuilder::try_from(config)
             .context("building the Kubernetes client")?
             .with_layer(&api_requests::counting_layer(metrics.api_requests.clone()))

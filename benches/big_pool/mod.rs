@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each benchmark uses a different part
 
 use k8s_openapi::jiff::Timestamp;
-use swarm_operator::crd::{RolloutPolicy, SwarmPool};
+use swarm_operator::api::crd::{RolloutPolicy, SwarmPool};
 use swarm_operator::drive::whatif::WhatIf;
 
 pub const WORKERS: usize = 1_000;

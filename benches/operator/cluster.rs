@@ -9,8 +9,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use swarm_operator::crd::{Phase, SwarmPool};
-use swarm_operator::planner::VERSION_ANNOTATION;
+use swarm_operator::api::crd::{Phase, SwarmPool};
+use swarm_protocol::names::VERSION_ANNOTATION;
 
 /// The benchmark's field manager and user agent, apart from the operator's.
 const MANAGER: &str = "swarm-operator-bench";

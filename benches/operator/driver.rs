@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use prometheus_client::registry::Registry;
-use swarm_operator::api_requests::{RequestCounter, counting_layer};
+use swarm_operator::runtime::api_requests::{RequestCounter, counting_layer};
 use swarm_worker::{Jobs, Permit, WorkerBuilder};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -45,8 +45,8 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, ResourceExt as _};
-use swarm_operator::planner::VERSION_ANNOTATION;
 use swarm_protocol::config::WorkerConfig;
+use swarm_protocol::names::VERSION_ANNOTATION;
 use swarm_protocol::names::{POOL_LABEL, WORKER_LABEL};
 
 use cluster::{

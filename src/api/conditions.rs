@@ -9,7 +9,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::Phase;
+use crate::api::crd::Phase;
 
 /// Condition type: the pool is Balanced.
 pub const READY: &str = "Ready";

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-pub use swarm_assign::{Qos, Strategy};
+use swarm_assign::{Qos, Strategy};
 
 /// API group of the `SwarmPool` resource.
 pub const GROUP: &str = "swarm.io";

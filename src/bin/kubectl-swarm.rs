@@ -4,6 +4,9 @@
 //! Exit codes: 0 answered; 1 the pool, its config or the job does not exist; 2 bad usage;
 //! 3 no cluster configured, unreachable, or the request was refused.
 
+// Every function fits on a screen (the threshold is in clippy.toml).
+#![warn(clippy::too_many_lines)]
+
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
@@ -12,10 +15,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt as _};
-use swarm_operator::crd::SwarmPool;
+use swarm_operator::api::crd::SwarmPool;
 use swarm_operator::plugin::output::{self, Format};
 use swarm_operator::plugin::{self, PluginError, PoolView, locate, scale_plan, status};
-use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::state::pod_summary::PodSummary;
 use swarm_operator::state::{jobs_source, worker_slices};
 use swarm_protocol::names::{POOL_LABEL, WORKER_LABEL};
 

@@ -4,6 +4,7 @@
 //! planner reconciles it until it settles. Every write that changes the config is one step.
 
 use std::collections::BTreeSet;
+use swarm_assign::{Qos, Strategy};
 
 use anyhow::{Result, bail};
 use k8s_openapi::jiff::Timestamp;
@@ -11,7 +12,7 @@ use swarm_protocol::config::WorkerConfig;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use crate::crd::{Handoff, Qos, RolloutSpec, Strategy, SwarmPool, SwarmPoolSpec, WorkloadKind};
+use crate::api::crd::{Handoff, RolloutSpec, SwarmPool, SwarmPoolSpec, WorkloadKind};
 use crate::drive::whatif::WhatIf;
 use crate::state::config_map;
 

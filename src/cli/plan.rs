@@ -21,8 +21,8 @@ use swarm_protocol::config::WorkerConfig;
 use super::handoff_writes::{HandoffWrite, handoff_writes, pool_spec};
 use k8s_openapi::api::core::v1::ConfigMap;
 
-use crate::crd::{Handoff, JobsFromSource, RolloutSpec};
-use crate::planner::CONFIG_MAP_MAX_BYTES;
+use crate::api::crd::{Handoff, JobsFromSource, RolloutSpec};
+use crate::state::config_map::CONFIG_MAP_MAX_BYTES;
 use crate::state::jobs_source::{self, Found, Unresolved};
 use swarm_protocol::config::CONFIG_KEY;
 
@@ -449,7 +449,7 @@ mod tests {
             .expect("the pool settles")
     }
 
-    fn spec(jobs: Vec<String>, qos: &Qos, handoff: Handoff) -> crate::crd::SwarmPoolSpec {
+    fn spec(jobs: Vec<String>, qos: &Qos, handoff: Handoff) -> crate::api::crd::SwarmPoolSpec {
         pool_spec(jobs, Strategy::Sticky, qos.clone(), handoff)
     }
 

@@ -11,7 +11,7 @@ use kube::Resource;
 use kube::runtime::watcher::Event;
 use serde::Serialize;
 
-use crate::pod_summary::PodSummary;
+use crate::state::pod_summary::PodSummary;
 
 /// A filter of one watch's events: true for those that may change a plan. `fingerprint` sums
 /// up what the planner reads of an object; an update with the fingerprint of the object's
@@ -183,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_pod_wakes_its_pool_when_it_turns_ready_or_terminates_but_not_when_bound() {
-        use crate::pod_summary::ReadyCondition;
+        use crate::state::pod_summary::ReadyCondition;
         let pod = |rv: &str, ready: bool, deleting: bool| PodSummary {
             metadata: ObjectMeta {
                 name: Some("w-0".into()),

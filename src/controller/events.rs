@@ -6,10 +6,10 @@ use kube::{Resource, ResourceExt};
 use tracing::warn;
 
 use super::Context;
-use crate::conditions;
-use crate::crd::SwarmPool;
+use crate::api::conditions;
+use crate::api::crd::SwarmPool;
 use crate::planner::PlannedEvent;
-use crate::pool_metrics::PoolCounter;
+use crate::runtime::pool_metrics::PoolCounter;
 
 /// Publishes events; a failure to publish is logged, never fails the reconcile.
 pub(super) async fn publish_events(ctx: &Context, pool: &SwarmPool, events: Vec<PlannedEvent>) {

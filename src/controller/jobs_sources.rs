@@ -18,7 +18,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::Context;
 use crate::Error;
-use crate::crd::SwarmPool;
+use crate::api::crd::SwarmPool;
 use crate::state::jobs_source::{self, Found};
 
 /// A source as the lookup found it.
@@ -72,7 +72,7 @@ async fn get(ctx: &Context, namespace: &str, name: &str) -> Result<Source, Error
         Ok(None) => Ok(Source::Missing),
         Ok(Some(cm)) if !jobs_source::is_labelled(&cm) => Ok(Source::Unlabelled),
         Ok(Some(mut cm)) => {
-            super::trim::jobs_source(&mut cm);
+            crate::state::trim::jobs_source(&mut cm);
             Ok(Source::ConfigMap(Arc::new(cm)))
         }
         Err(kube::Error::Api(status)) if matches!(status.code, 401 | 403) => Ok(
@@ -106,7 +106,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::crd::{ConfigMapRef, JobsFromSource};
+    use crate::api::crd::{ConfigMapRef, JobsFromSource};
 
     fn pool(name: &str, namespace: &str, sources: &[&str]) -> Arc<SwarmPool> {
         let mut pool = SwarmPool::new(

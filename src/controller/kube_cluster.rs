@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
+use swarm_protocol::names::{HANDOFF_ANNOTATION, PENDING_REFRESH_ANNOTATION, VERSION_ANNOTATION};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -16,20 +17,20 @@ use tracing::{debug, info};
 
 use super::context::pool_objects;
 use super::workloads::{WorkloadSnapshot, Workloads};
-use super::{Context, fenced_write, trim};
+use super::{Context, fenced_write};
 use crate::Error;
-use crate::crd::{RolloutPolicy, SwarmPool};
+use crate::api::crd::{RolloutPolicy, SwarmPool};
 use crate::drive::{Cluster, Deleted, SliceWrite, SliceWritten, Written};
-use crate::planner::handoff::HANDOFF_ANNOTATION;
-use crate::planner::{self, Observed};
-use crate::pod_summary::PodSummary;
-use crate::pool_metrics::PoolCounter;
-use crate::rollout::{PENDING_REFRESH_ANNOTATION, PodDelete};
+use crate::planner::Observed;
+use crate::planner::rollout::PodDelete;
+use crate::runtime::pool_metrics::PoolCounter;
 use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::pod_summary::PodSummary;
 use crate::state::slice_summary::SliceSummary;
+use crate::state::trim;
 use swarm_protocol::names::{MANAGER, POOL_LABEL, WORKER_LABEL};
 
 /// How many of one pool's workers' ConfigMaps are written at once.
@@ -267,7 +268,7 @@ impl Cluster for KubeCluster<'_> {
         let annotation = |key: &str| applied.annotations().get(key).cloned();
         info!(
             configmap = %self.config_map_name,
-            version = annotation(planner::VERSION_ANNOTATION),
+            version = annotation(VERSION_ANNOTATION),
             stale = annotation(PENDING_REFRESH_ANNOTATION),
             holders = annotation(HANDOFF_ANNOTATION),
             "wrote ConfigMap"

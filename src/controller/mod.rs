@@ -5,7 +5,7 @@
 //! through its controlling StatefulSet, or through its ReplicaSet's Deployment). Everything
 //! is read from reflector caches that feed the same streams that trigger reconciles, so a
 //! reconcile never runs on a cache older than its trigger, and an idle operator sends no
-//! requests. The caches keep only what the planner reads ([`crate::trim`]).
+//! requests. The caches keep only what the planner reads ([`crate::state::trim`]).
 //!
 //! The ConfigMap holds the config version and the rollout bookkeeping, so a decision must not
 //! be taken on a copy older than this operator's own last write: the cached copy is used when
@@ -19,7 +19,6 @@
 //! between reconciles), `reconcile` (one reconcile, its status and its retries), `events`,
 //! and `kube_cluster` (the round protocol's requests over kube).
 
-pub mod cache_health;
 pub mod changes;
 mod context;
 mod events;
@@ -30,11 +29,11 @@ pub mod lease_clock;
 mod reconcile;
 pub mod relisting_watch;
 mod triggers;
-pub mod trim;
 mod watches;
 mod workloads;
 
 use std::sync::{Arc, Mutex};
+use swarm_protocol::names::MANAGER;
 
 use futures::StreamExt;
 use kube::Client;
@@ -42,16 +41,13 @@ use kube::runtime::events::Reporter;
 use tokio::sync::Semaphore;
 use tracing::{debug, info};
 
-use crate::http::HttpState;
-use crate::leader::LeaseGuard;
-use crate::metrics::Metrics;
+use crate::runtime::http::HttpState;
+use crate::runtime::leader::LeaseGuard;
+use crate::runtime::metrics::Metrics;
 use context::Written;
 
 pub use context::Context;
 pub use reconcile::backoff_delay;
-pub use swarm_protocol::names::{
-    DEPLOYMENT_POD_LABEL, MANAGER as FIELD_MANAGER, STATEFULSET_POD_LABEL,
-};
 
 /// Runs the controller until `shutdown` resolves: watches in `namespace` (all when `None`),
 /// reconciles at most `concurrency` pools at once, marks `http` ready once the caches have
@@ -89,7 +85,7 @@ pub async fn run(
     let context = Arc::new(Context {
         client: client.clone(),
         reporter: Reporter {
-            controller: FIELD_MANAGER.to_owned(),
+            controller: MANAGER.to_owned(),
             instance: std::env::var("POD_NAME").ok(),
         },
         pools: caches.pools,

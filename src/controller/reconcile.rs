@@ -17,10 +17,10 @@ use super::jobs_sources::{self, Source};
 use super::kube_cluster::{KubeCluster, Snapshot};
 use super::{Context, relisting_watch};
 use crate::Error;
-use crate::cache_health::{STALE_AFTER, StaleCache};
-use crate::conditions;
-use crate::crd::{Phase, SwarmPool, SwarmPoolStatus};
+use crate::api::conditions;
+use crate::api::crd::{Phase, SwarmPool, SwarmPoolStatus};
 use crate::drive::{Driven, Journal, drive};
+use crate::runtime::cache_health::{STALE_AFTER, StaleCache};
 use crate::state::jobs_source::{self, Found};
 use swarm_protocol::names::MANAGER as FIELD_MANAGER;
 
@@ -241,7 +241,7 @@ pub(super) fn error_policy(pool: Arc<SwarmPool>, error: &Error, ctx: Arc<Context
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache_health::{Cache, Cause};
+    use crate::runtime::cache_health::{Cache, Cause};
 
     #[test]
     fn a_stale_status_is_rewritten_when_the_kind_of_error_changes_not_its_text() {
@@ -290,7 +290,7 @@ mod tests {
             );
         }
         let throttled = Error::PatchStatus {
-            source: crate::relisting_watch::throttled(20),
+            source: crate::controller::relisting_watch::throttled(20),
         };
         assert_eq!(retry_delay(1, &throttled), Duration::from_secs(20));
     }

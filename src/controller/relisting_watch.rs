@@ -5,14 +5,13 @@
 //! only after two quiet minutes. After an API server restart that left the operator's caches
 //! minutes behind: every watch waited out a long backoff, and a resumed watch proves nothing
 //! about the events it may have missed. Here a failure drops the watch (and its connection),
-//! waits a short jittered backoff capped at [`MAX_DELAY`] (longer only when the server asks
+//! waits a short jittered backoff ([`crate::runtime::retry::backoff`]) (longer only when the server asks
 //! for it with `Retry-After`), and lists again; a complete list resets the backoff. The list is
 //! served from the API server's watch cache, so starting over is cheap.
 
 use std::fmt::Debug;
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use kube::Resource;
@@ -20,28 +19,14 @@ use kube::api::Api;
 use kube::runtime::watcher::{self, Event, watcher};
 use serde::de::DeserializeOwned;
 
-/// First retry delay after a failure.
-pub const MIN_DELAY: Duration = Duration::from_millis(200);
-/// Longest retry delay (before jitter, which adds up to as much again).
-pub const MAX_DELAY: Duration = Duration::from_secs(2);
+use crate::runtime::retry::{MAX_DELAY, backoff};
+
 /// Longest wait a server's `Retry-After` can impose on a watch.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// Server-side timeout of each watch request: the API server ends a healthy watch this often
 /// and it resumes without a list, so a watch whose connection silently died is noticed within
 /// about this long (kube-runtime adds a client-side idle timeout a little above it).
 pub const WATCH_TIMEOUT_SECONDS: u32 = 60;
-
-/// The retry delays after consecutive failures: 200 ms doubling to 2 s, each plus a random
-/// jitter of up to its own length, so replicas and caches do not retry in lockstep.
-pub fn backoff() -> impl Iterator<Item = Duration> + Send {
-    ExponentialBuilder::default()
-        .with_min_delay(MIN_DELAY)
-        .with_max_delay(MAX_DELAY)
-        .with_factor(2.0)
-        .with_jitter()
-        .without_max_times()
-        .build()
-}
 
 /// How long the server asked the client to wait before retrying, if it did (`429 Too Many
 /// Requests` from API Priority and Fairness, `503` while starting), capped.
@@ -162,14 +147,6 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use k8s_openapi::api::core::v1::ConfigMap;
-
-    #[test]
-    fn backoff_starts_small_and_stays_within_a_few_seconds() {
-        let delays: Vec<Duration> = backoff().take(20).collect();
-        assert!(delays[0] <= MIN_DELAY * 2, "{delays:?}");
-        assert!(delays.iter().all(|d| *d <= MAX_DELAY * 2), "{delays:?}");
-        assert!(delays[19] >= MAX_DELAY, "grows to the cap: {delays:?}");
-    }
 
     #[test]
     fn retry_after_is_read_from_the_status_details_and_capped() {

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::crd::SwarmPool;
+use crate::api::crd::SwarmPool;
 use crate::planner;
 use crate::planner::validate::Workload;
 
@@ -97,8 +97,8 @@ pub(super) mod tests {
     use kube::runtime::{reflector, watcher};
 
     use super::*;
-    use crate::crd::{SwarmPoolSpec, SwarmPoolStatus, WorkloadKind};
-    use crate::pod_summary::PodSummary;
+    use crate::api::crd::{SwarmPoolSpec, SwarmPoolStatus, WorkloadKind};
+    use crate::state::pod_summary::PodSummary;
 
     /// A StatefulSet pool in namespace `ns` selecting `app=<app>`, that reported `reported`.
     pub(crate) fn pool(name: &str, app: &str, reported: Option<&str>) -> Arc<SwarmPool> {

@@ -23,14 +23,15 @@ use super::lease_clock::LeaseClock;
 use super::relisting_watch::relisting_watcher;
 use super::triggers::pools_for_workload;
 use super::workloads::{WatchedWorkload, Workloads};
-use super::{changes, jobs_sources, trim};
-use crate::cache_health::{Cache, CacheHealth, Cause};
-use crate::crd::SwarmPool;
-use crate::metrics::Metrics;
-use crate::pod_summary::PodSummary;
+use super::{changes, jobs_sources};
+use crate::api::crd::SwarmPool;
+use crate::runtime::cache_health::{Cache, CacheHealth, Cause};
+use crate::runtime::metrics::Metrics;
 use crate::state::cached::{Cacheable, CachedLease, CachedPod, CachedSlice};
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::pod_summary::PodSummary;
 use crate::state::slice_summary::SliceSummary;
+use crate::state::trim;
 use swarm_protocol::names::{JOBS_SOURCE_LABEL, POOL_LABEL, WORKER_LABEL};
 
 /// The caches the reconciles read, filled by the watches that trigger them.

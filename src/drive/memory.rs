@@ -11,11 +11,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{Cluster, Deleted, SliceWrite, SliceWritten, Unsettled, Written};
-use crate::pod_summary::PodSummary;
-use crate::rollout::PodDelete;
+use crate::planner::rollout::PodDelete;
 use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::config_map::pool_config;
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::pod_summary::PodSummary;
 use crate::state::slice_summary::SliceSummary;
 use swarm_protocol::config::{CONFIG_KEY, WorkerConfig};
 use swarm_protocol::slices::INDEX_KEY;

@@ -23,8 +23,8 @@ use std::future::Future;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
+use crate::planner::rollout::PodDelete;
 use crate::planner::{self, Observed, Outcome, PlannedEvent, Step};
-use crate::rollout::PodDelete;
 use crate::state::cached::CachedPod;
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
@@ -287,7 +287,7 @@ impl<'a> Round<'a> {
         journal: &mut Journal,
     ) -> Result<(), C::Error> {
         if let Some(config_map) = write.config_map {
-            let unresolved = planner::records_unresolved(&config_map);
+            let unresolved = crate::state::config_map::records_unresolved(&config_map);
             match cluster.write(self.config_map.as_ref(), config_map).await? {
                 Written::Applied(applied) => {
                     self.config_map = Some(applied);

@@ -23,11 +23,11 @@ use swarm_assign::pod_name;
 
 use super::memory::{MemoryCluster, MemoryError, block_on};
 use super::{Driven, Journal, drive};
-use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
-use crate::pod_summary::{PodSummary, ReadyCondition};
+use crate::api::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::config_map::pool_config;
 use crate::state::lease::{Ack, Acks};
+use crate::state::pod_summary::{PodSummary, ReadyCondition};
 use swarm_protocol::config::WorkerConfig;
 use swarm_protocol::names::STATEFULSET_POD_LABEL;
 

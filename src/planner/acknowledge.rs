@@ -2,7 +2,7 @@
 //!
 //! Each version that changes a worker's jobs must be acknowledged by the worker's pod instance
 //! in its Lease (see [`crate::state::lease`]). Until it is, the worker is stale, recorded in the
-//! ConfigMap's [`AWAITING_ACK_ANNOTATION`] with the instance waited for and since when, so the
+//! ConfigMap's [`AWAITING_ACK_ANNOTATION`](swarm_protocol::names::AWAITING_ACK_ANNOTATION) with the instance waited for and since when, so the
 //! timeout survives operator restarts. A worker that has not acknowledged within
 //! `rollout.ackTimeoutSeconds` is handed to the `DeletePods` bookkeeping: its pod is deleted,
 //! paced like any stale worker, and its replacement reads the current config at start.
@@ -13,11 +13,10 @@
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use swarm_protocol::config::WorkerConfig;
 
-use crate::rollout::Workers;
+use crate::planner::rollout::Workers;
 use crate::state::lease::Acks;
 use crate::state::lease_state::WorkerLeaseState;
 use crate::state::records::{Awaiting, AwaitingAcks};
-pub use swarm_protocol::names::AWAITING_ACK_ANNOTATION;
 
 /// What changed in the records this step.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

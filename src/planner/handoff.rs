@@ -5,7 +5,7 @@
 //! 1. **Revoke.** A job that leaves a worker (it moves, its worker is scaled away, or it left the
 //!    spec) is listed for no worker: it is *in transit*, under `transit` in `config.yml`, by the
 //!    pod that last held it. That pod becomes a *holder*, recorded in the
-//!    [`HANDOFF_ANNOTATION`] with an empty uid in the same write.
+//!    [`HANDOFF_ANNOTATION`](swarm_protocol::names::HANDOFF_ANNOTATION) with an empty uid in the same write.
 //! 2. **Resolve.** After that write the holder is resolved against pods listed live: the pod
 //!    instance that exists then may have started on the content that gave it the job, so its uid
 //!    is recorded; a holder without a pod is dropped (any instance created later starts on the
@@ -35,13 +35,11 @@ use swarm_protocol::config::WorkerConfig;
 
 use crate::planner::target::Target;
 
-use crate::crd::Handoff;
+use crate::api::crd::Handoff;
 use crate::planner::by_job::{ByJob, Positions};
 use crate::state::lease::Acks;
 use crate::state::lease_state::WorkerLeaseState;
 use crate::state::records::{Holder, Holders};
-
-pub use swarm_protocol::names::HANDOFF_ANNOTATION;
 
 impl Holders {
     /// Records `pod` as a holder whose instance is still to be resolved. A pod that held jobs

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use super::Observed;
 use super::acknowledge;
 use super::validate::Valid;
-use crate::crd::RolloutPolicy;
+use crate::api::crd::RolloutPolicy;
 
 /// Who takes part in this plan's assignment and handoff.
 pub(super) struct Membership {

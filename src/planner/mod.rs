@@ -34,8 +34,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use swarm_assign::{Placed, Qos};
 
+use crate::api::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
 use crate::api::failure::Failure;
-use crate::crd::{RolloutPolicy, SwarmPool, SwarmPoolStatus};
 use crate::state::cached::CachedPod;
 use crate::state::config_map::{self, Previous};
 use crate::state::jobs_source::Unresolved;
@@ -50,14 +50,8 @@ use rollout::{PodDelete, Priorities};
 use target::Target;
 use validate::{Facts, Valid};
 
-pub use crate::state::config_map::{
-    ANNOTATIONS_MAX_BYTES, CONFIG_MAP_MAX_BYTES, records_unresolved, slot_table,
-};
 pub use validate::selects;
 
-pub use swarm_protocol::names::{
-    MANAGED_BY_LABEL, MANAGER, POOL_LABEL, SLOTS_ANNOTATION, VERSION_ANNOTATION,
-};
 /// How long a worker pod may be not Ready before the pool counts as Degraded rather than
 /// starting up (the role of a Deployment's progress deadline).
 pub const STARTUP_GRACE: SignedDuration = SignedDuration::from_mins(5);

@@ -17,10 +17,10 @@ use super::{
     Decision, EXPIRY_SLACK, Observed, PlannedEvent, REQUEUE_CONFLICT, REQUEUE_IDLE,
     REQUEUE_ROLLING, Rollout, STARTUP_GRACE,
 };
+use crate::api::conditions::{self, Verdict, reason};
+use crate::api::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::api::failure::Failure;
-use crate::conditions::{self, Verdict, reason};
-use crate::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
-use crate::rollout::{PodDelete, Workers};
+use crate::planner::rollout::{PodDelete, Workers};
 use crate::state::records::{AwaitingAcks, PendingRefresh};
 use crate::state::worker_slices::{self, SliceWrites};
 

@@ -2,7 +2,7 @@
 //!
 //! A worker is stale when its pod instance may have started before the ConfigMap version that
 //! last changed its job set. Pod instances are told apart by uid. The bookkeeping lives in the
-//! ConfigMap itself, in the [`PENDING_REFRESH_ANNOTATION`], so progress survives restarts:
+//! ConfigMap itself, in the [`PENDING_REFRESH_ANNOTATION`](swarm_protocol::names::PENDING_REFRESH_ANNOTATION), so progress survives restarts:
 //!
 //! 1. When a version changes the job sets of some workers, each of them is recorded with an
 //!    empty uid ("unresolved") in the same write as the new config.
@@ -18,7 +18,6 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::state::records::PendingRefresh;
-pub use swarm_protocol::names::PENDING_REFRESH_ANNOTATION;
 
 /// The observed state of one worker's pod, as far as pacing cares.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,9 +16,9 @@ use kube::core::{Selector, SelectorExt};
 use swarm_assign::{Rebound, Roster, validate_jobs, validate_qos};
 
 use super::Observed;
+use crate::api::crd::{Handoff, RolloutPolicy, SwarmPool, WorkloadKind};
 use crate::api::failure::{Failure, FailureReason};
-use crate::crd::{Handoff, RolloutPolicy, SwarmPool, WorkloadKind};
-use crate::rollout::{self, Workers};
+use crate::planner::rollout::{self, Workers};
 pub(crate) use workload::Workload;
 use workload::match_workload;
 

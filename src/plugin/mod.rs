@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt as _;
 use swarm_protocol::config::WorkerConfig;
 
-use crate::crd::SwarmPool;
-use crate::pod_summary::PodSummary;
+use crate::api::crd::SwarmPool;
+use crate::state::pod_summary::PodSummary;
 use crate::state::slice_summary::SliceSummary;
 use crate::state::{config_map, worker_slices};
 

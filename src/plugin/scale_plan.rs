@@ -15,7 +15,7 @@ use swarm_protocol::config::WorkerConfig;
 
 use super::output::Table;
 use super::{PluginError, PoolView};
-use crate::crd::WorkloadKind;
+use crate::api::crd::WorkloadKind;
 use crate::drive::whatif::WhatIf;
 use crate::state::config_map::{self, slot_table};
 

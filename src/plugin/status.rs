@@ -7,7 +7,7 @@ use swarm_assign::Qos;
 
 use super::output::Table;
 use super::{PluginError, PoolView};
-use crate::conditions::READY;
+use crate::api::conditions::READY;
 
 /// What `status` reports, as `-o json|yaml` prints it.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -88,7 +88,7 @@ mod tests {
     fn every_statistic_is_exported_as_one_family() {
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register_collector(Box::new(AllocatorStats));
-        let text = crate::metrics::encode(&registry);
+        let text = crate::runtime::metrics::encode(&registry);
         assert!(
             text.contains("# TYPE swarm_operator_allocator_bytes gauge"),
             "{text}"

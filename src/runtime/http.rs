@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::registry::Registry;
 
-use crate::cache_health::CacheHealth;
+use crate::runtime::cache_health::CacheHealth;
 
 /// State shared by the handlers.
 pub struct HttpState {
@@ -78,7 +78,7 @@ async fn metrics(
     State(state): State<Arc<HttpState>>,
     headers: axum::http::HeaderMap,
 ) -> impl IntoResponse {
-    let openmetrics = crate::metrics::encode(&state.registry);
+    let openmetrics = crate::runtime::metrics::encode(&state.registry);
     let wants_openmetrics = headers
         .get_all(header::ACCEPT)
         .iter()
@@ -98,7 +98,7 @@ async fn metrics(
                 header::CONTENT_TYPE,
                 "text/plain; version=0.0.4; charset=utf-8",
             )],
-            crate::metrics::openmetrics_to_prometheus_text(&openmetrics),
+            crate::runtime::metrics::openmetrics_to_prometheus_text(&openmetrics),
         )
     }
 }
@@ -167,7 +167,7 @@ mod tests {
     #[tokio::test]
     async fn metrics_endpoint_serves_the_registry() {
         let mut registry = Registry::default();
-        let metrics = crate::metrics::Metrics::default().register(&mut registry);
+        let metrics = crate::runtime::metrics::Metrics::default().register(&mut registry);
         metrics.config_writes.inc();
         let (status, body) = get_status(Arc::new(HttpState::new(registry)), "/metrics").await;
         assert_eq!(status, StatusCode::OK);

@@ -6,7 +6,7 @@
 //! (the leader was killed or cut off) or is released (the leader shut down). A replica that
 //! sees it no longer holds the lease must stop writing at once; the caller exits the process.
 //! A write already decided when the lease was lost cannot land either: every ConfigMap write
-//! is fenced by the resourceVersion it was decided on (see [`crate::fenced_write`]).
+//! is fenced by the resourceVersion it was decided on (see [`crate::controller::fenced_write`]).
 //!
 //! A leader cut off from the API server (a network partition, a frozen process) cannot learn
 //! that a standby took over. So it steps down on its own clock, as client-go's renew deadline
@@ -151,14 +151,14 @@ pub async fn acquire(
     client: Client,
     config: &LeaseConfig,
 ) -> Result<Leadership, LeaseManagerError> {
-    let mut delays = crate::relisting_watch::backoff();
+    let mut delays = crate::runtime::retry::backoff();
     loop {
         match try_acquire(client.clone(), config).await {
             Ok(Some(leadership)) => return Ok(leadership),
             // Released while standing by: stand for it again at once.
             Ok(None) => {}
             Err(error) => {
-                let delay = delays.next().unwrap_or(crate::relisting_watch::MAX_DELAY);
+                let delay = delays.next().unwrap_or(crate::runtime::retry::MAX_DELAY);
                 warn!(%error, retry_in_ms = delay.as_millis() as u64, "leader election failed; trying again");
                 tokio::time::sleep(delay).await;
             }

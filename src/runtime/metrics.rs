@@ -8,9 +8,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::api_requests::RequestCounter;
-use crate::cache_health::CacheHealth;
-use crate::pool_metrics::{PoolCounter, PoolGauges};
+use crate::runtime::api_requests::RequestCounter;
+use crate::runtime::cache_health::CacheHealth;
+use crate::runtime::pool_metrics::{PoolCounter, PoolGauges};
 
 /// Label set of the failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -22,7 +22,7 @@ pub struct ErrorLabels {
 /// Label set of the warning counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// Reason of the Warning event (a [`crate::conditions::reason`] constant).
+    /// Reason of the Warning event (a [`crate::api::conditions::reason`] constant).
     pub reason: String,
 }
 

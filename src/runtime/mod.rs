@@ -1,10 +1,13 @@
-//! What runs around the controller: leader election, the HTTP endpoints, metrics and
-//! telemetry.
+//! What runs around the controller: leader election, the HTTP endpoints, metrics, the caches'
+//! health, retry delays and telemetry. The controller uses it; it uses nothing of the
+//! controller.
 
 pub mod allocator_metrics;
 pub mod api_requests;
+pub mod cache_health;
 pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod pool_metrics;
+pub mod retry;
 pub mod telemetry;

@@ -17,8 +17,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::crd::{Phase, SwarmPool, SwarmPoolStatus};
-use crate::metrics::PoolLabels;
+use crate::api::crd::{Phase, SwarmPool, SwarmPoolStatus};
+use crate::runtime::metrics::PoolLabels;
 
 /// Every phase, in the order the state-set lists them.
 pub const PHASES: [Phase; 5] = [
@@ -305,7 +305,7 @@ mod tests {
         registry
             .sub_registry_with_prefix("swarm_operator")
             .register_collector(Box::new(gauges.clone()));
-        crate::metrics::encode(&registry)
+        crate::runtime::metrics::encode(&registry)
     }
 
     #[test]

@@ -292,7 +292,7 @@ looked_up_as!(CachedPod, PodSummary, |it| (
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trim;
+    use crate::state::trim;
     use serde_json::json;
 
     fn round_trip<T>(trimmed: T)

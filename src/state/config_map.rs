@@ -10,8 +10,8 @@ use swarm_assign::SlotTable;
 use swarm_protocol::config::{CONFIG_KEY, WorkerConfig};
 use swarm_protocol::slices::{INDEX_KEY, Index};
 
+use crate::api::crd::SwarmPool;
 use crate::api::failure::{Failure, FailureReason};
-use crate::crd::SwarmPool;
 use crate::state::records::{AwaitingAcks, Holders, PendingRefresh};
 use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices;

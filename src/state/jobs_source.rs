@@ -12,8 +12,8 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 
+use crate::api::crd::{JobsFromSource, SwarmPool};
 use crate::api::failure::FailureReason;
-use crate::crd::{JobsFromSource, SwarmPool};
 use swarm_protocol::names::JOBS_SOURCE_LABEL;
 
 /// A source's ConfigMap, as the caller found it.
@@ -325,7 +325,7 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     use super::*;
-    use crate::crd::ConfigMapRef;
+    use crate::api::crd::ConfigMapRef;
 
     fn source(name: &str, key: &str) -> JobsFromSource {
         JobsFromSource {

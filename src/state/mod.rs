@@ -1,6 +1,7 @@
 //! The objects as the operator reads and writes them: the ConfigMap's on-cluster format (its
 //! `config.yml` and the rollout records in its annotations), the ConfigMaps a pool reads jobs
-//! from, and the summaries of a worker Lease, a worker's ConfigMap and a pod it caches.
+//! from, the summaries of a worker Lease, a worker's ConfigMap and a pod it caches, and what
+//! the caches trim from each object they keep.
 
 pub mod cached;
 pub mod config_map;
@@ -13,4 +14,5 @@ pub mod pod_summary;
 pub mod records;
 mod served_as;
 pub mod slice_summary;
+pub mod trim;
 pub mod worker_slices;

@@ -161,7 +161,7 @@ mod tests {
             Some(Time("2026-01-01T00:00:02Z".parse().expect("time")))
         );
 
-        crate::trim::pod(&mut summary);
+        crate::state::trim::pod(&mut summary);
         assert_eq!(summary.metadata.labels, None);
         assert_eq!(summary.metadata.annotations, None);
         assert_eq!(summary.metadata.managed_fields, None);

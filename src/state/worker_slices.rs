@@ -26,8 +26,8 @@ use swarm_protocol::names::{
 };
 use swarm_protocol::slices::{INDEX_KEY, Index, slice_name};
 
+use crate::api::crd::SwarmPool;
 use crate::api::failure::{Failure, FailureReason};
-use crate::crd::SwarmPool;
 use crate::state::config_map::CONFIG_MAP_MAX_BYTES;
 use crate::state::records::Holders;
 use crate::state::slice_summary::SliceSummary;

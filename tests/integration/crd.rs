@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
-use swarm_operator::crd::{SwarmPool, crd_yaml};
+use swarm_operator::api::crd::{SwarmPool, crd_yaml};
 
 const REGENERATE: &str = "regenerate with: cargo run -q -- crd > crds/swarmpool.yaml && cp crds/swarmpool.yaml deploy/crd/swarmpool.yaml";
 

@@ -14,16 +14,17 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
-use swarm_operator::conditions::reason;
-use swarm_operator::crd::{Handoff, Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
+use swarm_operator::api::conditions::reason;
+use swarm_operator::api::crd::{Handoff, Phase, SwarmPool, SwarmPoolSpec, WorkloadKind};
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
-use swarm_operator::planner::{Observed, Outcome, PlannedEvent, SLOTS_ANNOTATION};
-use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::planner::{Observed, Outcome, PlannedEvent};
 use swarm_operator::state::cached::{Cacheable, CachedPod};
 use swarm_operator::state::lease::Acks;
+use swarm_operator::state::pod_summary::PodSummary;
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_protocol::config::WorkerConfig;
+use swarm_protocol::names::SLOTS_ANNOTATION;
 
 use super::fixtures::{self, owner, pool_spec, ready_status};
 

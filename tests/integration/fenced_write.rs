@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta};
 use kube::{Client, Config};
 use kube_sim::{Sim, SimConfig};
-use swarm_operator::fenced_write::write_config_map;
+use swarm_operator::controller::fenced_write::write_config_map;
 
 async fn start() -> (Sim, Api<ConfigMap>) {
     let sim = Sim::start(SimConfig::default())

@@ -7,12 +7,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{ConfigMap, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
-use swarm_protocol::config::WorkerConfig;
-use swarm_operator::crd::{SwarmPool, SwarmPoolSpec};
+use swarm_operator::api::crd::{SwarmPool, SwarmPoolSpec};
 use swarm_operator::planner::Observed;
 use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::lease::Acks;
 use swarm_operator::state::slice_summary::SliceSummary;
+use swarm_protocol::config::WorkerConfig;
 
 /// The config a pool's ConfigMap `main` and its workers' ConfigMaps `slices` assemble.
 pub fn written_config(main: &ConfigMap, slices: &[ConfigMap]) -> WorkerConfig {

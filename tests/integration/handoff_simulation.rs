@@ -40,11 +40,12 @@ mod process;
 use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::time::Instant;
+use swarm_assign::Qos;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
-use swarm_operator::crd::{
-    Handoff, Qos, RolloutPolicy, RolloutSpec, SwarmPool, SwarmPoolSpec, WorkloadKind,
+use swarm_operator::api::crd::{
+    Handoff, RolloutPolicy, RolloutSpec, SwarmPool, SwarmPoolSpec, WorkloadKind,
 };
 
 use cluster::{Cluster, Kind, NS, labels};

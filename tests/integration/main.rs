@@ -13,6 +13,7 @@ mod fenced_write;
 mod fixtures;
 mod handoff_simulation;
 mod images;
+mod layers;
 mod manifests;
 mod monitoring;
 mod planner_scenarios;

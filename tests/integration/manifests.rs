@@ -11,7 +11,7 @@ use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use swarm_operator::crd::SwarmPool;
+use swarm_operator::api::crd::SwarmPool;
 use swarm_operator::planner;
 
 fn read(path: &str) -> String {

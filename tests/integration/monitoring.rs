@@ -10,7 +10,7 @@ use std::process::Command;
 use prometheus_client::registry::Registry;
 use serde_json::Value as Json;
 use serde_yaml::Value;
-use swarm_operator::metrics::{self, Metrics};
+use swarm_operator::runtime::metrics::{self, Metrics};
 
 #[allow(dead_code)]
 #[path = "../e2e/harness/kubectl.rs"]
@@ -234,13 +234,13 @@ fn exported_names() -> BTreeSet<String> {
     metrics.warned("ConfigMapConflict");
     metrics.refreshed("swarm", "pool");
     metrics.count(
-        swarm_operator::pool_metrics::PoolCounter::LeaseExpiries,
+        swarm_operator::runtime::pool_metrics::PoolCounter::LeaseExpiries,
         "swarm",
         "pool",
     );
     metrics
         .api_requests
-        .get_or_create(&swarm_operator::api_requests::RequestLabels {
+        .get_or_create(&swarm_operator::runtime::api_requests::RequestLabels {
             verb: "get",
             resource: "pods".into(),
         })

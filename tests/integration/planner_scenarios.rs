@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
+use swarm_assign::{Qos, Strategy};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -15,25 +16,26 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use proptest::prelude::*;
-use swarm_operator::conditions::{self, reason};
-use swarm_operator::crd::{
-    ConfigMapRef, Handoff, JobsFromSource, Phase, Qos, RolloutPolicy, Strategy, SwarmPool,
+use swarm_operator::api::conditions::{self, reason};
+use swarm_operator::api::crd::{
+    ConfigMapRef, Handoff, JobsFromSource, Phase, RolloutPolicy, SwarmPool,
 };
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
-use swarm_operator::planner::{self, Observed, Outcome, PlannedEvent, VERSION_ANNOTATION};
+use swarm_operator::planner::{self, Observed, Outcome, PlannedEvent};
 use swarm_operator::plugin::{PoolView, scale_plan};
-use swarm_operator::pod_summary::PodSummary;
-use swarm_operator::rollout::PENDING_REFRESH_ANNOTATION;
 use swarm_operator::state::cached::CachedPod;
 use swarm_operator::state::jobs_source::{self, Found};
 use swarm_operator::state::lease::{Ack, Acks, Renewal};
+use swarm_operator::state::pod_summary::PodSummary;
 use swarm_operator::state::records::Holder;
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_protocol::config::CONFIG_KEY;
 use swarm_protocol::config::WorkerConfig;
-use swarm_protocol::names::ACKED_VERSION_ANNOTATION;
 use swarm_protocol::names::HANDOFF_ANNOTATION;
+use swarm_protocol::names::{
+    ACKED_VERSION_ANNOTATION, PENDING_REFRESH_ANNOTATION, VERSION_ANNOTATION,
+};
 
 use super::fixtures::{self, POOL_UID, labels, owner, pool_spec, ready_status};
 

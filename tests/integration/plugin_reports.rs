@@ -5,10 +5,10 @@
 use serde_json::{Value, json};
 use swarm_operator::plugin::output::{self, Format};
 use swarm_operator::plugin::{PluginError, PoolView, locate, scale_plan, status};
-use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::state::pod_summary::PodSummary;
 
 /// A StatefulSet pool `p` in namespace `ns` over `w`, with `status` and `spec` merged in.
-fn pool(spec: Value, status: Value) -> swarm_operator::crd::SwarmPool {
+fn pool(spec: Value, status: Value) -> swarm_operator::api::crd::SwarmPool {
     let mut base = json!({
         "apiVersion": "swarm.io/v1alpha1",
         "kind": "SwarmPool",
@@ -257,7 +257,7 @@ fn plan_of_a_scale_down_moves_only_the_removed_workers_jobs_and_of_zero_leaves_a
 #[test]
 fn plan_under_acknowledge_restarts_nobody_and_revokes_once_the_new_worker_is_ready() {
     let mut view = balanced_view(2);
-    view.pool.spec.rollout.policy = swarm_operator::crd::RolloutPolicy::Acknowledge;
+    view.pool.spec.rollout.policy = swarm_operator::api::crd::RolloutPolicy::Acknowledge;
     let plan = scale_plan::predict(&view, 3).expect("a plan");
     assert_eq!(plan.jobs_moved, 9);
     assert!(plan.workers_restarted.is_empty(), "{plan:?}");
@@ -271,7 +271,7 @@ fn plan_under_acknowledge_restarts_nobody_and_revokes_once_the_new_worker_is_rea
 
     let down = scale_plan::predict(&balanced_view(3), 2).expect("a plan");
     let mut view = balanced_view(3);
-    view.pool.spec.rollout.policy = swarm_operator::crd::RolloutPolicy::Acknowledge;
+    view.pool.spec.rollout.policy = swarm_operator::api::crd::RolloutPolicy::Acknowledge;
     let acknowledged = scale_plan::predict(&view, 2).expect("a plan");
     assert_eq!(acknowledged.jobs_moved, down.jobs_moved);
     assert!(
@@ -420,7 +420,7 @@ fn rolling_view_per_worker() -> PoolView {
         .expect("a valid ConfigMap")
     };
     let mut view = rolling_view();
-    view.pool.spec.rollout.policy = swarm_operator::crd::RolloutPolicy::Acknowledge;
+    view.pool.spec.rollout.policy = swarm_operator::api::crd::RolloutPolicy::Acknowledge;
     view.config_map = Some(
         serde_json::from_value(json!({
             "metadata": {

@@ -11,13 +11,14 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
 use super::{WatchedWorkload, WorkloadSnapshot, in_namespace};
-use crate::cache_health::Cache;
+use crate::api::crd::SwarmPool;
+use crate::controller::changes;
 use crate::controller::triggers::{controller_of, pools_for_owner, pools_of_kind};
 use crate::controller::watches::{WatchScope, changes_only, workload_triggers};
-use crate::controller::{changes, trim};
-use crate::crd::SwarmPool;
-use crate::pod_summary::PodSummary;
+use crate::runtime::cache_health::Cache;
 use crate::state::cached::CachedPod;
+use crate::state::pod_summary::PodSummary;
+use crate::state::trim;
 use swarm_protocol::names::DEPLOYMENT_POD_LABEL;
 
 /// The caches of Deployments, of their ReplicaSets and of their pods.

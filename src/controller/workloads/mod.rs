@@ -14,11 +14,11 @@ use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::watches::WatchScope;
-use crate::crd::{SwarmPool, WorkloadKind};
+use crate::api::crd::{SwarmPool, WorkloadKind};
 use crate::planner::Observed;
 use crate::planner::validate::Workload;
-use crate::pod_summary::PodSummary;
 use crate::state::cached::CachedPod;
+use crate::state::pod_summary::PodSummary;
 use deployment::Deployments;
 use statefulset::StatefulSets;
 

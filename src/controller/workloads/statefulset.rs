@@ -12,13 +12,13 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use super::{WatchedWorkload, WorkloadSnapshot, in_namespace};
-use crate::cache_health::Cache;
+use crate::api::crd::SwarmPool;
 use crate::controller::triggers::pools_for_owner;
-use crate::controller::trim;
 use crate::controller::watches::{WatchScope, workload_triggers};
-use crate::crd::SwarmPool;
-use crate::pod_summary::PodSummary;
+use crate::runtime::cache_health::Cache;
 use crate::state::cached::CachedPod;
+use crate::state::pod_summary::PodSummary;
+use crate::state::trim;
 use swarm_protocol::names::STATEFULSET_POD_LABEL;
 
 /// Names in one set-based selector at most; beyond, every StatefulSet pod of the namespace is

@@ -9,9 +9,9 @@ use swarm_assign::Roster;
 
 use super::FailureReason;
 use super::workload::{Members, Workload, worker_pod};
-use crate::crd::WorkloadKind;
+use crate::api::crd::WorkloadKind;
 use crate::planner::Observed;
-use crate::rollout::{WorkerPod, Workers};
+use crate::planner::rollout::{WorkerPod, Workers};
 use crate::state::cached::CachedPod;
 use crate::state::config_map;
 

@@ -5,9 +5,9 @@ use swarm_assign::Roster;
 
 use super::FailureReason;
 use super::workload::{Members, Workload, worker_pod};
-use crate::crd::{SwarmPoolStatus, WorkloadKind};
+use crate::api::crd::{SwarmPoolStatus, WorkloadKind};
 use crate::planner::Observed;
-use crate::rollout::Workers;
+use crate::planner::rollout::Workers;
 
 impl Workload for StatefulSet {
     const KIND: WorkloadKind = WorkloadKind::StatefulSet;

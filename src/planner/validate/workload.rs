@@ -10,9 +10,9 @@ use kube::core::{Selector, SelectorExt};
 use swarm_assign::{Rebound, Roster};
 
 use super::{Failure, FailureReason, selects};
-use crate::crd::{SwarmPool, SwarmPoolStatus, WorkloadKind};
+use crate::api::crd::{SwarmPool, SwarmPoolStatus, WorkloadKind};
 use crate::planner::Observed;
-use crate::rollout::{WorkerPod, Workers};
+use crate::planner::rollout::{WorkerPod, Workers};
 use crate::state::cached::CachedPod;
 
 /// One kind of workload (a StatefulSet, a Deployment) as the planner matches a pool to it.

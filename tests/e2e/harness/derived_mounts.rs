@@ -15,7 +15,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
-use swarm_operator::relisting_watch::relisting_watcher;
+use swarm_operator::controller::relisting_watch::relisting_watcher;
 
 use super::sim_inspect::{MountedConfigMap, PodMounts};
 use super::worker_config::WorkerConfig;

@@ -12,12 +12,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, MicroTime, ObjectMeta, OwnerReference, Time,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use swarm_operator::controller::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_operator::state::config_map::pool_config;
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_protocol::config::CONFIG_KEY;
 use swarm_protocol::config::WorkerConfig;
 use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
+use swarm_protocol::names::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_protocol::slices::slice_name;
 
 use super::process::{self, LEASE_SECONDS, Process};

@@ -7,17 +7,18 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use swarm_operator::api::crd::SwarmPool;
 use swarm_operator::controller::lease_clock::{ClockReading, LeaseClock};
-use swarm_operator::crd::SwarmPool;
 use swarm_operator::drive::memory::{MemoryCluster, MemoryError, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
-use swarm_operator::planner::{Observed, VERSION_ANNOTATION};
-use swarm_operator::pod_summary::PodSummary;
+use swarm_operator::planner::Observed;
 use swarm_operator::state::cached::CachedPod;
 use swarm_operator::state::lease::Acks;
 use swarm_operator::state::lease_summary::LeaseSummary;
+use swarm_operator::state::pod_summary::PodSummary;
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_protocol::names::ACKED_VERSION_ANNOTATION;
+use swarm_protocol::names::VERSION_ANNOTATION;
 
 use super::cluster::{Cluster, NS};
 use super::process;

@@ -9,9 +9,9 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::crd::SwarmPool;
-use crate::pod_summary::PodSummary;
+use crate::api::crd::SwarmPool;
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::pod_summary::PodSummary;
 use crate::state::slice_summary::SliceSummary;
 
 /// A pod as the planner reads it: identity, controlling owner, creation and deletion (its

@@ -526,7 +526,7 @@ mod tests {
         );
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register_collector(Box::new(health));
-        let text = crate::metrics::encode(&registry);
+        let text = crate::runtime::metrics::encode(&registry);
         assert!(
             text.contains("swarm_operator_cache_stale{cache=\"statefulset-pods\"} 1"),
             "{text}"
