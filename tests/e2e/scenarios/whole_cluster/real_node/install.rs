@@ -55,8 +55,7 @@ async fn deploy_runs_two_restricted_replicas_on_a_real_node_whose_leader_balance
     replicas::assert_containers_run(&cluster, &pods).await;
     let leader = replicas::wait_one_leader(&env, &namespace, &pods).await;
     for pod in &pods {
-        let (status, body) = replicas::get(pod, "/readyz").await;
-        assert_eq!(status, 200, "/readyz of {}: {body}", name(pod));
+        replicas::wait_readyz(pod).await;
         replicas::json_log(&env, &namespace, &name(pod)).await;
         replicas::metrics(pod).await;
     }

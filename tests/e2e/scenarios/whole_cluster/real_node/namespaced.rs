@@ -58,8 +58,7 @@ async fn the_namespaced_overlay_runs_on_a_real_node_and_balances_a_pool_of_its_n
     );
     let leader = replicas::wait_one_leader(&env, &namespace, &pods).await;
     for pod in &pods {
-        let (status, body) = replicas::get(pod, "/readyz").await;
-        assert_eq!(status, 200, "/readyz of {}: {body}", name(pod));
+        replicas::wait_readyz(pod).await;
     }
 
     // The namespace is the install's: applying examples/namespace.yaml over it would take its

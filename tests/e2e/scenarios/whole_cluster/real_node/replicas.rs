@@ -254,6 +254,23 @@ pub(super) async fn get(pod: &Pod, path: &str) -> (u16, String) {
     (status, response.text().await.unwrap_or_default())
 }
 
+/// Waits until the pod's `/readyz` answers 200. A standby replica answers 200 at once; one that
+/// has just won the lease answers 503 until its caches have synced (a second or so), which the
+/// kubelet's 5 s probe may not have seen yet when the leader is first found.
+pub(super) async fn wait_readyz(pod: &Pod) {
+    eventually_within(
+        &format!("/readyz of {} to answer 200", name(pod)),
+        Duration::from_secs(30),
+        || async {
+            match get(pod, "/readyz").await {
+                (200, _) => Ok(()),
+                (status, body) => Err(format!("{status}: {body}")),
+            }
+        },
+    )
+    .await;
+}
+
 /// The pod's `/metrics`, checked: promtool accepts it, every sample is a series and a number,
 /// and the operator's own families are there. Returns the samples by series.
 pub(super) async fn metrics(pod: &Pod) -> BTreeMap<String, f64> {
