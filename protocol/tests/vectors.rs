@@ -221,3 +221,41 @@ fn the_fence_margin_and_limit() {
         );
     }
 }
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Timing {
+    default_duration_seconds: u64,
+    cases: Vec<TimingCase>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TimingCase {
+    duration_seconds: u64,
+    renew_every_seconds: f64,
+    limit_seconds: u64,
+}
+
+#[test]
+fn the_default_lease_timing() {
+    let timing: Timing = vectors("timing.json");
+    assert_eq!(
+        fence::DEFAULT_DURATION,
+        Duration::from_secs(timing.default_duration_seconds)
+    );
+    for case in timing.cases {
+        let duration = Duration::from_secs(case.duration_seconds);
+        assert_eq!(
+            fence::renew_interval(duration),
+            Duration::from_secs_f64(case.renew_every_seconds),
+            "duration {duration:?}"
+        );
+        let limit = fence::limit(duration, fence::default_margin(duration));
+        assert_eq!(limit, Duration::from_secs(case.limit_seconds));
+        assert!(
+            fence::renew_interval(duration) < limit,
+            "a renewal fits before the fence at {duration:?}"
+        );
+    }
+}
