@@ -22,7 +22,7 @@
 //! A cell with the suffix `:ack` (`10x10x50:ack`) creates its pools under `rollout.policy:
 //! Acknowledge`, and this process runs the load driver of `driver.rs`: a `swarm-worker` Worker
 //! per worker pod, started once the pod is Ready, all sharing one client, with the library's
-//! Lease duration unless `SWARM_BENCH_LEASE_SECONDS` sets one. Nothing restarts: step 2 waits
+//! Lease duration (40 s, renewed every 10 s) unless `SWARM_BENCH_LEASE_SECONDS` sets one. Nothing restarts: step 2 waits
 //! for every worker's acknowledgement as well, and the cell also reports how long after the
 //! last worker pod was Ready every pool was Balanced, how many pods the operator deleted, and
 //! the load driver's requests (its Lease writes above all).
@@ -31,8 +31,11 @@
 //! delete with its time), instead of warnings in a scratch file.
 //!
 //! Requests come from the operator's own `swarm_operator_api_requests_total`; memory and CPU
-//! from `/proc`.
+//! from `/proc`. On a real control plane an `:ack` cell also reports, from the API server's own
+//! `/metrics`, its Lease updates, their latency (p50/p99) and its CPU, in the idle phase (every
+//! worker renewing, nothing changing) and over the whole cell.
 
+mod apiserver;
 mod cluster;
 mod driver;
 mod process;
@@ -162,6 +165,11 @@ struct AckMeasured {
     /// ConfigMap watch bytes the API server sent (all watchers, the operator's too) and the
     /// workers' own ConfigMaps written, in the scale phase and in the full rollout.
     watch_bytes: Option<(f64, usize, f64, usize)>,
+    /// The API server's Lease updates and CPU in the idle phase (steady state: every worker
+    /// renewing, nothing changing), and over the whole cell, with their wall times; `None` on
+    /// kube-sim.
+    api_idle: Option<(apiserver::Window, Duration)>,
+    api_cell: Option<(apiserver::Window, Duration)>,
     /// The load driver's requests per phase.
     first_rollout: Requests,
     idle: Requests,
@@ -265,6 +273,8 @@ async fn run_cell(
         eprintln!("  {expected} workers running in the load driver");
     }
     let driver_started = driver.as_ref().map(LoadDriver::requests);
+    let api_started = apiserver::sample(&cluster.client).await;
+    let began_cell = Instant::now();
 
     let kept_log = std::env::var_os("SWARM_BENCH_OPERATOR_LOG").map(PathBuf::from);
     let (log, level) = match kept_log {
@@ -302,6 +312,7 @@ async fn run_cell(
     let converge = began.elapsed();
     let first_configs = first_configs.await.expect("first config watch");
     let converged_at = Instant::now();
+    let api_converged = apiserver::sample(&cluster.client).await;
     let driver_converged = driver.as_ref().map(LoadDriver::requests);
     let last_running = driver.as_ref().and_then(LoadDriver::last_start);
     let cpu_first_rollout = operator.cpu_seconds() - cpu_start;
@@ -310,7 +321,10 @@ async fn run_cell(
     eprintln!("  converged in {:.1} s", converge.as_secs_f64());
 
     // 2. Idle.
+    let idle_began = Instant::now();
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
+    let api_after_idle = apiserver::sample(&cluster.client).await;
+    let idle_took = idle_began.elapsed();
     let after_idle = operator.requests(&http).await;
     let driver_after_idle = driver.as_ref().map(LoadDriver::requests);
     let rss_idle = operator.rss_mib();
@@ -426,6 +440,7 @@ async fn run_cell(
         });
     }
 
+    let apiserver_at_end = apiserver::sample(&cluster.client).await;
     let ack = driver.map(|driver| {
         let last_running = last_running.expect("the load driver started every worker");
         let requests = |r: &Option<Requests>| r.clone().unwrap_or_default();
@@ -437,6 +452,14 @@ async fn run_cell(
             pod_deletes: after_rollout.since(&started).of("delete", "pods"),
             workers_started: driver.starts(),
             watch_bytes,
+            api_idle: match (&api_converged, &api_after_idle) {
+                (Some(before), Some(after)) => Some((after.since(before), idle_took)),
+                _ => None,
+            },
+            api_cell: match (&api_started, apiserver_at_end) {
+                (Some(before), Some(after)) => Some((after.since(before), began_cell.elapsed())),
+                _ => None,
+            },
             first_rollout: requests(&driver_converged).since(&requests(&driver_started)),
             idle: requests(&driver_after_idle).since(&requests(&driver_converged)),
             scale: requests(&driver_after_scale).since(&requests(&driver_after_idle)),
@@ -784,7 +807,7 @@ fn print_ack_detail(ack: &AckMeasured, idle_seconds: u64) {
         ack.pod_deletes,
         ack.workers_started,
         ack.lease_seconds
-            .map_or("duration the library's default (10 s)".to_owned(), |s| {
+            .map_or("duration the library's default (40 s)".to_owned(), |s| {
                 format!("duration {s} s (SWARM_BENCH_LEASE_SECONDS)")
             }),
     );
@@ -797,6 +820,11 @@ fn print_ack_detail(ack: &AckMeasured, idle_seconds: u64) {
             rollout / 1024.0 / rollout_written.max(1) as f64,
         ),
         None => println!("  ConfigMap watch bytes: the control plane serves no metrics"),
+    }
+    for (what, window) in [("idle", &ack.api_idle), ("whole cell", &ack.api_cell)] {
+        if let Some((window, took)) = window {
+            println!("  {}", window.describe(what, took.as_secs_f64()));
+        }
     }
     println!(
         "  load driver Lease writes: first rollout {}, idle {} ({:.1}/s), scale {}, full rollout {}",

@@ -20,9 +20,10 @@ succeeds and a fresh GET answers; a worker that cannot reach the API runs nothin
 
 Environment: POD_NAME, POD_NAMESPACE, POD_UID, SWARM_POOL, SWARM_CONFIG_MAP (required; the
 pool's ConfigMap, whose name this worker's own ConfigMap name starts with);
-SWARM_LEASE_DURATION_SECONDS (default 10), SWARM_FENCE_MARGIN_SECONDS (default
-max(2, duration / 5), at most half the duration), SWARM_TERMINATION_SECONDS (default 25),
-SWARM_WORKER_REPORT (optional), KUBECONFIG when run outside a cluster.
+SWARM_LEASE_DURATION_SECONDS (default 40, renewed every quarter of it: one Lease write per 10 s
+when nothing changes; an acknowledgement is written at once), SWARM_FENCE_MARGIN_SECONDS
+(default max(2, duration / 5), at most half the duration), SWARM_TERMINATION_SECONDS (default
+25), SWARM_WORKER_REPORT (optional), KUBECONFIG when run outside a cluster.
 """
 
 import copy
@@ -99,6 +100,40 @@ def parse_config(text, pod_name):
     entry = workloads.get(pod_name) if isinstance(workloads, dict) else None
     jobs = entry.get("jobs") if isinstance(entry, dict) else None
     return document["version"], [str(job) for job in jobs or []]
+
+
+# The Lease duration unless SWARM_LEASE_DURATION_SECONDS says otherwise: a node's heartbeat.
+DEFAULT_LEASE_SECONDS = 40
+DEFAULT_TERMINATION_SECONDS = 25
+
+
+def renew_interval(duration):
+    """How often the Lease is renewed when nothing changes: a quarter of its duration, so that a
+    failed renewal is retried twice more before the fence."""
+    return duration / 4
+
+
+def timing_from_env(environ):
+    """(lease seconds, fence margin, termination seconds) from the environment, or ValueError
+    naming the variable that holds no usable number."""
+    def seconds(name, default, whole):
+        value = (environ.get(name) or "").strip()
+        if not value:
+            return default
+        try:
+            number = int(value) if whole else float(value)
+        except ValueError:
+            number = None
+        if number is None or number != number or number <= 0 or number == float("inf"):
+            expected = ("a whole number of seconds, at least 1" if whole
+                        else "a positive number of seconds")
+            raise ValueError(f"{name} is {value!r}: expected {expected}")
+        return number
+
+    lease = seconds("SWARM_LEASE_DURATION_SECONDS", DEFAULT_LEASE_SECONDS, True)
+    margin = seconds("SWARM_FENCE_MARGIN_SECONDS", default_margin(lease), False)
+    termination = seconds("SWARM_TERMINATION_SECONDS", DEFAULT_TERMINATION_SECONDS, False)
+    return lease, margin, termination
 
 
 def default_margin(duration):
@@ -298,13 +333,13 @@ class LeaseWriter:
             return self._write()
 
     def renew_forever(self):
-        """Writes the Lease at once and then four times per duration, sooner after a failure;
-        an acknowledgement that failed is written again here."""
+        """Writes the Lease at once and then every quarter of its duration, sooner after a
+        failure; an acknowledgement that failed is written again here."""
         while True:
             with self._lock:
                 written = self._write()
-            quarter = self.duration_seconds / 4
-            time.sleep(quarter if written else min(quarter, RETRY_SECONDS))
+            every = renew_interval(self.duration_seconds)
+            time.sleep(every if written else min(every, RETRY_SECONDS))
 
     def _write(self):
         for _ in range(5):
@@ -651,9 +686,10 @@ def main():
     if missing:
         sys.exit(f"swarm_worker: missing environment variables: {', '.join(missing)}")
     env = {name: os.environ[name] for name in names}
-    lease_seconds = int(os.environ.get("SWARM_LEASE_DURATION_SECONDS", "10"))
-    margin = float(os.environ.get("SWARM_FENCE_MARGIN_SECONDS") or default_margin(lease_seconds))
-    grace_seconds = float(os.environ.get("SWARM_TERMINATION_SECONDS", "25"))
+    try:
+        lease_seconds, margin, grace_seconds = timing_from_env(os.environ)
+    except ValueError as error:
+        sys.exit(f"swarm_worker: {error}")
 
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()

@@ -65,6 +65,16 @@ class ProtocolVectorsTest(unittest.TestCase):
             self.assertEqual(margin, case["expectMarginSeconds"])
             self.assertEqual(sw.fence_limit(duration, margin), case["expectLimitSeconds"])
 
+    def test_timing(self):
+        timing = vectors("timing.json")
+        self.assertEqual(sw.DEFAULT_LEASE_SECONDS, timing["defaultDurationSeconds"])
+        self.assertEqual(sw.timing_from_env({})[0], timing["defaultDurationSeconds"])
+        for case in timing["cases"]:
+            duration = case["durationSeconds"]
+            self.assertEqual(sw.renew_interval(duration), case["renewEverySeconds"])
+            limit = sw.fence_limit(duration, sw.default_margin(duration))
+            self.assertEqual(limit, case["limitSeconds"])
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -497,6 +497,36 @@ class FenceTest(unittest.TestCase):
         self.assertFalse(self.fence.is_live())
 
 
+class TimingTest(unittest.TestCase):
+    """The Lease timing read from the environment: defaults, overrides, and clear refusals."""
+
+    def setUp(self):
+        sys.path.insert(0, HERE)
+        import swarm_worker  # noqa: PLC0415 - needs the path above
+        self.sw = swarm_worker
+
+    def test_defaults_are_a_forty_second_lease_renewed_every_ten(self):
+        lease, margin, termination = self.sw.timing_from_env({})
+        self.assertEqual((lease, margin, termination), (40, 8.0, 25))
+        self.assertEqual(self.sw.renew_interval(lease), 10)
+
+    def test_a_pool_sets_a_shorter_lease_and_the_margin_follows(self):
+        env = {"SWARM_LEASE_DURATION_SECONDS": "10", "SWARM_TERMINATION_SECONDS": "12.5"}
+        self.assertEqual(self.sw.timing_from_env(env), (10, 2.0, 12.5))
+        env["SWARM_FENCE_MARGIN_SECONDS"] = "3"
+        self.assertEqual(self.sw.timing_from_env(env)[1], 3.0)
+
+    def test_a_value_that_is_no_number_names_the_variable(self):
+        for name, value in [("SWARM_LEASE_DURATION_SECONDS", "40s"),
+                            ("SWARM_LEASE_DURATION_SECONDS", "0"),
+                            ("SWARM_LEASE_DURATION_SECONDS", "2.5"),
+                            ("SWARM_FENCE_MARGIN_SECONDS", "-1"),
+                            ("SWARM_TERMINATION_SECONDS", "nan")]:
+            with self.subTest(name=name, value=value):
+                with self.assertRaisesRegex(ValueError, f"{name} is '{value}': expected"):
+                    self.sw.timing_from_env({name: value})
+
+
 class WorkerStartTest(unittest.TestCase):
     """A new worker's start, with the Lease writer and the ConfigMap read faked."""
 

@@ -1,6 +1,7 @@
 //! Keeps the worker's Lease, built by [`swarm_protocol::lease::renewed`]: `keep` writes it whenever
-//! the acknowledged version changes and at least four times per lease duration, and reports
-//! when each successful write was sent, for the fence.
+//! the acknowledged version changes and otherwise every quarter of its duration
+//! ([`swarm_protocol::fence::renew_interval`]: one write per 10 s with the default 40 s), and
+//! reports when each successful write was sent, for the fence.
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
+use swarm_protocol::fence;
 use swarm_protocol::lease::{Holder, renewed};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -26,8 +28,9 @@ pub(crate) struct Written {
 }
 
 /// Writes the Lease until `acked`'s sender is dropped: at once, whenever `acked` changes, and
-/// every quarter of `duration`, each write given up after `timeout` (the fence limit). Each
-/// success is published on `written`; `start` counts as the first.
+/// every quarter of `duration` after the last success (sooner after a failure), each write given
+/// up after `timeout` (the fence limit). Each success is published on `written`; `start` counts
+/// as the first.
 pub(crate) async fn keep(
     api: Api<Lease>,
     holder: Holder,
@@ -37,8 +40,8 @@ pub(crate) async fn keep(
     mut acked: watch::Receiver<Option<u64>>,
     written: watch::Sender<Option<Written>>,
 ) {
-    // A quarter, not a third: a renewal that takes a while still lands within a third.
-    let renew_every = duration / 4;
+    // A quarter: a renewal that fails is retried twice more before the fence.
+    let renew_every = fence::renew_interval(duration);
     let mut current: Option<Lease> = None;
     let (mut last, mut streak) = (start, start);
     loop {

@@ -41,6 +41,16 @@ pub enum Error {
         /// The environment variable.
         name: &'static str,
     },
+    /// A setting's environment variable does not hold what it must.
+    #[error("{name} is {value:?}: {expected}")]
+    InvalidSetting {
+        /// The environment variable.
+        name: &'static str,
+        /// What it holds.
+        value: String,
+        /// What it must hold.
+        expected: &'static str,
+    },
     /// No Kubernetes client configuration was found.
     #[error("cannot configure a Kubernetes client (in-cluster or kubeconfig): {0}")]
     Client(#[source] kube::Error),

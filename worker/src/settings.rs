@@ -7,8 +7,9 @@ use swarm_protocol::fence;
 
 use crate::Error;
 
-/// The Lease duration when none is set: the operator sees a stopped worker within it.
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(10);
+/// The Lease duration when none is set ([`fence::DEFAULT_DURATION`], 40 s): the operator hands
+/// a stopped worker's jobs to others within it and the pool's grace.
+pub const DEFAULT_LEASE_DURATION: Duration = fence::DEFAULT_DURATION;
 /// How long a terminating worker waits for a version it may acknowledge: within Kubernetes'
 /// default grace period of 30 s, with room to exit.
 pub const DEFAULT_TERMINATION_DEADLINE: Duration = Duration::from_secs(25);
@@ -29,13 +30,16 @@ pub struct Settings {
     pub config_map: String,
     /// `SWARM_WORKER_REPORT`: the report file, if any.
     pub report: Option<PathBuf>,
-    /// The Lease's `leaseDurationSeconds`; it is renewed four times per duration.
+    /// `SWARM_LEASE_DURATION_SECONDS`: the Lease's `leaseDurationSeconds`, renewed every
+    /// quarter of it ([`fence::renew_interval`]) and at once on each acknowledgement.
     pub lease_duration: Duration,
-    /// How long before its Lease could look expired the worker fences itself (stops every
-    /// job); by default [`swarm_protocol::fence::default_margin`], at most half the duration.
+    /// `SWARM_FENCE_MARGIN_SECONDS`: how long before its Lease could look expired the worker
+    /// fences itself (stops every job); by default [`swarm_protocol::fence::default_margin`],
+    /// at most half the duration.
     pub fence_margin: Duration,
-    /// How long after SIGTERM the worker waits to acknowledge a version without jobs before it
-    /// exits anyway; keep it below the pod's `terminationGracePeriodSeconds`.
+    /// `SWARM_TERMINATION_SECONDS`: how long after SIGTERM the worker waits to acknowledge a
+    /// version without jobs before it exits anyway; keep it below the pod's
+    /// `terminationGracePeriodSeconds`.
     pub termination_deadline: Duration,
 }
 
@@ -51,6 +55,11 @@ impl Settings {
     pub fn fence_after(&self) -> Duration {
         fence::limit(self.lease_duration, self.fence_margin)
     }
+
+    /// How often the Lease is renewed when no acknowledgement is due.
+    pub fn renew_every(&self) -> Duration {
+        fence::renew_interval(self.lease_duration)
+    }
 }
 
 /// Settings as read from the environment, each possibly missing until the builder fills it.
@@ -65,12 +74,46 @@ pub(crate) struct PartialSettings {
     pub(crate) lease_duration: Option<Duration>,
     pub(crate) fence_margin: Option<Duration>,
     pub(crate) termination_deadline: Option<Duration>,
+    /// Variables that hold no usable value, reported unless the builder sets their setting.
+    pub(crate) invalid: Vec<Invalid>,
 }
+
+/// An environment variable that does not hold what it must.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Invalid {
+    name: &'static str,
+    value: String,
+    expected: &'static str,
+}
+
+const LEASE_DURATION_VAR: &str = "SWARM_LEASE_DURATION_SECONDS";
+const FENCE_MARGIN_VAR: &str = "SWARM_FENCE_MARGIN_SECONDS";
+const TERMINATION_VAR: &str = "SWARM_TERMINATION_SECONDS";
 
 impl PartialSettings {
     /// Reads the protocol's variables through `var`; empty values count as unset.
     pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
-        let var = |name: &str| var(name).filter(|value| !value.is_empty());
+        let var = |name: &str| var(name).filter(|value| !value.trim().is_empty());
+        let mut invalid = Vec::new();
+        let mut seconds = |name: &'static str, whole: bool| {
+            let value = var(name)?;
+            let parsed = parse_seconds(&value, whole);
+            if parsed.is_none() {
+                invalid.push(Invalid {
+                    name,
+                    value,
+                    expected: if whole {
+                        "expected a whole number of seconds, at least 1 (unset: 40)"
+                    } else {
+                        "expected a positive number of seconds"
+                    },
+                });
+            }
+            parsed
+        };
+        let lease_duration = seconds(LEASE_DURATION_VAR, true);
+        let fence_margin = seconds(FENCE_MARGIN_VAR, false);
+        let termination_deadline = seconds(TERMINATION_VAR, false);
         Self {
             pod_name: var("POD_NAME"),
             namespace: var("POD_NAMESPACE"),
@@ -78,15 +121,30 @@ impl PartialSettings {
             pool: var("SWARM_POOL"),
             config_map: var("SWARM_CONFIG_MAP"),
             report: var("SWARM_WORKER_REPORT").map(PathBuf::from),
-            lease_duration: None,
-            fence_margin: None,
-            termination_deadline: None,
+            lease_duration,
+            fence_margin,
+            termination_deadline,
+            invalid,
         }
     }
 
     /// The complete settings, or the first missing variable.
     pub(crate) fn complete(self) -> Result<Settings, Error> {
         let missing = |name: &'static str| Error::MissingSetting { name };
+        // A variable whose setting the builder gave after all is not in the way.
+        let overridden = |name: &str| match name {
+            LEASE_DURATION_VAR => self.lease_duration.is_some(),
+            FENCE_MARGIN_VAR => self.fence_margin.is_some(),
+            TERMINATION_VAR => self.termination_deadline.is_some(),
+            _ => false,
+        };
+        if let Some(bad) = self.invalid.iter().find(|bad| !overridden(bad.name)) {
+            return Err(Error::InvalidSetting {
+                name: bad.name,
+                value: bad.value.clone(),
+                expected: bad.expected,
+            });
+        }
         let pool = self.pool.ok_or(missing("SWARM_POOL"))?;
         let lease_duration = self.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION);
         Ok(Settings {
@@ -105,6 +163,24 @@ impl PartialSettings {
                 .unwrap_or(DEFAULT_TERMINATION_DEADLINE),
         })
     }
+}
+
+/// A number of seconds as the pod's environment gives it: whole (and at least 1) or not,
+/// positive either way.
+fn parse_seconds(value: &str, whole: bool) -> Option<Duration> {
+    let value = value.trim();
+    if whole {
+        return value
+            .parse::<u64>()
+            .ok()
+            .filter(|s| *s >= 1)
+            .map(Duration::from_secs);
+    }
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
 }
 
 #[cfg(test)]
@@ -134,9 +210,67 @@ mod tests {
         assert_eq!(settings.config_map, "pool-config");
         assert_eq!(settings.own_config_map(), "pool-config.w-0");
         assert_eq!(settings.report, None);
+        assert_eq!(settings.lease_duration, Duration::from_secs(40));
+        assert_eq!(settings.fence_margin, Duration::from_secs(8));
+        assert_eq!(settings.fence_after(), Duration::from_secs(32));
+        assert_eq!(settings.renew_every(), Duration::from_secs(10));
+        assert_eq!(settings.termination_deadline, Duration::from_secs(25));
+    }
+
+    const POD: [(&str, &str); 4] = [
+        ("POD_NAME", "w-0"),
+        ("POD_NAMESPACE", "ns"),
+        ("POD_UID", "u-1"),
+        ("SWARM_POOL", "pool"),
+    ];
+
+    #[test]
+    fn the_lease_timing_comes_from_the_pod_environment() {
+        let mut pairs = POD.to_vec();
+        pairs.extend([
+            ("SWARM_LEASE_DURATION_SECONDS", "10"),
+            ("SWARM_TERMINATION_SECONDS", "12.5"),
+        ]);
+        let settings = vars(&pairs).complete().unwrap();
         assert_eq!(settings.lease_duration, Duration::from_secs(10));
         assert_eq!(settings.fence_margin, Duration::from_secs(2));
-        assert_eq!(settings.fence_after(), Duration::from_secs(8));
+        assert_eq!(settings.renew_every(), Duration::from_millis(2500));
+        assert_eq!(settings.termination_deadline, Duration::from_millis(12500));
+        pairs.push(("SWARM_FENCE_MARGIN_SECONDS", "3"));
+        let settings = vars(&pairs).complete().unwrap();
+        assert_eq!(settings.fence_after(), Duration::from_secs(7));
+    }
+
+    #[test]
+    fn a_timing_variable_that_is_no_number_is_named_with_what_it_must_hold() {
+        for (name, value) in [
+            ("SWARM_LEASE_DURATION_SECONDS", "40s"),
+            ("SWARM_LEASE_DURATION_SECONDS", "0"),
+            ("SWARM_LEASE_DURATION_SECONDS", "2.5"),
+            ("SWARM_FENCE_MARGIN_SECONDS", "-1"),
+            ("SWARM_TERMINATION_SECONDS", "soon"),
+        ] {
+            let mut pairs = POD.to_vec();
+            pairs.push((name, value));
+            let error = vars(&pairs).complete().unwrap_err();
+            assert!(
+                matches!(&error, Error::InvalidSetting { name: n, value: v, .. } if n == &name && v == value),
+                "{name}={value}: {error}"
+            );
+            assert!(error.to_string().contains("expected"), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_builder_overrides_a_bad_variable() {
+        let mut pairs = POD.to_vec();
+        pairs.push(("SWARM_LEASE_DURATION_SECONDS", "forty"));
+        let mut partial = vars(&pairs);
+        partial.lease_duration = Some(Duration::from_secs(20));
+        assert_eq!(
+            partial.complete().unwrap().lease_duration,
+            Duration::from_secs(20)
+        );
     }
 
     #[test]

@@ -112,21 +112,23 @@ impl WorkerBuilder {
         self
     }
 
-    /// Sets the Lease duration (default 10 s).
+    /// Sets the Lease duration (`SWARM_LEASE_DURATION_SECONDS`, default 40 s): it bounds how
+    /// long a stopped worker's jobs wait, and the Lease is renewed every quarter of it.
     pub fn lease_duration(mut self, duration: Duration) -> Self {
         self.settings.lease_duration = Some(duration);
         self
     }
 
-    /// Sets how long before its Lease could look expired the worker stops every job (default
-    /// `max(2 s, duration / 5)`, at most half the duration).
+    /// Sets how long before its Lease could look expired the worker stops every job
+    /// (`SWARM_FENCE_MARGIN_SECONDS`, default `max(2 s, duration / 5)`, at most half the
+    /// duration).
     pub fn fence_margin(mut self, margin: Duration) -> Self {
         self.settings.fence_margin = Some(margin);
         self
     }
 
     /// Sets how long a terminating worker waits to acknowledge a version without jobs
-    /// (default 25 s); keep it below the pod's grace period.
+    /// (`SWARM_TERMINATION_SECONDS`, default 25 s); keep it below the pod's grace period.
     pub fn termination_deadline(mut self, deadline: Duration) -> Self {
         self.settings.termination_deadline = Some(deadline);
         self

@@ -631,3 +631,62 @@ async fn a_worker_started_before_its_config_runs_it_as_soon_as_it_comes() {
     run.abort();
     sim.shutdown().await;
 }
+
+/// On the default timing (a 40 s Lease), a worker in steady state writes its Lease once per
+/// 10 s and no more, while a new version is still acknowledged at once, not at the next renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_default_timing_a_worker_renews_every_ten_seconds_and_acknowledges_at_once() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let uid = create_pod(&pods).await;
+    config_maps
+        .create(&PostParams::default(), &config(1, &["a"], &[]))
+        .await
+        .unwrap();
+    let app = Recorder::new();
+    let worker = WorkerBuilder::empty()
+        .pod_name(POD)
+        .namespace("default")
+        .pod_uid(&uid)
+        .pool("pool")
+        .config_map(CONFIG_MAP)
+        .client(client.clone())
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .unwrap();
+    let run = tokio::spawn(worker.run(app.clone()));
+    let acked = eventually("version 1 acknowledged", async || {
+        let lease = leases.get(POD).await.ok()?;
+        (acked_version(&lease) == Some(1)).then_some(lease)
+    })
+    .await;
+    assert_eq!(spec(&acked).lease_duration_seconds, Some(40));
+
+    // Steady state: the next renewal is 10 s after the acknowledgement, not sooner.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let idle = leases.get(POD).await.unwrap();
+    assert_eq!(
+        idle.metadata.resource_version, acked.metadata.resource_version,
+        "no Lease write within 4 s of the last one"
+    );
+
+    let written = tokio::time::Instant::now();
+    write_config(&config_maps, config(2, &["a", "b"], &[])).await;
+    let renewed = eventually("version 2 acknowledged", async || {
+        let lease = leases.get(POD).await.ok()?;
+        (acked_version(&lease) == Some(2)).then_some(lease)
+    })
+    .await;
+    assert!(
+        written.elapsed() < Duration::from_secs(5),
+        "acknowledged {:?} after the write: at the next renewal, not at once",
+        written.elapsed()
+    );
+    assert!(renew_time(&renewed) > renew_time(&acked));
+    run.abort();
+    sim.shutdown().await;
+}

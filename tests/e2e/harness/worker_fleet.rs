@@ -31,9 +31,6 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 /// How far behind the clock the watch reads the reports: a worker writes its line before it
 /// starts a job and after it stopped one, and a line older than this is surely on disk.
 const REPORT_LAG: Duration = Duration::from_millis(300);
-/// The Lease duration the workers take (the library's and the Python worker's default).
-const LEASE_SECONDS: &str = "10";
-
 /// Which program runs a pod's worker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Workers {
@@ -75,6 +72,8 @@ pub struct FleetSpec {
     pub kubeconfig: PathBuf,
     /// Where the reports and the workers' logs go.
     pub dir: PathBuf,
+    /// `SWARM_LEASE_DURATION_SECONDS`; `None`: the workers' default.
+    pub lease_seconds: Option<u64>,
 }
 
 /// One worker process, for one pod instance.
@@ -365,7 +364,6 @@ fn spawn(program: Program, pod: &str, uid: &str, spec: &FleetSpec, reports: &Rep
         .env("SWARM_CONFIG_MAP", &spec.config_map)
         // No mounted file: these workers must read their entry through the API.
         .env("SWARM_WORKER_REPORT", reports.path(uid))
-        .env("SWARM_LEASE_DURATION_SECONDS", LEASE_SECONDS)
         .env("KUBECONFIG", &spec.kubeconfig)
         .env("NO_COLOR", "1")
         .env("RUST_LOG", "info")
@@ -373,6 +371,9 @@ fn spawn(program: Program, pod: &str, uid: &str, spec: &FleetSpec, reports: &Rep
         .stdout(log.try_clone().expect("duplicate the log handle"))
         .stderr(log)
         .kill_on_drop(true);
+    if let Some(seconds) = spec.lease_seconds {
+        command.env("SWARM_LEASE_DURATION_SECONDS", seconds.to_string());
+    }
     let child = command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start the {program:?} worker of {pod}: {e}"));

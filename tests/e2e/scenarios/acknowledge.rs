@@ -18,6 +18,24 @@ use crate::harness::poll::eventually;
 use crate::harness::worker_fleet::Workers;
 use crate::harness::{Env, SimSpeed};
 
+/// The documented failover bound: a worker that stops renewing loses its jobs within its Lease
+/// duration and the pool's `leaseGraceSeconds` (default 2) after its last renewal, and the
+/// operator needs a live read and a write more (2 s here).
+pub(crate) fn failover_bound(lease: Duration) -> Duration {
+    let grace = u64::try_from(swarm_operator::api::crd::DEFAULT_LEASE_GRACE_SECONDS).unwrap();
+    lease + Duration::from_secs(grace + 2)
+}
+
+/// Asserts that the jobs of `worker` moved within [`failover_bound`] of the fault.
+pub(crate) fn assert_failover_within(worker: &str, moved: Duration, lease: Duration) {
+    let bound = failover_bound(lease);
+    assert!(
+        moved <= bound,
+        "{worker}'s jobs moved {:.1} s after the fault, over the bound of {bound:?} (a {lease:?} Lease)",
+        moved.as_secs_f64()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledging_workers_take_a_scale_up_and_down_without_a_restart() {
     let mut env = Env::start_with("acknowledge-scale", SimSpeed::SLOW).await;
@@ -132,8 +150,9 @@ async fn a_worker_that_never_acknowledges_has_its_pod_deleted_after_the_timeout(
 }
 
 /// A worker process SIGKILLed while its pod stays Running (as if it hung, or the kubelet had not
-/// restarted it yet): once its Lease expires (10 s + the 2 s grace, on the operator's clock) its
-/// jobs run on the other workers, without a pod deleted and without running twice.
+/// restarted it yet), on the workers' default timing: once its Lease expires (40 s + the 2 s
+/// grace, on the operator's clock) its jobs run on the other workers, within the documented
+/// bound, without a pod deleted and without running twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() {
     let mut env = Env::start_with("acknowledge-crash", SimSpeed::FAST).await;
@@ -162,12 +181,23 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() 
     tokio::time::sleep(Duration::from_millis(600)).await;
     let stats = env.handoff_stats();
     eprintln!(
-        "acknowledge-crash: {crashed}'s jobs moved {:.1} s after the kill; the longest a job ran nowhere: {:.1} s ({}); {:.1} unheld job-seconds, {:.2} duplicate",
+        "acknowledge-crash: {crashed}'s jobs moved {:.1} s after the kill (bound {:?}); the longest a job ran nowhere: {:.1} s ({}); {:.1} unheld job-seconds, {:.2} duplicate",
         moved_after.as_secs_f64(),
+        failover_bound(swarm_protocol::fence::DEFAULT_DURATION),
         stats.longest_unheld_seconds,
         stats.longest_unheld_job,
         stats.unheld_job_seconds - stats_before.unheld_job_seconds,
         stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+    );
+    assert_failover_within(
+        &crashed,
+        moved_after,
+        swarm_protocol::fence::DEFAULT_DURATION,
+    );
+    assert_eq!(
+        stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+        0.0,
+        "{crashed}'s jobs ran twice"
     );
     assert_eq!(
         after.pods[&crashed].uid, before.pods[&crashed].uid,
@@ -191,13 +221,16 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() 
     env.assert_exclusive();
 }
 
-/// A worker cut off for three Lease durations (its process frozen with SIGSTOP, as in a network
-/// partition or a long pause): its jobs move once its Lease expires; once continued it fences
-/// itself, works on none of them again (its jobs check their permit), renews, and is a member
-/// again.
+/// A worker cut off past its Lease (its process frozen with SIGSTOP, as in a network partition
+/// or a long pause), in a pool whose workers take a 10 s Lease (`SWARM_LEASE_DURATION_SECONDS`,
+/// the per-pool setting for a faster failover): its jobs move within that Lease's bound; once
+/// continued it fences itself, works on none of them again (its jobs check their permit),
+/// renews, and is a member again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
     let mut env = Env::start_with("acknowledge-partition", SimSpeed::FAST).await;
+    let lease = Duration::from_secs(10);
+    env.worker_lease_seconds = Some(lease.as_secs());
     install_acknowledging(&mut env, Workers::Rust, None).await;
     scale(&env, 3).await;
     let before = settle(&env, 3).await;
@@ -219,7 +252,9 @@ async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
     })
     .await;
     let moved_after = stopped.elapsed();
-    tokio::time::sleep(Duration::from_secs(30).saturating_sub(stopped.elapsed())).await;
+    assert_failover_within(&paused, moved_after, lease);
+    // Paused for three of its Leases in all.
+    tokio::time::sleep((lease * 3).saturating_sub(stopped.elapsed())).await;
     let resumed_at = k8s_openapi::jiff::Timestamp::now();
     env.fleet().signal(&paused, "CONT");
 
