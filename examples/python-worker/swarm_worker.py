@@ -31,6 +31,7 @@ import datetime
 import json
 import logging
 import os
+import random
 import signal
 import sys
 import threading
@@ -111,6 +112,14 @@ def renew_interval(duration):
     """How often the Lease is renewed when nothing changes: a quarter of its duration, so that a
     failed renewal is retried twice more before the fence."""
     return duration / 4
+
+
+def retry_delay(failures, ceiling, draw=random.random):
+    """The wait after the `failures`-th failed Lease write in a row: 1 s doubling up to the
+    renewal interval, drawn from its upper half, so that workers that lost the API server
+    together come back spread out and no faster than they renew."""
+    delay = min(RETRY_SECONDS * 2 ** min(failures - 1, 16), ceiling)
+    return delay / 2 + delay * draw() / 2
 
 
 def timing_from_env(environ):
@@ -335,11 +344,13 @@ class LeaseWriter:
     def renew_forever(self):
         """Writes the Lease at once and then every quarter of its duration, sooner after a
         failure; an acknowledgement that failed is written again here."""
+        failures = 0
         while True:
             with self._lock:
                 written = self._write()
             every = renew_interval(self.duration_seconds)
-            time.sleep(every if written else min(every, RETRY_SECONDS))
+            failures = 0 if written else failures + 1
+            time.sleep(every if written else retry_delay(failures, every))
 
     def _write(self):
         for _ in range(5):

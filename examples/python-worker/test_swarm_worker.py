@@ -516,6 +516,13 @@ class TimingTest(unittest.TestCase):
         env["SWARM_FENCE_MARGIN_SECONDS"] = "3"
         self.assertEqual(self.sw.timing_from_env(env)[1], 3.0)
 
+    def test_failed_writes_back_off_from_a_second_to_the_renewal_interval(self):
+        uppers = [1, 2, 4, 8, 10, 10]
+        for failures, upper in enumerate(uppers, start=1):
+            self.assertEqual(self.sw.retry_delay(failures, 10, draw=lambda: 0.0), upper / 2)
+            self.assertEqual(self.sw.retry_delay(failures, 10, draw=lambda: 1.0), upper)
+        self.assertLessEqual(self.sw.retry_delay(5, 0.75), 0.75)
+
     def test_a_value_that_is_no_number_names_the_variable(self):
         for name, value in [("SWARM_LEASE_DURATION_SECONDS", "40s"),
                             ("SWARM_LEASE_DURATION_SECONDS", "0"),

@@ -43,6 +43,7 @@ pub(crate) async fn keep(
     // A quarter: a renewal that fails is retried twice more before the fence.
     let renew_every = fence::renew_interval(duration);
     let mut current: Option<Lease> = None;
+    let mut retry = Retry::default();
     let (mut last, mut streak) = (start, start);
     loop {
         let want = *acked.borrow_and_update();
@@ -53,6 +54,7 @@ pub(crate) async fn keep(
         };
         let wait = match result {
             Ok(sent) => {
+                retry = Retry::default();
                 if sent.saturating_duration_since(last) >= timeout {
                     streak = sent;
                 }
@@ -65,9 +67,12 @@ pub(crate) async fn keep(
                 renew_every
             }
             Err(error) => {
-                warn!(lease = %holder.pod, %error, "cannot write the worker Lease; retrying");
-                current = None;
-                renew_every.min(Duration::from_secs(1))
+                // The Lease read is kept: a write that timed out but landed makes the next one
+                // conflict, which reads it again; a re-read on every failure would double the
+                // requests of every worker at the moment the API server is slowest.
+                let wait = retry.next_delay(renew_every);
+                warn!(lease = %holder.pod, %error, retry_in = ?wait, "cannot write the worker Lease");
+                wait
             }
         };
         tokio::select! {
@@ -79,6 +84,33 @@ pub(crate) async fn keep(
             }
         }
     }
+}
+
+/// The delays between failed writes: 1 s doubling up to the renewal interval, each drawn at
+/// random from its upper half, so that thousands of workers that lost the API server at once
+/// come back spread out and no faster than they renew, instead of all every second.
+#[derive(Debug, Default)]
+struct Retry {
+    failures: u32,
+}
+
+impl Retry {
+    const FIRST: Duration = Duration::from_secs(1);
+
+    fn next_delay(&mut self, ceiling: Duration) -> Duration {
+        let doubled = Self::FIRST.saturating_mul(1 << self.failures.min(16));
+        self.failures = self.failures.saturating_add(1);
+        let delay = doubled.min(ceiling);
+        delay / 2 + delay.mul_f64(jitter() / 2.0)
+    }
+}
+
+/// A number in [0, 1) that differs between workers and between calls (no cryptography
+/// needed: only a spread).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, RandomState};
+    let bits = RandomState::new().hash_one(std::time::SystemTime::now());
+    (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// Why a Lease write failed.
@@ -120,14 +152,48 @@ async fn write(
                 *current = Some(stored);
                 return Ok(sent);
             }
-            // Someone else wrote it (or created it) since it was read: read it again.
+            // Someone else wrote it (or created or deleted it) since it was read, or a write
+            // that timed out landed after all: read it again.
             Err(kube::Error::Api(status))
-                if (status.is_conflict() || status.is_already_exists()) && attempt < ATTEMPTS =>
+                if (status.is_conflict() || status.is_already_exists() || status.code == 404)
+                    && attempt < ATTEMPTS =>
             {
                 debug!(lease = %holder.pod, "Lease changed since read; retrying");
                 *current = None;
             }
             Err(error) => return Err(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_from_a_second_to_the_renewal_interval_with_jitter() {
+        let ceiling = Duration::from_secs(10);
+        let mut retry = Retry::default();
+        let delays: Vec<Duration> = (0..8).map(|_| retry.next_delay(ceiling)).collect();
+        for (delay, upper) in delays.iter().zip([1, 2, 4, 8, 10, 10, 10, 10]) {
+            let upper = Duration::from_secs(upper);
+            assert!(
+                *delay >= upper / 2 && *delay <= upper,
+                "{delay:?} not in {:?}..={upper:?}: {delays:?}",
+                upper / 2
+            );
+        }
+        let spread: std::collections::BTreeSet<_> = (0..20)
+            .map(|_| Retry::default().next_delay(ceiling))
+            .collect();
+        assert!(spread.len() > 1, "no jitter: {spread:?}");
+    }
+
+    #[test]
+    fn a_short_lease_retries_within_its_renewal_interval() {
+        let mut retry = Retry::default();
+        for _ in 0..5 {
+            assert!(retry.next_delay(Duration::from_millis(500)) <= Duration::from_millis(500));
         }
     }
 }
