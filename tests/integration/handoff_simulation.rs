@@ -11,15 +11,16 @@
 //! - for a Deployment pool: rollout restarts, pods replaced under new names, and workers that
 //!   wait for their entry and read it again when the kubelet refreshes the mounted file;
 //! - under `rollout.policy: Acknowledge`: workers whose ConfigMap watch delivers late, that write
-//!   their Lease late, for a version older than the config's, or never (a 6 s ackTimeoutSeconds
-//!   then deletes their pod), and terminating workers that keep running what their entry still
-//!   lists;
-//! - under Lease faults: every worker process and the operator run on their own clock, each
-//!   drifting within 20% of real time; workers renew their Lease and fence themselves with the
-//!   worker library's own fence; processes are paused (SIGSTOP) and resumed, and cut off from
-//!   the API server and reconnected; the operator's Lease watch stalls without an error; time
-//!   passes in fractions of a second between steps, so expiries and fences interleave at any
-//!   point.
+//!   their Lease late, for a version older than the config's, or never (a 6 s ackTimeoutSeconds,
+//!   168 s under Lease faults, then deletes their pod), and terminating workers that keep
+//!   running what their entry still lists;
+//! - under Lease faults, with the default timings (a 40 s Lease, fenced 32 s after the worker
+//!   sent its last renewal, expired after 42 s on the operator's clock): every worker process
+//!   and the operator run on their own clock, each drifting within 10% of real time; workers
+//!   renew their Lease and fence themselves with the worker library's own fence; processes are
+//!   paused (SIGSTOP) and resumed, and cut off from the API server and reconnected; the
+//!   operator's Lease watch stalls without an error; up to 25 s pass between steps, to the
+//!   millisecond, so expiries and fences interleave at any point.
 //!
 //! After every step: under `Exclusive` no job runs on two live pod instances; the config version
 //! never goes down; no pod instance is deleted twice. Once the changes stop, the pool settles
@@ -57,6 +58,10 @@ use super::fixtures;
 const JOB_NAMES: usize = 8;
 /// Steps of fair scheduling (relist, reconcile, time) the pool gets to settle after the last
 /// change; each step lets at least one paced refresh happen and one grace period run down.
+/// Under Lease faults settling waits for no Lease to expire (42 s) and no acknowledgement to
+/// time out: every fault ends before it, and every worker renews, reads and acknowledges each
+/// step, so a fenced worker runs again within two steps. Over 2000 schedules per mode pools
+/// settle within 18 steps (15 under Lease faults); the bound leaves room for rarer schedules.
 const SETTLE_STEPS: usize = 80;
 
 /// One step of a schedule.
@@ -175,7 +180,7 @@ fn lease_fault_step(kind: Kind) -> impl Strategy<Value = Step> {
     };
     prop_oneof![
         12 => steps,
-        4 => (1..2500u64).prop_map(Step::Elapse),
+        4 => (1..25_000u64).prop_map(Step::Elapse),
         2 => (0..5usize).prop_map(Step::Pause),
         1 => (0..5usize).prop_map(Step::Resume),
         1 => (0..5usize).prop_map(Step::Partition),
@@ -356,6 +361,13 @@ struct Acknowledging {
 /// workers rarely acknowledge exercise the fallback deletes.
 const ACK_TIMEOUT_SECONDS: i64 = 6;
 
+/// `spec.rollout.ackTimeoutSeconds` under Lease faults: four times a Lease's expiry (168 s), so
+/// that a worker that stops acknowledging has its Lease expire long before its pod is deleted
+/// for it (with 24 s, ten times as many pods were deleted and fewer Leases expired), while
+/// schedules that run long still see the fallback deletes. Settling needs neither: every worker renews every step.
+const LEASE_FAULT_ACK_TIMEOUT_SECONDS: i64 =
+    4 * (process::LEASE_DURATION.as_secs() as i64 + process::LEASE_GRACE_SECONDS);
+
 /// [`run`] for a pool that starts with `qos` and gets the qos `edits` before the given steps.
 fn run_with_qos(
     schedule: &Schedule,
@@ -378,7 +390,7 @@ fn run_with_qos(
         // Under Lease faults, the pods of workers that fail to acknowledge are deleted less
         // often, so their Leases live long enough to expire.
         pool.spec.rollout.ack_timeout_seconds = if a.lease_faults {
-            4 * ACK_TIMEOUT_SECONDS
+            LEASE_FAULT_ACK_TIMEOUT_SECONDS
         } else {
             ACK_TIMEOUT_SECONDS
         };
@@ -827,15 +839,18 @@ fn acknowledged_handoff_holds_over_a_deployment_with_drifting_clocks_paused_work
 }
 
 /// The simulation has teeth for failover: workers that keep running their jobs past their
-/// Lease's expiry run moved jobs twice, and the simulation finds a schedule that shows it.
+/// Lease's expiry run moved jobs twice, and the simulation finds a schedule that shows it (the
+/// 507th of the default seed: it looks through at least 2000, whatever `SWARM_SIM_SCHEDULES`
+/// says; it stops at the first failure).
 #[test]
 fn the_simulation_catches_workers_that_do_not_fence_themselves() {
     let wrong = Acknowledging {
         unfenced: true,
         ..LEASE_FAULTS
     };
-    let failure = simulate_acknowledging(Kind::StatefulSet, Handoff::Exclusive, true, wrong)
-        .expect_err("unfenced workers run moved jobs twice");
+    let failure =
+        simulate_acknowledging_at_least(Kind::StatefulSet, Handoff::Exclusive, true, wrong, 2000)
+            .expect_err("unfenced workers run moved jobs twice");
     assert!(failure.contains("live pods"), "{failure}");
     eprintln!("{failure}");
 }
@@ -960,13 +975,22 @@ fn a_restarted_worker_process_runs_nothing_before_it_has_renewed_and_read_again(
         Reconcile(None),
         Pause(0),
     ]);
-    // w-0 is paused while w-1 keeps renewing; then w-0's container restarts.
+    // w-0 is paused for 36 s while w-1 keeps renewing every 9 s; then w-0's container restarts,
+    // before the operator can find its Lease expired (42 s on a clock within 10% of real time:
+    // no sooner than 38.2 s), and the operator reconciles every 5 s, finding it expired 46 s
+    // or 51 s after the pause.
     for _ in 0..4 {
-        steps.extend([Elapse(900), Ack(0b10), Relist]);
+        steps.extend([Elapse(9_000), Ack(0b10), Relist]);
     }
     steps.extend([RestartContainer(0), Resume(0)]);
     for _ in 0..3 {
-        steps.extend([Elapse(500), Ack(0b10), Relist, Reconcile(None), Sync(0b10)]);
+        steps.extend([
+            Elapse(5_000),
+            Ack(0b10),
+            Relist,
+            Reconcile(None),
+            Sync(0b10),
+        ]);
         steps.extend([
             Ack(0b10),
             Relist,

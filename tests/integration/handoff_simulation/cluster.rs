@@ -20,7 +20,7 @@ use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
 use swarm_protocol::names::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_protocol::slices::slice_name;
 
-use super::process::{self, LEASE_SECONDS, Process};
+use super::process::{self, LEASE_DURATION, Process};
 use crate::fixtures::{owner, ready_status};
 
 pub const NS: &str = "sim";
@@ -712,7 +712,7 @@ fn lease_object(pod: &str, record: &LeaseRecord, expiring: bool) -> Lease {
         },
         spec: Some(LeaseSpec {
             holder_identity: Some(record.holder.clone()),
-            lease_duration_seconds: expiring.then_some(LEASE_SECONDS as i32),
+            lease_duration_seconds: expiring.then_some(LEASE_DURATION.as_secs() as i32),
             renew_time: Some(MicroTime(renewed)),
             ..LeaseSpec::default()
         }),

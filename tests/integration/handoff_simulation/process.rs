@@ -4,21 +4,23 @@
 
 use std::sync::OnceLock;
 use std::time::Duration;
+use swarm_operator::api::crd::DEFAULT_LEASE_GRACE_SECONDS;
 use swarm_protocol::fence;
 
 use swarm_worker::fence::Fence;
 use tokio::time::Instant;
 
-/// The workers' `leaseDurationSeconds` under Lease faults: short, so that schedules of a few
-/// dozen steps see Leases expire.
-pub const LEASE_SECONDS: u64 = 4;
-/// `spec.rollout.leaseGraceSeconds` of the simulated pools under Lease faults.
-pub const LEASE_GRACE_SECONDS: i64 = 1;
+/// The workers' Lease duration under Lease faults: the worker library's default (40 s).
+pub const LEASE_DURATION: Duration = fence::DEFAULT_DURATION;
+/// `spec.rollout.leaseGraceSeconds` of the simulated pools under Lease faults: the default (2).
+pub const LEASE_GRACE_SECONDS: i64 = DEFAULT_LEASE_GRACE_SECONDS;
 /// Every clock (each worker process's, the operator's) runs at a rate within this many
 /// thousandths of real time. The protocol holds while
-/// `(duration - margin) / (1 - drift) < (duration + grace) / (1 + drift)`: here 2 s of the
-/// worker's clock against 5 s of the operator's, so up to 3/7.
-pub const DRIFT_PERMILLE: u64 = 200;
+/// `(duration - margin) / (1 - drift) < (duration + grace) / (1 + drift)`: with the defaults,
+/// 32 s of the worker's clock (40 s less a margin of 8) against 42 s of the operator's, so up
+/// to 10/74 (about 13.5%); here 10%, so the worker fences within 35.6 s of real time and the
+/// operator judges the Lease expired no sooner than 38.2 s.
+pub const DRIFT_PERMILLE: u64 = 100;
 
 /// A monotonic clock running at `rate` thousandths of real time, read at real millisecond
 /// `millis`: an instant of the process that owns it (only differences matter).
@@ -56,10 +58,9 @@ impl Process {
     /// A process started at real millisecond `millis` with a clock at `rate`.
     pub fn start(rate: u64, millis: u64) -> Process {
         let now = instant(rate, millis);
-        let duration = Duration::from_secs(LEASE_SECONDS);
         Process {
             rate,
-            fence: Fence::new(fence::limit(duration, fence::default_margin(duration)), now),
+            fence: Fence::new(limit(), now),
             paused: false,
             partitioned: false,
             last_renewal: now,
@@ -96,7 +97,7 @@ impl Process {
         current: Option<swarm_protocol::config::WorkerConfig>,
     ) -> bool {
         let now = self.now(millis);
-        if now.saturating_duration_since(self.last_renewal) >= self.limit() {
+        if now.saturating_duration_since(self.last_renewal) >= limit() {
             self.streak = now;
         }
         self.last_renewal = now;
@@ -106,9 +107,10 @@ impl Process {
         }
         renewal.newly_fenced
     }
+}
 
-    fn limit(&self) -> Duration {
-        let duration = Duration::from_secs(LEASE_SECONDS);
-        fence::limit(duration, fence::default_margin(duration))
-    }
+/// How long after its last successful Lease write a worker may run jobs, on its own clock:
+/// the Lease duration less the default margin, 32 s.
+fn limit() -> Duration {
+    fence::limit(LEASE_DURATION, fence::default_margin(LEASE_DURATION))
 }
