@@ -40,7 +40,8 @@ pub(crate) async fn keep(
     mut acked: watch::Receiver<Option<u64>>,
     written: watch::Sender<Option<Written>>,
 ) {
-    // A quarter: a renewal that fails is retried twice more before the fence.
+    // A quarter: a renewal that fails has most of the duration left for its retries before
+    // the fence (at `duration - margin`) stops the jobs.
     let renew_every = fence::renew_interval(duration);
     let mut current: Option<Lease> = None;
     let mut retry = Retry::default();
