@@ -453,6 +453,11 @@ impl Env {
         self.sim.is_some()
     }
 
+    /// The scenario's name, which prefixes what it prints.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Logs that a simulation-only assertion is skipped.
     pub fn note_skipped(&self, what: &str) {
         eprintln!(

@@ -6,7 +6,7 @@
 //! holds the pod object with a finalizer until the process is gone, then deletes it, as a
 //! kubelet removes a pod only once its containers stopped. Each
 //! process speaks the protocol to the API server on its own (the Rust example built on the
-//! `swarm-worker` library, or the Python worker) and appends what it runs to its report file
+//! `swarm-worker` library, the Python worker, or the Go example on `worker-go`) and appends what it runs to its report file
 //! (`SWARM_WORKER_REPORT`); the duplicate watch reads those files (see [`Reports`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,7 +38,10 @@ pub enum Workers {
     Rust,
     /// `examples/python-worker/swarm_worker.py` on the official client.
     Python,
-    /// Rust and Python in turn, in the order the pods start: one pool, both implementations.
+    /// `worker-go/examples/swarm-worker` on the Go module, on client-go.
+    Go,
+    /// Rust, Python and Go in turn, in the order the pods start: one pool, three
+    /// implementations.
     Mixed,
 }
 
@@ -47,16 +50,33 @@ impl Workers {
         match self {
             Workers::Rust => Program::Rust,
             Workers::Python => Program::Python,
-            Workers::Mixed if started_so_far.is_multiple_of(2) => Program::Rust,
-            Workers::Mixed => Program::Python,
+            Workers::Go => Program::Go,
+            Workers::Mixed => [Program::Rust, Program::Python, Program::Go][started_so_far % 3],
         }
+    }
+
+    fn runs(self, program: Program) -> bool {
+        self == Workers::Mixed || self.program(0) == program
     }
 }
 
+/// One implementation of the worker protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Program {
+pub enum Program {
     Rust,
     Python,
+    Go,
+}
+
+impl Program {
+    /// Its name in [`Fleet::started`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Program::Rust => "rust",
+            Program::Python => "python",
+            Program::Go => "go",
+        }
+    }
 }
 
 /// What the fleet needs to know about the pool.
@@ -106,11 +126,14 @@ impl Fleet {
         let reports = Reports::new(spec.dir.join("reports"));
         std::fs::create_dir_all(&reports.dir).expect("create the reports directory");
         std::fs::create_dir_all(spec.dir.join("logs")).expect("create the logs directory");
-        if matches!(spec.workers, Workers::Rust | Workers::Mixed) {
+        if spec.workers.runs(Program::Rust) {
             rust_worker();
         }
-        if matches!(spec.workers, Workers::Python | Workers::Mixed) {
+        if spec.workers.runs(Program::Python) {
             python_worker();
+        }
+        if spec.workers.runs(Program::Go) {
+            go_worker();
         }
         let state = Arc::new(Mutex::new(State::default()));
         let shared = state.clone();
@@ -184,18 +207,25 @@ impl Fleet {
         }
     }
 
-    /// How many worker processes have started, by program (`rust`, `python`).
+    /// How many worker processes have started, by program (`rust`, `python`, `go`).
     pub fn started(&self) -> BTreeMap<&'static str, usize> {
         let state = self.state.lock().expect("fleet state");
         let mut counts = BTreeMap::new();
         for process in state.processes.values() {
-            let name = match process.program {
-                Program::Rust => "rust",
-                Program::Python => "python",
-            };
-            *counts.entry(name).or_default() += 1;
+            *counts.entry(process.program.name()).or_default() += 1;
         }
         counts
+    }
+
+    /// The pods whose live worker process is `program`'s, by name.
+    pub fn pods_running(&self, program: Program) -> BTreeSet<String> {
+        let state = self.state.lock().expect("fleet state");
+        state
+            .processes
+            .values()
+            .filter(|p| p.program == program && !p.exited && !p.terminated)
+            .map(|p| p.pod.clone())
+            .collect()
     }
 
     /// The pods the fleet started a worker for, by name (each may still hold its finalizer).
@@ -355,6 +385,7 @@ fn spawn(program: Program, pod: &str, uid: &str, spec: &FleetSpec, reports: &Rep
             command.arg(repo_root().join("examples/python-worker/swarm_worker.py"));
             command
         }
+        Program::Go => tokio::process::Command::new(go_worker()),
     };
     command
         .env("POD_NAME", pod)
@@ -430,6 +461,35 @@ fn rust_worker() -> PathBuf {
             let worker = profile_dir.join("examples/swarm-worker");
             assert!(worker.is_file(), "{} was not built", worker.display());
             worker
+        })
+        .clone()
+}
+
+/// The Go example worker: `SWARM_GO_WORKER`, or built once per test run with
+/// `scripts/go-worker.sh build` (Go's caches make that a link when nothing changed).
+fn go_worker() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if let Some(path) = std::env::var_os("SWARM_GO_WORKER").filter(|p| !p.is_empty()) {
+                return PathBuf::from(path);
+            }
+            let exe = std::env::current_exe().expect("the test binary's path");
+            let target = exe
+                .ancestors()
+                .nth(3)
+                .expect("the test binary lives in <target>/<profile>/deps");
+            let out = target.join("go/e2e/swarm-go-worker");
+            let mut build = std::process::Command::new(repo_root().join("scripts/go-worker.sh"));
+            build.args(["build"]).arg(&out).stdout(Stdio::null());
+            cargo_env::without_test_env(&mut build);
+            let status = build.status().expect("run scripts/go-worker.sh build");
+            assert!(
+                status.success(),
+                "scripts/go-worker.sh build failed (it needs Go; or set SWARM_GO_WORKER to the \
+                 built worker-go/examples/swarm-worker)"
+            );
+            out
         })
         .clone()
 }

@@ -15,7 +15,7 @@ use crate::harness::observe::{
     Observed, assert_invariants, balanced, operator_pod_deletes, pool_events, wait_for,
 };
 use crate::harness::poll::eventually;
-use crate::harness::worker_fleet::Workers;
+use crate::harness::worker_fleet::{Program, Workers};
 use crate::harness::{Env, SimSpeed};
 
 /// The documented failover bound: a worker that stops renewing loses its jobs within its Lease
@@ -77,33 +77,122 @@ async fn acknowledging_workers_take_a_scale_up_and_down_without_a_restart() {
     env.assert_exclusive();
 }
 
-/// The Python worker, written from the protocol of docs/worker-protocol.md alone, shares a pool
-/// with the Rust one through job edits and a scale-up.
+/// The longest a moved job may run nowhere in a calm step (no fault): its old worker's stop and
+/// acknowledgement, the operator's grant and its new worker's start.
+const MAX_UNHELD_SECONDS: f64 = 2.0;
+
+/// The three implementations of the protocol share one pool: the Rust example on
+/// `swarm-worker`, the Python worker (written from docs/worker-protocol.md alone) and the Go
+/// example on `worker-go`, in turn as the pods start. Through job edits and a scale up and
+/// down, no pod is deleted, no moved job runs nowhere for more than [`MAX_UNHELD_SECONDS`], and
+/// none runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_and_rust_workers_share_one_acknowledging_pool() {
+async fn rust_python_and_go_workers_share_one_acknowledging_pool() {
     let mut env = Env::start_with("acknowledge-mixed", SimSpeed::SLOW).await;
     let jobs = env.example.jobs();
     install_acknowledging(&mut env, Workers::Mixed, None).await;
     let mark = env.request_mark().await;
 
+    calm_step(&env, "scale to 3", 3, || scale(&env, 3)).await;
     let mut edited = jobs.clone();
     edited.drain(..4);
     edited.extend((0..6).map(|i| format!("stream:mixed-{i}")));
-    apply_pool(&env, &edited, None).await;
-    let after_edit = settle(&env, 2).await;
+    let after_edit = calm_step(&env, "job edit", 3, || apply_pool(&env, &edited, None)).await;
     assert_eq!(after_edit.spec_jobs().len(), edited.len());
+    calm_step(&env, "scale to 5", 5, || scale(&env, 5)).await;
+    let after = calm_step(&env, "scale to 2", 2, || scale(&env, 2)).await;
 
-    scale(&env, 3).await;
-    settle(&env, 3).await;
     let started = env.fleet().started();
-    assert!(
-        started.get("rust").is_some_and(|n| *n >= 1)
-            && started.get("python").is_some_and(|n| *n >= 1),
-        "both implementations ran: {started:?}"
-    );
+    for program in ["rust", "python", "go"] {
+        assert!(
+            started.get(program).is_some_and(|n| *n >= 1),
+            "a {program} worker ran: {started:?}"
+        );
+    }
+    assert_eq!(after.pods.len(), 2);
     assert_no_pod_deleted(&env, mark).await;
     env.fleet().assert_no_crash();
     env.assert_exclusive();
+}
+
+/// Faults in a pool of the three implementations, on a 10 s Lease: the Go worker frozen with
+/// SIGSTOP past its Lease (its jobs move; continued, it fences itself, runs none of them again
+/// and is a member again), then the Python worker SIGKILLed while its pod stays Running (its
+/// jobs move once its Lease expires). Each within the failover bound, without a pod deleted
+/// and without a job running twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_pool_survives_a_paused_go_worker_and_a_killed_python_worker() {
+    let mut env = Env::start_with("acknowledge-mixed-faults", SimSpeed::FAST).await;
+    let lease = Duration::from_secs(10);
+    env.worker_lease_seconds = Some(lease.as_secs());
+    install_acknowledging(&mut env, Workers::Mixed, None).await;
+    scale(&env, 3).await;
+    let before = settle(&env, 3).await;
+    let mark = env.request_mark().await;
+    let one_of = |program| {
+        let pods = env.fleet().pods_running(program);
+        pods.into_iter()
+            .next()
+            .unwrap_or_else(|| panic!("no {program:?} worker runs: {:?}", env.fleet().started()))
+    };
+    let (go, python) = (one_of(Program::Go), one_of(Program::Python));
+
+    let paused = pause_past_lease(&env, &before, &go, lease).await;
+    eprintln!(
+        "acknowledge-mixed-faults: the Go worker {go}'s jobs moved {:.1} s after SIGSTOP",
+        paused.as_secs_f64()
+    );
+    let stats_before = env.handoff_stats();
+    let killed = Instant::now();
+    env.fleet().signal(&python, "KILL");
+    wait_for(&env, &format!("{python}'s jobs on the others"), |o| {
+        jobs_moved_off(o, &[&python])
+    })
+    .await;
+    let moved = killed.elapsed();
+    assert_failover_within(&python, moved, lease);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let stats = env.handoff_stats();
+    eprintln!(
+        "acknowledge-mixed-faults: the Python worker {python}'s jobs moved {:.1} s after SIGKILL; {:.2} duplicate job-seconds in all",
+        moved.as_secs_f64(),
+        stats.duplicate_job_seconds
+    );
+    assert_eq!(
+        stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+        0.0,
+        "{python}'s jobs ran twice"
+    );
+    assert_no_pod_deleted(&env, mark).await;
+    env.assert_exclusive();
+}
+
+/// Applies `change`, waits for the pool to settle over `workers`, and fails if a moved job ran
+/// nowhere for longer than [`MAX_UNHELD_SECONDS`] meanwhile.
+async fn calm_step<F, Fut>(env: &Env, what: &str, workers: usize, change: F) -> Observed
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    env.restart_longest_unheld();
+    let started = Instant::now();
+    change().await;
+    let settled = settle(env, workers).await;
+    let stats = env.handoff_stats();
+    eprintln!(
+        "{}: {what}: settled in {:.1} s; the longest a job ran nowhere {:.2} s ({})",
+        env.name(),
+        started.elapsed().as_secs_f64(),
+        stats.longest_unheld_seconds,
+        stats.longest_unheld_job
+    );
+    assert!(
+        stats.longest_unheld_seconds <= MAX_UNHELD_SECONDS,
+        "{what}: {} ran nowhere for {:.2} s",
+        stats.longest_unheld_job,
+        stats.longest_unheld_seconds
+    );
+    settled
 }
 
 /// A worker that stops answering (its process frozen with SIGSTOP) does not hold a change up
@@ -234,33 +323,44 @@ async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
     install_acknowledging(&mut env, Workers::Rust, None).await;
     scale(&env, 3).await;
     let before = settle(&env, 3).await;
-    let sts = env.example.statefulset_name();
-    let paused = format!("{sts}-1");
+    let paused = format!("{}-1", env.example.statefulset_name());
+    let mark = env.request_mark().await;
+    let moved_after = pause_past_lease(&env, &before, &paused, lease).await;
+    eprintln!(
+        "acknowledge-partition: {paused}'s jobs moved {:.1} s after SIGSTOP",
+        moved_after.as_secs_f64(),
+    );
+    assert_no_pod_deleted(&env, mark).await;
+}
+
+/// Freezes the worker of `paused` (SIGSTOP) for three of its `lease`s and continues it; asserts
+/// that its jobs moved within the failover bound, that once continued it ran none of them again
+/// and that the pool settles with it a member again, with no job run twice. Returns how long
+/// after SIGSTOP its jobs moved.
+async fn pause_past_lease(env: &Env, before: &Observed, paused: &str, lease: Duration) -> Duration {
     let held: BTreeSet<String> = before
         .config()
-        .workload(&paused)
+        .workload(paused)
         .unwrap()
         .jobs
         .iter()
         .cloned()
         .collect();
-    let mark = env.request_mark().await;
-    env.fleet().signal(&paused, "STOP");
+    env.fleet().signal(paused, "STOP");
     let stopped = Instant::now();
-    wait_for(&env, &format!("{paused}'s jobs on the others"), |o| {
-        jobs_moved_off(o, &[&paused])
+    wait_for(env, &format!("{paused}'s jobs on the others"), |o| {
+        jobs_moved_off(o, &[paused])
     })
     .await;
     let moved_after = stopped.elapsed();
-    assert_failover_within(&paused, moved_after, lease);
-    // Paused for three of its Leases in all.
+    assert_failover_within(paused, moved_after, lease);
     tokio::time::sleep((lease * 3).saturating_sub(stopped.elapsed())).await;
     let resumed_at = k8s_openapi::jiff::Timestamp::now();
-    env.fleet().signal(&paused, "CONT");
+    env.fleet().signal(paused, "CONT");
 
-    let after = settle(&env, 3).await;
+    let after = settle(env, before.pods.len()).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let uid = &before.pods[&paused].uid;
+    let uid = &before.pods[paused].uid;
     let rerun: Vec<String> = env
         .fleet()
         .reports()
@@ -268,7 +368,7 @@ async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
         .into_iter()
         .flatten()
         .filter(|job| {
-            held.contains(job) && !after.config().workload(&paused).unwrap().jobs.contains(job)
+            held.contains(job) && !after.config().workload(paused).unwrap().jobs.contains(job)
         })
         .collect();
     assert!(
@@ -277,12 +377,11 @@ async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
     );
     let stats = env.handoff_stats();
     eprintln!(
-        "acknowledge-partition: {paused}'s jobs moved {:.1} s after SIGSTOP; after SIGCONT it holds {} jobs again; {:.3} duplicate job-seconds",
-        moved_after.as_secs_f64(),
-        after.config().workload(&paused).unwrap().jobs.len(),
+        "{}: after SIGCONT {paused} holds {} jobs again; {:.3} duplicate job-seconds",
+        env.name(),
+        after.config().workload(paused).unwrap().jobs.len(),
         stats.duplicate_job_seconds,
     );
-    assert_no_pod_deleted(&env, mark).await;
     // Continued after its Lease expired, its job tasks may run before its fence stops them,
     // but each checks its permit before any work: the duplicate watch, which counts a job only
     // while its worker's reported permit holds, must see none run twice.
@@ -290,6 +389,7 @@ async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
         stats.duplicate_job_seconds, 0.0,
         "{paused} overlapped after resuming"
     );
+    moved_after
 }
 
 /// A Deployment pool of Python workers under `kubectl rollout restart`: each new pod's worker
@@ -304,6 +404,12 @@ async fn a_deployment_pool_of_python_workers_takes_a_rollout_restart_without_run
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_pool_of_rust_workers_takes_a_rollout_restart_without_running_a_job_twice() {
     rollout_restart("acknowledge-deployment-rust", Workers::Rust).await;
+}
+
+/// The same with the Go example's workers (`worker-go`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_pool_of_go_workers_takes_a_rollout_restart_without_running_a_job_twice() {
+    rollout_restart("acknowledge-deployment-go", Workers::Go).await;
 }
 
 /// `kubectl rollout restart` of `examples/deployment/` under `Acknowledge`, with `workers`;

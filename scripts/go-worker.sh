@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds, checks and tests the Go worker module (worker-go/), with the pinned modules of its
+# go.mod and the same module and build caches as the control plane's Go programs.
+#
+#   scripts/go-worker.sh build [OUT]    the example worker (worker-go/examples/swarm-worker),
+#                                       static (CGO_ENABLED=0), into OUT (default:
+#                                       <target dir>/go/swarm-go-worker); prints its path
+#   scripts/go-worker.sh check          gofmt, go vet and staticcheck (pinned in
+#                                       hack/staticcheck/go.mod, built once) on the module
+#   scripts/go-worker.sh test [ARGS]    go test ./... ARGS; its tests against an API server
+#                                       run on kube-sim (KUBE_SIM) or the one
+#                                       SWARM_WORKER_GO_KUBECONFIG names
+#
+# Go's caches live in ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}/{gomod,gocache}; a build
+# after a change to worker-go/ compiles that module only.
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache_root="${SWARM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/swarm-operator}"
+module_dir="${repo_root}/worker-go"
+
+say() { echo "go-worker.sh: $*" >&2; }
+die() {
+    say "$*"
+    exit 1
+}
+usage() {
+    sed -n '2,/^set -euo pipefail$/{/^#/{s/^# \{0,1\}//;p}}' "${BASH_SOURCE[0]}" >&2
+    exit "$1"
+}
+
+command -v go >/dev/null 2>&1 || die "Go is needed for the Go worker (none on PATH)"
+# -mod=readonly: go.sum must already list every module, as in CI.
+export GOMODCACHE="${cache_root}/gomod" GOCACHE="${cache_root}/gocache" \
+    GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local
+mkdir -p "${cache_root}"
+
+build() {
+    local out="${1:-${CARGO_TARGET_DIR:-${repo_root}/target}/go/swarm-go-worker}"
+    mkdir -p "$(dirname "${out}")"
+    (cd "${module_dir}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}" ./examples/swarm-worker)
+    echo "${out}"
+}
+
+check() {
+    local unformatted staticcheck
+    unformatted="$(cd "${module_dir}" && gofmt -l .)"
+    [[ -z "${unformatted}" ]] || die "not gofmt-formatted (run gofmt -w): ${unformatted}"
+    (cd "${module_dir}" && go vet ./...)
+    local version
+    version="$(awk '$1 == "honnef.co/go/tools" { print $2; exit }' "${repo_root}/hack/staticcheck/go.mod")"
+    [[ -n "${version}" ]] || die "cannot read the pinned staticcheck version from hack/staticcheck/go.mod"
+    # shellcheck source=scripts/lib/go-build.sh
+    source "${repo_root}/scripts/lib/go-build.sh"
+    go_build staticcheck "${cache_root}/staticcheck-${version}" "-s -w" -- honnef.co/go/tools/cmd/staticcheck
+    staticcheck="${cache_root}/staticcheck-${version}/staticcheck"
+    (cd "${module_dir}" && "${staticcheck}" ./...)
+    say "gofmt, go vet and staticcheck ${version}: clean"
+}
+
+case "${1:-}" in
+build)
+    shift
+    build "$@"
+    ;;
+check) check ;;
+test)
+    shift
+    cd "${module_dir}"
+    go test ./... "$@"
+    ;;
+-h | --help) usage 0 ;;
+*) usage 2 ;;
+esac

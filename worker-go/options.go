@@ -1,0 +1,134 @@
+package swarmworker
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Option overrides a setting from the environment, or sets what the environment cannot give;
+// pass options to [New].
+type Option func(*options)
+
+type options struct {
+	lookup   func(string) (string, bool)
+	set      []func(*partialSettings)
+	client   kubernetes.Interface
+	log      *slog.Logger
+	shutdown <-chan struct{}
+}
+
+// WithLookupEnv reads the settings through lookup instead of os.LookupEnv (tests pass a map's
+// lookup, or one that finds nothing so that only options count).
+func WithLookupEnv(lookup func(string) (string, bool)) Option {
+	return func(o *options) { o.lookup = lookup }
+}
+
+func setting(set func(*partialSettings)) Option {
+	return func(o *options) { o.set = append(o.set, set) }
+}
+
+// WithPodName sets the pod name (POD_NAME).
+func WithPodName(name string) Option { return setting(func(p *partialSettings) { p.podName = &name }) }
+
+// WithNamespace sets the namespace (POD_NAMESPACE).
+func WithNamespace(namespace string) Option {
+	return setting(func(p *partialSettings) { p.namespace = &namespace })
+}
+
+// WithPodUID sets the pod uid (POD_UID).
+func WithPodUID(uid string) Option { return setting(func(p *partialSettings) { p.podUID = &uid }) }
+
+// WithPool sets the pool (SWARM_POOL).
+func WithPool(pool string) Option { return setting(func(p *partialSettings) { p.pool = &pool }) }
+
+// WithConfigMap sets the pool's ConfigMap (SWARM_CONFIG_MAP); the worker reads its own,
+// <name>.<pod>.
+func WithConfigMap(name string) Option {
+	return setting(func(p *partialSettings) { p.configMap = &name })
+}
+
+// WithReport sets the report file (SWARM_WORKER_REPORT).
+func WithReport(path string) Option { return setting(func(p *partialSettings) { p.report = &path }) }
+
+// WithLeaseDuration sets the Lease duration (SWARM_LEASE_DURATION_SECONDS, default 40 s): it
+// bounds how long a stopped worker's jobs wait, and the Lease is renewed every quarter of it.
+func WithLeaseDuration(duration time.Duration) Option {
+	return setting(func(p *partialSettings) { p.leaseDuration = &duration })
+}
+
+// WithFenceMargin sets how long before its Lease could look expired the worker stops every job
+// (SWARM_FENCE_MARGIN_SECONDS, default max(2 s, duration / 5), at most half the duration).
+func WithFenceMargin(margin time.Duration) Option {
+	return setting(func(p *partialSettings) { p.fenceMargin = &margin })
+}
+
+// WithTerminationDeadline sets how long a terminating worker waits to acknowledge a version
+// without jobs (SWARM_TERMINATION_SECONDS, default 25 s); keep it below the pod's grace
+// period.
+func WithTerminationDeadline(deadline time.Duration) Option {
+	return setting(func(p *partialSettings) { p.terminationDeadline = &deadline })
+}
+
+// WithClient uses client instead of one configured from the environment (a kubeconfig, else
+// in-cluster).
+func WithClient(client kubernetes.Interface) Option {
+	return func(o *options) { o.client = client }
+}
+
+// WithLogger logs to logger instead of slog.Default().
+func WithLogger(logger *slog.Logger) Option {
+	return func(o *options) { o.log = logger }
+}
+
+// WithShutdown terminates the worker once done is closed (a context's Done, say) instead of
+// on SIGTERM or SIGINT.
+func WithShutdown(done <-chan struct{}) Option {
+	return func(o *options) { o.shutdown = done }
+}
+
+// New is a worker with its settings from the environment, overridden by opts; it fails with a
+// [*MissingSettingError] or [*InvalidSettingError] naming the variable, or when no Kubernetes
+// client can be configured.
+func New(opts ...Option) (*Worker, error) {
+	o := options{lookup: os.LookupEnv}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	partial := fromEnv(o.lookup)
+	for _, set := range o.set {
+		set(&partial)
+	}
+	settings, err := partial.complete()
+	if err != nil {
+		return nil, err
+	}
+	if o.client == nil {
+		if o.client, err = defaultClient(); err != nil {
+			return nil, err
+		}
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	return &Worker{settings: settings, client: o.client, log: o.log, shutdown: o.shutdown}, nil
+}
+
+// defaultClient is a client from the kubeconfig (KUBECONFIG or ~/.kube/config), or the
+// in-cluster configuration when there is none.
+func defaultClient() (kubernetes.Interface, error) {
+	loading := clientcmd.NewDefaultClientConfigLoadingRules()
+	config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, nil).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("cannot configure a Kubernetes client (in-cluster or kubeconfig): %w", err)
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("cannot configure a Kubernetes client (in-cluster or kubeconfig): %w", err)
+	}
+	return client, nil
+}
