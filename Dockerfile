@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1
-# The operator image (default target), the example worker image and the Python example worker's:
+# The operator image (default target), the example worker image, the Python example worker's and
+# the Go example worker's:
 #   docker build -t swarm-operator:latest .
 #   docker build --target worker -t swarm-worker:latest .
 #   docker build --target python-worker -t swarm-python-worker:latest .
+#   docker build --target go-worker -t swarm-go-worker:latest .
 
 # Alpine's Rust builds for musl, which links statically: the binaries need no libc at run time.
 FROM rust:1.95-alpine AS build
@@ -39,6 +41,20 @@ COPY examples/python-worker/swarm_worker.py /app/swarm_worker.py
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 USER 65532:65532
 ENTRYPOINT ["/usr/bin/python3.11", "/app/swarm_worker.py"]
+
+# The Go example worker (worker-go/examples/swarm-worker), static as scripts/go-worker.sh builds it.
+FROM golang:1.26-bookworm AS go-build
+WORKDIR /src
+COPY worker-go/ .
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "-s -w" \
+        -o /out/swarm-go-worker ./examples/swarm-worker
+
+FROM gcr.io/distroless/static-debian12:nonroot AS go-worker
+COPY --from=go-build /out/swarm-go-worker /usr/local/bin/swarm-go-worker
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/swarm-go-worker"]
 
 FROM gcr.io/distroless/static-debian12:nonroot AS operator
 COPY --from=build /out/swarm-operator /usr/local/bin/swarm-operator

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the operator's, the example worker's and the Python example worker's container images as
+# Builds the operator's, the example worker's, the Python and the Go example workers' container images as
 # OCI archives, without a container engine or a registry, keeping the Dockerfile's contract
 # (binary path, entrypoint, cmd, user 65532:65532, exposed port; no shell; CA certificates;
 # /etc/passwd and /etc/group with distroless's `nonroot` 65532).
@@ -17,10 +17,10 @@
 #                       its modules, then its entrypoint, which must stop at the missing
 #                       POD_NAME, ... (so no cluster is needed)
 #
-# It writes <out>/swarm-operator.tar, <out>/swarm-worker.tar and <out>/swarm-python-worker.tar,
-# and prints one line "<name>:<tag>\t<archive>" per image on stdout (progress, digests and sizes
-# go to stderr). Each archive is an OCI image layout in a tar whose index names the image by its
-# tag (org.opencontainers.image.ref.name), as containerd imports it:
+# It writes <out>/swarm-operator.tar, <out>/swarm-worker.tar, <out>/swarm-python-worker.tar and
+# <out>/swarm-go-worker.tar, and prints one line "<name>:<tag>\t<archive>" per image on stdout
+# (progress, digests and sizes go to stderr). Each archive is an OCI image layout in a tar whose
+# index names the image by its tag (org.opencontainers.image.ref.name), as containerd imports it:
 #
 #   ctr -n k8s.io images import --base-name docker.io/library/swarm-operator <out>/swarm-operator.tar
 #
@@ -30,6 +30,9 @@
 # (scripts/install-umoci.sh builds the pinned one; UMOCI names another). Files, layers and
 # configs carry one fixed time, SOURCE_DATE_EPOCH or else the last commit's, so the same
 # binaries give the same digests.
+#
+# swarm-go-worker is worker-go/examples/swarm-worker, built static (CGO_ENABLED=0) by
+# `scripts/go-worker.sh build` from the pinned modules of worker-go/go.mod (Go is needed).
 #
 # swarm-python-worker runs examples/python-worker/swarm_worker.py (at /app) with Debian
 # bookworm's python3.11: the packages pinned in hack/debian/python-image-packages, fetched with
@@ -95,7 +98,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "${profile}" == release || "${profile}" == dev ]] || die "--profile is release or dev, not ${profile}"
 [[ "${tag}" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "not a valid image tag: ${tag}"
-for tool in cargo python3 objcopy readelf ldd tar apt-get dpkg-deb sha256sum \
+for tool in cargo go python3 objcopy readelf ldd tar apt-get dpkg-deb sha256sum \
     $( ((check == 0)) || echo unshare chroot); do
     command -v "${tool}" >/dev/null 2>&1 || die "${tool} is needed (none on PATH)"
 done
@@ -126,6 +129,9 @@ else
     cargo build --workspace --locked --bin swarm-operator --example swarm-worker
     bin_dir="${target_dir}/debug"
 fi
+# The Go worker is static (CGO_ENABLED=0): its image is the binary and stage_base's files.
+scripts/go-worker.sh build "${target_dir}/go/images/swarm-go-worker" >/dev/null ||
+    die "building the Go example worker failed (scripts/go-worker.sh build; the error is above)"
 say "binaries built in $((SECONDS - start)) s"
 
 umoci="${UMOCI:-$(scripts/install-umoci.sh)}"
@@ -451,6 +457,8 @@ build_image swarm-operator stage_binary "${bin_dir}/swarm-operator" swarm-operat
     --config.exposedports 8080/tcp
 build_image swarm-worker stage_binary "${bin_dir}/examples/swarm-worker" swarm-worker -- \
     --config.entrypoint /usr/local/bin/swarm-worker
+build_image swarm-go-worker stage_binary "${target_dir}/go/images/swarm-go-worker" swarm-go-worker -- \
+    --config.entrypoint /usr/local/bin/swarm-go-worker
 python_start=${SECONDS}
 build_image swarm-python-worker stage_python -- \
     --config.entrypoint /usr/bin/python3.11 --config.entrypoint /app/swarm_worker.py \
@@ -459,6 +467,7 @@ say "swarm-python-worker: written in $((SECONDS - python_start)) s"
 if ((check)); then
     check_image swarm-operator
     check_image swarm-worker
+    check_image swarm-go-worker
     check_python_image swarm-python-worker
 fi
 say "done in $((SECONDS - start)) s"

@@ -125,6 +125,19 @@ status=0
 cargo test --workspace --no-run --quiet "$@" || status=$?
 mark "compile the test profile"
 
+# The Go worker (worker-go/): its lints, and its example, which the end-to-end scenarios run
+# beside the Rust and Python workers.
+echo "test.sh: the Go worker module: gofmt, go vet, staticcheck, and its example (scripts/go-worker.sh)"
+go_worker_ok=1
+if scripts/go-worker.sh check && SWARM_GO_WORKER="$(scripts/go-worker.sh build)"; then
+    export SWARM_GO_WORKER
+else
+    go_worker_ok=0
+    status=1
+    echo "test.sh: the Go worker module failed its checks or its build" >&2
+fi
+mark "Go worker: lints and build"
+
 # The operator and worker images, from the binaries just compiled: tests/integration/images.rs
 # checks them against the Dockerfile, and the real-cluster tier runs them on the real node.
 images="$(mktemp -d "${TMPDIR:-/tmp}/swarm-images.XXXXXX")"
@@ -153,6 +166,15 @@ else
 fi
 mark "Python worker: self-test"
 
+# The Go worker's own tests, those that speak to an API server on kube-sim; the real-cluster
+# tier runs them again against kube-apiserver.
+echo "test.sh: the Go worker's tests on kube-sim (scripts/go-worker.sh test)"
+if ((go_worker_ok)); then
+    KUBE_SIM="${CARGO_TARGET_DIR:-${repo_root}/target}/debug/kube-sim" SWARM_WORKER_GO_REQUIRE_CLUSTER=1 \
+        scripts/go-worker.sh test -count=1 || status=$?
+fi
+mark "Go worker: tests on kube-sim"
+
 if ((real_tier)); then
     go_status=0
     wait "${go_build_pid}" || go_status=$?
@@ -175,12 +197,19 @@ if ((real_tier)); then
                 swarm-operator:*) export SWARM_E2E_OPERATOR_IMAGE="${image}" ;;
                 swarm-worker:*) export SWARM_E2E_WORKER_IMAGE="${image}" ;;
                 swarm-python-worker:*) export SWARM_E2E_PYTHON_WORKER_IMAGE="${image}" ;;
+                swarm-go-worker:*) export SWARM_E2E_GO_WORKER_IMAGE="${image}" ;;
                 esac
             else
                 real_status=1
             fi
         done <"${images}/built.tsv"
         mark "images: load into the real node"
+        echo "test.sh: the Go worker's tests on kube-apiserver (scripts/go-worker.sh test)"
+        if ((go_worker_ok)); then
+            SWARM_WORKER_GO_KUBECONFIG="${cluster_dir}/kubeconfig" SWARM_WORKER_GO_REQUIRE_CLUSTER=1 \
+                scripts/go-worker.sh test -count=1 || real_status=$?
+        fi
+        mark "Go worker: tests on the real control plane"
         export SWARM_E2E_KUBECONFIG="${cluster_dir}/kubeconfig" SWARM_E2E_TIMINGS="${scenario_timings}"
         # --workspace: the first tier's feature set, so nothing is compiled again. The scenarios
         # that need the cluster to themselves run first, one at a time; then the others side by
@@ -194,7 +223,7 @@ if ((real_tier)); then
             --skip scenarios::whole_cluster:: --test-threads="${SWARM_E2E_PARALLEL:-6}" || real_status=$?
         mark "real-cluster tier: other scenarios, ${SWARM_E2E_PARALLEL:-6} at a time"
         unset SWARM_E2E_KUBECONFIG SWARM_E2E_TIMINGS SWARM_E2E_OPERATOR_IMAGE SWARM_E2E_WORKER_IMAGE \
-            SWARM_E2E_PYTHON_WORKER_IMAGE
+            SWARM_E2E_PYTHON_WORKER_IMAGE SWARM_E2E_GO_WORKER_IMAGE
     elif ((go_status == 0)); then
         real_status=1
         echo "test.sh: the real control plane did not start (logs in ${cluster_dir}/logs)" >&2

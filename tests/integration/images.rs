@@ -1,7 +1,7 @@
 //! The images `scripts/build-images.sh` writes without a container engine keep the
-//! Dockerfile's contract: for the `operator` and `worker` stages, the binary's path, the
-//! entrypoint, the cmd, the user and the exposed ports are those of the image's config; and
-//! each image has no shell, the CA certificates, distroless's `nonroot` user and group, and
+//! Dockerfile's contract: for the `operator`, `worker` and `go-worker` stages, the binary's
+//! path, the entrypoint, the cmd, the user and the exposed ports are those of the image's
+//! config; and each image has no shell, the CA certificates, distroless's `nonroot` user and group, and
 //! every shared library its glibc-linked binary needs (the loader at its interpreter path
 //! included). For the `python-worker` stage, the entrypoint (the interpreter and the script),
 //! the user, the environment and the copies: `swarm_worker.py` as it is in the repository, and
@@ -144,7 +144,8 @@ impl Stage {
     }
 }
 
-/// The directory of `swarm-operator.tar`, `swarm-worker.tar` and `swarm-python-worker.tar`:
+/// The directory of `swarm-operator.tar`, `swarm-worker.tar`, `swarm-python-worker.tar` and
+/// `swarm-go-worker.tar`:
 /// `SWARM_IMAGE_ARCHIVES`, else built once for all the tests of this module.
 fn archives() -> &'static Path {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -172,7 +173,7 @@ fn archives() -> &'static Path {
                 "scripts/build-images.sh --profile dev failed ({status}; its output is above). \
                  It needs Go the first time (for umoci); or build the images another way and \
                  set SWARM_IMAGE_ARCHIVES to the directory of swarm-operator.tar, \
-                 swarm-worker.tar and swarm-python-worker.tar"
+                 swarm-worker.tar, swarm-python-worker.tar and swarm-go-worker.tar"
             ))
         }
     });
@@ -379,7 +380,12 @@ fn check_libraries(name: &str, image: &Image, binary: &str) {
         .arg(image.path(binary))
         .output()
         .unwrap();
-    let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned();
+    // glibc's ldd says "not a dynamic executable" of a static binary on stderr.
+    let ldd = format!(
+        "{}{}",
+        String::from_utf8_lossy(&ldd.stdout),
+        String::from_utf8_lossy(&ldd.stderr)
+    );
     if !ldd.contains("not a dynamic executable") && !ldd.contains("statically linked") {
         assert!(!ldd.contains("not found"), "{name}: ldd: {ldd}");
         let needed: Vec<&str> = ldd
@@ -434,6 +440,22 @@ fn the_operator_image_keeps_the_dockerfiles_contract() {
 #[test]
 fn the_worker_image_keeps_the_dockerfiles_contract() {
     check_image("swarm-worker", "worker");
+}
+
+/// The Go worker's image holds its binary alone: built with `CGO_ENABLED=0`, it needs no
+/// library, as distroless/static (the Dockerfile's base) has none.
+#[test]
+fn the_go_worker_image_keeps_the_dockerfiles_contract() {
+    check_image("swarm-go-worker", "go-worker");
+    let image = unpack("swarm-go-worker");
+    let binary = image.path("/usr/local/bin/swarm-go-worker");
+    let headers = run(Command::new("readelf")
+        .args(["--program-headers", "--dynamic", "--wide"])
+        .arg(&binary));
+    assert!(
+        !headers.contains("INTERP") && !headers.contains("(NEEDED)"),
+        "swarm-go-worker is linked statically, without a loader or a library: {headers}"
+    );
 }
 
 /// The Python worker's image: the interpreter the Dockerfile's base image has runs the script it

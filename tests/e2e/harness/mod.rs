@@ -51,6 +51,8 @@ pub const OPERATOR_IMAGE_ENV: &str = "SWARM_E2E_OPERATOR_IMAGE";
 pub const WORKER_IMAGE_ENV: &str = "SWARM_E2E_WORKER_IMAGE";
 /// Names the Python worker's image, loaded the same way.
 pub const PYTHON_WORKER_IMAGE_ENV: &str = "SWARM_E2E_PYTHON_WORKER_IMAGE";
+/// Names the Go worker's image, loaded the same way.
+pub const GO_WORKER_IMAGE_ENV: &str = "SWARM_E2E_GO_WORKER_IMAGE";
 
 /// A real cluster is shared: scenarios in their own namespaces hold it for reading, side by
 /// side; a scenario that needs the whole cluster holds it for writing, alone. (The lock

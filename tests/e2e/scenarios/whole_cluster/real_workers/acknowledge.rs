@@ -1,16 +1,18 @@
-//! `rollout.policy: Acknowledge` with a pool of Rust and Python workers in real pods, as a user
+//! `rollout.policy: Acknowledge` with a pool of Rust, Python and Go workers in real pods, as a user
 //! runs it: `deploy/worker-rbac` for their ServiceAccount, `deploy/worker-lease-policy` bound,
 //! and each worker calling the API with its pod's projected token (in-cluster config; the
 //! policy refuses every Lease write that presents no pod-bound token, so each acknowledgement
 //! that lands proves it). The StatefulSet starts with the Rust image and `OnDelete` updates;
 //! its template then names the Python image, so the pods a scale-up adds run Python beside the
-//! Rust ones, as in a migration from one implementation to the other.
+//! Rust ones, as in a migration from one implementation to the other, and then the Go image.
 //!
-//! Through a scale 2 -> 4 -> 3 and a job edit: no pod is deleted, no container restarts, no job
+//! Through a scale 2 -> 4 (Python) -> 5 (Go), a job edit and a scale to 3 (the Go and one
+//! Python worker terminate): no pod is deleted by the operator, no container restarts, no job
 //! runs on two containers at once, and the longest a moved job runs nowhere is at most
 //! [`MAX_GAP_SECONDS`] in each step. Then the projected token of one worker, read from the
 //! kubelet's volume on the host, tries to write another pod's Lease: the policy refuses it.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -23,7 +25,7 @@ use super::{acknowledging_workers, reports_dir, settle_acknowledged, worker_rbac
 use crate::harness::kubectl::Kubectl;
 use crate::harness::poll::CONVERGE;
 use crate::harness::worker_fleet::Reports;
-use crate::harness::{Env, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV};
+use crate::harness::{Env, GO_WORKER_IMAGE_ENV, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV};
 use crate::scenarios::acknowledge::assert_no_pod_deleted;
 use crate::scenarios::whole_cluster::worker_lease_policy::{
     POLICY_DIR, RemovePolicy, assert_refused, assert_type_checked, write,
@@ -39,16 +41,21 @@ const EXIT_WITHIN_SECONDS: f64 = 15.0;
 const ADDED_JOB: &str = "stream:real-ack:new";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rust_and_python_workers_in_real_pods_hand_jobs_over_without_a_restart() {
+async fn rust_python_and_go_workers_in_real_pods_hand_jobs_over_without_a_restart() {
     let Some((mut env, images)) = Env::start_alone_with_images(
         "real-workers-acknowledge",
-        &[WORKER_IMAGE_ENV, PYTHON_WORKER_IMAGE_ENV],
+        &[
+            WORKER_IMAGE_ENV,
+            PYTHON_WORKER_IMAGE_ENV,
+            GO_WORKER_IMAGE_ENV,
+        ],
     )
     .await
     else {
         return;
     };
-    let (rust_image, python_image) = (images[0].clone(), images[1].clone());
+    let (rust_image, python_image, go_image) =
+        (images[0].clone(), images[1].clone(), images[2].clone());
     let cluster = env
         .real_cluster_dir()
         .expect("the real node's cluster is one of scripts/real-cluster.sh");
@@ -74,31 +81,24 @@ async fn rust_and_python_workers_in_real_pods_hand_jobs_over_without_a_restart()
 
     // The template names the Python image; OnDelete keeps the running pods as they are.
     let sts = env.example.statefulset_name();
-    let patch = json!({"spec": {"template": {"spec": {"containers": [
-        {"name": "worker", "image": python_image}
-    ]}}}})
-    .to_string();
-    kubectl_ns(
-        &env,
-        &[
-            "patch",
-            "statefulset",
-            &sts,
-            "--type=strategic",
-            "-p",
-            &patch,
-        ],
-    )
-    .await;
+    set_image(&env, &python_image).await;
     let mark = env.request_mark().await;
     step(&env, &reports, "scale to 4", || scale(&env, 4), 4).await;
+    // Then the Go image, for the pod the next scale-up adds.
+    set_image(&env, &go_image).await;
+    step(&env, &reports, "scale to 5", || scale(&env, 5), 5).await;
     assert_images(
         &env,
         &namespace,
-        &[&rust_image, &rust_image, &python_image, &python_image],
+        &[
+            &rust_image,
+            &rust_image,
+            &python_image,
+            &python_image,
+            &go_image,
+        ],
     )
     .await;
-    step(&env, &reports, "scale to 3", || scale(&env, 3), 3).await;
     let mut pool = env.example.pool().clone();
     pool["spec"]["rollout"] = json!({"policy": "Acknowledge"});
     let mut jobs = env.example.jobs();
@@ -111,9 +111,12 @@ async fn rust_and_python_workers_in_real_pods_hand_jobs_over_without_a_restart()
         &reports,
         "job edit",
         || env.apply("real-ack-edit.yaml", &pool),
-        3,
+        5,
     )
     .await;
+    // Read now: the scale-down removes the Go worker's pod.
+    let ready = ready_times(&env, &namespace, &pods).await;
+    step(&env, &reports, "scale to 3", || scale(&env, 3), 3).await;
     assert_no_pod_deleted(&env, mark).await;
 
     // One worker's projected token against another pod's Lease.
@@ -157,9 +160,9 @@ async fn rust_and_python_workers_in_real_pods_hand_jobs_over_without_a_restart()
         gone.iter().all(|seconds| *seconds < EXIT_WITHIN_SECONDS),
         "a deleted worker took {gone:.1?} s to exit"
     );
-    let (ready_rust, ready_python) = ready_times(&env, &namespace, &pods, &rust_image).await;
     eprintln!(
-        "real-workers-acknowledge: pod seen to Ready: Rust {ready_rust}, Python {ready_python}"
+        "real-workers-acknowledge: pod seen to Ready: Rust {}, Python {}, Go {}",
+        ready[&rust_image], ready[&python_image], ready[&go_image]
     );
 }
 
@@ -238,21 +241,37 @@ async fn assert_images(env: &Env, namespace: &str, images: &[&str]) {
     }
 }
 
-/// Pod seen to Ready, median and worst, of the Rust and of the Python workers.
-async fn ready_times(
-    env: &Env,
-    namespace: &str,
-    pods: &PodLog,
-    rust_image: &str,
-) -> (String, String) {
+/// Names `image` in the StatefulSet's pod template (the pods a scale-up adds run it).
+async fn set_image(env: &Env, image: &str) {
+    let sts = env.example.statefulset_name();
+    let patch = json!({"spec": {"template": {"spec": {"containers": [
+        {"name": "worker", "image": image}
+    ]}}}})
+    .to_string();
+    kubectl_ns(
+        env,
+        &[
+            "patch",
+            "statefulset",
+            &sts,
+            "--type=strategic",
+            "-p",
+            &patch,
+        ],
+    )
+    .await;
+}
+
+/// Pod seen to Ready, median and worst, by image, of the pods there now.
+async fn ready_times(env: &Env, namespace: &str, pods: &PodLog) -> BTreeMap<String, String> {
     let api: Api<Pod> = Api::namespaced(env.client.clone(), namespace);
-    let (mut rust, mut python) = (Vec::new(), Vec::new());
+    let mut by_image: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for instance in pods.instances() {
         let Some(ready) = instance.ready else {
             continue;
         };
         let seconds = ready.duration_since(instance.seen).as_secs_f64();
-        // Gone pods' images are not known any more: the first two were Rust.
+        // Gone pods' images are not known any more.
         let image = match api.get_opt(&instance.name).await.ok().flatten() {
             Some(pod) if pod.metadata.uid.as_deref() == Some(instance.uid.as_str()) => pod
                 .spec
@@ -261,18 +280,17 @@ async fn ready_times(
                 .unwrap_or_default(),
             _ => continue,
         };
-        if image == rust_image {
-            rust.push(seconds)
-        } else {
-            python.push(seconds)
-        }
+        by_image.entry(image).or_default().push(seconds);
     }
-    let show = |values: &[f64]| {
-        let (median, worst) = super::median_and_worst(values);
-        format!(
-            "{median:.1} s (median), {worst:.1} s (worst) of {}",
-            values.len()
-        )
-    };
-    (show(&rust), show(&python))
+    by_image
+        .into_iter()
+        .map(|(image, values)| {
+            let (median, worst) = super::median_and_worst(&values);
+            let shown = format!(
+                "{median:.1} s (median), {worst:.1} s (worst) of {}",
+                values.len()
+            );
+            (image, shown)
+        })
+        .collect()
 }
