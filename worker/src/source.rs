@@ -48,6 +48,7 @@ pub(crate) async fn follow(
     out: watch::Sender<Option<Observed>>,
 ) {
     let mut answered = false;
+    let mut expired = false;
     while !out.is_closed() {
         match api.get_opt(&name).await {
             Ok(found) => {
@@ -57,12 +58,21 @@ pub(crate) async fn follow(
                 }
                 match found {
                     Some(config_map) => {
-                        let version = config_map.metadata.resource_version.clone();
+                        // A GET answers with the object's own resourceVersion, which may be
+                        // older than the server's watch history (after a 410 it is, unless the
+                        // object changed since): then watch without one, from the object as it
+                        // is, or each watch would expire at once.
+                        let version = match config_map.metadata.resource_version.clone() {
+                            Some(_) if expired => Some(String::new()),
+                            version => version,
+                        };
                         publish(&config_map, &pod, &out);
+                        expired = false;
                         if let Some(version) = version
                             && watch_from(&api, &name, &pod, version, &out).await
                                 == WatchEnd::Expired
                         {
+                            expired = true;
                             continue;
                         }
                     }

@@ -690,3 +690,82 @@ async fn on_the_default_timing_a_worker_renews_every_ten_seconds_and_acknowledge
     run.abort();
     sim.shutdown().await;
 }
+
+/// After a 410 a worker watches from the object as it is: the resourceVersion of its next GET is
+/// that of the object's last change, older than the history too, and a watch from it would
+/// expire at once, over and over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_its_watch_expires_a_worker_watches_from_the_object_as_it_is() {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let uid = create_pod(&Api::namespaced(client.clone(), "default")).await;
+    config_maps
+        .create(&PostParams::default(), &config(1, &["a"], &[]))
+        .await
+        .unwrap();
+    let proxy = Proxy::start(sim.addr()).await;
+    let through_proxy = Client::try_from(Config::new(proxy.url.parse().unwrap())).unwrap();
+    let app = Recorder::new();
+    app.stop_permits.add_permits(100);
+    let worker = WorkerBuilder::empty()
+        .pod_name(POD)
+        .namespace("default")
+        .pod_uid(&uid)
+        .pool("pool")
+        .config_map(CONFIG_MAP)
+        .lease_duration(Duration::from_secs(60))
+        .client(through_proxy)
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .unwrap();
+    let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
+    let acked = async |version| {
+        eventually(&format!("version {version} acknowledged"), async || {
+            let lease = leases.get(POD).await.ok()?;
+            (acked_version(&lease) == Some(version)).then_some(())
+        })
+        .await;
+    };
+    acked(1).await;
+
+    // The history no longer reaches the ConfigMap's last change; the watch breaks.
+    let before = config_map_watches(&sim).await;
+    sim.compact();
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    proxy.restore();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    write_config(&config_maps, config(2, &["b"], &[])).await;
+    acked(2).await;
+    let watches = config_map_watches(&sim).await - before;
+    assert!(
+        watches <= 3,
+        "{watches} watches of the ConfigMap after the compaction: the worker re-watched from an expired resourceVersion"
+    );
+    assert_eq!(
+        app.calls(),
+        strings(&["start a", "stopping a", "stopped a", "start b"])
+    );
+    sim.shutdown().await;
+}
+
+/// How many WATCH requests of ConfigMaps the sim has answered.
+async fn config_map_watches(sim: &Sim) -> usize {
+    let requests: Vec<serde_json::Value> =
+        reqwest::get(format!("{}/kube-sim/v1/requests", sim.url()))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+    requests
+        .iter()
+        .filter(|r| {
+            r["path"].as_str().unwrap().contains("/configmaps")
+                && r["query"].as_str().unwrap().contains("watch=true")
+        })
+        .count()
+}
