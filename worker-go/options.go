@@ -119,13 +119,16 @@ func New(opts ...Option) (*Worker, error) {
 }
 
 // defaultClient is a client from the kubeconfig (KUBECONFIG or ~/.kube/config), or the
-// in-cluster configuration when there is none.
+// in-cluster configuration when there is none, speaking JSON.
 func defaultClient() (kubernetes.Interface, error) {
 	loading := clientcmd.NewDefaultClientConfigLoadingRules()
 	config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, nil).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("cannot configure a Kubernetes client (in-cluster or kubeconfig): %w", err)
 	}
+	// JSON rather than client-go's default protobuf: kube-sim (the repository's test API
+	// server) decodes no Lease in protobuf, and a worker's few small requests gain nothing.
+	config.ContentType = "application/json"
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("cannot configure a Kubernetes client (in-cluster or kubeconfig): %w", err)

@@ -75,14 +75,19 @@ func (s *source) follow(ctx context.Context) {
 }
 
 // watch follows the ConfigMap from version ("": from the object as it is) until the watch
-// fails or expires. client-go's RetryWatcher resumes it from the last resourceVersion seen
-// across timeouts and broken connections; it needs a resourceVersion to start from, which a
-// plain watch gives first when there is none.
+// fails or expires. client-go's RetryWatcher resumes a watch from the last resourceVersion
+// seen across timeouts and broken connections, but needs one to start from; without one a
+// plain watch runs first, as long as it lasts, and the RetryWatcher takes over from the last
+// resourceVersion it delivered.
 func (s *source) watch(ctx context.Context, version string) watchEnd {
 	if version == "" {
 		var end watchEnd
-		if version, end = s.watchUntilFirst(ctx); version == "" {
+		var over bool
+		if version, end, over = s.watchFromNow(ctx); over {
 			return end
+		}
+		if version == "" {
+			return watchFailed
 		}
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -101,27 +106,28 @@ func (s *source) watch(ctx context.Context, version string) watchEnd {
 	return watchFailed
 }
 
-// watchUntilFirst watches without a resourceVersion until the first event, which carries the
-// object as it is, and returns that event's resourceVersion; "" if the watch ended first.
-func (s *source) watchUntilFirst(ctx context.Context) (string, watchEnd) {
+// watchFromNow watches without a resourceVersion (the first event is the object as it is)
+// until the watch closes, and returns the last resourceVersion it delivered; over when it
+// ended on an error event.
+func (s *source) watchFromNow(ctx context.Context) (string, watchEnd, bool) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	watcher, err := s.lister().WatchWithContext(ctx, metav1.ListOptions{})
+	watcher, err := s.lister().WatchWithContext(ctx, metav1.ListOptions{AllowWatchBookmarks: true})
 	if err != nil {
 		s.log.Warn("cannot watch the ConfigMap", "configMap", s.name, "error", err)
-		return "", watchFailed
+		return "", watchFailed, true
 	}
 	defer watcher.Stop()
+	version := ""
 	for event := range watcher.ResultChan() {
 		if end, over := s.handle(event); over {
-			return "", end
+			return "", end, true
 		}
 		if object, ok := event.Object.(metav1.Object); ok && object.GetResourceVersion() != "" {
-			return object.GetResourceVersion(), watchFailed
+			version = object.GetResourceVersion()
 		}
 	}
-	// Closed before any event (an idle watch timed out, or the connection broke): GET again.
-	return "", watchFailed
+	return version, watchFailed, false
 }
 
 // handle publishes what one event says; true when the watch is over.

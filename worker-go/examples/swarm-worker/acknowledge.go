@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	swarmworker "github.com/swarm-operator/swarm-operator/worker-go"
+)
+
+// acknowledging runs the acknowledged handoff: the library drives the jobs and the Lease.
+func acknowledging(a args, log *slog.Logger) {
+	worker, err := swarmworker.New(swarmworker.WithPodName(a.podName), swarmworker.WithLogger(log))
+	if err != nil {
+		log.Error("cannot start the worker", "error", err)
+		os.Exit(2)
+	}
+	exit := worker.Run(context.Background(), &loggingJobs{log: log})
+	log.Info("stopping", "pod", a.podName, "exit", exit.Reason.String(), "version", exit.Version)
+}
+
+// loggingJobs runs each job as a goroutine that logs now and then until it is told to stop.
+type loggingJobs struct {
+	log     *slog.Logger
+	mu      sync.Mutex
+	running map[string]*loggingJob
+}
+
+type loggingJob struct {
+	stop chan struct{}
+	done chan struct{}
+}
+
+// Start launches job; each unit of work first checks the permit: after a pause, this goroutine
+// may run before the worker's fence stops it.
+func (j *loggingJobs) Start(_ context.Context, job string, permit swarmworker.Permit) {
+	running := &loggingJob{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(running.done)
+		tick := time.NewTicker(10 * time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-running.stop:
+				return
+			case <-tick.C:
+				if permit.Holds() {
+					j.log.Info("working", "job", job)
+				} else {
+					j.log.Warn("not working: the Lease may have expired", "job", job)
+				}
+			}
+		}
+	}()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.running == nil {
+		j.running = map[string]*loggingJob{}
+	}
+	j.running[job] = running
+	j.log.Info("started", "job", job)
+}
+
+// Stop returns once job's goroutine has ended: that is what makes the acknowledgement that
+// follows true.
+func (j *loggingJobs) Stop(_ context.Context, job string) {
+	j.mu.Lock()
+	running, ok := j.running[job]
+	delete(j.running, job)
+	j.mu.Unlock()
+	if !ok {
+		return
+	}
+	close(running.stop)
+	<-running.done
+	j.log.Info("stopped", "job", job)
+}

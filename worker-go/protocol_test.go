@@ -1,0 +1,100 @@
+package swarmworker
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testConfig = "version: 3\nworkloads:\n  w-0:\n    version: 3\n    jobs:\n    - a\n    - b\n  w-1:\n    version: 1\n    jobs: []\nfuture: field\n"
+
+func TestAPodReadsItsOwnEntryAndTheConfigVersion(t *testing.T) {
+	observed, err := ParseEntry(testConfig, "w-0")
+	if err != nil || observed.Version != 3 || strings.Join(observed.Jobs, ",") != "a,b" {
+		t.Fatalf("%+v, %v", observed, err)
+	}
+	missing, err := ParseEntry(testConfig, "w-7")
+	if err != nil || missing.Version != 3 || len(missing.Jobs) != 0 {
+		t.Fatalf("%+v, %v", missing, err)
+	}
+	for _, text := range []string{"{{{ not yaml", "", " \n", "null", "3", "- a"} {
+		if _, err := ParseEntry(text, "w-0"); err == nil {
+			t.Errorf("%q read as a config", text)
+		}
+	}
+}
+
+func TestJobsThatLookLikeNumbersAreJobNames(t *testing.T) {
+	observed, err := ParseEntry("version: 2\nworkloads:\n  w-0:\n    jobs: [1, x]\n", "w-0")
+	if err != nil || strings.Join(observed.Jobs, ",") != "1,x" {
+		t.Fatalf("%+v, %v", observed, err)
+	}
+}
+
+func TestAPermitHoldsUntilItsDeadlineAndNotWhileUnset(t *testing.T) {
+	var zero Permit
+	if zero.Holds() {
+		t.Fatal("the zero permit holds")
+	}
+	p := newPermit()
+	if p.Holds() {
+		t.Fatal("held before the first renewal")
+	}
+	now := time.Now()
+	p.set(now.Add(time.Minute), true)
+	copied := p
+	if !copied.Holds() {
+		t.Fatal("copies do not share the deadline")
+	}
+	if until, ok := p.Until(); !ok || until.Sub(now) != time.Minute {
+		t.Fatalf("until %v", until.Sub(now))
+	}
+	p.set(now, true)
+	if p.Holds() {
+		t.Fatal("lapsed permit holds")
+	}
+	p.set(time.Time{}, false)
+	if _, ok := p.Until(); ok {
+		t.Fatal("cleared permit has a deadline")
+	}
+}
+
+func TestReportLinesAreAppendedWithTheirPermit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "report.jsonl")
+	permit := newPermit()
+	r := &reporter{path: path, pod: "w-0", uid: "u-1", permit: permit}
+	r.write(nil, nil)
+	permit.set(time.Now().Add(8*time.Second), true)
+	version := uint64(1)
+	r.write(&version, []string{"a"})
+	text, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(string(text), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], `{"pod":"w-0","uid":"u-1","version":null,"running":[],"at":"`) {
+		t.Fatalf("%q", lines)
+	}
+	var second struct {
+		Version uint64
+		Running []string
+		At      time.Time
+		Until   time.Time
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &second); err != nil {
+		t.Fatal(err)
+	}
+	if left := second.Until.Sub(second.At); second.Version != 1 || left < 7*time.Second || left > 8*time.Second {
+		t.Fatalf("%+v", second)
+	}
+}
+
+func TestAReportLineKeepsCharactersSerdeKeeps(t *testing.T) {
+	line := ReportLine{Pod: "w-0", UID: "u", Running: []string{"a<b>&c", "é"}, At: "x"}
+	if got := line.Render(); got != `{"pod":"w-0","uid":"u","version":null,"running":["a<b>&c","é"],"at":"x"}` {
+		t.Fatal(got)
+	}
+}

@@ -1,0 +1,283 @@
+package swarmworker
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+)
+
+// The protocol's test vectors (../protocol/vectors/), read here as by the Rust crate
+// (protocol/tests/vectors.rs) and the Python worker (test_protocol_vectors.py): what this
+// package writes and reads is exactly what they say.
+
+const vectorsDir = "../protocol/vectors"
+
+// vectorFiles are the files the tests below read; TestEveryVectorFileIsRead fails on any
+// other, so a new part of the contract cannot be left unchecked.
+var vectorFiles = []string{"config.json", "fence.json", "lease.json", "names.json", "report.json", "slices.json", "timing.json"}
+
+func readVectors(t *testing.T, file string, into any) {
+	t.Helper()
+	text, err := os.ReadFile(filepath.Join(vectorsDir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(text, into); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+}
+
+func TestEveryVectorFileIsRead(t *testing.T) {
+	found, err := filepath.Glob(filepath.Join(vectorsDir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, path := range found {
+		names = append(names, filepath.Base(path))
+	}
+	if !slices.Equal(names, vectorFiles) {
+		t.Fatalf("vector files %v, the tests read %v", names, vectorFiles)
+	}
+}
+
+func TestVectorNames(t *testing.T) {
+	var expected map[string]string
+	readVectors(t, "names.json", &expected)
+	ours := map[string]string{
+		"VERSION_ANNOTATION":         VersionAnnotation,
+		"PENDING_REFRESH_ANNOTATION": PendingRefreshAnnotation,
+		"HANDOFF_ANNOTATION":         HandoffAnnotation,
+		"SLOTS_ANNOTATION":           SlotsAnnotation,
+		"AWAITING_ACK_ANNOTATION":    AwaitingAckAnnotation,
+		"ACKED_VERSION_ANNOTATION":   AckedVersionAnnotation,
+		"POOL_LABEL":                 PoolLabel,
+		"MANAGED_BY_LABEL":           ManagedByLabel,
+		"MANAGER":                    Manager,
+		"STATEFULSET_POD_LABEL":      StatefulSetPodLabel,
+		"DEPLOYMENT_POD_LABEL":       DeploymentPodLabel,
+		"JOBS_SOURCE_LABEL":          JobsSourceLabel,
+		"WORKER_LABEL":               WorkerLabel,
+		"FENCED_AT_ANNOTATION":       FencedAtAnnotation,
+		"CONFIG_KEY":                 ConfigKey,
+		"INDEX_KEY":                  IndexKey,
+	}
+	if !reflect.DeepEqual(ours, expected) {
+		t.Fatalf("names %v, vectors %v", ours, expected)
+	}
+}
+
+func TestVectorConfig(t *testing.T) {
+	type entry struct {
+		Version uint64   `json:"version"`
+		Jobs    []string `json:"jobs"`
+	}
+	var cases []struct {
+		Name   string `json:"name"`
+		Text   string `json:"text"`
+		Pod    string `json:"pod"`
+		Expect *entry `json:"expect"`
+	}
+	readVectors(t, "config.json", &cases)
+	for _, c := range cases {
+		observed, err := ParseEntry(c.Text, c.Pod)
+		var read *entry
+		if err == nil {
+			read = &entry{Version: observed.Version, Jobs: observed.Jobs}
+		}
+		if !reflect.DeepEqual(read, c.Expect) {
+			t.Errorf("%s: read %+v (%v), want %+v", c.Name, read, err, c.Expect)
+		}
+	}
+}
+
+func TestVectorSlices(t *testing.T) {
+	var slicesFile struct {
+		Names []struct {
+			ConfigMap string `json:"configMap"`
+			Pod       string `json:"pod"`
+			Expect    string `json:"expect"`
+		} `json:"names"`
+		Indexes []struct {
+			Name   string `json:"name"`
+			Text   string `json:"text"`
+			Expect Index  `json:"expect"`
+		} `json:"indexes"`
+	}
+	readVectors(t, "slices.json", &slicesFile)
+	for _, c := range slicesFile.Names {
+		if got := SliceName(c.ConfigMap, c.Pod); got != c.Expect {
+			t.Errorf("SliceName(%q, %q) = %q, want %q", c.ConfigMap, c.Pod, got, c.Expect)
+		}
+		settings := Settings{ConfigMap: c.ConfigMap, PodName: c.Pod}
+		if got := settings.OwnConfigMap(); got != c.Expect {
+			t.Errorf("OwnConfigMap = %q, want %q", got, c.Expect)
+		}
+	}
+	for _, c := range slicesFile.Indexes {
+		index, err := ParseIndex(c.Text)
+		if err != nil || !reflect.DeepEqual(index, c.Expect) {
+			t.Errorf("%s: %+v (%v), want %+v", c.Name, index, err, c.Expect)
+		}
+		again, err := ParseIndex(c.Expect.Render())
+		if err != nil || !reflect.DeepEqual(again, c.Expect) {
+			t.Errorf("%s: rendered and read back %+v (%v)", c.Name, again, err)
+		}
+	}
+}
+
+func TestVectorLease(t *testing.T) {
+	var cases []struct {
+		Name            string                `json:"name"`
+		Current         *coordinationv1.Lease `json:"current"`
+		Holder          Holder                `json:"holder"`
+		Acked           *uint64               `json:"acked"`
+		DurationSeconds int64                 `json:"durationSeconds"`
+		Now             time.Time             `json:"now"`
+		Expect          any                   `json:"expect"`
+	}
+	readVectors(t, "lease.json", &cases)
+	for _, c := range cases {
+		lease := RenewedLease(c.Current, c.Holder, c.Acked, time.Duration(c.DurationSeconds)*time.Second, c.Now)
+		text, err := json.Marshal(lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var written any
+		if err := json.Unmarshal(text, &written); err != nil {
+			t.Fatal(err)
+		}
+		// Go's API types leave empty maps and lists out where serde writes {} or []: the same
+		// object on the wire.
+		if got, want := pruneEmpty(written), pruneEmpty(c.Expect); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %s\nwant %s", c.Name, mustJSON(got), mustJSON(want))
+		}
+	}
+}
+
+// pruneEmpty is value without nulls, empty objects and empty lists, at any depth.
+func pruneEmpty(value any) any {
+	switch v := value.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for key, item := range v {
+			if item = pruneEmpty(item); item != nil {
+				out[key] = item
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	case []any:
+		if len(v) == 0 {
+			return nil
+		}
+		out := make([]any, len(v))
+		for i, item := range v {
+			out[i] = pruneEmpty(item)
+		}
+		return out
+	}
+	return value
+}
+
+func mustJSON(value any) string {
+	text, _ := json.Marshal(value)
+	return string(text)
+}
+
+func TestVectorReport(t *testing.T) {
+	var cases []struct {
+		Name   string `json:"name"`
+		Fields struct {
+			Pod     string     `json:"pod"`
+			UID     string     `json:"uid"`
+			Version *uint64    `json:"version"`
+			Running []string   `json:"running"`
+			At      time.Time  `json:"at"`
+			Until   *time.Time `json:"until"`
+		} `json:"fields"`
+		Line string `json:"line"`
+	}
+	readVectors(t, "report.json", &cases)
+	for _, c := range cases {
+		f := c.Fields
+		line := ReportLine{Pod: f.Pod, UID: f.UID, Version: f.Version, Running: f.Running, At: Timestamp(f.At)}
+		if f.Until != nil {
+			line.Until = Timestamp(*f.Until)
+		}
+		if got := line.Render(); got != c.Line {
+			t.Errorf("%s:\n got %s\nwant %s", c.Name, got, c.Line)
+		}
+	}
+}
+
+func TestVectorFence(t *testing.T) {
+	var cases []struct {
+		DurationSeconds     int64  `json:"durationSeconds"`
+		MarginSeconds       *int64 `json:"marginSeconds"`
+		ExpectMarginSeconds int64  `json:"expectMarginSeconds"`
+		ExpectLimitSeconds  int64  `json:"expectLimitSeconds"`
+	}
+	readVectors(t, "fence.json", &cases)
+	for _, c := range cases {
+		duration := time.Duration(c.DurationSeconds) * time.Second
+		margin := DefaultMargin(duration)
+		if c.MarginSeconds != nil {
+			margin = time.Duration(*c.MarginSeconds) * time.Second
+		}
+		if margin != time.Duration(c.ExpectMarginSeconds)*time.Second {
+			t.Errorf("duration %v: margin %v, want %ds", duration, margin, c.ExpectMarginSeconds)
+		}
+		if limit := FenceLimit(duration, margin); limit != time.Duration(c.ExpectLimitSeconds)*time.Second {
+			t.Errorf("duration %v, margin %v: limit %v, want %ds", duration, margin, limit, c.ExpectLimitSeconds)
+		}
+	}
+}
+
+func TestVectorTiming(t *testing.T) {
+	var timing struct {
+		DefaultDurationSeconds int64 `json:"defaultDurationSeconds"`
+		Cases                  []struct {
+			DurationSeconds   int64   `json:"durationSeconds"`
+			RenewEverySeconds float64 `json:"renewEverySeconds"`
+			LimitSeconds      int64   `json:"limitSeconds"`
+		} `json:"cases"`
+	}
+	readVectors(t, "timing.json", &timing)
+	if DefaultLeaseDuration != time.Duration(timing.DefaultDurationSeconds)*time.Second {
+		t.Errorf("default duration %v, want %ds", DefaultLeaseDuration, timing.DefaultDurationSeconds)
+	}
+	settings, err := fromEnv(lookupIn(podEnv())).complete()
+	if err != nil || settings.LeaseDuration != DefaultLeaseDuration {
+		t.Errorf("settings without SWARM_LEASE_DURATION_SECONDS: %v, %v", settings.LeaseDuration, err)
+	}
+	for _, c := range timing.Cases {
+		duration := time.Duration(c.DurationSeconds) * time.Second
+		if every := RenewInterval(duration); every != time.Duration(c.RenewEverySeconds*float64(time.Second)) {
+			t.Errorf("duration %v: renews every %v, want %vs", duration, every, c.RenewEverySeconds)
+		}
+		if limit := FenceLimit(duration, DefaultMargin(duration)); limit != time.Duration(c.LimitSeconds)*time.Second {
+			t.Errorf("duration %v: limit %v, want %ds", duration, limit, c.LimitSeconds)
+		}
+	}
+}
+
+// podEnv is the downward API and pool variables of a pod.
+func podEnv() map[string]string {
+	return map[string]string{"POD_NAME": "w-0", "POD_NAMESPACE": "ns", "POD_UID": "u-1", "SWARM_POOL": "pool"}
+}
+
+func lookupIn(env map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		value, ok := env[name]
+		return value, ok
+	}
+}
