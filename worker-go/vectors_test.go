@@ -2,10 +2,12 @@ package swarmworker
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,14 +15,15 @@ import (
 )
 
 // The protocol's test vectors (../protocol/vectors/), read here as by the Rust crate
-// (protocol/tests/vectors.rs) and the Python worker (test_protocol_vectors.py): what this
+// (protocol/tests/vectors.rs and worker/src/settings.rs) and the Python worker
+// (test_protocol_vectors.py): what this
 // package writes and reads is exactly what they say.
 
 const vectorsDir = "../protocol/vectors"
 
 // vectorFiles are the files the tests below read; TestEveryVectorFileIsRead fails on any
 // other, so a new part of the contract cannot be left unchecked.
-var vectorFiles = []string{"config.json", "fence.json", "lease.json", "names.json", "report.json", "slices.json", "timing.json"}
+var vectorFiles = []string{"config.json", "fence.json", "lease.json", "names.json", "report.json", "settings.json", "slices.json", "timing.json"}
 
 func readVectors(t *testing.T, file string, into any) {
 	t.Helper()
@@ -266,6 +269,54 @@ func TestVectorTiming(t *testing.T) {
 		}
 		if limit := FenceLimit(duration, DefaultMargin(duration)); limit != time.Duration(c.LimitSeconds)*time.Second {
 			t.Errorf("duration %v: limit %v, want %ds", duration, limit, c.LimitSeconds)
+		}
+	}
+}
+
+func TestVectorSettings(t *testing.T) {
+	var file struct {
+		Pod   map[string]string
+		Cases []struct {
+			Name        string
+			Environment map[string]*string
+			Error       string
+			Settings    struct {
+				OwnConfigMap         string
+				LeaseDurationSeconds float64
+				RenewEverySeconds    float64
+				FenceAfterSeconds    float64
+				TerminationSeconds   float64
+			}
+		}
+	}
+	readVectors(t, "settings.json", &file)
+	seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+	for _, c := range file.Cases {
+		env := maps.Clone(file.Pod)
+		for name, value := range c.Environment {
+			if value == nil {
+				delete(env, name)
+			} else {
+				env[name] = *value
+			}
+		}
+		settings, err := fromEnv(lookupIn(env)).complete()
+		if c.Error != "" {
+			if err == nil || !strings.Contains(err.Error(), c.Error) {
+				t.Errorf("%s: error %v, want one naming %s", c.Name, err, c.Error)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", c.Name, err)
+			continue
+		}
+		want := c.Settings
+		got := []any{settings.OwnConfigMap(), settings.LeaseDuration, settings.RenewEvery(), settings.FenceAfter(), settings.TerminationDeadline}
+		expected := []any{want.OwnConfigMap, seconds(want.LeaseDurationSeconds), seconds(want.RenewEverySeconds),
+			seconds(want.FenceAfterSeconds), seconds(want.TerminationSeconds)}
+		if !reflect.DeepEqual(got, expected) {
+			t.Errorf("%s: %v, want %v", c.Name, got, expected)
 		}
 	}
 }

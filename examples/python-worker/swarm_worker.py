@@ -18,8 +18,9 @@ start from the last renewal of the one before, which it may have judged expired 
 it may have handed to others. Nothing runs before this process's own first Lease write
 succeeds and a fresh GET answers; a worker that cannot reach the API runs nothing.
 
-Environment: POD_NAME, POD_NAMESPACE, POD_UID, SWARM_POOL, SWARM_CONFIG_MAP (required; the
-pool's ConfigMap, whose name this worker's own ConfigMap name starts with);
+Environment: POD_NAME, POD_NAMESPACE, POD_UID, SWARM_POOL (required), SWARM_CONFIG_MAP (the
+pool's ConfigMap, whose name this worker's own ConfigMap name starts with; default
+<SWARM_POOL>-config);
 SWARM_LEASE_DURATION_SECONDS (default 40, renewed every quarter of it: one Lease write per 10 s
 when nothing changes; an acknowledgement is written at once), SWARM_FENCE_MARGIN_SECONDS
 (default max(2, duration / 5), at most half the duration), SWARM_TERMINATION_SECONDS (default
@@ -143,6 +144,22 @@ def timing_from_env(environ):
     margin = seconds("SWARM_FENCE_MARGIN_SECONDS", default_margin(lease), False)
     termination = seconds("SWARM_TERMINATION_SECONDS", DEFAULT_TERMINATION_SECONDS, False)
     return lease, margin, termination
+
+
+POD_VARIABLES = ["POD_NAME", "POD_NAMESPACE", "POD_UID", "SWARM_POOL"]
+
+
+def settings_from_env(environ):
+    """(env, (lease seconds, fence margin, termination seconds)) from the pod's environment: env
+    holds the pod's variables and SWARM_CONFIG_MAP (default `<SWARM_POOL>-config`); empty values
+    count as unset. ValueError names what is missing or holds no usable number."""
+    missing = [name for name in POD_VARIABLES if not (environ.get(name) or "").strip()]
+    if missing:
+        raise ValueError(f"missing environment variables: {', '.join(missing)}")
+    env = {name: environ[name] for name in POD_VARIABLES}
+    config_map = environ.get("SWARM_CONFIG_MAP") or ""
+    env["SWARM_CONFIG_MAP"] = config_map if config_map.strip() else f"{env['SWARM_POOL']}-config"
+    return env, timing_from_env(environ)
 
 
 def default_margin(duration):
@@ -692,13 +709,8 @@ def main():
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The client's own retries would log each refused connection; ours say enough.
     logging.getLogger("urllib3").setLevel(logging.ERROR)
-    names = ["POD_NAME", "POD_NAMESPACE", "POD_UID", "SWARM_POOL", "SWARM_CONFIG_MAP"]
-    missing = [name for name in names if not os.environ.get(name)]
-    if missing:
-        sys.exit(f"swarm_worker: missing environment variables: {', '.join(missing)}")
-    env = {name: os.environ[name] for name in names}
     try:
-        lease_seconds, margin, grace_seconds = timing_from_env(os.environ)
+        env, (lease_seconds, margin, grace_seconds) = settings_from_env(os.environ)
     except ValueError as error:
         sys.exit(f"swarm_worker: {error}")
 

@@ -1,6 +1,6 @@
 """Holds swarm_worker.py to the protocol's test vectors (protocol/vectors/), the files the Rust
 crate swarm-protocol reads too: the same names, config.yml reading, own-ConfigMap name, Lease,
-report line and fence arithmetic as the operator and the Rust worker.
+report line, fence arithmetic and settings as the operator and the Rust worker.
 
     .tools/python-worker/bin/python -m unittest discover -s examples/python-worker -v
 """
@@ -74,6 +74,28 @@ class ProtocolVectorsTest(unittest.TestCase):
             self.assertEqual(sw.renew_interval(duration), case["renewEverySeconds"])
             limit = sw.fence_limit(duration, sw.default_margin(duration))
             self.assertEqual(limit, case["limitSeconds"])
+
+    def test_settings(self):
+        settings = vectors("settings.json")
+        for case in settings["cases"]:
+            with self.subTest(case["name"]):
+                environ = dict(settings["pod"])
+                for name, value in case["environment"].items():
+                    if value is None:
+                        environ.pop(name, None)
+                    else:
+                        environ[name] = value
+                if "error" in case:
+                    with self.assertRaisesRegex(ValueError, case["error"]):
+                        sw.settings_from_env(environ)
+                    continue
+                env, (lease, margin, termination) = sw.settings_from_env(environ)
+                want = case["settings"]
+                self.assertEqual(sw.worker_config_map(env), want["ownConfigMap"])
+                self.assertEqual(lease, want["leaseDurationSeconds"])
+                self.assertEqual(sw.renew_interval(lease), want["renewEverySeconds"])
+                self.assertEqual(sw.fence_limit(lease, margin), want["fenceAfterSeconds"])
+                self.assertEqual(termination, want["terminationSeconds"])
 
 
 if __name__ == "__main__":

@@ -301,4 +301,56 @@ mod tests {
         .unwrap_err();
         assert!(matches!(error, Error::MissingSetting { name: "POD_UID" }));
     }
+
+    /// `protocol/vectors/settings.json`, which the Go and Python workers read too.
+    #[test]
+    fn the_settings_are_the_vectors() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../protocol/vectors/settings.json"
+        );
+        let file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let seconds = |value: &serde_json::Value| Duration::from_secs_f64(value.as_f64().unwrap());
+        for case in file["cases"].as_array().unwrap() {
+            let name = case["name"].as_str().unwrap();
+            let mut env: HashMap<String, String> =
+                serde_json::from_value(file["pod"].clone()).unwrap();
+            for (key, value) in case["environment"].as_object().unwrap() {
+                match value.as_str() {
+                    Some(value) => env.insert(key.clone(), value.to_owned()),
+                    None => env.remove(key),
+                };
+            }
+            let result = PartialSettings::from_vars(|name| env.get(name).cloned()).complete();
+            if let Some(variable) = case["error"].as_str() {
+                let error = result.expect_err(name).to_string();
+                assert!(error.contains(variable), "{name}: {error}");
+                continue;
+            }
+            let settings = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let want = &case["settings"];
+            assert_eq!(settings.own_config_map(), want["ownConfigMap"], "{name}");
+            assert_eq!(
+                settings.lease_duration,
+                seconds(&want["leaseDurationSeconds"]),
+                "{name}"
+            );
+            assert_eq!(
+                settings.renew_every(),
+                seconds(&want["renewEverySeconds"]),
+                "{name}"
+            );
+            assert_eq!(
+                settings.fence_after(),
+                seconds(&want["fenceAfterSeconds"]),
+                "{name}"
+            );
+            assert_eq!(
+                settings.termination_deadline,
+                seconds(&want["terminationSeconds"]),
+                "{name}"
+            );
+        }
+    }
 }
