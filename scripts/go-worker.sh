@@ -30,15 +30,16 @@ usage() {
 }
 
 command -v go >/dev/null 2>&1 || die "Go is needed for the Go worker (none on PATH)"
-# -mod=readonly: go.sum must already list every module, as in CI.
+# -mod=readonly: go.sum must already list every module, as in CI. One set of flags for every
+# command (static, -trimpath), so vet, test and build share their compiled packages.
 export GOMODCACHE="${cache_root}/gomod" GOCACHE="${cache_root}/gocache" \
-    GOFLAGS="-mod=readonly -buildvcs=false" GOTOOLCHAIN=local
+    GOFLAGS="-mod=readonly -buildvcs=false -trimpath" GOTOOLCHAIN=local CGO_ENABLED=0
 mkdir -p "${cache_root}"
 
 build() {
     local out="${1:-${CARGO_TARGET_DIR:-${repo_root}/target}/go/swarm-go-worker}"
     mkdir -p "$(dirname "${out}")"
-    (cd "${module_dir}" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "${out}" ./examples/swarm-worker)
+    (cd "${module_dir}" && go build -ldflags "-s -w" -o "${out}" ./examples/swarm-worker)
     echo "${out}"
 }
 
