@@ -216,16 +216,10 @@ async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stop
     let report = dir.path().join("report.jsonl");
     let app = Recorder::new();
     let (terminate, terminated) = oneshot::channel::<()>();
-    let worker = WorkerBuilder::empty()
-        .pod_name(POD)
-        .namespace("default")
-        .pod_uid(&uid)
-        .pool("pool")
-        .config_map(CONFIG_MAP)
+    let worker = worker_of(&uid, client.clone())
         .report(&report)
         .lease_duration(Duration::from_secs(2))
         .termination_deadline(Duration::from_secs(20))
-        .client(client.clone())
         .shutdown_on(async move {
             let _ = terminated.await;
         })
@@ -498,15 +492,9 @@ async fn a_worker_cut_off_from_the_api_fences_itself_and_runs_again_after_a_rene
     let app = Recorder::new();
     app.stop_permits.add_permits(100);
     let duration = Duration::from_secs(4);
-    let worker = WorkerBuilder::empty()
-        .pod_name(POD)
-        .namespace("default")
-        .pod_uid(&uid)
-        .pool("pool")
-        .config_map(CONFIG_MAP)
+    let worker = worker_of(&uid, through_proxy)
         .report(&report)
         .lease_duration(duration)
-        .client(through_proxy)
         .shutdown_on(std::future::pending())
         .build()
         .await
@@ -570,6 +558,18 @@ async fn a_worker_cut_off_from_the_api_fences_itself_and_runs_again_after_a_rene
     sim.shutdown().await;
 }
 
+/// The worker of `POD` in namespace `default`, for pod instance `uid`, in pool `pool` (whose
+/// ConfigMap is `CONFIG_MAP`), on `client`; each test adds its timing and shutdown.
+fn worker_of(uid: &str, client: Client) -> WorkerBuilder {
+    WorkerBuilder::empty()
+        .pod_name(POD)
+        .namespace("default")
+        .pod_uid(uid)
+        .pool("pool")
+        .config_map(CONFIG_MAP)
+        .client(client)
+}
+
 /// Aborts a task when the test ends, even on a failed assertion.
 struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 
@@ -592,14 +592,8 @@ async fn a_worker_started_before_its_config_runs_it_as_soon_as_it_comes() {
     let uid = create_pod(&pods).await;
     let app = Recorder::new();
     // Renewed every 15 s: a start that waited for the next renewal would take that long.
-    let worker = WorkerBuilder::empty()
-        .pod_name(POD)
-        .namespace("default")
-        .pod_uid(&uid)
-        .pool("pool")
-        .config_map(CONFIG_MAP)
+    let worker = worker_of(&uid, client.clone())
         .lease_duration(Duration::from_secs(60))
-        .client(client.clone())
         .shutdown_on(std::future::pending())
         .build()
         .await
@@ -647,13 +641,7 @@ async fn on_the_default_timing_a_worker_renews_every_ten_seconds_and_acknowledge
         .await
         .unwrap();
     let app = Recorder::new();
-    let worker = WorkerBuilder::empty()
-        .pod_name(POD)
-        .namespace("default")
-        .pod_uid(&uid)
-        .pool("pool")
-        .config_map(CONFIG_MAP)
-        .client(client.clone())
+    let worker = worker_of(&uid, client.clone())
         .shutdown_on(std::future::pending())
         .build()
         .await
@@ -709,14 +697,8 @@ async fn after_its_watch_expires_a_worker_watches_from_the_object_as_it_is() {
     let through_proxy = Client::try_from(Config::new(proxy.url.parse().unwrap())).unwrap();
     let app = Recorder::new();
     app.stop_permits.add_permits(100);
-    let worker = WorkerBuilder::empty()
-        .pod_name(POD)
-        .namespace("default")
-        .pod_uid(&uid)
-        .pool("pool")
-        .config_map(CONFIG_MAP)
+    let worker = worker_of(&uid, through_proxy)
         .lease_duration(Duration::from_secs(60))
-        .client(through_proxy)
         .shutdown_on(std::future::pending())
         .build()
         .await

@@ -79,7 +79,7 @@ async fn acknowledging_workers_take_a_scale_up_and_down_without_a_restart() {
 
 /// The longest a moved job may run nowhere in a calm step (no fault): its old worker's stop and
 /// acknowledgement, the operator's grant and its new worker's start.
-const MAX_UNHELD_SECONDS: f64 = 2.0;
+pub(crate) const MAX_UNHELD_SECONDS: f64 = 2.0;
 
 /// The three implementations of the protocol share one pool: the Rust example on
 /// `swarm-worker`, the Python worker (written from docs/worker-protocol.md alone) and the Go
@@ -178,6 +178,14 @@ where
     let started = Instant::now();
     change().await;
     let settled = settle(env, workers).await;
+    assert_no_long_gap(env, what, started);
+    settled
+}
+
+/// Prints how long the step begun at `started` took to settle and the longest a job ran
+/// nowhere since [`Env::restart_longest_unheld`]; fails if that is over
+/// [`MAX_UNHELD_SECONDS`].
+pub(crate) fn assert_no_long_gap(env: &Env, what: &str, started: Instant) {
     let stats = env.handoff_stats();
     eprintln!(
         "{}: {what}: settled in {:.1} s; the longest a job ran nowhere {:.2} s ({})",
@@ -192,7 +200,6 @@ where
         stats.longest_unheld_job,
         stats.longest_unheld_seconds
     );
-    settled
 }
 
 /// A worker that stops answering (its process frozen with SIGSTOP) does not hold a change up

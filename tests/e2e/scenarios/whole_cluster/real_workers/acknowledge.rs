@@ -9,8 +9,9 @@
 //! Through a scale 2 -> 4 (Python) -> 5 (Go), a job edit and a scale to 3 (the Go and one
 //! Python worker terminate): no pod is deleted by the operator, no container restarts, no job
 //! runs on two containers at once, and the longest a moved job runs nowhere is at most
-//! [`MAX_GAP_SECONDS`] in each step. Then the projected token of one worker, read from the
-//! kubelet's volume on the host, tries to write another pod's Lease: the policy refuses it.
+//! [`MAX_UNHELD_SECONDS`](crate::scenarios::acknowledge::MAX_UNHELD_SECONDS) in each step.
+//! Then the projected token of one worker, read from the kubelet's volume on the host, tries
+//! to write another pod's Lease: the policy refuses it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -26,14 +27,12 @@ use crate::harness::kubectl::Kubectl;
 use crate::harness::poll::CONVERGE;
 use crate::harness::worker_fleet::Reports;
 use crate::harness::{Env, GO_WORKER_IMAGE_ENV, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV};
-use crate::scenarios::acknowledge::assert_no_pod_deleted;
+use crate::scenarios::acknowledge::{assert_no_long_gap, assert_no_pod_deleted};
 use crate::scenarios::whole_cluster::worker_lease_policy::{
     POLICY_DIR, RemovePolicy, assert_refused, assert_type_checked, write,
 };
 use crate::scenarios::{kubectl_ns, scale};
 
-/// The longest a moved job may run nowhere in one step (seconds).
-const MAX_GAP_SECONDS: f64 = 2.0;
 /// How soon a deleted worker's pod must be gone (seconds): it exits on acknowledging an empty
 /// entry, well before its 25 s termination deadline.
 const EXIT_WITHIN_SECONDS: f64 = 15.0;
@@ -167,7 +166,7 @@ async fn rust_python_and_go_workers_in_real_pods_hand_jobs_over_without_a_restar
 }
 
 /// Applies `change`, waits for the pool to settle over `workers`, and fails if a moved job ran
-/// nowhere for longer than [`MAX_GAP_SECONDS`] meanwhile.
+/// nowhere for longer than [`MAX_UNHELD_SECONDS`](crate::scenarios::acknowledge::MAX_UNHELD_SECONDS) meanwhile.
 async fn step<F, Fut>(env: &Env, reports: &Reports, what: &str, change: F, workers: usize)
 where
     F: FnOnce() -> Fut,
@@ -177,19 +176,7 @@ where
     let started = Instant::now();
     change().await;
     settle_acknowledged(env, reports, workers, CONVERGE).await;
-    let stats = env.handoff_stats();
-    eprintln!(
-        "real-workers-acknowledge: {what}: settled in {:.1} s; longest a moved job ran nowhere {:.2} s ({})",
-        started.elapsed().as_secs_f64(),
-        stats.longest_unheld_seconds,
-        stats.longest_unheld_job
-    );
-    assert!(
-        stats.longest_unheld_seconds <= MAX_GAP_SECONDS,
-        "{what}: {} ran nowhere for {:.2} s",
-        stats.longest_unheld_job,
-        stats.longest_unheld_seconds
-    );
+    assert_no_long_gap(env, what, started);
 }
 
 /// The uid of pod `name`.
