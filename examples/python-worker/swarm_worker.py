@@ -323,7 +323,8 @@ def desired_lease(current, holder, acked, duration_seconds, now):
     metadata["ownerReferences"] = owners
     spec = lease.get("spec") or {}
     if spec.get("holderIdentity") != uid:
-        if spec.get("holderIdentity"):
+        # Any holder but none counts, an empty one too, as client-go's leader election counts.
+        if spec.get("holderIdentity") is not None:
             spec["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
         spec["holderIdentity"] = uid
         spec["acquireTime"] = now
