@@ -108,10 +108,13 @@ real_tier=0
 if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; then
     real_tier=1
     go_log="$(mktemp "${TMPDIR:-/tmp}/swarm-go-build.XXXXXX")"
-    echo "test.sh: building or reusing the control plane and toxiproxy in the background (log: ${go_log})"
+    echo "test.sh: building or reusing helm, the control plane and toxiproxy in the background (log: ${go_log})"
     (
         go_start=${SECONDS}
-        scripts/real-cluster.sh build && scripts/install-toxiproxy.sh >/dev/null
+        # helm first: the chart's tests in the kube-sim tier need it (they build it themselves
+        # when this has not yet).
+        scripts/install-helm.sh >/dev/null && scripts/real-cluster.sh build &&
+            scripts/install-toxiproxy.sh >/dev/null
         code=$?
         echo "go build finished in $((SECONDS - go_start)) s"
         exit "${code}"
@@ -204,6 +207,8 @@ if ((real_tier)); then
             fi
         done <"${images}/built.tsv"
         mark "images: load into the real node"
+        # The Helm install scenario's helm (built in the background above).
+        SWARM_HELM="$(scripts/install-helm.sh)" && export SWARM_HELM
         echo "test.sh: the Go worker's tests on kube-apiserver (scripts/go-worker.sh test)"
         if ((go_worker_ok)); then
             SWARM_WORKER_GO_KUBECONFIG="${cluster_dir}/kubeconfig" SWARM_WORKER_GO_REQUIRE_CLUSTER=1 \
@@ -223,7 +228,7 @@ if ((real_tier)); then
             --skip scenarios::whole_cluster:: --test-threads="${SWARM_E2E_PARALLEL:-6}" || real_status=$?
         mark "real-cluster tier: other scenarios, ${SWARM_E2E_PARALLEL:-6} at a time"
         unset SWARM_E2E_KUBECONFIG SWARM_E2E_TIMINGS SWARM_E2E_OPERATOR_IMAGE SWARM_E2E_WORKER_IMAGE \
-            SWARM_E2E_PYTHON_WORKER_IMAGE SWARM_E2E_GO_WORKER_IMAGE
+            SWARM_E2E_PYTHON_WORKER_IMAGE SWARM_E2E_GO_WORKER_IMAGE SWARM_HELM
     elif ((go_status == 0)); then
         real_status=1
         echo "test.sh: the real control plane did not start (logs in ${cluster_dir}/logs)" >&2

@@ -12,14 +12,12 @@ use serde_json::Value as Json;
 use serde_yaml::Value;
 use swarm_operator::runtime::metrics::{self, Metrics};
 
-#[allow(dead_code)]
-#[path = "../e2e/harness/kubectl.rs"]
-mod kubectl;
+// promtool.rs finds promtool with `super::tools`.
+use crate::{kubectl, tools};
+
 #[allow(dead_code)]
 #[path = "../e2e/harness/promtool.rs"]
 mod promtool;
-#[path = "../e2e/harness/tools.rs"]
-mod tools;
 
 fn repo(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)

@@ -15,6 +15,7 @@
 //! it installed before it ends, so no operator in the cluster acts on a later scenario's pool.
 
 mod faults;
+mod helm;
 mod install;
 mod namespaced;
 mod overlay;

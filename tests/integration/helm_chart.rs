@@ -1,0 +1,716 @@
+//! The Helm chart (`charts/swarm-operator`) installs what `deploy/` does and cannot drift from
+//! it: `helm template` of the chart, with its default values and with the values of each
+//! overlay, is compared object by object (apiVersion, kind, namespace, name) and field by field
+//! with `kubectl kustomize` of `deploy/`, `deploy/overlays/namespaced`,
+//! `deploy/overlays/monitoring`, `deploy/worker-rbac` and `deploy/worker-lease-policy`. They
+//! may differ in two ways only, both checked here rather than ignored: the chart adds Helm's own
+//! labels (`helm.sh/chart`, `app.kubernetes.io/managed-by: Helm`, `app.kubernetes.io/instance`
+//! on every object, `app.kubernetes.io/instance` on the operator's pods), and it renders no
+//! Namespace: Helm installs into the release namespace, which `helm install --create-namespace`
+//! creates (a chart that owned its namespace would delete it, and every pool in it, on
+//! `helm uninstall`). The files the chart copies from the repository (the CRD, the alerts, the
+//! dashboard) are byte-identical to theirs; `values.schema.json` describes every value and
+//! rejects a wrong type naming the field; `helm lint --strict` passes.
+//!
+//! helm is the binary `SWARM_HELM` names, else the one `scripts/install-helm.sh` builds once
+//! from the Go module pinned in `hack/helm/go.mod` (several minutes the first time).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_yaml::Value;
+
+use crate::{cargo_env, kubectl};
+
+const CHART: &str = "charts/swarm-operator";
+/// The release name of every rendering: names do not depend on it, the instance label does.
+const RELEASE: &str = "swarm-operator";
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// helm: `SWARM_HELM`, else built (once for all the tests of this module) by
+/// `scripts/install-helm.sh`.
+fn helm() -> &'static Path {
+    static HELM: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let helm = HELM.get_or_init(|| {
+        if let Some(path) = std::env::var_os("SWARM_HELM").filter(|p| !p.is_empty()) {
+            let path = PathBuf::from(path);
+            return if path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!(
+                    "SWARM_HELM={} does not name a file; unset it to build the pinned helm \
+                     with scripts/install-helm.sh",
+                    path.display()
+                ))
+            };
+        }
+        eprintln!(
+            "helm_chart: SWARM_HELM is unset: building or reusing the pinned helm \
+             (scripts/install-helm.sh)"
+        );
+        let mut script = Command::new(repo("scripts/install-helm.sh"));
+        cargo_env::without_test_env(&mut script);
+        let output = script
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("cannot run scripts/install-helm.sh: {e}"))?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        match stdout.lines().next_back().map(PathBuf::from) {
+            Some(path) if output.status.success() && path.is_file() => Ok(path),
+            _ => Err(format!(
+                "scripts/install-helm.sh failed ({}; its output is above, stdout: {stdout:?}). \
+                 It needs Go the first time; or set SWARM_HELM to a helm binary",
+                output.status
+            )),
+        }
+    });
+    match helm {
+        Ok(path) => path,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// What one helm run printed, and whether it succeeded.
+struct Run {
+    success: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// `helm <args>` from the repository root, with a private home (no repositories, no plugins).
+fn run_helm(args: &[&str]) -> Run {
+    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm-home");
+    let output = Command::new(helm())
+        .args(args)
+        .current_dir(repo(""))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm().display()));
+    Run {
+        success: output.status.success(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn documents(text: &str, what: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(text)
+        .map(|doc| serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{what}: {e}")))
+        .filter(|doc: &Value| !doc.is_null())
+        .collect()
+}
+
+/// `helm template swarm-operator charts/swarm-operator --namespace <namespace> --include-crds
+/// <values>`, as documents.
+fn render(namespace: &str, values: &[&str]) -> Vec<Value> {
+    let mut args = vec![
+        "template",
+        RELEASE,
+        CHART,
+        "--namespace",
+        namespace,
+        "--include-crds",
+    ];
+    args.extend_from_slice(values);
+    let run = run_helm(&args);
+    assert!(
+        run.success,
+        "helm {} failed: {}",
+        args.join(" "),
+        run.stderr
+    );
+    documents(&run.stdout, &format!("helm {}", args.join(" ")))
+}
+
+/// `kubectl kustomize <dir>`, as documents.
+fn kustomize(dir: &str) -> Vec<Value> {
+    let output = Command::new(kubectl::locate())
+        .args(["kustomize", dir])
+        .current_dir(repo(""))
+        .output()
+        .expect("run kubectl kustomize");
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {dir}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    documents(
+        &String::from_utf8(output.stdout).expect("UTF-8"),
+        &format!("kubectl kustomize {dir}"),
+    )
+}
+
+/// An object's identity: apiVersion, kind, namespace (empty when cluster-scoped), name.
+type Key = (String, String, String, String);
+
+fn key(doc: &Value) -> Key {
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_owned();
+    (
+        text(&doc["apiVersion"]),
+        text(&doc["kind"]),
+        text(&doc["metadata"]["namespace"]),
+        text(&doc["metadata"]["name"]),
+    )
+}
+
+fn show_key((api_version, kind, namespace, name): &Key) -> String {
+    if namespace.is_empty() {
+        format!("{api_version} {kind} {name}")
+    } else {
+        format!("{api_version} {kind} {namespace}/{name}")
+    }
+}
+
+fn by_key(docs: Vec<Value>, what: &str) -> BTreeMap<Key, Value> {
+    let mut objects = BTreeMap::new();
+    for doc in docs {
+        let key = key(&doc);
+        assert!(
+            !key.1.is_empty() && !key.3.is_empty(),
+            "{what}: an object without kind or name: {doc:?}"
+        );
+        if objects.insert(key.clone(), doc).is_some() {
+            panic!("{what} renders {} twice", show_key(&key));
+        }
+    }
+    objects
+}
+
+/// One line for a value in a failure message.
+fn show(value: Option<&Value>) -> String {
+    match value {
+        None => "(absent)".to_owned(),
+        Some(value) => serde_json::to_string(value).unwrap_or_else(|_| format!("{value:?}")),
+    }
+}
+
+/// Every field where `helm` differs from `kustomize`, as `<path>: kustomize <v>, helm <v>`.
+fn diff(path: &str, kustomize: Option<&Value>, helm: Option<&Value>, out: &mut Vec<String>) {
+    match (kustomize, helm) {
+        (Some(Value::Mapping(k)), Some(Value::Mapping(h))) => {
+            let mut keys: Vec<&Value> = k.keys().chain(h.keys()).collect();
+            keys.sort_by_key(|key| show(Some(key)));
+            keys.dedup();
+            for field in keys {
+                let name = field
+                    .as_str()
+                    .map_or_else(|| show(Some(field)), str::to_owned);
+                diff(&format!("{path}.{name}"), k.get(field), h.get(field), out);
+            }
+        }
+        (Some(Value::Sequence(k)), Some(Value::Sequence(h))) => {
+            for i in 0..k.len().max(h.len()) {
+                diff(&format!("{path}[{i}]"), k.get(i), h.get(i), out);
+            }
+        }
+        // kustomize writes the CRD's `minimum: 1.0` as `1`: the same JSON number to the API
+        // server.
+        (Some(Value::Number(k)), Some(Value::Number(h))) if k.as_f64() == h.as_f64() => {}
+        (k, h) if k != h => out.push(format!("{path}: kustomize {}, helm {}", show(k), show(h))),
+        _ => {}
+    }
+}
+
+/// The chart's version, from Chart.yaml (the value of `helm.sh/chart` is `swarm-operator-<it>`).
+fn chart_yaml() -> Value {
+    serde_yaml::from_str(&read(&format!("{CHART}/Chart.yaml"))).expect("Chart.yaml")
+}
+
+/// Removes from `labels` (at `path` of `object`) the Helm labels named in `expected`, checking
+/// that each is there with its value.
+fn take_labels(
+    object: &str,
+    path: &str,
+    labels: Option<&mut Value>,
+    expected: &[(&str, String)],
+    problems: &mut Vec<String>,
+) {
+    let Some(Value::Mapping(labels)) = labels else {
+        problems.push(format!("{object}: {path}: no labels"));
+        return;
+    };
+    for (name, value) in expected {
+        match labels.remove(*name) {
+            Some(Value::String(got)) if got == *value => {}
+            got => problems.push(format!(
+                "{object}: {path}.{name}: Helm's label should be {value:?}, is {}",
+                show(got.as_ref())
+            )),
+        }
+    }
+}
+
+/// The chart's object without the labels only a Helm release has: `helm.sh/chart`,
+/// `app.kubernetes.io/managed-by` and `app.kubernetes.io/instance` on every object the chart
+/// templates (not the CRD, installed as it is from crds/), and `app.kubernetes.io/instance` on
+/// the operator's pods.
+fn without_helm_labels(mut doc: Value, problems: &mut Vec<String>) -> Value {
+    let object = show_key(&key(&doc));
+    if doc["kind"] == "CustomResourceDefinition" {
+        return doc;
+    }
+    let chart = format!(
+        "swarm-operator-{}",
+        chart_yaml()["version"]
+            .as_str()
+            .expect("Chart.yaml version")
+    );
+    let instance = ("app.kubernetes.io/instance", RELEASE.to_owned());
+    take_labels(
+        &object,
+        "metadata.labels",
+        doc.get_mut("metadata").and_then(|m| m.get_mut("labels")),
+        &[
+            ("helm.sh/chart", chart),
+            ("app.kubernetes.io/managed-by", "Helm".to_owned()),
+            instance.clone(),
+        ],
+        problems,
+    );
+    if doc["kind"] == "Deployment" {
+        take_labels(
+            &object,
+            "spec.template.metadata.labels",
+            doc.get_mut("spec")
+                .and_then(|s| s.get_mut("template"))
+                .and_then(|t| t.get_mut("metadata"))
+                .and_then(|m| m.get_mut("labels")),
+            &[instance],
+            problems,
+        );
+    }
+    doc
+}
+
+/// Takes from `kustomized` the one Namespace, `namespace`: Helm's release namespace, which the
+/// chart does not render (`helm install --create-namespace` creates it).
+fn without_the_release_namespace(kustomized: Vec<Value>, namespace: &str) -> Vec<Value> {
+    let (namespaces, rest): (Vec<Value>, Vec<Value>) = kustomized
+        .into_iter()
+        .partition(|doc| doc["kind"] == "Namespace");
+    let names: Vec<&str> = namespaces
+        .iter()
+        .map(|doc| doc["metadata"]["name"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        names,
+        [namespace],
+        "kustomize installs exactly one Namespace, the one the chart is installed into"
+    );
+    rest
+}
+
+/// Compares the chart rendered with `values` in `namespace` with `kustomized` (less its
+/// Namespace, which must be `namespace`): the same objects, field by field, but Helm's labels.
+fn assert_renders(kustomized: Vec<Value>, namespace: &str, values: &[&str], what: &str) {
+    let expected = by_key(
+        without_the_release_namespace(kustomized, namespace),
+        "kubectl kustomize",
+    );
+    let rendered = render(namespace, values);
+    let mut problems = Vec::new();
+    for doc in &rendered {
+        if doc["kind"] == "Namespace" {
+            problems.push(format!(
+                "the chart renders {}: it should install into the release namespace only",
+                show_key(&key(doc))
+            ));
+        }
+    }
+    let rendered = by_key(
+        rendered
+            .into_iter()
+            .filter(|doc| doc["kind"] != "Namespace")
+            .map(|doc| without_helm_labels(doc, &mut problems))
+            .collect(),
+        "helm template",
+    );
+    for (key, object) in &expected {
+        match rendered.get(key) {
+            None => problems.push(format!(
+                "{}: in kustomize's output, not rendered by the chart",
+                show_key(key)
+            )),
+            Some(chart) => {
+                let mut fields = Vec::new();
+                diff("", Some(object), Some(chart), &mut fields);
+                problems.extend(
+                    fields
+                        .into_iter()
+                        .map(|field| format!("{}: {field}", show_key(key))),
+                );
+            }
+        }
+    }
+    for key in rendered.keys().filter(|key| !expected.contains_key(*key)) {
+        problems.push(format!(
+            "{}: rendered by the chart, not in kustomize's output",
+            show_key(key)
+        ));
+    }
+    assert!(
+        problems.is_empty(),
+        "helm template {RELEASE} {CHART} --namespace {namespace}{} differs from {what} \
+         (beyond Helm's labels and the release Namespace):\n  {}",
+        values.iter().map(|v| format!(" {v}")).collect::<String>(),
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn the_default_values_render_deploy() {
+    assert_renders(
+        kustomize("deploy"),
+        "swarm-system",
+        &[],
+        "kubectl kustomize deploy",
+    );
+}
+
+#[test]
+fn a_watched_namespace_renders_the_namespaced_overlay() {
+    assert_renders(
+        kustomize("deploy/overlays/namespaced"),
+        "swarm",
+        &["--set", "watchNamespace=swarm"],
+        "kubectl kustomize deploy/overlays/namespaced",
+    );
+}
+
+#[test]
+fn monitoring_renders_the_monitoring_overlay() {
+    assert_renders(
+        kustomize("deploy/overlays/monitoring"),
+        "swarm-system",
+        &["--set", "monitoring.enabled=true"],
+        "kubectl kustomize deploy/overlays/monitoring",
+    );
+}
+
+#[test]
+fn worker_rbac_and_the_lease_policy_render_their_kustomizations() {
+    let mut expected = kustomize("deploy");
+    expected.extend(kustomize("deploy/worker-rbac"));
+    expected.extend(kustomize("deploy/worker-lease-policy"));
+    assert_renders(
+        expected,
+        "swarm-system",
+        &[
+            "--set",
+            "workerRbac.enabled=true",
+            "--set",
+            "workerRbac.namespaces={swarm}",
+            "--set",
+            "workerLeasePolicy.enabled=true",
+        ],
+        "kubectl kustomize of deploy, deploy/worker-rbac and deploy/worker-lease-policy",
+    );
+}
+
+#[test]
+fn the_files_the_chart_copies_are_the_repositorys() {
+    for (copy, original) in [
+        (
+            "charts/swarm-operator/crds/swarmpool.yaml",
+            "deploy/crd/swarmpool.yaml",
+        ),
+        (
+            "charts/swarm-operator/files/prometheus_rule.yaml",
+            "deploy/monitoring/prometheus_rule.yaml",
+        ),
+        (
+            "charts/swarm-operator/files/dashboards/swarm-operator.json",
+            "deploy/monitoring/dashboards/swarm-operator.json",
+        ),
+    ] {
+        let (copied, source) = (read(copy), read(original));
+        if copied != source {
+            let line = copied
+                .lines()
+                .zip(source.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or_else(|| copied.lines().count().min(source.lines().count()));
+            panic!(
+                "{copy} differs from {original} from line {}: {:?} there, {:?} in the \
+                 original; run `cp {original} {copy}`",
+                line + 1,
+                copied.lines().nth(line).unwrap_or("(end of file)"),
+                source.lines().nth(line).unwrap_or("(end of file)"),
+            );
+        }
+    }
+}
+
+#[test]
+fn the_charts_app_version_is_the_operators() {
+    assert_eq!(
+        chart_yaml()["appVersion"].as_str(),
+        Some(env!("CARGO_PKG_VERSION")),
+        "{CHART}/Chart.yaml appVersion is the version of the swarm-operator package"
+    );
+}
+
+/// The values' paths the schema describes, `a.b` for a property of an object it describes.
+fn schema_paths(schema: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
+    let Some(properties) = schema["properties"].as_object() else {
+        return;
+    };
+    for (name, property) in properties {
+        let path = format!("{prefix}{name}");
+        if property["properties"].is_object() {
+            schema_paths(property, &format!("{path}."), out);
+        } else {
+            out.insert(path);
+        }
+    }
+}
+
+/// values.yaml's paths, descending into the objects the schema describes property by property.
+fn value_paths(values: &Value, schema: &serde_json::Value, prefix: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (name, value) in values.as_mapping().expect("a mapping") {
+        let name = name.as_str().expect("string keys");
+        let path = format!("{prefix}{name}");
+        let property = &schema["properties"][name];
+        if property["properties"].is_object() {
+            out.extend(value_paths(value, property, &format!("{path}.")));
+        } else {
+            out.insert(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_schema_and_the_charts_readme_describe_every_value() {
+    let schema: serde_json::Value =
+        serde_json::from_str(&read(&format!("{CHART}/values.schema.json"))).expect("JSON");
+    let values: Value = serde_yaml::from_str(&read(&format!("{CHART}/values.yaml"))).unwrap();
+    let mut described = BTreeSet::new();
+    schema_paths(&schema, "", &mut described);
+    // Helm's own, for subcharts; not a value of this chart.
+    described.remove("global");
+    let given = value_paths(&values, &schema, "");
+    assert_eq!(
+        given, described,
+        "values.yaml's values (left) are those values.schema.json describes (right)"
+    );
+    let readme = read(&format!("{CHART}/README.md"));
+    for path in &given {
+        assert!(
+            readme.contains(&format!("| `{path}` |")),
+            "{CHART}/README.md's table has a row for `{path}`"
+        );
+    }
+}
+
+#[test]
+fn the_schema_rejects_a_wrong_type_naming_the_value() {
+    for (value, field) in [
+        ("replicas=two", "replicas"),
+        ("logFormat=yaml", "logFormat"),
+        ("monitoring.enabled=maybe", "monitoring"),
+        (
+            "leaderElection.leaseDurationSeconds=1",
+            "leaseDurationSeconds",
+        ),
+        ("watchNamespace=Not_A_Namespace", "watchNamespace"),
+        ("replica=3", "replica"),
+    ] {
+        for args in [
+            ["template", RELEASE, CHART, "--set", value].as_slice(),
+            ["lint", CHART, "--set", value].as_slice(),
+        ] {
+            let command = args.join(" ");
+            let run = run_helm(args);
+            let said = format!("{}{}", run.stdout, run.stderr);
+            assert!(
+                !run.success,
+                "helm {command} should fail on values.schema.json: {said}"
+            );
+            assert!(
+                said.contains("schema") && said.contains(field),
+                "helm {command} names {field} in a schema error: {said}"
+            );
+        }
+    }
+}
+
+#[test]
+fn helm_lint_passes_with_the_default_and_the_namespaced_values() {
+    for values in [&[][..], &["--set", "watchNamespace=swarm"][..]] {
+        let mut args = vec!["lint", CHART, "--strict"];
+        args.extend_from_slice(values);
+        let run = run_helm(&args);
+        assert!(
+            run.success,
+            "helm {} failed:\n{}{}",
+            args.join(" "),
+            run.stdout,
+            run.stderr
+        );
+    }
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+#[test]
+fn the_values_reach_the_operator() {
+    let docs = render(
+        "ops",
+        &[
+            "--set",
+            "image.repository=registry.example/swarm-operator,image.tag=v9,image.pullPolicy=Always",
+            "--set",
+            "replicas=3,logFormat=text,logLevel=debug,maxConcurrentReconciles=4",
+            "--set",
+            "leaderElection.namespace=leases,leaderElection.leaseName=ops-lease",
+            "--set",
+            "leaderElection.leaseDurationSeconds=30",
+            "--set",
+            "nodeSelector.pool=system,priorityClassName=system-cluster-critical",
+            "--set",
+            "tolerations[0].key=dedicated,tolerations[0].operator=Exists",
+            "--set",
+            "commonLabels.team=platform,commonAnnotations.owner=platform",
+            "--set",
+            "podLabels.tier=control,podAnnotations.scrape=yes",
+            "--set",
+            "podDisruptionBudget.enabled=false",
+        ],
+    );
+    let deployment = find(&docs, "Deployment", "swarm-operator");
+    let pod = &deployment["spec"]["template"];
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(container["image"], "registry.example/swarm-operator:v9");
+    assert_eq!(container["imagePullPolicy"], "Always");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--log-format=text",
+            "--leader-elect",
+            "--leader-elect-namespace=leases",
+            "--leader-elect-lease-name=ops-lease",
+            "--leader-elect-lease-duration=30",
+            "--max-concurrent-reconciles=4",
+        ]
+    );
+    assert_eq!(container["env"][1]["name"], "RUST_LOG");
+    assert_eq!(container["env"][1]["value"], "debug");
+    assert_eq!(pod["spec"]["nodeSelector"]["pool"], "system");
+    assert_eq!(pod["spec"]["tolerations"][0]["key"], "dedicated");
+    assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["metadata"]["labels"]["tier"], "control");
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform");
+    assert_eq!(pod["metadata"]["annotations"]["scrape"], "yes");
+    assert_eq!(
+        deployment["spec"]["selector"]["matchLabels"],
+        serde_yaml::from_str::<Value>("app.kubernetes.io/name: swarm-operator").unwrap(),
+        "selectors never change"
+    );
+    for doc in docs
+        .iter()
+        .filter(|d| d["kind"] != "CustomResourceDefinition")
+    {
+        let object = show_key(&key(doc));
+        assert_eq!(doc["metadata"]["labels"]["team"], "platform", "{object}");
+        assert_eq!(
+            doc["metadata"]["annotations"]["owner"], "platform",
+            "{object}"
+        );
+    }
+    assert!(
+        !docs.iter().any(|d| d["kind"] == "PodDisruptionBudget"),
+        "podDisruptionBudget.enabled=false"
+    );
+    // The leader-election Role goes where the Lease is.
+    let role = find(&docs, "Role", "swarm-operator-leader-election");
+    assert_eq!(role["metadata"]["namespace"], "leases");
+    let binding = find(&docs, "RoleBinding", "swarm-operator-leader-election");
+    assert_eq!(binding["metadata"]["namespace"], "leases");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+}
+
+#[test]
+fn a_watched_namespace_apart_from_the_release_namespace_gets_the_rules_there() {
+    let docs = render("ops", &["--set", "watchNamespace=team-a"]);
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding"),
+        "no cluster-wide grant"
+    );
+    let role = find(&docs, "Role", "swarm-operator");
+    assert_eq!(role["metadata"]["namespace"], "team-a");
+    let binding = find(&docs, "RoleBinding", "swarm-operator");
+    assert_eq!(binding["metadata"]["namespace"], "team-a");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    let lease_role = find(&docs, "Role", "swarm-operator-leader-election");
+    assert_eq!(lease_role["metadata"]["namespace"], "ops");
+    let rules = role["rules"].as_sequence().unwrap();
+    assert!(
+        !rules.iter().any(|r| r["verbs"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|v| v == "create")
+            && r["resources"][0] == "leases"),
+        "the leader-election grant stays in the Lease's namespace: {rules:?}"
+    );
+}
+
+#[test]
+fn the_lease_policy_trusts_this_releases_operator_and_worker_rbac_needs_namespaces() {
+    let docs = render("ops", &["--set", "workerLeasePolicy.enabled=true"]);
+    let policy = find(&docs, "ValidatingAdmissionPolicy", "swarm-worker-lease");
+    let trusted = policy["spec"]["variables"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "trusted")
+        .unwrap()["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        trusted.contains("'system:serviceaccount:ops:swarm-operator'"),
+        "{trusted}"
+    );
+
+    let run = run_helm(&[
+        "template",
+        RELEASE,
+        CHART,
+        "--set",
+        "workerRbac.enabled=true",
+    ]);
+    assert!(!run.success, "worker RBAC without a namespace renders");
+    assert!(
+        run.stderr.contains("workerRbac.namespaces"),
+        "the error names the value to set: {}",
+        run.stderr
+    );
+}
