@@ -134,8 +134,8 @@ fn render(namespace: &str, values: &[&str]) -> Vec<Value> {
     documents(&run.stdout, &format!("helm {}", args.join(" ")))
 }
 
-/// `kubectl kustomize <dir>`, as documents.
-fn kustomize(dir: &str) -> Vec<Value> {
+/// `kubectl kustomize <dir>`, as documents (the monitoring tests read them too).
+pub(crate) fn kustomize(dir: &str) -> Vec<Value> {
     let output = Command::new(kubectl::locate())
         .args(["kustomize", dir])
         .current_dir(repo(""))

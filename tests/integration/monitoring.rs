@@ -5,7 +5,6 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::Command;
 
 use prometheus_client::registry::Registry;
 use serde_json::Value as Json;
@@ -13,7 +12,8 @@ use serde_yaml::Value;
 use swarm_operator::runtime::metrics::{self, Metrics};
 
 // promtool.rs finds promtool with `super::tools`.
-use crate::{kubectl, tools};
+use crate::helm_chart::kustomize;
+use crate::tools;
 
 #[allow(dead_code)]
 #[path = "../e2e/harness/promtool.rs"]
@@ -25,24 +25,6 @@ fn repo(path: &str) -> std::path::PathBuf {
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// `kubectl kustomize <dir>`, as documents.
-fn kustomize(dir: &str) -> Vec<Value> {
-    let output = Command::new(kubectl::locate())
-        .args(["kustomize", dir])
-        .current_dir(repo(""))
-        .output()
-        .expect("run kubectl kustomize");
-    assert!(
-        output.status.success(),
-        "kubectl kustomize {dir}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout).expect("UTF-8");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| serde::Deserialize::deserialize(doc).expect("YAML"))
-        .collect()
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {

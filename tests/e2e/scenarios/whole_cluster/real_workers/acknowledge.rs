@@ -166,7 +166,8 @@ async fn rust_python_and_go_workers_in_real_pods_hand_jobs_over_without_a_restar
 }
 
 /// Applies `change`, waits for the pool to settle over `workers`, and fails if a moved job ran
-/// nowhere for longer than [`MAX_UNHELD_SECONDS`](crate::scenarios::acknowledge::MAX_UNHELD_SECONDS) meanwhile.
+/// nowhere for longer than
+/// [`MAX_UNHELD_SECONDS`](crate::scenarios::acknowledge::MAX_UNHELD_SECONDS) meanwhile.
 async fn step<F, Fut>(env: &Env, reports: &Reports, what: &str, change: F, workers: usize)
 where
     F: FnOnce() -> Fut,
