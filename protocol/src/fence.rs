@@ -1,38 +1,92 @@
-//! The self-fencing arithmetic every worker shares: how long after its last successful Lease
-//! write a worker may still run jobs. The operator hands a worker's jobs away once its Lease has
-//! gone unrenewed for `leaseDurationSeconds` plus the pool's grace on the operator's clock; the
-//! worker stops them `margin` earlier on its own, counted from when it *sent* the write.
+//! The fence arithmetic every worker and the operator share: how long a read of its own
+//! ConfigMap lets a worker run the jobs it showed, how often it reads, when it stops answering
+//! ready, and how long the operator waits before it grants a job revoked from a worker that has
+//! not acknowledged the revoke.
 //!
-//! The defaults are a node's heartbeat: a 40 s Lease renewed every quarter of it, one write per
-//! worker per 10 s in steady state, so 10,000 workers cost the control plane what 10,000
-//! nodes' Leases do. A worker that stops renewing loses its jobs 40 s + the grace after its last
-//! renewal; a pool that must fail over sooner gives its workers a shorter duration (see
-//! `docs/worker-protocol.md`), each renewal then costing proportionally more.
+//! A worker runs a job only while a quorum GET of its own ConfigMap (no `resourceVersion`),
+//! *sent* less than the permit `F` ago on its monotonic clock, showed the job in its entry. The
+//! operator grants a job it revoked from a worker that has not acknowledged the revoke only once
+//! [`revoke_wait`] has passed on its own clock since the revoking write was answered: every read
+//! sent after that answer shows the revoke, and every read sent before it lapsed meanwhile, with
+//! both clocks' rates within [`CLOCK_RATE_BOUND`] of real time. Nothing is written to stay a
+//! member: the kubelet's readiness probe, which [`ready_within`] answers, proves the worker live.
 
 use std::time::Duration;
 
-/// The Lease duration a worker writes unless told otherwise (`SWARM_LEASE_DURATION_SECONDS`).
-pub const DEFAULT_DURATION: Duration = Duration::from_secs(40);
+/// The permit a worker takes unless told otherwise (`SWARM_PERMIT_SECONDS`): 30 s.
+pub const DEFAULT_PERMIT: Duration = Duration::from_secs(30);
 
-/// How often a worker renews a Lease of `duration` when nothing changes: a quarter of it, as
-/// the kubelet renews its node's Lease, so that a renewal that fails is retried twice more
-/// before the fence (at `duration - margin`) stops the worker's jobs. An acknowledgement is
-/// written at once, whatever the interval.
-pub fn renew_interval(duration: Duration) -> Duration {
-    duration / 4
+/// The shortest permit a worker accepts: reads every second, readiness within 1.2 s.
+pub const MIN_PERMIT: Duration = Duration::from_secs(2);
+
+/// How far any clock's rate may stray from real time, the operator's and the workers': 2 %,
+/// thousands of times what an NTP-disciplined clock drifts (at most 500 ppm).
+pub const CLOCK_RATE_BOUND: f64 = 0.02;
+
+/// How often a worker reads its ConfigMap to renew its permit when nothing fails: every half
+/// of it, so a read that fails leaves half the permit to retry in (every 15 s by default).
+pub fn read_interval(permit: Duration) -> Duration {
+    permit / 2
 }
 
-/// The least margin: room for stopping jobs and for rate drift between the two clocks.
-pub const MIN_MARGIN: Duration = Duration::from_secs(2);
-
-/// The default margin for a Lease duration: `max(2 s, duration / 5)`.
-pub fn default_margin(duration: Duration) -> Duration {
-    MIN_MARGIN.max(duration / 5)
+/// How long after the send of its last successful read a worker answers ready: three fifths of
+/// the permit (18 s by default), so one read may be late by a fifth of the permit before the
+/// kubelet marks the pod NotReady.
+pub fn ready_within(permit: Duration) -> Duration {
+    permit * 3 / 5
 }
 
-/// How long after its last successful Lease write a worker may run jobs: `duration - margin`,
-/// with the margin held to at most half the duration so that a short Lease still leaves time
-/// for two renewals.
-pub fn limit(duration: Duration, margin: Duration) -> Duration {
-    duration - margin.min(duration / 2)
+/// The longest wait between retries of a failed read: an eighth of the permit (3.75 s by
+/// default), so a worker cut off tries four times or more before its permit lapses.
+pub fn retry_cap(permit: Duration) -> Duration {
+    permit / 8
+}
+
+/// The wait before the retry that follows `failures` failed reads in a row (1 or more): 1 s,
+/// doubling, held to [`retry_cap`].
+pub fn retry_delay(failures: u32, permit: Duration) -> Duration {
+    let doubled = Duration::from_secs(1).saturating_mul(1 << failures.clamp(1, 16).saturating_sub(1));
+    doubled.min(retry_cap(permit))
+}
+
+/// How long the operator waits, on its own clock, from the answer to a write that revoked jobs
+/// from a worker with permit `permit` until it may grant them elsewhere without an
+/// acknowledgement: `permit * (1 + ρ) / (1 - ρ) + grace`. A permit measured from a send before
+/// that answer lapses at most `permit / (1 - ρ)` of real time after it; the operator's clock
+/// shows at most `(1 + ρ)` times the real time elapsed; `grace` covers the time to stop.
+pub fn revoke_wait(permit: Duration, grace: Duration) -> Duration {
+    permit.mul_f64((1.0 + CLOCK_RATE_BOUND) / (1.0 - CLOCK_RATE_BOUND)) + grace
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults() {
+        assert_eq!(read_interval(DEFAULT_PERMIT), Duration::from_secs(15));
+        assert_eq!(ready_within(DEFAULT_PERMIT), Duration::from_secs(18));
+        assert_eq!(retry_cap(DEFAULT_PERMIT), Duration::from_millis(3750));
+        let wait = revoke_wait(DEFAULT_PERMIT, Duration::from_secs(2));
+        assert!(wait > Duration::from_millis(33_220) && wait < Duration::from_millis(33_230));
+    }
+
+    #[test]
+    fn retries_double_from_a_second_up_to_an_eighth_of_the_permit() {
+        let delays: Vec<_> = (1..=5).map(|n| retry_delay(n, DEFAULT_PERMIT)).collect();
+        let expect = [1000, 2000, 3750, 3750, 3750].map(Duration::from_millis);
+        assert_eq!(delays, expect);
+        assert_eq!(retry_delay(40, DEFAULT_PERMIT), Duration::from_millis(3750));
+    }
+
+    #[test]
+    fn the_wait_outlasts_every_permit_from_a_send_before_the_revoke() {
+        // Worst case: the worker's clock slow, the operator's fast.
+        for permit in [MIN_PERMIT, DEFAULT_PERMIT, Duration::from_secs(300)] {
+            let worker_real = permit.as_secs_f64() / (1.0 - CLOCK_RATE_BOUND);
+            let operator_real =
+                revoke_wait(permit, Duration::ZERO).as_secs_f64() / (1.0 + CLOCK_RATE_BOUND);
+            assert!(operator_real >= worker_real - 1e-9, "{permit:?}");
+        }
+    }
 }

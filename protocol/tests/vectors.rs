@@ -199,63 +199,47 @@ fn a_report_line_byte_for_byte() {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct FenceCase {
-    duration_seconds: u64,
-    margin_seconds: Option<u64>,
-    expect_margin_seconds: u64,
-    expect_limit_seconds: u64,
-}
-
-#[test]
-fn the_fence_margin_and_limit() {
-    for case in vectors::<Vec<FenceCase>>("fence.json") {
-        let duration = Duration::from_secs(case.duration_seconds);
-        let margin = case
-            .margin_seconds
-            .map_or_else(|| fence::default_margin(duration), Duration::from_secs);
-        assert_eq!(margin, Duration::from_secs(case.expect_margin_seconds));
-        assert_eq!(
-            fence::limit(duration, margin),
-            Duration::from_secs(case.expect_limit_seconds),
-            "duration {duration:?}, margin {margin:?}"
-        );
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Timing {
-    default_duration_seconds: u64,
-    cases: Vec<TimingCase>,
+struct FenceVectors {
+    default_permit_seconds: u64,
+    clock_rate_bound: f64,
+    timing: Vec<TimingCase>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct TimingCase {
-    duration_seconds: u64,
-    renew_every_seconds: f64,
-    limit_seconds: u64,
+    permit_seconds: u64,
+    read_every_seconds: f64,
+    ready_within_seconds: f64,
+    retry_seconds: Vec<f64>,
+    grace_seconds: u64,
+    revoke_wait_seconds: f64,
+}
+
+/// Whether `got` is `expect` seconds, to the microsecond the vectors are written to.
+fn seconds(got: Duration, expect: f64) -> bool {
+    (got.as_secs_f64() - expect).abs() < 1e-6
 }
 
 #[test]
-fn the_default_lease_timing() {
-    let timing: Timing = vectors("timing.json");
+fn the_fence_timing() {
+    let vectors: FenceVectors = vectors("fence.json");
     assert_eq!(
-        fence::DEFAULT_DURATION,
-        Duration::from_secs(timing.default_duration_seconds)
+        fence::DEFAULT_PERMIT,
+        Duration::from_secs(vectors.default_permit_seconds)
     );
-    for case in timing.cases {
-        let duration = Duration::from_secs(case.duration_seconds);
-        assert_eq!(
-            fence::renew_interval(duration),
-            Duration::from_secs_f64(case.renew_every_seconds),
-            "duration {duration:?}"
-        );
-        let limit = fence::limit(duration, fence::default_margin(duration));
-        assert_eq!(limit, Duration::from_secs(case.limit_seconds));
-        assert!(
-            fence::renew_interval(duration) < limit,
-            "a renewal fits before the fence at {duration:?}"
-        );
+    assert!((fence::CLOCK_RATE_BOUND - vectors.clock_rate_bound).abs() < f64::EPSILON);
+    for case in vectors.timing {
+        let permit = Duration::from_secs(case.permit_seconds);
+        let name = format!("permit {permit:?}");
+        assert!(seconds(fence::read_interval(permit), case.read_every_seconds), "{name}");
+        assert!(seconds(fence::ready_within(permit), case.ready_within_seconds), "{name}");
+        for (failures, expect) in (1..).zip(&case.retry_seconds) {
+            let delay = fence::retry_delay(failures, permit);
+            assert!(seconds(delay, *expect), "{name}, {failures} failures: {delay:?}");
+        }
+        let grace = Duration::from_secs(case.grace_seconds);
+        let wait = fence::revoke_wait(permit, grace);
+        assert!(seconds(wait, case.revoke_wait_seconds), "{name}: wait {wait:?}");
     }
 }
