@@ -149,23 +149,33 @@ func (c *cluster) compact(t *testing.T) {
 	response.Body.Close()
 }
 
-// configMapWatches are the queries of the ConfigMap watches kube-sim served in namespace.
-func (c *cluster) configMapWatches(t *testing.T, namespace string) []string {
+// servedRequest is one request kube-sim served.
+type servedRequest struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+	Query  string `json:"query"`
+}
+
+// served are the requests kube-sim served, in order.
+func (c *cluster) served(t *testing.T) []servedRequest {
 	t.Helper()
 	response, err := http.Get(c.simURL + "/kube-sim/v1/requests")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer response.Body.Close()
-	var served []struct {
-		Path  string `json:"path"`
-		Query string `json:"query"`
-	}
+	var served []servedRequest
 	if err := json.NewDecoder(response.Body).Decode(&served); err != nil {
 		t.Fatal(err)
 	}
+	return served
+}
+
+// configMapWatches are the queries of the ConfigMap watches kube-sim served in namespace.
+func (c *cluster) configMapWatches(t *testing.T, namespace string) []string {
+	t.Helper()
 	var watches []string
-	for _, request := range served {
+	for _, request := range c.served(t) {
 		if request.Path == "/api/v1/namespaces/"+namespace+"/configmaps" && strings.Contains(request.Query, "watch=true") {
 			watches = append(watches, request.Query)
 		}

@@ -1,119 +1,150 @@
 package swarmworker
 
-import "time"
-
-// Renewal is what a successful Lease write means for the [Fence].
-type Renewal struct {
-	// NewlyFenced: the renewal revealed that the Lease was expired meanwhile; stop every job
-	// now.
-	NewlyFenced bool
-	// Read, when not 0, asks for a ConfigMap GET now: fenced and renewed in time, the answer
-	// to this read (given to [Fence.Read] with this tag) may lift the fence.
-	Read uint64
-}
-
-type fenceState int
-
-const (
-	fenceLive fenceState = iota
-	fenceFenced
-	fenceReading // fenced, renewed since, awaiting the GET tagged awaited
+import (
+	"slices"
+	"time"
 )
 
-// Fence decides, with no I/O, when a worker must stop every job because its Lease may look
-// expired to the operator, and when it may run jobs again. Times are on the monotonic clock
-// (values of time.Now()).
+// Read is the answer to one fence read: a GET of the worker's own ConfigMap with no
+// resourceVersion, which the API server answers with a quorum read.
+type Read struct {
+	// SentAt is when the request was sent, on the monotonic clock: the permit counts from
+	// here, not from the answer.
+	SentAt time.Time
+	// Version is the config version the ConfigMap shows; nil when there is no ConfigMap, or
+	// no config.yml in it.
+	Version *uint64
+	// Jobs are this pod's entry; empty when the config has none for it.
+	Jobs []string
+}
+
+// Fence is one worker process's fence, with no I/O: which jobs it may run and until when,
+// when it reads next, whether it answers ready, and which versions it acknowledges. Times are
+// on the monotonic clock (values of time.Now()); the shell performs what it decides: stop the
+// jobs it no longer lists, then extend the others' permits and start the new ones, then write
+// the acknowledgement.
 //
-// The operator hands a worker's jobs to others once its Lease has gone unrenewed for
-// leaseDurationSeconds plus a grace on the operator's clock. The worker fences itself earlier:
-// once the limit (duration - margin) has passed since it sent its last successful Lease write.
-// Fenced, it runs nothing until a Lease write succeeds again and then a ConfigMap GET issued
-// after that success has answered. A process starts fenced: a restarted container keeps its
-// pod's uid, so the operator cannot tell its start from the old process's last renewal.
+// A process starts fenced: it runs nothing until its first fence read. A read sent at s
+// gives each job of its entry a permit until s + F, unless answered at or after s + F; a job
+// runs only while the last read answered lists it and its permit holds. After [Fence.Terminate]
+// nothing runs again and only entries without jobs are acknowledged.
 type Fence struct {
-	limit   time.Duration
-	renewed time.Time // when the last successful Lease write was sent, or the start
-	state   fenceState
-	awaited uint64
-	reads   uint64
+	permit      time.Duration
+	running     []string  // sorted
+	until       time.Time // when the running jobs' permit lapses
+	version     *uint64   // the version of the last read answered
+	sent        time.Time // when the last successful read was sent
+	hasSent     bool
+	failures    uint
+	nextRead    time.Time
+	terminating bool
+	acked       *acknowledged
 }
 
-// NewFence is the fence of a worker process started at start: fenced until its first Lease
-// write succeeds and a read after it answers, then fenced again once limit passes without a
-// renewal.
-func NewFence(limit time.Duration, start time.Time) *Fence {
-	return &Fence{limit: limit, renewed: start, state: fenceFenced}
+// acknowledged is the last version a Fence acknowledged.
+type acknowledged struct {
+	version uint64
+	empty   bool // whether its entry had no jobs
 }
 
-// IsLive reports whether the worker may run jobs.
-func (f *Fence) IsLive() bool {
-	return f.state == fenceLive
+// NewFence is the fence of a process started at start with permit F: it runs nothing, is not
+// ready, and reads at once.
+func NewFence(permit time.Duration, start time.Time) *Fence {
+	return &Fence{permit: permit, nextRead: start}
 }
 
-// Deadline is when to check the fence next; false while fenced.
-func (f *Fence) Deadline() (time.Time, bool) {
-	if !f.IsLive() {
-		return time.Time{}, false
+// Answered applies a read answered at at, and returns the version it acknowledges, if any:
+// one higher than the last acknowledged, of an entry the worker now runs exactly (a read that
+// gives a permit while not terminating, or an entry without jobs).
+func (f *Fence) Answered(at time.Time, read Read) (uint64, bool) {
+	f.Tick(at)
+	f.sent, f.hasSent = read.SentAt, true
+	f.failures = 0
+	f.nextRead = read.SentAt.Add(ReadInterval(f.permit))
+	f.version = read.Version
+	entry := slices.Compact(slices.Sorted(slices.Values(read.Jobs)))
+	permitted := !f.terminating && at.Before(read.SentAt.Add(f.permit))
+	f.running, f.until = nil, time.Time{}
+	if permitted && len(entry) > 0 {
+		f.running, f.until = entry, read.SentAt.Add(f.permit)
 	}
-	return f.renewed.Add(f.limit), true
+	exact := permitted || len(entry) == 0
+	if read.Version == nil || !exact || (f.acked != nil && *read.Version <= f.acked.version) {
+		return 0, false
+	}
+	f.acked = &acknowledged{version: *read.Version, empty: len(entry) == 0}
+	return *read.Version, true
 }
 
-// Expired reports whether the last renewal is too old at now for jobs to run.
-func (f *Fence) Expired(now time.Time) bool {
-	return now.Sub(f.renewed) >= f.limit
+// Failed records a read that failed at at: the next one is a retry, 1 s after the first
+// failure in a row, doubling, at most F/8 apart.
+func (f *Fence) Failed(at time.Time) {
+	f.failures++
+	f.nextRead = at.Add(RetryDelay(f.failures, f.permit))
 }
 
-// Check fences the worker if its renewal is too old at now; true when it just did (stop every
-// job now).
-func (f *Fence) Check(now time.Time) bool {
-	if f.IsLive() && f.Expired(now) {
-		f.state = fenceFenced
-		return true
-	}
-	return false
+// Watched records a watch event at at: it proves nothing, and asks for a read at once.
+func (f *Fence) Watched(at time.Time) {
+	f.nextRead = at
 }
 
-// Renewed records a successful Lease write sent at sent, learnt at now, the last of a run of
-// renewals that began at streak: the first success after a gap of the limit or more since the
-// one before (or the start). A live worker whose run of renewals began after the last renewal
-// it knew of was expired in between (a process paused, say), even if no check ran meanwhile:
-// it fences.
-func (f *Fence) Renewed(sent, streak, now time.Time) Renewal {
-	gap := streak.After(f.renewed)
-	if sent.After(f.renewed) {
-		f.renewed = sent
-	}
-	renewal := Renewal{NewlyFenced: f.IsLive() && (gap || f.Expired(now))}
-	if renewal.NewlyFenced {
-		f.state = fenceFenced
-	}
-	if f.state == fenceFenced && !f.Expired(now) {
-		f.reads++
-		f.state, f.awaited = fenceReading, f.reads
-		renewal.Read = f.reads
-	}
-	return renewal
-}
-
-// Read reports whether the ConfigMap read tagged read, answered at now, lifts the fence. A
-// read that is not the awaited one changes nothing; the awaited one answered too late fences
-// again until the next renewal.
-func (f *Fence) Read(read uint64, now time.Time) bool {
-	if f.state != fenceReading || f.awaited != read {
+// Tick stops the jobs whose permit has lapsed at at; true when it did.
+func (f *Fence) Tick(at time.Time) bool {
+	if len(f.running) == 0 || at.Before(f.until) {
 		return false
 	}
-	if f.Expired(now) {
-		f.state = fenceFenced
-		return false
-	}
-	f.state = fenceLive
+	f.running, f.until = nil, time.Time{}
 	return true
 }
 
-// ReadFailed records that the read tagged read failed: the worker stays fenced until the next
-// renewal asks for another.
-func (f *Fence) ReadFailed(read uint64) {
-	if f.state == fenceReading && f.awaited == read {
-		f.state = fenceFenced
+// Terminate records SIGTERM: nothing runs from now on and the worker is not ready.
+func (f *Fence) Terminate() {
+	f.terminating = true
+	f.running, f.until = nil, time.Time{}
+}
+
+// Running are the jobs the worker runs, sorted.
+func (f *Fence) Running() []string {
+	return slices.Clone(f.running)
+}
+
+// Until is when the running jobs' permit lapses; false when nothing runs.
+func (f *Fence) Until() (time.Time, bool) {
+	return f.until, len(f.running) > 0
+}
+
+// Version is the config version the last read answered showed, if any.
+func (f *Fence) Version() *uint64 {
+	return f.version
+}
+
+// NextRead is when to send the next fence read.
+func (f *Fence) NextRead() time.Time {
+	return f.nextRead
+}
+
+// ReadyUntil is when the worker stops answering ready: [ReadyWithin] after the send of its
+// last successful read; false before the first one and once terminating.
+func (f *Fence) ReadyUntil() (time.Time, bool) {
+	if f.terminating || !f.hasSent {
+		return time.Time{}, false
 	}
+	return f.sent.Add(ReadyWithin(f.permit)), true
+}
+
+// Ready reports whether the worker answers ready at at.
+func (f *Fence) Ready(at time.Time) bool {
+	until, ok := f.ReadyUntil()
+	return ok && at.Before(until)
+}
+
+// Terminating reports whether [Fence.Terminate] was called.
+func (f *Fence) Terminating() bool {
+	return f.terminating
+}
+
+// Done reports whether a terminating worker whose Lease carries written (nil: no
+// acknowledgement) may exit: it has acknowledged, last, a version whose entry has no jobs.
+func (f *Fence) Done(written *uint64) bool {
+	return f.terminating && f.acked != nil && f.acked.empty && written != nil && *written == f.acked.version
 }

@@ -1,179 +1,88 @@
 package swarmworker
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
 
-const testLimit = 8 * time.Second
+// The Fence beyond the shared traces (TestVectorFenceTraces).
 
 func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// liveFrom is a fence that renewed and read at start (read 1): live.
-func liveFrom(t *testing.T, start time.Time) *Fence {
-	t.Helper()
-	f := NewFence(testLimit, start)
-	if r := f.Renewed(start, start, start); r.Read != 1 {
-		t.Fatalf("renewal %+v", r)
-	}
-	if !f.Read(1, start) {
-		t.Fatal("read 1 did not lift the fence")
-	}
-	return f
+func readAt(start time.Time, sent float64, version uint64, jobs ...string) Read {
+	return Read{SentAt: start.Add(secs(sent)), Version: &version, Jobs: jobs}
 }
 
-func wantRenewal(t *testing.T, got, want Renewal) {
-	t.Helper()
-	if got != want {
-		t.Fatalf("renewal %+v, want %+v", got, want)
-	}
-}
-
-func TestANewProcessRunsNothingBeforeItsFirstRenewalAndAReadAfterIt(t *testing.T) {
+func TestAJobListedTwiceRunsOnce(t *testing.T) {
 	start := time.Now()
-	f := NewFence(testLimit, start)
-	if f.IsLive() {
-		t.Fatal("its start is no renewal the operator saw")
-	}
-	if _, ok := f.Deadline(); ok {
-		t.Fatal("a deadline while fenced")
-	}
-	if f.Check(start.Add(secs(1))) {
-		t.Fatal("fenced already")
-	}
-	wantRenewal(t, f.Renewed(start.Add(secs(0.5)), start.Add(secs(0.5)), start.Add(secs(0.6))), Renewal{Read: 1})
-	if f.IsLive() {
-		t.Fatal("live before the read")
-	}
-	if !f.Read(1, start.Add(secs(0.7))) {
-		t.Fatal("the read did not lift the fence")
-	}
-	if at, _ := f.Deadline(); !at.Equal(start.Add(secs(0.5) + testLimit)) {
-		t.Fatalf("deadline %v", at.Sub(start))
+	f := NewFence(DefaultPermit, start)
+	f.Answered(start.Add(secs(0.1)), readAt(start, 0, 1, "b", "a", "b"))
+	if got := f.Running(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("running %q", got)
 	}
 }
 
-func TestAWorkerRenewingInTimeStaysLive(t *testing.T) {
+func TestAnOlderVersionIsRunButNotAcknowledged(t *testing.T) {
 	start := time.Now()
-	f := liveFrom(t, start)
-	if f.Check(start.Add(secs(7.9))) {
-		t.Fatal("fenced early")
+	f := NewFence(DefaultPermit, start)
+	if v, ok := f.Answered(start.Add(secs(0.1)), readAt(start, 0, 5, "a")); !ok || v != 5 {
+		t.Fatalf("ack %d %v", v, ok)
 	}
-	wantRenewal(t, f.Renewed(start.Add(secs(2.5)), start, start.Add(secs(7.9))), Renewal{})
-	if at, _ := f.Deadline(); !at.Equal(start.Add(secs(10.5))) {
-		t.Fatalf("deadline %v", at.Sub(start))
+	// A ConfigMap deleted and written anew from an older state: the read is what runs.
+	if _, ok := f.Answered(start.Add(secs(15.1)), readAt(start, 15, 4, "b")); ok {
+		t.Fatal("version 4 acknowledged after 5")
 	}
-	if f.Check(start.Add(secs(10))) || !f.IsLive() {
-		t.Fatal("fenced")
+	if got := f.Running(); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("running %q", got)
 	}
 }
 
-func TestNoRenewalWithinTheLimitFencesOnce(t *testing.T) {
+func TestATerminatingWorkerIsDoneOnceTheLeaseCarriesAnEmptyEntrysVersion(t *testing.T) {
 	start := time.Now()
-	f := liveFrom(t, start)
-	if !f.Check(start.Add(testLimit)) {
-		t.Fatal("not fenced at the limit")
+	f := NewFence(DefaultPermit, start)
+	f.Answered(start.Add(secs(0.1)), readAt(start, 0, 1, "a"))
+	one, three := uint64(1), uint64(3)
+	if f.Done(&one) {
+		t.Fatal("done before SIGTERM")
 	}
-	if f.IsLive() || f.Check(start.Add(secs(20))) {
-		t.Fatal("fenced twice, or live")
+	f.Terminate()
+	if f.Done(&one) {
+		t.Fatal("done with version 1, which lists a job")
+	}
+	if v, ok := f.Answered(start.Add(secs(1.1)), readAt(start, 1, 3)); !ok || v != 3 {
+		t.Fatalf("ack %d %v", v, ok)
+	}
+	if f.Done(&one) || f.Done(nil) {
+		t.Fatal("done before the Lease carries version 3")
+	}
+	if !f.Done(&three) {
+		t.Fatal("not done")
 	}
 }
 
-func TestTheSendTimeCountsNotTheAnswerTime(t *testing.T) {
+func TestAWorkerWhoseLastAcknowledgementHadNoJobsIsDoneAtSigterm(t *testing.T) {
 	start := time.Now()
-	f := liveFrom(t, start)
-	// Sent at 1 s, answered at 6 s: the worker may run until 9 s, not 14 s.
-	wantRenewal(t, f.Renewed(start.Add(secs(1)), start, start.Add(secs(6))), Renewal{})
-	if !f.Check(start.Add(secs(9))) {
-		t.Fatal("not fenced at 9 s")
+	f := NewFence(DefaultPermit, start)
+	f.Answered(start.Add(secs(0.1)), readAt(start, 0, 7))
+	seven := uint64(7)
+	f.Terminate()
+	if !f.Done(&seven) {
+		t.Fatal("not done")
 	}
 }
 
-func TestRenewalsMissedByABusyReaderCountIfTheyCameWithoutAGap(t *testing.T) {
+func TestAPermitLapsesExactlyFAfterTheSend(t *testing.T) {
 	start := time.Now()
-	f := liveFrom(t, start)
-	wantRenewal(t, f.Renewed(start.Add(secs(20)), start, start.Add(secs(20.1))), Renewal{})
-	// A run that began at 30 s after a gap: expired in between.
-	wantRenewal(t, f.Renewed(start.Add(secs(40)), start.Add(secs(30)), start.Add(secs(40.1))), Renewal{NewlyFenced: true, Read: 2})
-}
-
-func TestARenewalAnsweredAfterTheLimitFencesEvenWithoutACheck(t *testing.T) {
-	start := time.Now()
-	f := liveFrom(t, start)
-	wantRenewal(t, f.Renewed(start.Add(secs(1)), start, start.Add(secs(30))), Renewal{NewlyFenced: true})
-	if f.IsLive() {
-		t.Fatal("live")
+	f := NewFence(2*time.Second, start)
+	f.Answered(start.Add(secs(1.9)), readAt(start, 0, 1, "a"))
+	if f.Tick(start.Add(secs(1.999))) || len(f.Running()) != 1 {
+		t.Fatal("lapsed early")
 	}
-}
-
-func TestARenewalSentAfterAGapLongerThanTheLimitFencesThenAsksForARead(t *testing.T) {
-	start := time.Now()
-	f := liveFrom(t, start)
-	// Paused from 1 s to 30 s: the first write after the pause succeeds before any check.
-	wantRenewal(t, f.Renewed(start.Add(secs(30)), start.Add(secs(30)), start.Add(secs(30.1))), Renewal{NewlyFenced: true, Read: 2})
-	if f.IsLive() || !f.Read(2, start.Add(secs(30.2))) || !f.IsLive() {
-		t.Fatal("the read did not lift the fence")
+	if !f.Tick(start.Add(secs(2))) || len(f.Running()) != 0 {
+		t.Fatal("not lapsed at the send plus F")
 	}
-}
-
-func TestAFenceLiftsOnlyAfterARenewalAndThenTheReadItAskedFor(t *testing.T) {
-	start := time.Now()
-	f := liveFrom(t, start)
-	f.Check(start.Add(secs(9)))
-	if f.Read(0, start.Add(secs(9.5))) {
-		t.Fatal("no read was asked for")
-	}
-	renewal := f.Renewed(start.Add(secs(10)), start.Add(secs(10)), start.Add(secs(10.1)))
-	if renewal.NewlyFenced || renewal.Read == 0 {
-		t.Fatalf("renewal %+v", renewal)
-	}
-	wantRenewal(t, f.Renewed(start.Add(secs(11)), start.Add(secs(11)), start.Add(secs(11.1))), Renewal{}) // one read at a time
-	if f.Read(renewal.Read+1, start.Add(secs(11.2))) || f.IsLive() {
-		t.Fatal("not the awaited read")
-	}
-	if !f.Read(renewal.Read, start.Add(secs(11.3))) {
-		t.Fatal("the awaited read did not lift the fence")
-	}
-	if at, _ := f.Deadline(); !at.Equal(start.Add(secs(19))) {
-		t.Fatalf("deadline %v", at.Sub(start))
-	}
-}
-
-func TestAReadAnsweredAfterTheRenewalExpiredAgainKeepsTheFence(t *testing.T) {
-	start := time.Now()
-	f := liveFrom(t, start)
-	f.Check(start.Add(secs(9)))
-	read := f.Renewed(start.Add(secs(10)), start.Add(secs(10)), start.Add(secs(10))).Read
-	if read == 0 || f.Read(read, start.Add(secs(18))) || f.IsLive() {
-		t.Fatal("a late read lifted the fence")
-	}
-	if r := f.Renewed(start.Add(secs(18.5)), start.Add(secs(18.5)), start.Add(secs(18.6))); r.Read != read+1 {
-		t.Fatalf("renewal %+v", r)
-	}
-}
-
-func TestAFailedReadWaitsForTheNextRenewal(t *testing.T) {
-	start := time.Now()
-	f := liveFrom(t, start)
-	f.Check(start.Add(secs(9)))
-	read := f.Renewed(start.Add(secs(10)), start.Add(secs(10)), start.Add(secs(10))).Read
-	f.ReadFailed(read)
-	if f.Read(read, start.Add(secs(10.5))) {
-		t.Fatal("a failed read lifted the fence")
-	}
-	wantRenewal(t, f.Renewed(start.Add(secs(11)), start.Add(secs(11)), start.Add(secs(11))), Renewal{Read: read + 1})
-}
-
-func TestTheMarginIsAtLeastTwoSecondsAFifthOfTheDurationAndAtMostHalf(t *testing.T) {
-	for _, c := range []struct{ duration, margin, limit time.Duration }{
-		{secs(10), DefaultMargin(secs(10)), secs(8)},
-		{secs(30), DefaultMargin(secs(30)), secs(24)},
-		{secs(2), DefaultMargin(secs(2)), secs(1)},
-		{secs(3), DefaultMargin(secs(3)), secs(1.5)},
-		{secs(10), secs(9), secs(5)},
-	} {
-		if got := FenceLimit(c.duration, c.margin); got != c.limit {
-			t.Errorf("FenceLimit(%v, %v) = %v, want %v", c.duration, c.margin, got, c.limit)
-		}
+	if f.Tick(start.Add(secs(3))) {
+		t.Fatal("lapsed twice")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,7 +29,9 @@ import (
 const (
 	testPod       = "swarm-worker-0"
 	testConfigMap = "swarm-config" // the pool's ConfigMap, which a worker never reads
-	testLease     = 4 * time.Second
+	// testPermit is the workers' permit F in the tests: reads every 2 s, not ready 2.4 s after
+	// the last read's send, jobs stopped 4 s after it.
+	testPermit = 4 * time.Second
 )
 
 // testEnv is one integration test's namespace, with the worker's Pod in it.
@@ -114,6 +117,27 @@ func (e *testEnv) waitAcked(version uint64) *coordinationv1.Lease {
 	return first
 }
 
+// lines are the report's lines, as written.
+func (e *testEnv) lines() []reportLine {
+	e.t.Helper()
+	text, err := os.ReadFile(e.report)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var lines []reportLine
+	for _, raw := range bytes.Split(bytes.TrimSpace(text), []byte("\n")) {
+		var line reportLine
+		if err := json.Unmarshal(raw, &line); err != nil {
+			e.t.Fatalf("%s: %v", raw, err)
+		}
+		lines = append(lines, line)
+	}
+	return lines
+}
+
 // reportLine is a report line as read back.
 type reportLine struct {
 	Version *uint64
@@ -123,26 +147,15 @@ type reportLine struct {
 	Until   time.Time
 }
 
-// changes are the report's lines, one per change of jobs: a line a renewal adds (the same
+// changes are the report's lines, one per change of jobs: a line a fence read adds (the same
 // jobs, a later permit deadline) is checked and merged.
 func (e *testEnv) changes() []reportLine {
 	e.t.Helper()
-	text, err := os.ReadFile(e.report)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	var changes []reportLine
-	for _, raw := range bytes.Split(bytes.TrimSpace(text), []byte("\n")) {
-		var line reportLine
-		if err := json.Unmarshal(raw, &line); err != nil {
-			e.t.Fatalf("%s: %v", raw, err)
-		}
+	for _, line := range e.lines() {
 		if n := len(changes); n > 0 && len(line.Running) > 0 && slices.Equal(changes[n-1].Running, line.Running) {
 			if !line.Until.After(changes[n-1].Until) {
-				e.t.Fatalf("a repeated line does not extend the permit: %s", raw)
+				e.t.Fatalf("a repeated line does not extend the permit: %+v", line)
 			}
 			changes[n-1].Until = line.Until
 			continue
@@ -197,6 +210,13 @@ func recordLeases(t *testing.T, client kubernetes.Interface, namespace string) *
 	return r
 }
 
+// count is how many states of the Lease were seen: one per write.
+func (r *leaseRecorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.leases)
+}
+
 func (r *leaseRecorder) first(match func(*coordinationv1.Lease) bool) *coordinationv1.Lease {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -246,13 +266,25 @@ func (j *testJobs) log() []string {
 
 // runningWorker is a worker running in the test.
 type runningWorker struct {
+	worker   *Worker
 	jobs     *testJobs
 	shutdown chan struct{}
 	exit     chan Exit
 }
 
+// readyz is what the worker's /readyz answers.
+func (w *runningWorker) readyz(t *testing.T) int {
+	t.Helper()
+	response, err := http.Get("http://" + w.worker.HealthAddr().String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	response.Body.Close()
+	return response.StatusCode
+}
+
 // startWorker runs the library's worker for testPod through client (the cluster's unless
-// given), with a short Lease.
+// given), with a short permit and readiness on a free port of the loopback.
 func (e *testEnv) startWorker(client kubernetes.Interface, opts ...Option) *runningWorker {
 	e.t.Helper()
 	if client == nil {
@@ -262,7 +294,7 @@ func (e *testEnv) startWorker(client kubernetes.Interface, opts ...Option) *runn
 	opts = append([]Option{
 		WithLookupEnv(func(string) (string, bool) { return "", false }),
 		WithPodName(testPod), WithNamespace(e.namespace), WithPodUID(e.podUID), WithPool("swarm"),
-		WithConfigMap(testConfigMap), WithReport(e.report), WithLeaseDuration(testLease),
+		WithConfigMap(testConfigMap), WithReport(e.report), WithPermit(testPermit), WithHealthAddr("127.0.0.1:0"),
 		WithTerminationDeadline(15 * time.Second), WithClient(client),
 		WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 	}, opts...)
@@ -271,6 +303,7 @@ func (e *testEnv) startWorker(client kubernetes.Interface, opts ...Option) *runn
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	w.worker = worker
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { w.exit <- worker.Run(ctx, w.jobs) }()
 	e.t.Cleanup(func() {

@@ -1,13 +1,14 @@
 package swarmworker
 
 import (
+	"net/http"
 	"slices"
-
-	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"strings"
 	"testing"
 	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // The worker against an API server (see cluster_test.go): the scenarios of
@@ -18,7 +19,7 @@ func TestIntegrationAcknowledgesEachVersionAfterApplyingItAndExitsAfterAnEmptyEn
 	e.writeConfig(1, "a", "b")
 	w := e.startWorker(nil)
 	acked1 := e.waitAcked(1)
-	lease := e.checkLeaseIsOurs()
+	e.checkLeaseIsOurs()
 	changes := e.changes()
 	if len(changes) != 2 || changes[0].Version != nil || len(changes[0].Running) != 0 || changes[0].UID != e.podUID {
 		t.Fatalf("report %+v", changes)
@@ -26,8 +27,9 @@ func TestIntegrationAcknowledgesEachVersionAfterApplyingItAndExitsAfterAnEmptyEn
 	if *changes[1].Version != 1 || !slices.Equal(changes[1].Running, []string{"a", "b"}) || !changes[1].At.Before(acked1.Spec.RenewTime.Time) {
 		t.Fatalf("started %+v, acknowledged at %v", changes[1], acked1.Spec.RenewTime)
 	}
-	renewed := lease.Spec.RenewTime.Time
-	eventually(t, 5*time.Second, "a renewal", func() bool { return e.lease().Spec.RenewTime.After(renewed) })
+	if code := w.readyz(t); code != http.StatusOK {
+		t.Fatalf("readyz %d after a read", code)
+	}
 
 	// b moves to another worker: it must have stopped before version 2 is acknowledged.
 	e.writeConfig(2, "a")
@@ -57,11 +59,15 @@ func TestIntegrationAcknowledgesEachVersionAfterApplyingItAndExitsAfterAnEmptyEn
 		t.Fatalf("jobs: %s", got)
 	}
 
-	// SIGTERM stops everything; a version that still lists jobs is neither run nor acked.
+	// SIGTERM stops everything and the worker answers not ready; a version that still lists
+	// jobs is neither run nor acknowledged.
 	close(w.shutdown)
 	eventually(t, 10*time.Second, "the stop line after SIGTERM", func() bool { return len(e.changes()) == 5 })
 	if running := e.changes()[4].Running; len(running) != 0 {
 		t.Fatalf("running after SIGTERM: %v", running)
+	}
+	if code := w.readyz(t); code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz %d after SIGTERM", code)
 	}
 	e.writeConfig(5, "a", "e")
 	time.Sleep(1500 * time.Millisecond)
@@ -91,6 +97,151 @@ func TestIntegrationAcknowledgesEachVersionAfterApplyingItAndExitsAfterAnEmptyEn
 	}
 }
 
+func TestIntegrationWritesNothingAtRestAndExtendsThePermitByQuorumReads(t *testing.T) {
+	e := newTestEnv(t)
+	e.writeConfig(1, "a")
+	e.startWorker(nil)
+	acked := e.waitAcked(1)
+	// The write at start, then the acknowledgement; nothing after.
+	writes := e.leases.count()
+	if writes > 2 {
+		t.Fatalf("%d Lease writes before the first acknowledgement", writes)
+	}
+	extendedBefore := len(e.lines())
+	start := 0
+	if e.c.simURL != "" {
+		start = len(e.c.served(t))
+	}
+	time.Sleep(3*ReadInterval(testPermit) + time.Second)
+	if n := e.leases.count(); n != writes {
+		t.Fatalf("%d Lease writes at rest", n-writes)
+	}
+	if lease := e.lease(); lease.ResourceVersion != acked.ResourceVersion {
+		t.Fatalf("the Lease changed at rest: %+v", lease.Spec)
+	}
+	// Each fence read extends the permit: one report line per read.
+	if extended := len(e.lines()) - extendedBefore; extended < 3 {
+		t.Fatalf("%d permit extensions in three read intervals", extended)
+	}
+	if e.c.simURL == "" {
+		return
+	}
+	var reads int
+	own := "/api/v1/namespaces/" + e.namespace + "/configmaps/" + SliceName(testConfigMap, testPod)
+	for _, request := range e.c.served(t)[start:] {
+		if request.Path == own && request.Method == http.MethodGet {
+			reads++
+			if strings.Contains(request.Query, "resourceVersion") {
+				t.Fatalf("a fence read with a resourceVersion, which the cache may answer: %s", request.Query)
+			}
+		}
+		if strings.Contains(request.Path, "/leases") && request.Method != http.MethodGet {
+			t.Fatalf("a Lease write at rest: %+v", request)
+		}
+	}
+	if reads < 3 || reads > 5 {
+		t.Fatalf("%d fence reads in three read intervals", reads)
+	}
+}
+
+func TestIntegrationAGrantedJobStartsOnlyOnAFenceReadSentAfterTheGrant(t *testing.T) {
+	e := newTestEnv(t)
+	e.writeConfig(1, "a")
+	w := e.startWorker(nil)
+	e.waitAcked(1)
+	granted := time.Now()
+	e.writeConfig(2, "a", "b")
+	e.waitAcked(2)
+	// The watch event only asks for a read: the permit b started on counts from a read sent
+	// after the write that granted it.
+	var first *reportLine
+	for _, line := range e.lines() {
+		if slices.Contains(line.Running, "b") {
+			first = &line
+			break
+		}
+	}
+	if first == nil {
+		t.Fatalf("b never ran: %v", e.running())
+	}
+	if sent := first.Until.Add(-testPermit); !sent.After(granted) {
+		t.Fatalf("b started on a read sent %v before the grant", granted.Sub(sent))
+	}
+	if !w.jobs.permits["b"].Holds() {
+		t.Fatal("b runs without a permit")
+	}
+}
+
+func TestIntegrationRunsNothingWithoutTheAPIAndStopsItsJobsWithinThePermitWhenCutOff(t *testing.T) {
+	e := newTestEnv(t)
+	proxy, client := newProxy(t, e.c)
+	e.writeConfig(1, "a")
+	w := e.startWorker(client)
+	eventually(t, 5*time.Second, "the start line", func() bool { return len(e.changes()) == 1 })
+	time.Sleep(1500 * time.Millisecond)
+	if e.lease() != nil || len(w.jobs.log()) != 0 || len(e.changes()) != 1 {
+		t.Fatalf("ran without the API: jobs %v, report %v", w.jobs.log(), e.running())
+	}
+	if code := w.readyz(t); code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz %d before the first read", code)
+	}
+
+	proxy.open(t)
+	e.waitAcked(1)
+	first := e.leases.first(func(*coordinationv1.Lease) bool { return true })
+	if *first.Spec.HolderIdentity != e.podUID || *first.Spec.LeaseDurationSeconds != int32(testPermit/time.Second) {
+		t.Fatalf("the first write is not ours: %+v", first.Spec)
+	}
+	permit := w.jobs.permits["a"]
+	if !permit.Holds() {
+		t.Fatal("a runs without a permit")
+	}
+	if code := w.readyz(t); code != http.StatusOK {
+		t.Fatalf("readyz %d after a read", code)
+	}
+
+	// The API server stops answering: reads fail, readiness goes first, then the jobs, at
+	// most the permit after the last read's send. Meanwhile the entry changes.
+	cut := time.Now()
+	writes := e.leases.count()
+	proxy.close()
+	e.writeConfig(2, "a", "c")
+	eventually(t, testPermit+2*time.Second, "not ready", func() bool { return w.readyz(t) == http.StatusServiceUnavailable })
+	if waited := time.Since(cut); waited > ReadyWithin(testPermit)+time.Second {
+		t.Fatalf("not ready %v after the cut", waited)
+	}
+	eventually(t, testPermit+2*time.Second, "the stop", func() bool { return slices.Contains(w.jobs.log(), "stop a") })
+	if waited := time.Since(cut); waited > testPermit+500*time.Millisecond {
+		t.Fatalf("stopped %v after the cut", waited)
+	}
+	if permit.Holds() {
+		t.Fatal("the permit holds once lapsed")
+	}
+	if last := e.changes()[len(e.changes())-1]; len(last.Running) != 0 {
+		t.Fatalf("no report line for the lapse: %v", e.running())
+	}
+	if e.leases.count() != writes {
+		t.Fatal("a Lease write while cut off")
+	}
+	time.Sleep(500 * time.Millisecond)
+	if got := strings.Join(w.jobs.log(), ", "); got != "start a, stop a" {
+		t.Fatalf("jobs while cut off: %s", got)
+	}
+
+	// Back: the next read runs the new entry, once.
+	proxy.open(t)
+	e.waitAcked(2)
+	if got := strings.Join(w.jobs.log(), ", "); got != "start a, stop a, start a, start c" {
+		t.Fatalf("jobs: %s", got)
+	}
+	if got := e.running(); len(got) != 4 || !slices.Equal(got[3], []string{"a", "c"}) {
+		t.Fatalf("report: %v", got)
+	}
+	if code := w.readyz(t); code != http.StatusOK {
+		t.Fatalf("readyz %d after the API came back", code)
+	}
+}
+
 func TestIntegrationTakesOverALeaseLeftByAPreviousPodAndReadsOnlyItsOwnConfigMap(t *testing.T) {
 	e := newTestEnv(t)
 	previous := "00000000-0000-0000-0000-000000000000"
@@ -113,70 +264,13 @@ func TestIntegrationTakesOverALeaseLeftByAPreviousPodAndReadsOnlyItsOwnConfigMap
 	}
 }
 
-func TestIntegrationRunsNothingWithoutTheAPIFencesWhenLeaseWritesFailAndRunsAgainAfterARenewalAndARead(t *testing.T) {
-	e := newTestEnv(t)
-	proxy, client := newProxy(t, e.c)
-	e.writeConfig(1, "a")
-	w := e.startWorker(client)
-	eventually(t, 5*time.Second, "the start line", func() bool { return len(e.changes()) == 1 })
-	time.Sleep(1500 * time.Millisecond)
-	if e.lease() != nil || len(w.jobs.log()) != 0 || len(e.changes()) != 1 {
-		t.Fatalf("ran without the API: jobs %v, report %v", w.jobs.log(), e.running())
-	}
-
-	proxy.open(t)
-	acked1 := e.waitAcked(1)
-	first := e.leases.first(func(*coordinationv1.Lease) bool { return true })
-	if _, ok := AckedVersion(first); ok || *first.Spec.HolderIdentity != e.podUID {
-		t.Fatalf("the first write acknowledged something, or is not ours: %+v", first)
-	}
-	started := e.changes()[1]
-	if !first.Spec.RenewTime.Time.Before(started.At) || !started.At.Before(acked1.Spec.RenewTime.Time) {
-		t.Fatalf("a job started before the first Lease write, or was acknowledged before it started")
-	}
-	permit := w.jobs.permits["a"]
-	if !permit.Holds() {
-		t.Fatal("a runs without a permit")
-	}
-
-	// The API server stops answering: the Lease cannot be renewed, and the worker fences
-	// itself (limit: 2 s after its last renewal was sent). Meanwhile the entry changes.
-	cut := time.Now()
-	proxy.close()
-	e.writeConfig(2, "a", "c")
-	eventually(t, 5*time.Second, "the fence", func() bool { return slices.Contains(w.jobs.log(), "stop a") })
-	if waited := time.Since(cut); waited > testLease-DefaultMargin(testLease)+time.Second {
-		t.Fatalf("fenced %v after the cut", waited)
-	}
-	if permit.Holds() {
-		t.Fatal("the permit holds while fenced")
-	}
-	if last := e.changes()[len(e.changes())-1]; len(last.Running) != 0 {
-		t.Fatalf("no report line for the fence: %v", e.running())
-	}
-	time.Sleep(500 * time.Millisecond)
-	if got := strings.Join(w.jobs.log(), ", "); got != "start a, stop a" {
-		t.Fatalf("jobs while fenced: %s", got)
-	}
-
-	// Back: a renewal, then a fresh read, then the new entry once.
-	proxy.open(t)
-	e.waitAcked(2)
-	if got := strings.Join(w.jobs.log(), ", "); got != "start a, stop a, start a, start c" {
-		t.Fatalf("jobs: %s", got)
-	}
-	if got := e.running(); len(got) != 4 || !slices.Equal(got[3], []string{"a", "c"}) {
-		t.Fatalf("report: %v", got)
-	}
-}
-
 func TestIntegrationFollowsTheConfigMapAfterItsWatchBreaksAndTheHistoryIsCompacted(t *testing.T) {
 	e := newTestEnv(t)
 	e.c.needsSim(t)
 	proxy, client := newProxy(t, e.c)
 	proxy.open(t)
 	e.writeConfig(1, "a")
-	e.startWorker(client)
+	e.startWorker(client, WithPermit(60*time.Second))
 	e.waitAcked(1)
 	before := len(e.c.configMapWatches(t, e.namespace))
 	for _, query := range e.c.configMapWatches(t, e.namespace) {
@@ -196,6 +290,8 @@ func TestIntegrationFollowsTheConfigMapAfterItsWatchBreaksAndTheHistoryIsCompact
 		}
 		return false
 	})
+	// With a 60 s permit the next scheduled read is 30 s away: only the watch brings version
+	// 2 this soon.
 	e.writeConfig(2, "b")
 	e.waitAcked(2)
 	if n := len(e.c.configMapWatches(t, e.namespace)) - before; n > 3 {
@@ -209,7 +305,7 @@ func ptr[T any](value T) *T { return &value }
 func (e *testEnv) checkLeaseIsOurs() *coordinationv1.Lease {
 	e.t.Helper()
 	lease := e.lease()
-	if *lease.Spec.HolderIdentity != e.podUID || *lease.Spec.LeaseDurationSeconds != 4 || lease.Spec.AcquireTime == nil {
+	if *lease.Spec.HolderIdentity != e.podUID || *lease.Spec.LeaseDurationSeconds != int32(testPermit/time.Second) || lease.Spec.AcquireTime == nil {
 		e.t.Fatalf("Lease spec %+v", lease.Spec)
 	}
 	if lease.Labels[PoolLabel] != "swarm" {

@@ -23,7 +23,8 @@ type Holder struct {
 }
 
 // RenewedLease is the Lease to write for holder at now, acknowledging acked (nil: nothing
-// yet), given the Lease read from the API (nil when there is none). current is not modified.
+// yet), given the Lease read from the API (nil when there is none); duration is the worker's
+// permit F, its leaseDurationSeconds. current is not modified.
 //
 // A Lease held by another uid was left by a previous pod of the same name: it is taken over,
 // with a new acquire time, a transition counted, this pod as owner instead of that one, and no

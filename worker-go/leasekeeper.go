@@ -2,7 +2,6 @@ package swarmworker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -12,86 +11,73 @@ import (
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 )
 
-// written is a successful Lease write.
-type written struct {
-	acked  *uint64   // the acknowledged version the Lease now carries
-	sent   time.Time // when the accepted request was sent: the renewal counts from here
-	streak time.Time // when the current run of renewals without a gap of the limit began
+// leaseWrite is a successful Lease write: the acknowledged version it carries (nil: none, the
+// write at start).
+type leaseWrite struct {
+	acked *uint64
 }
 
-// leaseKeeper writes the worker's Lease: at once, whenever the version to acknowledge changes,
-// and every quarter of the duration after the last success (sooner after a failure).
+// leaseKeeper writes the worker's Lease when the worker starts and on each acknowledgement,
+// and at no other time: nothing is written to stay a member. A failed write is retried after
+// 1 s, doubling up to F/2, with jitter; it never stops a job, only permits do.
 type leaseKeeper struct {
-	leases   coordinationclient.LeaseInterface
-	holder   Holder
-	duration time.Duration
-	timeout  time.Duration // each write is given up after this (the fence limit)
-	start    time.Time     // counts as the first renewal, for the streak
-	ack      *latest[uint64]
-	written  *latest[written]
-	log      *slog.Logger
+	leases  coordinationclient.LeaseInterface
+	holder  Holder
+	permit  time.Duration // the Lease's leaseDurationSeconds
+	ack     *latest[uint64]
+	written *latest[leaseWrite]
+	log     *slog.Logger
 }
-
-// errWriteTimedOut is a write answered too late to keep the worker from fencing.
-var errWriteTimedOut = errors.New("no answer in time")
 
 // keep writes the Lease until ctx ends, publishing each success on written.
 func (k *leaseKeeper) keep(ctx context.Context) {
-	renewEvery := RenewInterval(k.duration)
 	var current *coordinationv1.Lease
 	var backoff retry
-	last, streak := k.start, k.start
+	var want *uint64
+	due := true // the write at start
 	for ctx.Err() == nil {
-		version, ok := k.ack.take()
-		var want *uint64
-		if ok {
-			want = &version
+		if version, ok := k.ack.take(); ok && (want == nil || *want != version) {
+			want, due = &version, true
 		}
-		sent, err := k.writeInTime(ctx, &current, want)
-		wait := renewEvery
+		if !due {
+			select {
+			case <-ctx.Done():
+			case <-k.ack.changed():
+			}
+			continue
+		}
+		err := k.writeInTime(ctx, &current, want)
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err == nil:
-			backoff = retry{}
-			if sent.Sub(last) >= k.timeout {
-				streak = sent
+			backoff, due = retry{}, false
+			k.written.set(leaseWrite{acked: want})
+			if want != nil {
+				k.log.Info("acknowledged", "version", *want)
 			}
-			last = sent
-			k.written.set(written{acked: want, sent: sent, streak: streak})
-		default:
-			// The Lease read is kept: a write that timed out but landed makes the next one
-			// conflict, which reads it again; a re-read on every failure would double the
-			// requests of every worker when the API server is slowest.
-			wait = backoff.next(renewEvery)
-			k.log.Warn("cannot write the worker Lease", "lease", k.holder.Pod, "error", err, "retryIn", wait)
+			continue
 		}
-		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-timer.C:
-		case <-k.ack.changed():
-			// An acknowledgement is written at once, whatever the renewal timer says.
-		}
-		timer.Stop()
+		// The Lease read is kept: a write that timed out but landed makes the next one
+		// conflict, which reads it again; a re-read on every failure would double the
+		// requests of every worker when the API server is slowest.
+		wait := backoff.next(ReadInterval(k.permit))
+		k.log.Warn("cannot write the worker Lease", "lease", k.holder.Pod, "error", err, "retryIn", wait)
+		sleep(ctx, wait)
 	}
 }
 
-// writeInTime is one write, given up after the timeout.
-func (k *leaseKeeper) writeInTime(ctx context.Context, current **coordinationv1.Lease, acked *uint64) (time.Time, error) {
-	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+// writeInTime is one write, given up after F/2: by then the next one is due anyway.
+func (k *leaseKeeper) writeInTime(ctx context.Context, current **coordinationv1.Lease, acked *uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, ReadInterval(k.permit))
 	defer cancel()
-	sent, err := k.write(ctx, current, acked)
-	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return sent, errWriteTimedOut
-	}
-	return sent, err
+	return k.write(ctx, current, acked)
 }
 
 // write is one read-modify-write, retried from a fresh read when the Lease changed since it
 // was read (a conflict, or it was created or deleted meanwhile, or a write that timed out
-// landed after all). It returns when the accepted request was sent.
-func (k *leaseKeeper) write(ctx context.Context, current **coordinationv1.Lease, acked *uint64) (time.Time, error) {
+// landed after all).
+func (k *leaseKeeper) write(ctx context.Context, current **coordinationv1.Lease, acked *uint64) error {
 	const attempts = 5
 	for attempt := 1; ; attempt++ {
 		if *current == nil {
@@ -99,13 +85,12 @@ func (k *leaseKeeper) write(ctx context.Context, current **coordinationv1.Lease,
 			switch {
 			case apierrors.IsNotFound(err):
 			case err != nil:
-				return time.Time{}, err
+				return err
 			default:
 				*current = read
 			}
 		}
-		lease := RenewedLease(*current, k.holder, acked, k.duration, time.Now())
-		sent := time.Now()
+		lease := RenewedLease(*current, k.holder, acked, k.permit, time.Now())
 		var stored *coordinationv1.Lease
 		var err error
 		if *current == nil {
@@ -115,11 +100,11 @@ func (k *leaseKeeper) write(ctx context.Context, current **coordinationv1.Lease,
 		}
 		if err == nil {
 			*current = stored
-			return sent, nil
+			return nil
 		}
 		changed := apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
 		if !changed || attempt >= attempts {
-			return time.Time{}, err
+			return err
 		}
 		k.log.Debug("Lease changed since read; retrying", "lease", k.holder.Pod)
 		*current = nil

@@ -3,6 +3,7 @@ package swarmworker
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -55,16 +56,17 @@ func WithConfigMap(name string) Option {
 // WithReport sets the report file (SWARM_WORKER_REPORT).
 func WithReport(path string) Option { return setting(func(p *partialSettings) { p.report = &path }) }
 
-// WithLeaseDuration sets the Lease duration (SWARM_LEASE_DURATION_SECONDS, default 40 s): it
-// bounds how long a stopped worker's jobs wait, and the Lease is renewed every quarter of it.
-func WithLeaseDuration(duration time.Duration) Option {
-	return setting(func(p *partialSettings) { p.leaseDuration = &duration })
+// WithPermit sets the permit F (SWARM_PERMIT_SECONDS, whole seconds, at least 2, default
+// 30 s): how long after its send a fence read lets the worker run the jobs it showed. The
+// worker reads every F/2; a shorter permit moves a lost worker's jobs sooner and costs reads.
+func WithPermit(permit time.Duration) Option {
+	return setting(func(p *partialSettings) { p.permit = &permit })
 }
 
-// WithFenceMargin sets how long before its Lease could look expired the worker stops every job
-// (SWARM_FENCE_MARGIN_SECONDS, default max(2 s, duration / 5), at most half the duration).
-func WithFenceMargin(margin time.Duration) Option {
-	return setting(func(p *partialSettings) { p.fenceMargin = &margin })
+// WithHealthAddr sets where the worker serves /readyz and /healthz (SWARM_WORKER_HEALTH_ADDR,
+// an IP:port, default 0.0.0.0:8081); port 0 picks a free one, which [Worker.HealthAddr] tells.
+func WithHealthAddr(addr string) Option {
+	return setting(func(p *partialSettings) { p.healthAddr = &addr })
 }
 
 // WithTerminationDeadline sets how long a terminating worker waits to acknowledge a version
@@ -91,9 +93,10 @@ func WithShutdown(done <-chan struct{}) Option {
 	return func(o *options) { o.shutdown = done }
 }
 
-// New is a worker with its settings from the environment, overridden by opts; it fails with a
-// [*MissingSettingError] or [*InvalidSettingError] naming the variable, or when no Kubernetes
-// client can be configured.
+// New is a worker with its settings from the environment, overridden by opts, listening on its
+// health address (which [Worker.Run] serves and closes); it fails with a
+// [*MissingSettingError] or [*InvalidSettingError] naming the variable, when no Kubernetes
+// client can be configured, or when it cannot listen on the health address.
 func New(opts ...Option) (*Worker, error) {
 	o := options{lookup: os.LookupEnv}
 	for _, opt := range opts {
@@ -115,7 +118,13 @@ func New(opts ...Option) (*Worker, error) {
 	if o.log == nil {
 		o.log = slog.Default()
 	}
-	return &Worker{settings: settings, client: o.client, log: o.log, shutdown: o.shutdown}, nil
+	// Bound here rather than in Run, so that a port in use fails the start with an error the
+	// application can report.
+	listener, err := net.Listen("tcp", settings.HealthAddr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot serve readiness on %s (%s): %w", settings.HealthAddr, healthAddrVar, err)
+	}
+	return &Worker{settings: settings, client: o.client, log: o.log, shutdown: o.shutdown, health: listener}, nil
 }
 
 // defaultClient is a client from the kubeconfig (KUBECONFIG or ~/.kube/config), or the

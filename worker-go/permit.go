@@ -8,12 +8,13 @@ import (
 // permitBase is an instant before every deadline of this process, on the monotonic clock.
 var permitBase = time.Now()
 
-// Permit says whether the worker may still work on its jobs: a job checks [Permit.Holds]
-// before each unit of work. The worker stops every job when its Lease may look expired, but a
-// process paused by SIGSTOP resumes all its goroutines at once, so a job may run before the
-// worker's fence does; the permit is a deadline on the monotonic clock, not a flag someone
-// must clear, so it has lapsed whichever goroutine runs first. Copies share one deadline; the
-// zero Permit never holds.
+// Permit says whether the worker may still work on a job: the job checks [Permit.Holds] before
+// each unit of work. The worker stops a job when its permit lapses, but a process paused for
+// longer than its permit (SIGSTOP, a frozen cgroup or VM) resumes all its goroutines at once,
+// so a job may run before the worker's timer has stopped it; the permit is a deadline on the
+// monotonic clock, not a flag someone must clear, so it has lapsed whichever goroutine runs
+// first. Each job started gets a permit of its own: a fence read that does not list the job
+// never extends it. Copies share one deadline; the zero Permit never holds.
 type Permit struct {
 	// until is nanoseconds after permitBase until which the permit holds, plus one; 0: not
 	// held.
@@ -24,8 +25,8 @@ func newPermit() Permit {
 	return Permit{until: new(atomic.Int64)}
 }
 
-// Holds reports whether the permit holds now: the worker's last Lease renewal is recent
-// enough that the operator cannot have handed its jobs to another worker.
+// Holds reports whether the permit holds now: a fence read that listed the job was sent less
+// than the permit F ago, so the operator cannot have granted the job to another worker.
 func (p Permit) Holds() bool {
 	until, ok := p.Until()
 	return ok && time.Now().Before(until)
@@ -43,11 +44,12 @@ func (p Permit) Until() (time.Time, bool) {
 	return permitBase.Add(time.Duration(nanos - 1)), true
 }
 
-// set moves the deadline: the fence's, or none while fenced.
-func (p Permit) set(until time.Time, held bool) {
-	if !held {
-		p.until.Store(0)
-		return
-	}
+// extend moves the deadline to until.
+func (p Permit) extend(until time.Time) {
 	p.until.Store(max(int64(until.Sub(permitBase)), 0) + 1)
+}
+
+// revoke ends the permit now.
+func (p Permit) revoke() {
+	p.until.Store(0)
 }

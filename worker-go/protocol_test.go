@@ -2,6 +2,8 @@ package swarmworker
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,17 +36,17 @@ func TestJobsThatLookLikeNumbersAreJobNames(t *testing.T) {
 	}
 }
 
-func TestAPermitHoldsUntilItsDeadlineAndNotWhileUnset(t *testing.T) {
+func TestAPermitHoldsUntilItsDeadlineAndNotOnceRevoked(t *testing.T) {
 	var zero Permit
 	if zero.Holds() {
 		t.Fatal("the zero permit holds")
 	}
 	p := newPermit()
 	if p.Holds() {
-		t.Fatal("held before the first renewal")
+		t.Fatal("held before the first read")
 	}
 	now := time.Now()
-	p.set(now.Add(time.Minute), true)
+	p.extend(now.Add(time.Minute))
 	copied := p
 	if !copied.Holds() {
 		t.Fatal("copies do not share the deadline")
@@ -52,30 +54,31 @@ func TestAPermitHoldsUntilItsDeadlineAndNotWhileUnset(t *testing.T) {
 	if until, ok := p.Until(); !ok || until.Sub(now) != time.Minute {
 		t.Fatalf("until %v", until.Sub(now))
 	}
-	p.set(now, true)
+	p.extend(now)
 	if p.Holds() {
 		t.Fatal("lapsed permit holds")
 	}
-	p.set(time.Time{}, false)
-	if _, ok := p.Until(); ok {
-		t.Fatal("cleared permit has a deadline")
+	p.extend(now.Add(time.Minute))
+	p.revoke()
+	if _, ok := p.Until(); ok || p.Holds() {
+		t.Fatal("revoked permit has a deadline")
 	}
 }
 
 func TestReportLinesAreAppendedWithTheirPermit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "report.jsonl")
-	permit := newPermit()
-	r := &reporter{path: path, pod: "w-0", uid: "u-1", permit: permit}
-	r.write(nil, nil)
-	permit.set(time.Now().Add(8*time.Second), true)
+	r := &reporter{path: path, pod: "w-0", uid: "u-1"}
+	r.write(nil, nil, time.Time{})
 	version := uint64(1)
-	r.write(&version, []string{"a"})
+	r.write(&version, []string{"a"}, time.Now().Add(8*time.Second))
+	r.write(&version, nil, time.Now().Add(8*time.Second))
 	text, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(string(text), "\n"), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], `{"pod":"w-0","uid":"u-1","version":null,"running":[],"at":"`) {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], `{"pod":"w-0","uid":"u-1","version":null,"running":[],"at":"`) ||
+		strings.Contains(lines[0], "until") || strings.Contains(lines[2], "until") {
 		t.Fatalf("%q", lines)
 	}
 	var second struct {
@@ -96,5 +99,31 @@ func TestAReportLineKeepsCharactersSerdeKeeps(t *testing.T) {
 	line := ReportLine{Pod: "w-0", UID: "u", Running: []string{"a<b>&c", "é"}, At: "x"}
 	if got := line.Render(); got != `{"pod":"w-0","uid":"u","version":null,"running":["a<b>&c","é"],"at":"x"}` {
 		t.Fatal(got)
+	}
+}
+
+func TestReadyzAnswersWhatTheReadinessDeadlineSaysAndHealthzAlways(t *testing.T) {
+	s := &shell{ready: newPermit()}
+	server := httptest.NewServer(s.healthHandler())
+	defer server.Close()
+	status := func(path string) int {
+		t.Helper()
+		response, err := http.Get(server.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		response.Body.Close()
+		return response.StatusCode
+	}
+	if status("/readyz") != http.StatusServiceUnavailable || status("/healthz") != http.StatusOK {
+		t.Fatal("ready before a read, or not healthy")
+	}
+	s.ready.extend(time.Now().Add(time.Minute))
+	if status("/readyz") != http.StatusOK {
+		t.Fatal("not ready after a read")
+	}
+	s.ready.revoke()
+	if status("/readyz") != http.StatusServiceUnavailable || status("/healthz") != http.StatusOK {
+		t.Fatal("ready once revoked, or not healthy")
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 // ReportLine is one line of the report file (SWARM_WORKER_REPORT), field for field what every
 // worker writes (protocol/vectors/report.json): at start, each time the set of jobs it runs
-// changes, and each time a renewal extends its jobs' permit.
+// changes, and each time a fence read extends its jobs' permit.
 type ReportLine struct {
 	// Pod is POD_NAME.
 	Pod string `json:"pod"`
@@ -65,22 +65,22 @@ func AppendReport(path string, line ReportLine) error {
 
 // reporter appends the worker's lines to its report file, when it has one.
 type reporter struct {
-	path   string
-	pod    string
-	uid    string
-	permit Permit
-	log    *slog.Logger
+	path string
+	pod  string
+	uid  string
+	log  *slog.Logger
 }
 
-// write appends one line; the permit's deadline, if held, is its until. A report that cannot
-// be written is logged, not fatal: it is for tests and must not stop a worker's jobs.
-func (r *reporter) write(version *uint64, running []string) {
+// write appends one line: running, the permit's deadline until (the zero time when nothing
+// runs). A report that cannot be written is logged, not fatal: it is for tests and must not
+// stop a worker's jobs.
+func (r *reporter) write(version *uint64, running []string, until time.Time) {
 	if r.path == "" {
 		return
 	}
 	now := time.Now()
 	line := ReportLine{Pod: r.pod, UID: r.uid, Version: version, Running: running, At: Timestamp(now)}
-	if until, ok := r.permit.Until(); ok {
+	if len(running) > 0 && !until.IsZero() {
 		// The monotonic deadline on the wall clock, as the jobs see it now.
 		line.Until = Timestamp(now.Add(until.Sub(now)))
 	}

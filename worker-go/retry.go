@@ -5,9 +5,9 @@ import (
 	"time"
 )
 
-// retry spaces failed Lease writes: 1 s doubling up to the renewal interval, each delay drawn
+// retry spaces failed Lease writes: 1 s doubling up to half the permit, each delay drawn
 // at random from its upper half, so that thousands of workers that lost the API server at once
-// come back spread out and no faster than they renew, instead of all every second.
+// come back spread out and no faster than they read, instead of all every second.
 type retry struct {
 	failures uint
 	draw     func() float64 // in [0, 1); rand.Float64 unless a test sets it

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-func TestRetriesBackOffFromASecondToTheRenewalIntervalWithJitter(t *testing.T) {
+func TestLeaseWriteRetriesBackOffFromASecondToHalfThePermitWithJitter(t *testing.T) {
 	ceiling := 10 * time.Second
 	var r retry
 	for _, upper := range []time.Duration{1, 2, 4, 8, 10, 10, 10, 10} {
@@ -37,7 +37,7 @@ func TestRetryDelaysAreTheUpperHalfOfTheDoubling(t *testing.T) {
 	}
 }
 
-func TestAShortLeaseRetriesWithinItsRenewalInterval(t *testing.T) {
+func TestAShortPermitRetriesLeaseWritesWithinHalfOfIt(t *testing.T) {
 	var r retry
 	for range 5 {
 		if delay := r.next(500 * time.Millisecond); delay > 500*time.Millisecond {

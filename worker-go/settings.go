@@ -3,6 +3,8 @@ package swarmworker
 import (
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -12,6 +14,10 @@ import (
 // acknowledge unless SWARM_TERMINATION_SECONDS says otherwise: within Kubernetes' default
 // grace period of 30 s, with room to exit.
 const DefaultTerminationDeadline = 25 * time.Second
+
+// DefaultHealthAddr is where the worker serves readiness unless SWARM_WORKER_HEALTH_ADDR says
+// otherwise: port 8081 of every interface, where the pod template's probe looks.
+const DefaultHealthAddr = "0.0.0.0:8081"
 
 // Settings is everything the worker needs to know about itself, from the pod's environment
 // (the downward API and the pool's pod spec), each overridable by an [Option].
@@ -29,13 +35,13 @@ type Settings struct {
 	ConfigMap string
 	// Report (SWARM_WORKER_REPORT) is the report file; empty for none.
 	Report string
-	// LeaseDuration (SWARM_LEASE_DURATION_SECONDS, default 40 s) is the Lease's
-	// leaseDurationSeconds, renewed every quarter of it and at once on each acknowledgement.
-	LeaseDuration time.Duration
-	// FenceMargin (SWARM_FENCE_MARGIN_SECONDS, default max(2 s, duration / 5), at most half
-	// the duration) is how long before its Lease could look expired the worker stops every
-	// job.
-	FenceMargin time.Duration
+	// Permit (SWARM_PERMIT_SECONDS, whole seconds, at least 2, default 30) is how long after
+	// its send a fence read lets the worker run the jobs it showed; the Lease's
+	// leaseDurationSeconds, from which the operator computes how long it waits for a revoke.
+	Permit time.Duration
+	// HealthAddr (SWARM_WORKER_HEALTH_ADDR, an IP:port, default 0.0.0.0:8081; port 0 picks a
+	// free one) is where the worker serves /readyz and /healthz.
+	HealthAddr string
 	// TerminationDeadline (SWARM_TERMINATION_SECONDS, default 25 s) is how long after SIGTERM
 	// the worker waits to acknowledge a version without jobs before it returns anyway; keep
 	// it below the pod's terminationGracePeriodSeconds.
@@ -47,14 +53,15 @@ func (s Settings) OwnConfigMap() string {
 	return SliceName(s.ConfigMap, s.PodName)
 }
 
-// FenceAfter is how long after its last successful Lease write the worker may run jobs.
-func (s Settings) FenceAfter() time.Duration {
-	return FenceLimit(s.LeaseDuration, s.FenceMargin)
+// ReadEvery is how often the worker sends a fence read when nothing fails.
+func (s Settings) ReadEvery() time.Duration {
+	return ReadInterval(s.Permit)
 }
 
-// RenewEvery is how often the Lease is renewed when no acknowledgement is due.
-func (s Settings) RenewEvery() time.Duration {
-	return RenewInterval(s.LeaseDuration)
+// ReadyWithin is how long after the send of its last successful read the worker answers
+// ready.
+func (s Settings) ReadyWithin() time.Duration {
+	return ReadyWithin(s.Permit)
 }
 
 // MissingSettingError says that a setting has no value in the environment or the options.
@@ -67,7 +74,8 @@ func (e *MissingSettingError) Error() string {
 	return e.Name + " is not set: pass it through the pod's environment or a worker option"
 }
 
-// InvalidSettingError says that a setting's environment variable does not hold what it must.
+// InvalidSettingError says that a setting's environment variable (or the option that stands
+// for it) does not hold what it must.
 type InvalidSettingError struct {
 	// Name is the environment variable.
 	Name string
@@ -82,17 +90,25 @@ func (e *InvalidSettingError) Error() string {
 }
 
 const (
-	leaseDurationVar = "SWARM_LEASE_DURATION_SECONDS"
-	fenceMarginVar   = "SWARM_FENCE_MARGIN_SECONDS"
-	terminationVar   = "SWARM_TERMINATION_SECONDS"
+	permitVar      = "SWARM_PERMIT_SECONDS"
+	healthAddrVar  = "SWARM_WORKER_HEALTH_ADDR"
+	terminationVar = "SWARM_TERMINATION_SECONDS"
+
+	permitExpected     = "expected a whole number of seconds, at least 2 (unset: 30)"
+	healthAddrExpected = "expected an IP address and a port, such as 0.0.0.0:8081 or [::]:8081 (port 0: a free one)"
 )
+
+// retiredVars are the settings of the renewing protocol this one replaced: set, they are
+// refused rather than ignored, since the worker would not do what they ask.
+var retiredVars = []string{"SWARM_LEASE_DURATION_SECONDS", "SWARM_FENCE_MARGIN_SECONDS"}
 
 // partialSettings are the settings as read from the environment, each possibly missing until
 // an option fills it.
 type partialSettings struct {
-	podName, namespace, podUID, pool, configMap, report *string
-	leaseDuration, fenceMargin, terminationDeadline     *time.Duration
-	invalid                                             []*InvalidSettingError
+	podName, namespace, podUID, pool, configMap, report, healthAddr *string
+	permit, terminationDeadline                                     *time.Duration
+	invalid                                                         []*InvalidSettingError
+	retired                                                         *InvalidSettingError
 }
 
 // fromEnv reads the protocol's variables through lookup; empty values count as unset.
@@ -105,37 +121,44 @@ func fromEnv(lookup func(string) (string, bool)) partialSettings {
 		return &value
 	}
 	var p partialSettings
-	seconds := func(name string, whole bool) *time.Duration {
-		value := get(name)
-		if value == nil {
-			return nil
+	for _, name := range retiredVars {
+		if value := get(name); value != nil && p.retired == nil {
+			p.retired = &InvalidSettingError{Name: name, Value: *value,
+				Expected: "no longer read: the worker is fenced by reads of its ConfigMap, not by Lease renewals; remove it (" + permitVar + " sets the permit)"}
 		}
-		parsed, ok := parseSeconds(*value, whole)
-		if !ok {
-			expected := "expected a positive number of seconds"
-			if whole {
-				expected = "expected a whole number of seconds, at least 1 (unset: 40)"
-			}
-			p.invalid = append(p.invalid, &InvalidSettingError{Name: name, Value: *value, Expected: expected})
-			return nil
-		}
-		return &parsed
 	}
-	p.leaseDuration = seconds(leaseDurationVar, true)
-	p.fenceMargin = seconds(fenceMarginVar, false)
-	p.terminationDeadline = seconds(terminationVar, false)
+	if value := get(permitVar); value != nil {
+		if permit, ok := parseSeconds(*value, true); ok && permit >= MinPermit {
+			p.permit = &permit
+		} else {
+			p.invalid = append(p.invalid, &InvalidSettingError{Name: permitVar, Value: *value, Expected: permitExpected})
+		}
+	}
+	if value := get(terminationVar); value != nil {
+		if deadline, ok := parseSeconds(*value, false); ok {
+			p.terminationDeadline = &deadline
+		} else {
+			p.invalid = append(p.invalid, &InvalidSettingError{Name: terminationVar, Value: *value, Expected: "expected a positive number of seconds"})
+		}
+	}
+	if value := get(healthAddrVar); value != nil {
+		addr := strings.TrimSpace(*value)
+		p.healthAddr = &addr
+	}
 	p.podName, p.namespace, p.podUID = get("POD_NAME"), get("POD_NAMESPACE"), get("POD_UID")
 	p.pool, p.configMap, p.report = get("SWARM_POOL"), get("SWARM_CONFIG_MAP"), get("SWARM_WORKER_REPORT")
 	return p
 }
 
-// complete is the settings, or the first invalid variable an option did not override, or
-// the first missing one.
+// complete is the settings, or the first retired variable set, or the first invalid variable
+// an option did not override, or the first missing one, or an option out of range.
 func (p partialSettings) complete() (Settings, error) {
+	if p.retired != nil {
+		return Settings{}, p.retired
+	}
 	overridden := map[string]bool{
-		leaseDurationVar: p.leaseDuration != nil,
-		fenceMarginVar:   p.fenceMargin != nil,
-		terminationVar:   p.terminationDeadline != nil,
+		permitVar:      p.permit != nil,
+		terminationVar: p.terminationDeadline != nil,
 	}
 	for _, bad := range p.invalid {
 		if !overridden[bad.Name] {
@@ -154,7 +177,8 @@ func (p partialSettings) complete() (Settings, error) {
 	s := Settings{
 		PodName: *p.podName, Namespace: *p.namespace, PodUID: *p.podUID, Pool: *p.pool,
 		ConfigMap:           *p.pool + "-config",
-		LeaseDuration:       DefaultLeaseDuration,
+		Permit:              DefaultPermit,
+		HealthAddr:          DefaultHealthAddr,
 		TerminationDeadline: DefaultTerminationDeadline,
 	}
 	if p.configMap != nil {
@@ -163,21 +187,44 @@ func (p partialSettings) complete() (Settings, error) {
 	if p.report != nil {
 		s.Report = *p.report
 	}
-	if p.leaseDuration != nil {
-		s.LeaseDuration = *p.leaseDuration
+	if p.permit != nil {
+		s.Permit = *p.permit
 	}
-	s.FenceMargin = DefaultMargin(s.LeaseDuration)
-	if p.fenceMargin != nil {
-		s.FenceMargin = *p.fenceMargin
+	if p.healthAddr != nil {
+		s.HealthAddr = *p.healthAddr
 	}
 	if p.terminationDeadline != nil {
 		s.TerminationDeadline = *p.terminationDeadline
 	}
+	// An option is held to what the variable may say: the Lease carries whole seconds.
+	if s.Permit < MinPermit || s.Permit%time.Second != 0 {
+		return Settings{}, &InvalidSettingError{Name: permitVar, Value: s.Permit.String(), Expected: permitExpected}
+	}
+	if !validHealthAddr(s.HealthAddr) {
+		return Settings{}, &InvalidSettingError{Name: healthAddrVar, Value: s.HealthAddr, Expected: healthAddrExpected}
+	}
+	if s.TerminationDeadline <= 0 {
+		return Settings{}, &InvalidSettingError{Name: terminationVar, Value: s.TerminationDeadline.String(), Expected: "expected a positive number of seconds"}
+	}
 	return s, nil
 }
 
-// parseSeconds reads a number of seconds as the pod's environment gives it: whole (and at
-// least 1) or not, positive either way.
+// validHealthAddr reports whether addr is an IP literal and a port: a host name is refused,
+// since which interface it binds would depend on the resolver.
+func validHealthAddr(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if _, err := netip.ParseAddr(host); err != nil {
+		return false
+	}
+	_, err = strconv.ParseUint(port, 10, 16)
+	return err == nil
+}
+
+// parseSeconds reads a number of seconds as the pod's environment gives it: whole or not,
+// positive either way.
 func parseSeconds(value string, whole bool) (time.Duration, bool) {
 	value = strings.TrimSpace(value)
 	if whole {

@@ -2,30 +2,36 @@ package swarmworker
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
+	"net/http"
+	"slices"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coreclient "k8s.io/client-go/kubernetes/typed/core/v1"
 )
 
-// shell is the event loop's state and what it drives: the pure [Handoff] and [Fence], the
-// application's jobs, the report, and the channels to and from the background goroutines.
+// shell is the event loop's state and what it drives: the pure [Fence], the application's
+// jobs and their permits, readiness, the report, and the channels to and from the background
+// goroutines (the fence reads, the watch, the Lease keeper).
 type shell struct {
-	core    *Handoff
-	fence   *Fence
-	permit  Permit // what the jobs check before each unit of work: held until the fence's deadline
-	held    bool   // whether the permit is held, and until when
-	until   time.Time
-	jobs    Jobs
-	report  *reporter
-	ack     *latest[uint64]   // to the Lease keeper: the version to acknowledge
-	written *latest[written]  // from the Lease keeper: its last success
-	config  *latest[Observed] // from the ConfigMap follower: the version observed last
-	reads   chan readAnswer   // the answers of the reads issued after a renewal while fenced
+	fence    *Fence
+	jobs     Jobs
+	permits  map[string]Permit // the jobs started and not stopped, each with its own permit
+	until    time.Time         // the deadline the permits were last extended to
+	ready    Permit            // what /readyz answers: held until ReadyWithin after a read's send
+	report   *reporter
+	reads    chan readAnswer     // the answer of the fence read in flight
+	inFlight bool                // a fence read is in flight: no other is sent
+	watched  bool                // a watch event came while a read was in flight
+	events   chan struct{}       // from the watch: read at once
+	ack      *latest[uint64]     // to the Lease keeper: the version to acknowledge
+	written  *latest[leaseWrite] // from the Lease keeper: its last success
 
 	shutdown   <-chan struct{}
 	configMaps coreclient.ConfigMapInterface
@@ -34,17 +40,11 @@ type shell struct {
 	tasks      *sync.WaitGroup
 }
 
-// readAnswer is the answer of a ConfigMap GET the fence asked for.
+// readAnswer is the answer to one fence read.
 type readAnswer struct {
-	read  uint64
-	found *Observed // nil: no ConfigMap yet
-	err   error
+	read Read
+	err  error
 }
-
-var (
-	errNoConfig = errors.New("no usable worker config in the ConfigMap")
-	errReadLate = errors.New("no answer in time")
-)
 
 // spawn runs task in a goroutine Run waits for.
 func (s *shell) spawn(task func()) {
@@ -55,85 +55,27 @@ func (s *shell) spawn(task func()) {
 	}()
 }
 
-// fenceFirst fences the worker if its deadline has passed, before anything else is handled:
-// nothing may start a job on an old renewal.
-func (s *shell) fenceFirst(ctx context.Context) {
-	if at, ok := s.fence.Deadline(); ok && !time.Now().Before(at) {
-		s.checkFence(ctx)
-	}
-}
-
-// checkFence fences the worker if its last renewal is too old; true if it is fenced now.
-func (s *shell) checkFence(ctx context.Context) bool {
-	s.syncFence(ctx)
-	if s.fence.Check(time.Now()) {
-		s.followFence()
-		s.fenceJobs(ctx)
-	}
-	return !s.fence.IsLive()
-}
-
-// followFence moves the jobs' permit to the fence's deadline; a report line says when a
-// renewal extended it for running jobs.
-func (s *shell) followFence() {
-	until, held := s.fence.Deadline()
-	if held == s.held && until.Equal(s.until) {
-		return
-	}
-	s.held, s.until = held, until
-	s.permit.set(until, held)
-	if running := s.core.Running(); held && len(running) > 0 {
-		s.report.write(s.applied(), running)
-	}
-}
-
-// syncFence brings the fence and the acknowledgement up to date with the Lease keeper's last
-// success (the loop may have been busy with a stop meanwhile); a fenced worker renewed in time
-// reads the ConfigMap again.
-func (s *shell) syncFence(ctx context.Context) {
-	w, ok := s.written.get()
-	if !ok {
-		return
-	}
-	if w.acked != nil {
-		if version, ok := s.core.Acknowledged(); !ok || version != *w.acked {
-			s.core.Acked(*w.acked)
-			s.log.Info("acknowledged", "version", *w.acked)
-		}
-	}
-	renewal := s.fence.Renewed(w.sent, w.streak, time.Now())
-	s.followFence()
-	if renewal.NewlyFenced {
-		s.fenceJobs(ctx)
-	}
-	if renewal.Read != 0 {
-		s.readLater(ctx, renewal.Read)
-	}
-}
-
-// readLater GETs the ConfigMap for the fence's read and hands the answer to the event loop:
-// the entry, or none when there is no ConfigMap yet (whatever the watch delivers later was
-// written after this read); a config without a usable entry, or no answer in time, is a
-// failed read.
-func (s *shell) readLater(ctx context.Context, read uint64) {
+// send sends a fence read: a GET with no resourceVersion, which the API server answers from
+// etcd with a quorum read. The permit counts from the send, taken before the request so that
+// client-side delays only shorten it. A read is given up after F/4, which leaves a quarter of
+// the permit to retry in when a read sent on time hangs.
+func (s *shell) send(ctx context.Context) {
+	s.inFlight = true
 	s.spawn(func() {
-		get, cancel := context.WithTimeout(ctx, s.settings.FenceAfter())
+		get, cancel := context.WithTimeout(ctx, s.settings.Permit/4)
 		defer cancel()
-		answer := readAnswer{read: read}
+		sent := time.Now()
 		configMap, err := s.configMaps.Get(get, s.settings.OwnConfigMap(), metav1.GetOptions{})
+		var answer readAnswer
 		switch {
 		case err == nil:
-			if observed, ok := observe(configMap, s.settings.PodName, s.log); ok {
-				answer.found = &observed
-			} else {
-				answer.err = errNoConfig
-			}
+			answer.read, answer.err = readEntry(configMap, s.settings.PodName)
 		case apierrors.IsNotFound(err):
-		case errors.Is(get.Err(), context.DeadlineExceeded):
-			answer.err = errReadLate
+			// No ConfigMap: no jobs.
 		default:
 			answer.err = err
 		}
+		answer.read.SentAt = sent
 		select {
 		case s.reads <- answer:
 		case <-ctx.Done():
@@ -141,132 +83,176 @@ func (s *shell) readLater(ctx context.Context, read uint64) {
 	})
 }
 
-// readAfresh takes the answer to a read after a fence: the fence lifts if it is the awaited
-// one, in time, and the entry read is applied.
-func (s *shell) readAfresh(ctx context.Context, answer readAnswer) {
+// readEntry is what a ConfigMap read shows pod: no jobs without a config.yml; a config.yml
+// that cannot be read is a failed read, which gives no permit.
+func readEntry(configMap *corev1.ConfigMap, pod string) (Read, error) {
+	text, ok := configMap.Data[ConfigKey]
+	if !ok {
+		return Read{}, nil
+	}
+	observed, err := ParseEntry(text, pod)
+	if err != nil {
+		return Read{}, fmt.Errorf("the ConfigMap's %s is unusable: %w", ConfigKey, err)
+	}
+	return Read{Version: &observed.Version, Jobs: observed.Jobs}, nil
+}
+
+// answered applies the answer to the fence read in flight, then hands its acknowledgement,
+// if any, to the Lease keeper.
+func (s *shell) answered(ctx context.Context, answer readAnswer) {
+	s.inFlight = false
+	now := time.Now()
 	if answer.err != nil {
-		s.log.Warn("cannot read the ConfigMap again; still fenced", "error", answer.err)
-		s.fence.ReadFailed(answer.read)
-		s.followFence()
+		s.fence.Failed(now)
+		s.log.Warn("fence read failed", "configMap", s.settings.OwnConfigMap(), "error", answer.err,
+			"retryIn", s.fence.NextRead().Sub(now))
 		return
 	}
-	if !s.fence.Read(answer.read, time.Now()) {
-		return
+	version, ack := s.fence.Answered(now, answer.read)
+	if s.watched {
+		// The read was sent before the event came, and may not show what it announced.
+		s.watched = false
+		s.fence.Watched(now)
 	}
-	s.followFence()
-	if answer.found == nil {
-		s.log.Info("Lease renewed; no ConfigMap yet: running nothing until it comes")
-		return
+	if until, ok := s.fence.ReadyUntil(); ok {
+		s.ready.extend(until)
 	}
-	s.log.Info("Lease renewed and config read again: running", "version", answer.found.Version)
-	s.handle(ctx, *answer.found)
-}
-
-// handleLatest applies the version the watch delivered last, unless fenced: then only a read
-// issued after a renewal counts.
-func (s *shell) handleLatest(ctx context.Context) {
-	if observed, ok := s.config.take(); ok && s.fence.IsLive() {
-		s.handle(ctx, observed)
+	if late := now.Sub(answer.read.SentAt); late >= s.settings.Permit {
+		s.log.Warn("fence read answered after the permit; it gives none", "answeredAfter", late)
 	}
-}
-
-// handle applies one observed version and hands its acknowledgement to the Lease keeper.
-func (s *shell) handle(ctx context.Context, observed Observed) {
-	s.apply(ctx, observed)
-	if version, ok := s.core.TakeAck(); ok {
+	s.apply(ctx)
+	if ack {
 		s.ack.set(version)
 	}
 }
 
-// apply applies one observed version: stops, a report line, then (unless terminating or
-// fenced) a report line and starts.
-func (s *shell) apply(ctx context.Context, observed Observed) {
-	change, ok := s.core.Offer(observed.Version, observed.Jobs)
-	if !ok {
-		s.log.Debug("version ignored", "version", observed.Version)
+// apply makes the jobs that run those of the fence: it stops the jobs it no longer lists and
+// waits until each has stopped, then extends the others' permits and starts the new ones.
+func (s *shell) apply(ctx context.Context) {
+	target := s.fence.Running()
+	var drop []string
+	for _, job := range s.running() {
+		if !slices.Contains(target, job) {
+			drop = append(drop, job)
+		}
+	}
+	if len(drop) > 0 {
+		s.log.Info("stopping", "version", logged(s.fence.Version()), "jobs", drop)
+		s.stop(ctx, drop)
+		s.report.write(s.fence.Version(), s.running(), s.until)
+	}
+	// The stops may have taken long, or the process been paused: nothing is extended or
+	// started on a permit that has lapsed meanwhile.
+	if s.lapse(ctx) {
 		return
 	}
-	version := change.Version
-	if !change.IsEmpty() {
-		s.log.Info("applying", "version", version, "stop", change.Stop, "start", change.Start)
-	}
-	if len(change.Stop) > 0 {
-		s.stop(ctx, change.Stop)
-		s.report.write(&version, s.core.Running())
-	}
-	// A SIGTERM during the stops: the event loop stops the rest and nothing starts.
-	if s.signalled() {
+	until, held := s.fence.Until()
+	if !held {
 		return
 	}
-	// The stops may have taken long, or the process been paused: no start on an old renewal.
-	if s.checkFence(ctx) {
+	var start []string
+	for _, job := range target {
+		if permit, ok := s.permits[job]; ok {
+			permit.extend(until)
+		} else {
+			start = append(start, job)
+		}
+	}
+	if len(start) == 0 && until.Equal(s.until) {
 		return
 	}
-	start := s.core.Starting()
-	if len(start) == 0 {
-		return
-	}
-	s.report.write(&version, s.core.Running())
+	s.until = until
 	for _, job := range start {
-		s.jobs.Start(ctx, job, s.permit)
-		s.core.Started(job)
+		permit := newPermit()
+		permit.extend(until)
+		s.permits[job] = permit
+	}
+	// Written before the starts, so that the report never shows a job as not running while
+	// it may run.
+	s.report.write(s.fence.Version(), s.running(), until)
+	if len(start) > 0 {
+		s.log.Info("starting", "version", logged(s.fence.Version()), "jobs", start)
+	}
+	for _, job := range start {
+		s.jobs.Start(ctx, job, s.permits[job])
 	}
 }
 
-// stop stops jobs one at a time, each confirmed to the handoff once it no longer runs.
+// lapse stops every job if their permit has lapsed (no fence read succeeded for F since the
+// send of the last one that showed them); true when it did.
+func (s *shell) lapse(ctx context.Context) bool {
+	if !s.fence.Tick(time.Now()) {
+		return false
+	}
+	stopped := s.running()
+	s.log.Warn("permit lapsed: no fence read succeeded within the permit; stopping every job", "jobs", stopped, "permit", s.settings.Permit)
+	s.stop(ctx, stopped)
+	s.report.write(s.fence.Version(), s.running(), time.Time{})
+	return true
+}
+
+// stop ends the permits of jobs at once, then stops them one at a time, each forgotten once
+// Stop has returned.
 func (s *shell) stop(ctx context.Context, jobs []string) {
 	ctx = context.WithoutCancel(ctx)
 	for _, job := range jobs {
+		s.permits[job].revoke()
+	}
+	for _, job := range jobs {
 		s.jobs.Stop(ctx, job)
-		s.core.Stopped(job)
+		delete(s.permits, job)
 	}
 }
 
-// fenceJobs stops every job: the Lease may look expired to the operator, which then hands
-// them on.
-func (s *shell) fenceJobs(ctx context.Context) {
-	stopped := s.core.Fence()
-	s.stop(ctx, stopped)
-	if len(stopped) > 0 {
-		s.report.write(s.applied(), s.core.Running())
+// stopAll stops every job and reports it.
+func (s *shell) stopAll(ctx context.Context) {
+	if running := s.running(); len(running) > 0 {
+		s.stop(ctx, running)
+		s.report.write(s.fence.Version(), s.running(), time.Time{})
 	}
-	s.log.Warn("fenced: the Lease was not renewed in time; no job runs until it is renewed and the config read again", "stopped", stopped)
 }
 
-// terminate stops every job on the shutdown signal; nothing starts again.
+// terminate answers SIGTERM: not ready, every job stopped, and none started again.
 func (s *shell) terminate(ctx context.Context) {
 	s.log.Info("terminating: stopping every job")
-	stopped := s.core.Terminate()
-	s.stop(ctx, stopped)
-	if len(stopped) > 0 {
-		s.report.write(s.applied(), s.core.Running())
-	}
+	s.fence.Terminate()
+	s.ready.revoke()
+	s.stopAll(ctx)
 }
 
 // abort stops every job when Run's context ends.
 func (s *shell) abort(ctx context.Context) {
 	s.log.Info("canceled: stopping every job")
-	stopped := s.core.Terminate()
-	s.stop(ctx, stopped)
-	if len(stopped) > 0 {
-		s.report.write(s.applied(), s.core.Running())
-	}
+	s.ready.revoke()
+	s.stopAll(ctx)
 }
 
-// signalled reports whether the shutdown signal has come, handled or not.
-func (s *shell) signalled() bool {
-	select {
-	case <-s.shutdown:
-		return true
-	default:
-		return false
-	}
+// running are the jobs started and not stopped, sorted.
+func (s *shell) running() []string {
+	return slices.Sorted(maps.Keys(s.permits))
 }
 
-// applied is the version applied, for a report line.
-func (s *shell) applied() *uint64 {
-	if version, ok := s.core.Applied(); ok {
-		return &version
+// healthHandler answers the kubelet's probes: /readyz while the last successful fence read is
+// recent enough and the worker does not terminate, /healthz while the process serves.
+func (s *shell) healthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.ready.Holds() {
+			fmt.Fprintln(w, "ok")
+			return
+		}
+		http.Error(w, "not ready", http.StatusServiceUnavailable)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// logged is a version for a log line: the number, or null.
+func logged(version *uint64) any {
+	if version == nil {
+		return nil
 	}
-	return nil
+	return *version
 }

@@ -2,31 +2,52 @@ package swarmworker
 
 import "time"
 
-// The Lease timing every worker shares (protocol/vectors/fence.json and timing.json). The
-// defaults are a node's heartbeat: a 40 s Lease renewed every quarter of it.
+// The fence arithmetic every worker and the operator share (protocol/src/fence.rs,
+// protocol/vectors/fence.json). A worker runs a job only while a quorum GET of its own
+// ConfigMap, sent less than the permit F ago on its monotonic clock, showed the job in its
+// entry.
 
-// DefaultLeaseDuration is the Lease duration unless SWARM_LEASE_DURATION_SECONDS says
-// otherwise.
-const DefaultLeaseDuration = 40 * time.Second
+// DefaultPermit is the permit F unless SWARM_PERMIT_SECONDS says otherwise.
+const DefaultPermit = 30 * time.Second
 
-// MinMargin is the least fence margin: room for stopping jobs and for clock rate drift.
-const MinMargin = 2 * time.Second
+// MinPermit is the shortest permit a worker accepts: reads every second, readiness within
+// 1.2 s.
+const MinPermit = 2 * time.Second
 
-// RenewInterval is how often a Lease of duration is renewed when nothing changes: a quarter of
-// it, so a failed renewal is retried twice more before the fence stops the jobs. An
-// acknowledgement is written at once, whatever the interval.
-func RenewInterval(duration time.Duration) time.Duration {
-	return duration / 4
+// ClockRateBound is how far any clock's rate may stray from real time, the operator's and the
+// workers': 2 %, thousands of times what an NTP-disciplined clock drifts.
+const ClockRateBound = 0.02
+
+// ReadInterval is how often a worker sends a fence read when nothing fails: every half of the
+// permit, so a read that fails leaves half of it to retry in.
+func ReadInterval(permit time.Duration) time.Duration {
+	return permit / 2
 }
 
-// DefaultMargin is the fence margin for a Lease duration: max(2 s, duration / 5).
-func DefaultMargin(duration time.Duration) time.Duration {
-	return max(MinMargin, duration/5)
+// ReadyWithin is how long after the send of its last successful read a worker answers ready:
+// three fifths of the permit, so one read may be late by a fifth of it before the kubelet marks
+// the pod NotReady.
+func ReadyWithin(permit time.Duration) time.Duration {
+	return permit * 3 / 5
 }
 
-// FenceLimit is how long after its last successful Lease write was sent a worker may run
-// jobs: duration - margin, the margin held to half the duration so a short Lease still
-// leaves time for two renewals.
-func FenceLimit(duration, margin time.Duration) time.Duration {
-	return duration - min(margin, duration/2)
+// RetryCap is the longest wait between retries of a failed read: an eighth of the permit, so a
+// worker cut off tries four times or more before its permit lapses.
+func RetryCap(permit time.Duration) time.Duration {
+	return permit / 8
+}
+
+// RetryDelay is the wait before the retry that follows failures failed reads in a row (1 or
+// more): 1 s, doubling, held to [RetryCap].
+func RetryDelay(failures uint, permit time.Duration) time.Duration {
+	doubled := time.Second << (min(max(failures, 1), 16) - 1)
+	return min(doubled, RetryCap(permit))
+}
+
+// RevokeWait is how long the operator waits, on its own clock, from the answer to a write that
+// revoked jobs from a worker with this permit until it may grant them elsewhere without an
+// acknowledgement: permit (1 + ρ) / (1 − ρ) + grace. The worker uses it nowhere; it is here
+// so that one package states the whole arithmetic.
+func RevokeWait(permit, grace time.Duration) time.Duration {
+	return time.Duration(float64(permit)*(1+ClockRateBound)/(1-ClockRateBound)) + grace
 }

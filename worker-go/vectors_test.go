@@ -2,7 +2,9 @@ package swarmworker
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -23,7 +25,7 @@ const vectorsDir = "../protocol/vectors"
 
 // vectorFiles are the files the tests below read; TestEveryVectorFileIsRead fails on any
 // other, so a new part of the contract cannot be left unchecked.
-var vectorFiles = []string{"config.json", "fence.json", "lease.json", "names.json", "report.json", "settings.json", "slices.json", "timing.json"}
+var vectorFiles = []string{"config.json", "fence.json", "lease.json", "names.json", "report.json", "settings.json", "slices.json"}
 
 func readVectors(t *testing.T, file string, into any) {
 	t.Helper()
@@ -222,53 +224,137 @@ func TestVectorReport(t *testing.T) {
 	}
 }
 
-func TestVectorFence(t *testing.T) {
-	var cases []struct {
-		DurationSeconds     int64  `json:"durationSeconds"`
-		MarginSeconds       *int64 `json:"marginSeconds"`
-		ExpectMarginSeconds int64  `json:"expectMarginSeconds"`
-		ExpectLimitSeconds  int64  `json:"expectLimitSeconds"`
+// seconds is a vector's number of seconds as a duration, to the nanosecond.
+func seconds(s float64) time.Duration {
+	return time.Duration(math.Round(s * float64(time.Second)))
+}
+
+// closeTo reports whether got is expect seconds, to the microsecond the vectors are written to.
+func closeTo(got time.Duration, expect float64) bool {
+	return math.Abs(got.Seconds()-expect) < 1e-6
+}
+
+type fenceVectors struct {
+	DefaultPermitSeconds int64
+	ClockRateBound       float64
+	Timing               []struct {
+		PermitSeconds      int64
+		ReadEverySeconds   float64
+		ReadyWithinSeconds float64
+		RetrySeconds       []float64
+		GraceSeconds       int64
+		RevokeWaitSeconds  float64
 	}
-	readVectors(t, "fence.json", &cases)
-	for _, c := range cases {
-		duration := time.Duration(c.DurationSeconds) * time.Second
-		margin := DefaultMargin(duration)
-		if c.MarginSeconds != nil {
-			margin = time.Duration(*c.MarginSeconds) * time.Second
+	Traces []struct {
+		Name          string
+		PermitSeconds int64
+		Steps         []fenceStep
+	}
+}
+
+type fenceStep struct {
+	At      float64
+	Event   string
+	SentAt  *float64
+	Version *uint64
+	Jobs    []string
+	Expect  struct {
+		Running    []string
+		Until      *float64
+		Ready      bool
+		Ack        *uint64
+		NextReadAt float64
+	}
+}
+
+func TestVectorFenceTiming(t *testing.T) {
+	var vectors fenceVectors
+	readVectors(t, "fence.json", &vectors)
+	if DefaultPermit != time.Duration(vectors.DefaultPermitSeconds)*time.Second {
+		t.Errorf("default permit %v, want %ds", DefaultPermit, vectors.DefaultPermitSeconds)
+	}
+	if ClockRateBound != vectors.ClockRateBound {
+		t.Errorf("clock rate bound %v, want %v", ClockRateBound, vectors.ClockRateBound)
+	}
+	for _, c := range vectors.Timing {
+		permit := time.Duration(c.PermitSeconds) * time.Second
+		if got := ReadInterval(permit); !closeTo(got, c.ReadEverySeconds) {
+			t.Errorf("permit %v: reads every %v, want %vs", permit, got, c.ReadEverySeconds)
 		}
-		if margin != time.Duration(c.ExpectMarginSeconds)*time.Second {
-			t.Errorf("duration %v: margin %v, want %ds", duration, margin, c.ExpectMarginSeconds)
+		if got := ReadyWithin(permit); !closeTo(got, c.ReadyWithinSeconds) {
+			t.Errorf("permit %v: ready within %v, want %vs", permit, got, c.ReadyWithinSeconds)
 		}
-		if limit := FenceLimit(duration, margin); limit != time.Duration(c.ExpectLimitSeconds)*time.Second {
-			t.Errorf("duration %v, margin %v: limit %v, want %ds", duration, margin, limit, c.ExpectLimitSeconds)
+		for i, expect := range c.RetrySeconds {
+			if got := RetryDelay(uint(i+1), permit); !closeTo(got, expect) {
+				t.Errorf("permit %v, %d failures: retry after %v, want %vs", permit, i+1, got, expect)
+			}
+		}
+		grace := time.Duration(c.GraceSeconds) * time.Second
+		if got := RevokeWait(permit, grace); !closeTo(got, c.RevokeWaitSeconds) {
+			t.Errorf("permit %v, grace %v: revoke wait %v, want %vs", permit, grace, got, c.RevokeWaitSeconds)
 		}
 	}
 }
 
-func TestVectorTiming(t *testing.T) {
-	var timing struct {
-		DefaultDurationSeconds int64 `json:"defaultDurationSeconds"`
-		Cases                  []struct {
-			DurationSeconds   int64   `json:"durationSeconds"`
-			RenewEverySeconds float64 `json:"renewEverySeconds"`
-			LimitSeconds      int64   `json:"limitSeconds"`
-		} `json:"cases"`
+// TestVectorFenceTraces replays each trace on a Fence, with the vectors' seconds as offsets
+// from one instant, and checks every expected field after each step.
+func TestVectorFenceTraces(t *testing.T) {
+	var vectors fenceVectors
+	readVectors(t, "fence.json", &vectors)
+	if len(vectors.Traces) == 0 {
+		t.Fatal("no traces")
 	}
-	readVectors(t, "timing.json", &timing)
-	if DefaultLeaseDuration != time.Duration(timing.DefaultDurationSeconds)*time.Second {
-		t.Errorf("default duration %v, want %ds", DefaultLeaseDuration, timing.DefaultDurationSeconds)
-	}
-	settings, err := fromEnv(lookupIn(podEnv())).complete()
-	if err != nil || settings.LeaseDuration != DefaultLeaseDuration {
-		t.Errorf("settings without SWARM_LEASE_DURATION_SECONDS: %v, %v", settings.LeaseDuration, err)
-	}
-	for _, c := range timing.Cases {
-		duration := time.Duration(c.DurationSeconds) * time.Second
-		if every := RenewInterval(duration); every != time.Duration(c.RenewEverySeconds*float64(time.Second)) {
-			t.Errorf("duration %v: renews every %v, want %vs", duration, every, c.RenewEverySeconds)
-		}
-		if limit := FenceLimit(duration, DefaultMargin(duration)); limit != time.Duration(c.LimitSeconds)*time.Second {
-			t.Errorf("duration %v: limit %v, want %ds", duration, limit, c.LimitSeconds)
+	base := time.Now()
+	at := func(s float64) time.Time { return base.Add(seconds(s)) }
+	for _, trace := range vectors.Traces {
+		permit := time.Duration(trace.PermitSeconds) * time.Second
+		var fence *Fence
+		for i, step := range trace.Steps {
+			where := fmt.Sprintf("%s, step %d (%s at %v)", trace.Name, i+1, step.Event, step.At)
+			now := at(step.At)
+			var ack *uint64
+			switch step.Event {
+			case "start":
+				fence = NewFence(permit, now)
+			case "read":
+				if step.SentAt == nil {
+					t.Fatalf("%s: no sentAt", where)
+				}
+				read := Read{SentAt: at(*step.SentAt), Version: step.Version, Jobs: step.Jobs}
+				if version, ok := fence.Answered(now, read); ok {
+					ack = &version
+				}
+			case "readFailed":
+				fence.Failed(now)
+			case "watch":
+				fence.Watched(now)
+			case "tick":
+				fence.Tick(now)
+			case "sigterm":
+				fence.Terminate()
+			default:
+				t.Fatalf("%s: unknown event", where)
+			}
+			want := step.Expect
+			if got := fence.Running(); !slices.Equal(got, want.Running) && len(got)+len(want.Running) > 0 {
+				t.Errorf("%s: running %q, want %q", where, got, want.Running)
+			}
+			until, held := fence.Until()
+			switch {
+			case want.Until == nil && held:
+				t.Errorf("%s: until %v, want none", where, until.Sub(base))
+			case want.Until != nil && (!held || !closeTo(until.Sub(base), *want.Until)):
+				t.Errorf("%s: until %v (%v), want %vs", where, until.Sub(base), held, *want.Until)
+			}
+			if got := fence.Ready(now); got != want.Ready {
+				t.Errorf("%s: ready %v, want %v", where, got, want.Ready)
+			}
+			if !reflect.DeepEqual(ack, want.Ack) {
+				t.Errorf("%s: acknowledged %v, want %v", where, logged(ack), logged(want.Ack))
+			}
+			if got := fence.NextRead().Sub(base); !closeTo(got, want.NextReadAt) {
+				t.Errorf("%s: next read at %v, want %vs", where, got, want.NextReadAt)
+			}
 		}
 	}
 }
@@ -281,16 +367,16 @@ func TestVectorSettings(t *testing.T) {
 			Environment map[string]*string
 			Error       string
 			Settings    struct {
-				OwnConfigMap         string
-				LeaseDurationSeconds float64
-				RenewEverySeconds    float64
-				FenceAfterSeconds    float64
-				TerminationSeconds   float64
+				OwnConfigMap       string
+				PermitSeconds      float64
+				ReadEverySeconds   float64
+				ReadyWithinSeconds float64
+				TerminationSeconds float64
+				HealthAddr         string
 			}
 		}
 	}
 	readVectors(t, "settings.json", &file)
-	seconds := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 	for _, c := range file.Cases {
 		env := maps.Clone(file.Pod)
 		for name, value := range c.Environment {
@@ -312,9 +398,10 @@ func TestVectorSettings(t *testing.T) {
 			continue
 		}
 		want := c.Settings
-		got := []any{settings.OwnConfigMap(), settings.LeaseDuration, settings.RenewEvery(), settings.FenceAfter(), settings.TerminationDeadline}
-		expected := []any{want.OwnConfigMap, seconds(want.LeaseDurationSeconds), seconds(want.RenewEverySeconds),
-			seconds(want.FenceAfterSeconds), seconds(want.TerminationSeconds)}
+		got := []any{settings.OwnConfigMap(), settings.Permit, settings.ReadEvery(), settings.ReadyWithin(),
+			settings.TerminationDeadline, settings.HealthAddr}
+		expected := []any{want.OwnConfigMap, seconds(want.PermitSeconds), seconds(want.ReadEverySeconds),
+			seconds(want.ReadyWithinSeconds), seconds(want.TerminationSeconds), want.HealthAddr}
 		if !reflect.DeepEqual(got, expected) {
 			t.Errorf("%s: %v, want %v", c.Name, got, expected)
 		}

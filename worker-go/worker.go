@@ -2,8 +2,11 @@ package swarmworker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sync"
@@ -18,12 +21,13 @@ import (
 type Jobs interface {
 	// Start starts job and returns once it is launched (it then runs until stopped). The job
 	// checks permit before each unit of work and does none while it does not hold: that keeps
-	// a resumed process from working on a job the operator gave to another worker before this
-	// worker's fence stops it. ctx is the one given to [Worker.Run].
+	// a resumed process from working on a job the operator may have granted to another worker
+	// before this worker's timer stops it. ctx is the one given to [Worker.Run].
 	Start(ctx context.Context, job string, permit Permit)
 	// Stop stops job and returns only once it no longer runs anywhere in this pod, since the
-	// acknowledgement that follows lets the operator grant it to another pod. ctx carries the
-	// values of the one given to [Worker.Run] but is never canceled: a stop must finish.
+	// acknowledgement that follows lets the operator grant it to another pod. Its permit has
+	// lapsed already. ctx carries the values of the one given to [Worker.Run] but is never
+	// canceled: a stop must finish.
 	Stop(ctx context.Context, job string)
 }
 
@@ -68,6 +72,7 @@ type Worker struct {
 	client   kubernetes.Interface
 	log      *slog.Logger
 	shutdown <-chan struct{}
+	health   net.Listener
 }
 
 // Settings are the settings the worker runs with.
@@ -75,13 +80,20 @@ func (w *Worker) Settings() Settings {
 	return w.settings
 }
 
-// Run runs jobs as the pool's config says until terminated: it applies each new version of
-// this pod's entry (stops first, then starts) and acknowledges it on the Lease. When the Lease
-// has not been renewed for the fence limit it stops every job, and runs them again only once
-// the Lease is renewed and the ConfigMap read afresh. On the shutdown signal (SIGTERM or
-// SIGINT unless [WithShutdown] says otherwise) it stops every job, starts none again, and
-// returns once it has acknowledged a version whose entry has no jobs, or at the termination
-// deadline. A Worker runs once.
+// HealthAddr is the address the worker serves /readyz and /healthz on: the health address,
+// with the port the system picked when it asked for port 0.
+func (w *Worker) HealthAddr() net.Addr {
+	return w.health.Addr()
+}
+
+// Run runs jobs as fence reads of the pod's own ConfigMap say until terminated. It reads every
+// F/2 (at once on a watch event, sooner after a failure), runs exactly the jobs of its last
+// read that still hold a permit (until the read's send plus F), stopping the jobs a read no
+// longer lists before it starts new ones, and acknowledges each new version it runs exactly on
+// its Lease. It serves readiness on [Worker.HealthAddr] and closes it when it returns. On the
+// shutdown signal (SIGTERM or SIGINT unless [WithShutdown] says otherwise) it stops every job,
+// answers not ready, starts no job again, and returns once it has acknowledged a version whose
+// entry has no jobs, or at the termination deadline. A Worker runs once.
 func (w *Worker) Run(ctx context.Context, jobs Jobs) Exit {
 	shutdown := w.shutdown
 	if shutdown == nil {
@@ -89,33 +101,40 @@ func (w *Worker) Run(ctx context.Context, jobs Jobs) Exit {
 		defer stop()
 		shutdown = signals.Done()
 	}
-	ctx, cancel := context.WithCancel(ctx)
 	var tasks sync.WaitGroup
-	// The background goroutines end with Run.
+	// The background goroutines and the health server end with Run.
 	defer tasks.Wait()
-	defer cancel()
+	ctx, cancel := context.WithCancel(ctx)
 	s := w.start(ctx, jobs, shutdown, &tasks)
+	server := &http.Server{Handler: s.healthHandler(), ReadHeaderTimeout: 5 * time.Second}
+	defer server.Close()
+	defer cancel()
+	w.log.Info("serving readiness on "+w.health.Addr().String(), "addr", w.health.Addr().String())
+	s.spawn(func() {
+		if err := server.Serve(w.health); !errors.Is(err, http.ErrServerClosed) {
+			w.log.Error("cannot serve readiness", "error", err)
+		}
+	})
 	return s.run(ctx)
 }
 
-// start writes the report's first line and starts the Lease keeper and the ConfigMap
-// follower; it returns the event loop's state.
+// start writes the report's first line and starts the Lease keeper and the watch; it returns
+// the event loop's state.
 func (w *Worker) start(ctx context.Context, jobs Jobs, shutdown <-chan struct{}, tasks *sync.WaitGroup) *shell {
 	settings := w.settings
-	permit := newPermit()
-	report := &reporter{path: settings.Report, pod: settings.PodName, uid: settings.PodUID, permit: permit, log: w.log}
-	report.write(nil, nil)
-	start := time.Now()
+	report := &reporter{path: settings.Report, pod: settings.PodName, uid: settings.PodUID, log: w.log}
+	report.write(nil, nil, time.Time{})
+	events := make(chan struct{}, 1)
 	s := &shell{
-		core:       NewHandoff(),
-		fence:      NewFence(settings.FenceAfter(), start),
-		permit:     permit,
+		fence:      NewFence(settings.Permit, time.Now()),
 		jobs:       jobs,
+		permits:    map[string]Permit{},
+		ready:      newPermit(),
 		report:     report,
-		ack:        newLatest[uint64](),
-		written:    newLatest[written](),
-		config:     newLatest[Observed](),
 		reads:      make(chan readAnswer, 1),
+		events:     events,
+		ack:        newLatest[uint64](),
+		written:    newLatest[leaseWrite](),
 		shutdown:   shutdown,
 		configMaps: w.client.CoreV1().ConfigMaps(settings.Namespace),
 		settings:   settings,
@@ -123,65 +142,70 @@ func (w *Worker) start(ctx context.Context, jobs Jobs, shutdown <-chan struct{},
 		tasks:      tasks,
 	}
 	keeper := &leaseKeeper{
-		leases:   w.client.CoordinationV1().Leases(settings.Namespace),
-		holder:   Holder{Pod: settings.PodName, Namespace: settings.Namespace, UID: settings.PodUID, Pool: settings.Pool},
-		duration: settings.LeaseDuration,
-		timeout:  settings.FenceAfter(),
-		start:    start,
-		ack:      s.ack,
-		written:  s.written,
-		log:      w.log,
+		leases:  w.client.CoordinationV1().Leases(settings.Namespace),
+		holder:  Holder{Pod: settings.PodName, Namespace: settings.Namespace, UID: settings.PodUID, Pool: settings.Pool},
+		permit:  settings.Permit,
+		ack:     s.ack,
+		written: s.written,
+		log:     w.log,
 	}
-	follower := &source{configMaps: s.configMaps, name: settings.OwnConfigMap(), pod: settings.PodName, out: s.config, log: w.log}
-	w.log.Info("following the worker's own ConfigMap", "configMap", follower.name, "lease", settings.PodName)
+	watch := &source{configMaps: s.configMaps, name: settings.OwnConfigMap(), events: events, log: w.log}
+	w.log.Info("fenced by reads of the worker's own ConfigMap", "configMap", watch.name, "lease", settings.PodName,
+		"permit", settings.Permit, "readEvery", settings.ReadEvery())
 	s.spawn(func() { keeper.keep(ctx) })
-	s.spawn(func() { follower.follow(ctx) })
+	s.spawn(func() { watch.follow(ctx) })
 	return s
 }
 
-// run is the event loop: the fence first when it is due, then whatever comes.
+// run is the event loop: lapsed permits first, then a read when one is due, then whatever
+// comes.
 func (s *shell) run(ctx context.Context) Exit {
 	terminate := s.shutdown
 	var deadline <-chan time.Time
-	fenceTimer := time.NewTimer(time.Hour)
-	defer fenceTimer.Stop()
+	readTimer, lapseTimer := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
+	defer readTimer.Stop()
+	defer lapseTimer.Stop()
 	for {
-		var fenceDue <-chan time.Time
-		fenceTimer.Stop()
-		if at, ok := s.fence.Deadline(); ok {
-			fenceTimer.Reset(time.Until(at))
-			fenceDue = fenceTimer.C
+		s.lapse(ctx)
+		if !s.inFlight && !time.Now().Before(s.fence.NextRead()) {
+			s.send(ctx)
+		}
+		var readDue, lapseDue <-chan time.Time
+		if !s.inFlight {
+			readTimer.Reset(time.Until(s.fence.NextRead()))
+			readDue = readTimer.C
+		}
+		if until, ok := s.fence.Until(); ok {
+			// A timer of its own, so that a hung request does not delay the stop.
+			lapseTimer.Reset(time.Until(until))
+			lapseDue = lapseTimer.C
 		}
 		select {
 		case <-ctx.Done():
 			s.abort(ctx)
 			return Exit{Reason: Canceled}
-		case <-fenceDue:
-			s.checkFence(ctx)
-		case <-s.written.changed():
-			s.fenceFirst(ctx)
-			s.syncFence(ctx)
+		case <-lapseDue:
+		case <-readDue:
 		case answer := <-s.reads:
-			s.fenceFirst(ctx)
-			s.readAfresh(ctx, answer)
-			// What the watch delivered while fenced was ignored; now live, the newest of it
-			// applies (an older version than the one read is ignored as a replay).
-			s.handleLatest(ctx)
-		case <-s.config.changed():
-			s.fenceFirst(ctx)
-			s.handleLatest(ctx)
+			s.answered(ctx, answer)
+		case <-s.events:
+			if s.inFlight {
+				s.watched = true
+			} else {
+				s.fence.Watched(time.Now())
+			}
+		case <-s.written.changed():
 		case <-terminate:
 			terminate = nil
-			s.fenceFirst(ctx)
 			s.terminate(ctx)
 			deadline = time.After(s.settings.TerminationDeadline)
 		case <-deadline:
-			s.log.Warn("termination deadline reached without an acknowledgement")
+			s.log.Warn("termination deadline reached without an acknowledgement of a version without jobs")
 			return Exit{Reason: DeadlineReached}
 		}
-		if version, ok := s.core.Acknowledged(); ok && s.core.Done() {
-			s.log.Info("terminated: acknowledged a version without jobs", "version", version)
-			return Exit{Reason: Acknowledged, Version: version}
+		if written, ok := s.written.take(); ok && s.fence.Done(written.acked) {
+			s.log.Info("terminated: acknowledged a version without jobs", "version", *written.acked)
+			return Exit{Reason: Acknowledged, Version: *written.acked}
 		}
 	}
 }

@@ -2,38 +2,41 @@
 
 Under `rollout.policy: Acknowledge` a worker reads its entry of `config.yml` through the API
 from a ConfigMap of its own, `<SWARM_CONFIG_MAP>.<POD_NAME>` (see `worker_config_map`), which
-the operator writes with this pod's entry only. It applies each new config version (stop the
-jobs its entry no longer lists, then start the new ones) and acknowledges the version in a
-Lease of its own. It never reads the pool's ConfigMap `SWARM_CONFIG_MAP` itself. It uses only
-the official `kubernetes` client, to show that the protocol needs nothing from the operator's
-Rust crates.
+the operator writes with this pod's entry only. It never reads the pool's ConfigMap
+`SWARM_CONFIG_MAP` itself. It uses only the official `kubernetes` client, to show that the
+protocol needs nothing from the operator's Rust crates.
+
+It is fenced by reads: a *fence read*, a GET of its ConfigMap with no resourceVersion (a quorum
+read), sent at `s` and answered before `s + F`, gives the jobs it lists a permit until `s + F`
+on time.monotonic(). It sends one every F/2, retries failures sooner, and reads at once on a
+watch event; a timer of its own stops the jobs whose permit lapses. It writes its Lease only at
+start and to acknowledge a version it has applied, and serves `/readyz`, which the kubelet
+probes to learn that it is alive. The rules are docs/worker-protocol.md, "Acknowledged
+handoff: the worker protocol"; `Fence` holds them with no I/O.
 
 Jobs are simulated: each runs in a thread until it is told to stop.
 
-It fences itself: once its last successful Lease write was sent longer ago than the Lease
-duration less a margin (time.monotonic()), it stops every job, and runs them again only after a
-Lease write has succeeded and a GET of its ConfigMap issued after it has been read. It starts
-fenced: a restarted container keeps its pod's uid, so the operator cannot tell this process's
-start from the last renewal of the one before, which it may have judged expired and whose jobs
-it may have handed to others. Nothing runs before this process's own first Lease write
-succeeds and a fresh GET answers; a worker that cannot reach the API runs nothing.
-
 Environment: POD_NAME, POD_NAMESPACE, POD_UID, SWARM_POOL (required), SWARM_CONFIG_MAP (the
 pool's ConfigMap, whose name this worker's own ConfigMap name starts with; default
-<SWARM_POOL>-config);
-SWARM_LEASE_DURATION_SECONDS (default 40, renewed every quarter of it: one Lease write per 10 s
-when nothing changes; an acknowledgement is written at once), SWARM_FENCE_MARGIN_SECONDS
-(default max(2, duration / 5), at most half the duration), SWARM_TERMINATION_SECONDS (default
-25), SWARM_WORKER_REPORT (optional), KUBECONFIG when run outside a cluster.
+<SWARM_POOL>-config), SWARM_PERMIT_SECONDS (the permit F, whole seconds, at least 2; default
+30), SWARM_WORKER_HEALTH_ADDR (where /readyz and /healthz are served, an IP:port; default
+0.0.0.0:8081; port 0 picks a free one), SWARM_TERMINATION_SECONDS (default 25),
+SWARM_WORKER_REPORT (optional), KUBECONFIG when run outside a cluster.
 """
 
 import copy
+import dataclasses
 import datetime
+import http.server
+import ipaddress
 import json
 import logging
+import math
 import os
 import random
 import signal
+import socket
+import socketserver
 import sys
 import threading
 import time
@@ -46,7 +49,7 @@ from kubernetes.client.exceptions import ApiException
 ACKED_VERSION_ANNOTATION = "swarm.io/acked-version"
 POOL_LABEL = "swarm.io/pool"
 CONFIG_KEY = "config.yml"
-# A short bound on each request, so a silent API cannot hold up an acknowledgement or SIGTERM.
+# A short bound on each Lease request, so a silent API cannot hold up an acknowledgement.
 REQUEST_TIMEOUT = (3, 10)
 WATCH_SECONDS = 300
 RETRY_SECONDS = 1.0
@@ -66,14 +69,140 @@ def nano_time(ns=None):
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{nanos:09d}Z"
 
 
-class Permit:
-    """What a job checks before each unit of work: held until the fence's deadline (a
-    time.monotonic() value), not at all while fenced. After SIGCONT any thread may run first; a
-    job that checks its permit does no work once the Lease may look expired, before the fence's
-    own thread has stopped it."""
+# The fence arithmetic, as protocol/src/fence.rs has it (protocol/vectors/fence.json).
+DEFAULT_PERMIT_SECONDS = 30
+MIN_PERMIT_SECONDS = 2
 
-    def __init__(self):
-        self.until = None  # one attribute, read and written whole
+
+def read_interval(permit):
+    """How often a fence read is sent when nothing fails: half the permit, so a read that fails
+    leaves half of it to retry in."""
+    return permit / 2
+
+
+def ready_within(permit):
+    """How long after the send of its last successful read the worker answers ready: three
+    fifths of the permit, so one read may be late by a fifth before the pod turns NotReady."""
+    return permit * 3 / 5
+
+
+def retry_delay(failures, permit):
+    """The wait before retrying after `failures` failed reads in a row: 1 s doubling, held to an
+    eighth of the permit, so a worker cut off tries four times or more before it lapses."""
+    return min(RETRY_SECONDS * 2 ** (min(max(failures, 1), 16) - 1), permit / 8)
+
+
+def lease_retry_delay(failures, ceiling, draw=random.random):
+    """The wait after the `failures`-th failed Lease write in a row: 1 s doubling up to
+    `ceiling`, drawn from its upper half, so that workers that lost the API server together come
+    back spread out."""
+    delay = min(RETRY_SECONDS * 2 ** min(failures - 1, 16), ceiling)
+    return delay / 2 + delay * draw() / 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """What one event asks of the worker, in this order: stop `stop` and wait until they have
+    stopped, move the permit of `keep` to `until`, start `start` with that permit; then write
+    `ack` (if not None) into the Lease."""
+
+    version: object = None
+    stop: tuple = ()
+    keep: tuple = ()
+    start: tuple = ()
+    until: object = None
+    extended: bool = False
+    ack: object = None
+
+
+class Fence:
+    """The fence of one worker process, with no I/O: which jobs may run until when, when to
+    read next, whether it is ready and what to acknowledge. Times are time.monotonic() seconds.
+
+    It starts fenced: nothing runs until a fence read answers, since a restarted container
+    keeps its pod's uid and the operator may be handing the old process's jobs away."""
+
+    def __init__(self, permit_seconds, start):
+        self.permit = permit_seconds
+        self.running = frozenset()
+        self.until = None  # when the permit of every running job lapses
+        self.version = None  # the version of the last read answered
+        self.last_sent = None  # the send of the last successful read
+        self.failures = 0
+        self.next_read_at = start
+        self.terminating = False
+        self.acked = None
+        self.acked_empty = False  # the entry of `acked` had no jobs
+        self._watched_at = None
+
+    def ready(self, at):
+        return (not self.terminating and self.last_sent is not None
+                and at < self.last_sent + ready_within(self.permit))
+
+    def read(self, at, sent_at, version, jobs):
+        """A fence read sent at `sent_at` answered at `at` with `version` (None: no config) and
+        this worker's `jobs`."""
+        lapsed = self._lapse(at)
+        self.last_sent, self.failures = sent_at, 0
+        self.next_read_at = sent_at + read_interval(self.permit)
+        if self._watched_at is not None and self._watched_at > sent_at:
+            # A watch event came while this read was in flight: it may not show that change.
+            self.next_read_at = min(self.next_read_at, self._watched_at)
+        listed = frozenset(jobs)
+        permitted = not self.terminating and at < sent_at + self.permit
+        after = listed if permitted else frozenset()
+        change = Change(
+            version=version, stop=tuple(sorted(lapsed | (self.running - after))),
+            keep=tuple(sorted(self.running & after)), start=tuple(sorted(after - self.running)),
+            until=sent_at + self.permit if after else None, extended=bool(after))
+        self.running, self.until, self.version = after, change.until, version
+        if (version is not None and (self.acked is None or version > self.acked)
+                and (permitted or not listed)):
+            # The worker now runs exactly this entry.
+            self.acked, self.acked_empty = version, not listed
+            change = dataclasses.replace(change, ack=version)
+        return change
+
+    def read_failed(self, at):
+        lapsed = self._lapse(at)
+        self.failures += 1
+        self.next_read_at = at + retry_delay(self.failures, self.permit)
+        return self._stopping(lapsed)
+
+    def watch(self, at):
+        """A watch event: proves nothing, asks for a read at once."""
+        lapsed = self._lapse(at)
+        self.next_read_at = self._watched_at = at
+        return self._stopping(lapsed)
+
+    def tick(self, at):
+        return self._stopping(self._lapse(at))
+
+    def sigterm(self, at):
+        lapsed = self._lapse(at)
+        stopped = lapsed | self.running
+        self.running, self.until, self.terminating = frozenset(), None, True
+        return self._stopping(stopped)
+
+    def _lapse(self, at):
+        if self.until is None or at < self.until:
+            return frozenset()
+        lapsed, self.running, self.until = self.running, frozenset(), None
+        return lapsed
+
+    def _stopping(self, stopped):
+        return Change(version=self.version, stop=tuple(sorted(stopped)))
+
+
+class Permit:
+    """What a job checks before each unit of work: a deadline on time.monotonic(), the send of
+    the last fence read that listed the job plus the permit. A process paused past it resumes
+    all its threads at once; a job that checks its permit does no work before the worker's
+    timer has stopped it. Each job has its own, so a read that does not list it never extends
+    it."""
+
+    def __init__(self, until=None):
+        self.until = until  # one attribute, read and written whole
 
     def holds(self):
         until = self.until
@@ -104,139 +233,86 @@ def parse_config(text, pod_name):
     return document["version"], [str(job) for job in jobs or []]
 
 
-# The Lease duration unless SWARM_LEASE_DURATION_SECONDS says otherwise: a node's heartbeat.
-DEFAULT_LEASE_SECONDS = 40
 DEFAULT_TERMINATION_SECONDS = 25
-
-
-def renew_interval(duration):
-    """How often the Lease is renewed when nothing changes: a quarter of its duration, so that a
-    failed renewal is retried twice more before the fence."""
-    return duration / 4
-
-
-def retry_delay(failures, ceiling, draw=random.random):
-    """The wait after the `failures`-th failed Lease write in a row: 1 s doubling up to the
-    renewal interval, drawn from its upper half, so that workers that lost the API server
-    together come back spread out and no faster than they renew."""
-    delay = min(RETRY_SECONDS * 2 ** min(failures - 1, 16), ceiling)
-    return delay / 2 + delay * draw() / 2
-
-
-def timing_from_env(environ):
-    """(lease seconds, fence margin, termination seconds) from the environment, or ValueError
-    naming the variable that holds no usable number."""
-    def seconds(name, default, whole):
-        value = (environ.get(name) or "").strip()
-        if not value:
-            return default
-        try:
-            number = int(value) if whole else float(value)
-        except ValueError:
-            number = None
-        if number is None or number != number or number <= 0 or number == float("inf"):
-            expected = ("a whole number of seconds, at least 1" if whole
-                        else "a positive number of seconds")
-            raise ValueError(f"{name} is {value!r}: expected {expected}")
-        return number
-
-    lease = seconds("SWARM_LEASE_DURATION_SECONDS", DEFAULT_LEASE_SECONDS, True)
-    margin = seconds("SWARM_FENCE_MARGIN_SECONDS", default_margin(lease), False)
-    termination = seconds("SWARM_TERMINATION_SECONDS", DEFAULT_TERMINATION_SECONDS, False)
-    return lease, margin, termination
-
-
+DEFAULT_HEALTH_ADDR = "0.0.0.0:8081"
 POD_VARIABLES = ["POD_NAME", "POD_NAMESPACE", "POD_UID", "SWARM_POOL"]
+# The settings of the renewing protocol: refused, so that a pod template written for it is fixed
+# rather than silently run with other timing.
+RETIRED_VARIABLES = {
+    "SWARM_LEASE_DURATION_SECONDS": "set SWARM_PERMIT_SECONDS instead",
+    "SWARM_FENCE_MARGIN_SECONDS": "the permit needs no margin; remove it",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What the worker reads from its pod's environment."""
+
+    env: dict  # the pod's variables and SWARM_CONFIG_MAP
+    permit_seconds: int
+    termination_seconds: float
+    health_addr: str  # IP:port, as given
+
+    def health_host_port(self):
+        host, _, port = self.health_addr.rpartition(":")
+        return host.strip("[]"), int(port)
+
+
+def parse_health_addr(value):
+    """An `IP:port` literal (IPv6 in brackets), or ValueError."""
+    host, separator, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host, version = host[1:-1], 6
+    else:
+        version = 4
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if (not separator or address is None or address.version != version
+            or not port.isdigit() or int(port) > 65535):
+        raise ValueError(f"SWARM_WORKER_HEALTH_ADDR is {value!r}: expected an IP:port such as "
+                         f"{DEFAULT_HEALTH_ADDR} or [::]:8081 (port 0 picks a free one)")
+    return value
 
 
 def settings_from_env(environ):
-    """(env, (lease seconds, fence margin, termination seconds)) from the pod's environment: env
-    holds the pod's variables and SWARM_CONFIG_MAP (default `<SWARM_POOL>-config`); empty values
-    count as unset. ValueError names what is missing or holds no usable number."""
-    missing = [name for name in POD_VARIABLES if not (environ.get(name) or "").strip()]
+    """The worker's settings from the pod's environment; empty values count as unset.
+    ValueError names what is missing, holds no usable value, or is no longer read."""
+    def value(name):
+        return (environ.get(name) or "").strip()
+
+    missing = [name for name in POD_VARIABLES if not value(name)]
     if missing:
         raise ValueError(f"missing environment variables: {', '.join(missing)}")
+    for name, advice in RETIRED_VARIABLES.items():
+        if value(name):
+            raise ValueError(f"{name} is no longer read: the worker is fenced by reads of its "
+                             f"ConfigMap and renews no Lease; {advice}")
     env = {name: environ[name] for name in POD_VARIABLES}
-    config_map = environ.get("SWARM_CONFIG_MAP") or ""
-    env["SWARM_CONFIG_MAP"] = config_map if config_map.strip() else f"{env['SWARM_POOL']}-config"
-    return env, timing_from_env(environ)
+    env["SWARM_CONFIG_MAP"] = value("SWARM_CONFIG_MAP") or f"{env['SWARM_POOL']}-config"
 
-
-def default_margin(duration):
-    """The fence margin for a Lease duration: room for stopping jobs and for clock rate drift."""
-    return max(2.0, duration / 5)
-
-
-def fence_limit(duration, margin):
-    """How long after its last successful Lease write a worker may run jobs; the margin is held
-    to half the duration so that a short Lease still leaves time for two renewals."""
-    return duration - min(margin, duration / 2)
-
-
-class Fence:
-    """When to stop every job because the Lease may look expired to the operator, and when to
-    run again; no I/O. Times are time.monotonic() seconds.
-
-    Starts fenced: the start is no renewal, since the operator cannot tell it from the last
-    renewal of a previous process of the same pod, which it may have judged expired. Fenced, a
-    renewal in time asks for a fresh ConfigMap read (`renewed` returns its tag), and only that
-    read, answered in time, lifts the fence (`read`); at the start exactly as after a pause.
-    Live, it fences again once `limit` passes since the last successful Lease write was sent.
-    """
-
-    LIVE, FENCED, READING = "live", "fenced", "reading"
-
-    def __init__(self, limit, start):
-        self.limit = limit
-        self.last_renewal = start  # when the last successful Lease write was sent, or the start
-        self.state = Fence.FENCED
-        self.awaited = None  # the tag of the read that may lift the fence
-        self.reads = 0
-
-    def is_live(self):
-        return self.state == Fence.LIVE
-
-    def deadline(self):
-        """When to check next; None while fenced."""
-        return self.last_renewal + self.limit if self.is_live() else None
-
-    def expired(self, now):
-        return now - self.last_renewal >= self.limit
-
-    def check(self, now):
-        """Fences if the last renewal is too old; True when it just did (stop every job)."""
-        if self.is_live() and self.expired(now):
-            self.state = Fence.FENCED
-            return True
-        return False
-
-    def renewed(self, sent, streak, now):
-        """A Lease write sent at `sent` succeeded, the last of a run of renewals without a gap of
-        the limit that began at `streak`. Returns (newly fenced: stop every job, the tag of the
-        ConfigMap read to issue now or None). A run that began after the last renewal known
-        means the Lease was expired in between (a paused process), even if no check ran."""
-        gap = streak > self.last_renewal
-        self.last_renewal = max(self.last_renewal, sent)
-        newly_fenced = self.is_live() and (gap or self.expired(now))
-        if newly_fenced:
-            self.state = Fence.FENCED
-        read = None
-        if self.state == Fence.FENCED and not self.expired(now):
-            self.reads += 1
-            self.state, self.awaited = Fence.READING, self.reads
-            read = self.reads
-        return newly_fenced, read
-
-    def read(self, tag, now):
-        """Whether the ConfigMap read `tag`, answered at `now`, lifts the fence."""
-        if self.state != Fence.READING or tag != self.awaited:
-            return False
-        self.state = Fence.FENCED if self.expired(now) else Fence.LIVE
-        return self.is_live()
-
-    def read_failed(self, tag):
-        if self.state == Fence.READING and tag == self.awaited:
-            self.state = Fence.FENCED
+    permit = DEFAULT_PERMIT_SECONDS
+    if value("SWARM_PERMIT_SECONDS"):
+        try:
+            permit = int(value("SWARM_PERMIT_SECONDS"))
+        except ValueError:
+            permit = None
+        if permit is None or permit < MIN_PERMIT_SECONDS:
+            raise ValueError(f"SWARM_PERMIT_SECONDS is {value('SWARM_PERMIT_SECONDS')!r}: "
+                             f"expected a whole number of seconds, at least {MIN_PERMIT_SECONDS}")
+    termination = DEFAULT_TERMINATION_SECONDS
+    if value("SWARM_TERMINATION_SECONDS"):
+        try:
+            termination = float(value("SWARM_TERMINATION_SECONDS"))
+        except ValueError:
+            termination = math.nan
+        if not (0 < termination < math.inf):
+            raise ValueError(f"SWARM_TERMINATION_SECONDS is "
+                             f"{value('SWARM_TERMINATION_SECONDS')!r}: expected a positive "
+                             f"number of seconds")
+    health = parse_health_addr(value("SWARM_WORKER_HEALTH_ADDR") or DEFAULT_HEALTH_ADDR)
+    return Settings(env, permit, termination, health)
 
 
 def report_line(pod, uid, version, running, at, until=None):
@@ -251,16 +327,14 @@ def report_line(pod, uid, version, running, at, until=None):
 class Report:
     """The JSON lines file that tests read (SWARM_WORKER_REPORT); does nothing when unset."""
 
-    def __init__(self, path, pod_name, pod_uid, permit=None):
+    def __init__(self, path, pod_name, pod_uid):
         self.path, self.pod_name, self.pod_uid = path, pod_name, pod_uid
-        self.permit = permit or Permit()
 
-    def write(self, version, running):
+    def write(self, version, running, until=None):
+        """`until` is the permit's deadline on time.monotonic(), written on the wall clock."""
         if not self.path:
             return
-        until = self.permit.until
         if until is not None:
-            # The permit's deadline on the wall clock: the jobs do no work after it.
             until = nano_time(time.time_ns() + int((until - time.monotonic()) * 1e9))
         line = report_line(self.pod_name, self.pod_uid, version, running, nano_time(), until)
         with open(self.path, "a", encoding="utf-8") as report:
@@ -269,7 +343,7 @@ class Report:
 
 class Job:
     """A simulated job: a thread that works until it is told to stop, a unit of work a second,
-    each only while the worker's permit holds."""
+    each only while its permit holds."""
 
     def __init__(self, name, permit):
         self.name = name
@@ -283,7 +357,7 @@ class Job:
             if self.permit.holds():
                 log.debug("job %s working", self.name)
             else:
-                log.info("job %s not working: the Lease may have expired", self.name)
+                log.info("job %s not working: its permit has lapsed", self.name)
         log.info("job %s stopped", self.name)
 
     def start(self):
@@ -336,55 +410,55 @@ def desired_lease(current, holder, acked, duration_seconds, now):
 
 
 class LeaseWriter:
-    """Keeps this pod's Lease: holder, renewal, owner reference and the acknowledged version."""
+    """Writes this pod's Lease once at start and then once per version acknowledged, never to
+    renew it; retries a failed write with backoff. A failed write stops no job: only permits
+    do."""
 
-    def __init__(self, coordination, env, duration_seconds, limit, start,
-                 on_renewed=lambda sent, streak: None):
+    def __init__(self, coordination, env, permit_seconds, on_written=lambda version: None):
         self.coordination = coordination
         self.env = env
-        self.duration_seconds = duration_seconds
-        self.limit = limit
-        self.on_renewed = on_renewed  # called with each success's send time and run start
-        self._lock = threading.Lock()
-        self._version = None  # the version to acknowledge; None until the first one
+        self.permit_seconds = permit_seconds
+        self.on_written = on_written  # called with the version each successful write carries
+        self._changed = threading.Condition()
+        self._wanted = None  # the version to acknowledge; None until the first one
+        self._started = False  # the write at start has succeeded
+        self.written_version = None
         self._lease = None  # the Lease as last read or written, with its resourceVersion
-        self.written_version = None  # the version the Lease carries after a successful write
-        # A run of renewals begins at the start; the fence, fenced at the start, ignores it.
-        self._last_sent = self._streak = start
 
     def acknowledge(self, version):
-        """Writes `version` into the Lease; True once the API has stored it."""
-        with self._lock:
-            # Two threads may acknowledge (the config thread and a read after a fence).
-            self._version = max(version, self._version or 0)
-            return self._write()
+        """Asks for `version` to be written; the write follows in write_forever's thread."""
+        with self._changed:
+            self._wanted = max(version, self._wanted or 0)
+            self._changed.notify_all()
 
-    def renew_forever(self):
-        """Writes the Lease at once and then every quarter of its duration, sooner after a
-        failure; an acknowledgement that failed is written again here."""
+    def write_forever(self):
         failures = 0
         while True:
-            with self._lock:
-                written = self._write()
-            every = renew_interval(self.duration_seconds)
-            failures = 0 if written else failures + 1
-            time.sleep(every if written else retry_delay(failures, every))
+            with self._changed:
+                while self._started and self._wanted == self.written_version:
+                    self._changed.wait()
+                version = self._wanted
+            if self._write(version):
+                failures = 0
+                with self._changed:
+                    self._started, self.written_version = True, version
+                self.on_written(version)
+            else:
+                failures += 1
+                time.sleep(lease_retry_delay(failures, self.permit_seconds / 2))
 
-    def _write(self):
+    def _write(self, version):
         for _ in range(5):
             try:
                 if self._lease is None:
                     self._lease = self._read()
-                # The renewal counts from when it was sent, not from the answer.
-                sent = time.monotonic()
                 if self._lease is None:
                     self._lease = self._send(self.coordination.create_namespaced_lease,
-                                             self._desired(None))
+                                             self._desired(None, version))
                 else:
                     self._lease = self._send(self.coordination.replace_namespaced_lease,
-                                             self._desired(self._lease), self.env["POD_NAME"])
-                self.written_version = self._version
-                self._renewed(sent)
+                                             self._desired(self._lease, version),
+                                             self.env["POD_NAME"])
                 return True
             except ApiException as error:
                 # 409: someone else wrote it (or created it first); 404: it was deleted.
@@ -396,12 +470,6 @@ class LeaseWriter:
                 log.warning("writing the Lease failed: %s", error)
                 return False
         return False
-
-    def _renewed(self, sent):
-        if sent - self._last_sent >= self.limit:
-            self._streak = sent  # a gap the operator may have seen as expiry
-        self._last_sent = sent
-        self.on_renewed(sent, self._streak)
 
     def _read(self):
         try:
@@ -419,236 +487,135 @@ class LeaseWriter:
                           _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         return json.loads(response.data)
 
-    def _desired(self, current):
-        """The Lease to write: `current` (None to create) with our holder, times and version."""
+    def _desired(self, current, version):
         holder = {"pod": self.env["POD_NAME"], "namespace": self.env["POD_NAMESPACE"],
                   "uid": self.env["POD_UID"], "pool": self.env["SWARM_POOL"]}
-        return desired_lease(current, holder, self._version, self.duration_seconds, micro_time())
+        return desired_lease(current, holder, version, self.permit_seconds, micro_time())
 
 
 class Worker:
-    """Runs the jobs of this pod's entry and acknowledges each config version it has applied."""
+    """Runs the jobs of this pod's entry as the fence allows: sends the fence reads, applies
+    them, stops jobs whose permit lapses, answers readiness and acknowledges."""
 
     def __init__(self, pod_name, report, lease, fence):
         self.pod_name = pod_name
         self.report = report
         self.lease = lease
         self.fence = fence
-        self.permit = report.permit  # the jobs' permit, which the report lines carry
-        self.jobs = {}  # name -> Job, in the order they were started
-        self.applied_version = None
-        self.applied_entry_empty = False
-        self.reapply = False  # fenced: the version applied is applied again after the fence
-        self.terminating = False
-        self.termination_deadline = None
-        self.done = threading.Event()  # set once the worker may exit
-        # Guards the jobs and the fence; never held across an API call, so that a hung request
-        # cannot hold up fencing.
-        self._lock = threading.Lock()
-        self._renewal = None  # (sent, streak) of the last Lease write not yet given to the fence
-        self._renewal_lock = threading.Lock()
-        self._read_wanted = None  # the tag of a ConfigMap read the fence asks for
-        self._latest_text = None  # the newest config.yml the watch delivered while fenced
-        self._wake = threading.Event()
+        self.jobs = {}  # name -> Job
+        self.done = threading.Event()  # set once a terminating worker may exit
+        self.first_read = threading.Event()
+        self.resource_version = None  # of the ConfigMap in the last fence read; None if absent
+        # Guards the fence and the jobs; never held across an API call, so that a hung request
+        # cannot delay a lapse. Notified whenever a deadline may have moved.
+        self._changed = threading.Condition()
 
-    def on_renewed(self, sent, streak):
-        """Called by the Lease writer (holding its own lock) after each successful write."""
-        with self._renewal_lock:
-            self._renewal = (sent, streak)
-        self._wake.set()
+    def ready(self):
+        with self._changed:
+            return self.fence.ready(time.monotonic())
 
-    def supervise(self, read_config):
-        """The fence's own thread: checks it on a timer of its own, stops every job when it is
-        due, and after a renewal issues the ConfigMap read (`read_config()`) that lifts it."""
+    def read_forever(self, get):
+        """Sends the fence reads, one at a time: `get()` GETs the ConfigMap and returns (its
+        config.yml or None, its resourceVersion), (None, None) if it does not exist."""
         while True:
-            with self._lock:
-                self._check_fence()
-                deadline = self.fence.deadline()
-                read, self._read_wanted = self._read_wanted, None
-            if read is not None:
-                self._read_afresh(read, read_config)
+            with self._changed:
+                while (wait := self.fence.next_read_at - time.monotonic()) > 0:
+                    self._changed.wait(wait)
+            # The permit counts from the send, not the answer.
+            sent = time.monotonic()
+            try:
+                text, resource_version = get()
+            except (ApiException, *CONNECTION_ERRORS) as error:
+                log.warning("fence read failed: %s", error)
+                self.read_failed()
                 continue
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            self._wake.wait(timeout)
-            self._wake.clear()
+            except Exception:  # noqa: BLE001 - this thread must outlive any surprise
+                log.exception("fence read failed")
+                self.read_failed()
+                continue
+            parsed = (None, []) if text is None else parse_config(text, self.pod_name)
+            if parsed is None:
+                log.warning("fence read found a %s without a numeric version", CONFIG_KEY)
+                self.read_failed()
+                continue
+            self.resource_version = resource_version
+            self.apply_read(sent, *parsed)
+            self.first_read.set()
 
-    def _read_afresh(self, read, read_config):
-        try:
-            text, version = read_config()
-        except (ApiException, *CONNECTION_ERRORS) as error:
-            log.warning("cannot read this worker's ConfigMap again (%s); still fenced", error)
-            text = version = None
-            missing = False
-        else:
-            missing = text is None and version is None
-        if missing:
-            # No ConfigMap yet: whatever the watch delivers later was written after this read.
-            with self._lock:
-                lifted = self.fence.read(read, time.monotonic())
-                self._follow_fence()
-            if lifted:
-                log.info("Lease renewed; no ConfigMap of this worker yet: running nothing "
-                         "until it comes")
-        elif text is None or not self.handle_config(text, read=read):
-            with self._lock:
-                self.fence.read_failed(read)
-            return
-        # What the watch delivered while fenced was ignored; now live, the newest of it applies
-        # (a version older than the one read is ignored).
-        latest, self._latest_text = self._latest_text, None
-        if latest is not None and self.fence.is_live():
-            self.handle_config(latest)
+    def read_failed(self):
+        with self._changed:
+            self._apply(self.fence.read_failed(time.monotonic()))
 
-    def _check_fence(self):
-        """Brings the fence up to date and fences if due; True while fenced. Holds _lock."""
-        with self._renewal_lock:
-            renewal, self._renewal = self._renewal, None
-        if renewal is not None:
-            sent, streak = renewal
-            newly_fenced, read = self.fence.renewed(sent, streak, time.monotonic())
-            self._follow_fence()
-            if newly_fenced:
-                self._fence_jobs()
-            if read is not None:
-                self._read_wanted = read
-                self._wake.set()
-        if self.fence.check(time.monotonic()):
-            self._follow_fence()
-            self._fence_jobs()
-        return not self.fence.is_live()
+    def apply_read(self, sent, version, jobs):
+        with self._changed:
+            change = self.fence.read(time.monotonic(), sent, version, jobs)
+            self._apply(change)
+        if change.ack is not None:
+            self.lease.acknowledge(change.ack)
 
-    def _follow_fence(self):
-        """Moves the jobs' permit to the fence's deadline; a report line says when a renewal
-        extended it for running jobs. Holds _lock."""
-        until = self.fence.deadline()
-        if until == self.permit.until:
-            return
-        self.permit.until = until
-        if until is not None and self.jobs:
-            self.report.write(self.applied_version, self.jobs)
+    def watched(self):
+        """A watch event for this worker's ConfigMap: read at once."""
+        with self._changed:
+            self._apply(self.fence.watch(time.monotonic()))
 
-    def _fence_jobs(self):
-        stopped = list(self.jobs)
-        self._stop_all()
-        self.reapply = True
-        if stopped:
-            self.report.write(self.applied_version, [])
-        log.warning("fenced: the Lease was not renewed in time; stopped %s; no job runs until "
-                    "it is renewed and the config read again", stopped)
+    def lapse_forever(self):
+        """The timer that stops the jobs whose permit lapses, whatever the reads are doing."""
+        with self._changed:
+            while True:
+                self._apply(self.fence.tick(time.monotonic()))
+                until = self.fence.until
+                self._changed.wait(None if until is None else until - time.monotonic())
 
-    def _stop_all(self):
-        for job in self.jobs.values():
-            job.request_stop()
-        for job in self.jobs.values():
-            job.join()
-        self.jobs.clear()
+    def terminate(self):
+        """SIGTERM: stops every job at once; from now on nothing starts and only versions
+        without jobs are acknowledged."""
+        with self._changed:
+            self._apply(self.fence.sigterm(time.monotonic()))
+            self._done_if_acknowledged_empty()
 
-    def handle_config(self, text, read=None):
-        """Applies a config.yml text and acknowledges it. `read` tags a read the fence asked
-        for; fenced, nothing else is applied. False if the text was not used."""
-        parsed = parse_config(text, self.pod_name)
-        if parsed is None:
-            log.warning("ignoring a %s without a numeric version", CONFIG_KEY)
-            return False
-        version, entry = parsed
-        with self._lock:
-            if read is not None:
-                lifted = self.fence.read(read, time.monotonic())
-                self._follow_fence()
-                if not lifted:
-                    return False
-                log.info("Lease renewed and config read again: running")
-            elif not self.fence.is_live():
-                self._latest_text = text
-                return False
-            if self._stale(version):
-                return True
-            if self.terminating:
-                # A terminating worker never starts a job: it only confirms that it runs none.
-                if entry:
-                    return True
-            elif not self._apply(version, entry):
-                return True
-        if self.terminating:
-            self._acknowledge_while_terminating(version)
-        elif not self.lease.acknowledge(version):
-            log.warning("version %d applied; its acknowledgement will be retried", version)
-        else:
-            # SIGTERM may have come while the acknowledgement was in flight (it is sent without
-            # the lock): then terminate() saw it unwritten, and only this can end the wait.
-            with self._lock:
-                self._done_if_acknowledged_empty()
-        return True
-
-    def _stale(self, version):
-        # Acknowledged or older: a watch may replay. A version applied whose acknowledgement
-        # failed is applied (no change) and acknowledged again when delivered again; after a
-        # fence the version applied is applied again.
-        applied = self.applied_version
-        if self.reapply:
-            return applied is not None and version < applied
-        acknowledged = self.lease.written_version
-        return ((acknowledged is not None and version <= acknowledged)
-                or (applied is not None and version < applied))
-
-    def _apply(self, version, entry):
-        """Stops, then starts; False if the fence fell due before the starts. Holds _lock."""
-        removed = [job for name, job in self.jobs.items() if name not in entry]
-        for job in removed:
-            job.request_stop()
-        for job in removed:
-            job.join()
-            del self.jobs[job.name]
-        if removed:
-            self.report.write(version, self.jobs)
-        # The stops may have taken long, or the process been paused: no start on an old renewal.
-        if self._check_fence():
-            return False
-        added = [name for name in entry if name not in self.jobs]
-        if added:
-            self.report.write(version, list(self.jobs) + added)
-            for name in added:
-                self.jobs[name] = Job(name, self.permit)
-                self.jobs[name].start()
-        self.applied_version = version
-        self.applied_entry_empty = not entry
-        self.reapply = False
-        log.info("applied version %d: running %s", version, list(self.jobs))
-        return True
-
-    def _acknowledge_while_terminating(self, version):
-        while not self.lease.acknowledge(version):
-            if time.monotonic() >= self.termination_deadline:
-                return
-            time.sleep(RETRY_SECONDS)
-        log.info("acknowledged version %d with no jobs while terminating", version)
-        self.done.set()
-
-    def terminate(self, deadline):
-        """Stops every job at once; from now on only versions without jobs are acknowledged."""
-        with self._lock:
-            self.terminating = True
-            self.termination_deadline = deadline
-            if self.jobs:
-                self._stop_all()
-                self.report.write(self.applied_version, [])
+    def on_written(self, _version):
+        with self._changed:
             self._done_if_acknowledged_empty()
 
     def _done_if_acknowledged_empty(self):
-        """Terminating, with a version without jobs applied and acknowledged: nothing is left
-        for the operator to wait for, so the worker may exit. Holds _lock."""
-        if (self.terminating and self.applied_entry_empty
-                and self.lease.written_version == self.applied_version):
+        """Terminating and the version acknowledged last, written, gave no job: the operator
+        waits for nothing more from this process."""
+        if (self.fence.terminating and self.fence.acked_empty
+                and self.lease.written_version == self.fence.acked):
             self.done.set()
 
+    def _apply(self, change):
+        """Stops, moves the permits, starts, in that order; a report line after the stops and
+        before the starts. Holds _changed."""
+        stopped = [self.jobs.pop(name) for name in change.stop if name in self.jobs]
+        for job in stopped:
+            job.request_stop()
+        for job in stopped:
+            job.join()
+        for name in change.keep:
+            self.jobs[name].permit.until = change.until
+        kept = sorted(self.jobs)
+        if stopped or (change.extended and not change.start):
+            self.report.write(change.version, kept, change.until)
+        if change.start:
+            self.report.write(change.version, sorted([*kept, *change.start]), change.until)
+            for name in change.start:
+                self.jobs[name] = Job(name, Permit(change.until))
+                self.jobs[name].start()
+        if stopped or change.start:
+            log.info("version %s: running %s", change.version, sorted(self.jobs))
+        self._changed.notify_all()
 
-def read_config_map(core, env):
-    """GETs this worker's ConfigMap: (config.yml text or None, resourceVersion); (None, None) if
-    it does not exist (yet)."""
+
+def read_config_map(core, env, permit_seconds):
+    """A fence read: GETs this worker's ConfigMap with no resourceVersion, so the API server
+    answers from etcd. Returns (config.yml text or None, resourceVersion); (None, None) if it
+    does not exist."""
     try:
         response = core.read_namespaced_config_map(
-            worker_config_map(env), env["POD_NAMESPACE"],
-            _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+            worker_config_map(env), env["POD_NAMESPACE"], _preload_content=False,
+            # An answer after the permit gives none: give up on it and retry.
+            _request_timeout=(min(REQUEST_TIMEOUT[0], permit_seconds / 2), permit_seconds))
     except ApiException as error:
         if error.status == 404:
             return None, None
@@ -658,51 +625,75 @@ def read_config_map(core, env):
 
 
 def follow_config(core, env, worker):
-    """GET, then WATCH this worker's ConfigMap by name from that resourceVersion; GET again on
-    any error. A ConfigMap not created yet (404) is watched without a resourceVersion, which
-    starts with the object as it is, so one created after the GET is not missed (no polling).
-    Fenced (at the start too), the worker ignores what this delivers: the fence's own read
-    lifts the fence and applies the entry."""
+    """WATCHes this worker's ConfigMap by name, for speed only: each event makes the worker send
+    a fence read at once and is not read itself. Starts from the resourceVersion of the first
+    fence read (none if the ConfigMap did not exist: the watch then starts with the object as
+    it is); after a 410 it starts again without one."""
     name = worker_config_map(env)
-    expired = False
+    worker.first_read.wait()
+    resource_version = worker.resource_version
     while True:
         try:
-            text, resource_version = read_config_map(core, env)
-        except (ApiException, *CONNECTION_ERRORS) as error:
-            log.warning("reading ConfigMap %s failed: %s", name, error)
-            time.sleep(RETRY_SECONDS)
-            continue
-        if text is not None:
-            worker.handle_config(text)
-        if expired:
-            # A GET returns the object's own resourceVersion, which may be older than the
-            # server's watch history; without one the watch starts with the current object.
-            resource_version, expired = None, False
-        try:
-            while True:
-                stream = watch.Watch()
-                for event in stream.stream(
-                        core.list_namespaced_config_map, env["POD_NAMESPACE"],
-                        field_selector=f"metadata.name={name}",
-                        resource_version=resource_version, timeout_seconds=WATCH_SECONDS,
-                        _request_timeout=(REQUEST_TIMEOUT[0], WATCH_SECONDS + 30)):
-                    if event["type"] in ("ADDED", "MODIFIED"):
-                        worker.handle_config((event["raw_object"].get("data") or {}).get(CONFIG_KEY))
-                # The server closed the watch after timeoutSeconds: carry on from where it was.
-                resource_version = stream.resource_version
+            stream = watch.Watch()
+            for event in stream.stream(
+                    core.list_namespaced_config_map, env["POD_NAMESPACE"],
+                    field_selector=f"metadata.name={name}",
+                    resource_version=resource_version, timeout_seconds=WATCH_SECONDS,
+                    _request_timeout=(REQUEST_TIMEOUT[0], WATCH_SECONDS + 30)):
+                if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    worker.watched()
+            # The server closed the watch after timeoutSeconds: carry on from where it was.
+            resource_version = stream.resource_version or resource_version
         except ApiException as error:
             # 410 Gone arrives as an ERROR event when the history no longer reaches back.
-            log.info("watch of ConfigMap %s ended (%s %s); reading it again",
-                     name, error.status, error.reason)
-            expired = error.status == 410
-            if not expired:
+            log.info("watch of ConfigMap %s ended (%s %s)", name, error.status, error.reason)
+            if error.status == 410:
+                resource_version = None
+            else:
+                resource_version = stream.resource_version or resource_version
                 time.sleep(RETRY_SECONDS)
         except CONNECTION_ERRORS as error:
-            log.warning("watch of ConfigMap %s failed: %s; reading it again", name, error)
+            log.warning("watch of ConfigMap %s failed: %s", name, error)
+            resource_version = stream.resource_version or resource_version
             time.sleep(RETRY_SECONDS)
-        except Exception:  # noqa: BLE001 - this thread must outlive any surprise to keep acking
-            log.exception("unexpected error following ConfigMap %s; reading it again", name)
+        except Exception:  # noqa: BLE001 - a dead watch only slows changes down; keep it up
+            log.exception("unexpected error watching ConfigMap %s", name)
             time.sleep(RETRY_SECONDS)
+
+
+def serve_health(worker, host, port):
+    """Serves GET /readyz (200 while ready, else 503) and GET /healthz (200) in a thread of its
+    own; returns the server, bound (port 0 picks a free port)."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the name http.server calls
+            if self.path == "/readyz":
+                status = 200 if worker.ready() else 503
+            elif self.path == "/healthz":
+                status = 200
+            else:
+                status = 404
+            body = http.server.BaseHTTPRequestHandler.responses[status][0].encode() + b"\n"
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass  # the kubelet probes every few seconds
+
+    class Server(http.server.ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        daemon_threads = True
+
+        def server_bind(self):
+            # HTTPServer's own looks the address up in the DNS, which may hang in a pod.
+            socketserver.TCPServer.server_bind(self)
+            self.server_name, self.server_port = self.server_address[:2]
+
+    server = Server((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+    return server
 
 
 def main():
@@ -711,40 +702,49 @@ def main():
     # The client's own retries would log each refused connection; ours say enough.
     logging.getLogger("urllib3").setLevel(logging.ERROR)
     try:
-        env, (lease_seconds, margin, grace_seconds) = settings_from_env(os.environ)
+        settings = settings_from_env(os.environ)
     except ValueError as error:
         sys.exit(f"swarm_worker: {error}")
+    env, permit = settings.env, settings.permit_seconds
 
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         config.load_incluster_config()
     else:
         config.load_kube_config()
     core, coordination = client.CoreV1Api(), client.CoordinationV1Api()
-    log.info("following ConfigMap %s (this worker's own slice of pool ConfigMap %s)",
-             worker_config_map(env), env["SWARM_CONFIG_MAP"])
 
     report = Report(os.environ.get("SWARM_WORKER_REPORT"), env["POD_NAME"], env["POD_UID"])
-    start, limit = time.monotonic(), fence_limit(lease_seconds, margin)
-    lease = LeaseWriter(coordination, env, lease_seconds, limit, start)
-    worker = Worker(env["POD_NAME"], report, lease, Fence(limit, start))
-    lease.on_renewed = worker.on_renewed
+    lease = LeaseWriter(coordination, env, permit)
+    worker = Worker(env["POD_NAME"], report, lease, Fence(permit, time.monotonic()))
+    lease.on_written = worker.on_written
     report.write(None, [])
+
+    host, port = settings.health_host_port()
+    try:
+        server = serve_health(worker, host, port)
+    except OSError as error:
+        sys.exit(f"swarm_worker: cannot serve readiness on {settings.health_addr}: {error}")
+    bound = server.server_address[1]
+    log.info("serving readiness on %s", f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}")
+    log.info("following ConfigMap %s (this worker's own slice of pool ConfigMap %s), "
+             "permit %d s", worker_config_map(env), env["SWARM_CONFIG_MAP"], permit)
 
     termination_requested = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: termination_requested.set())
     signal.signal(signal.SIGINT, lambda *_: termination_requested.set())
-    threading.Thread(target=worker.supervise, args=(lambda: read_config_map(core, env),),
-                     name="fence", daemon=True).start()
-    threading.Thread(target=lease.renew_forever, name="lease", daemon=True).start()
-    threading.Thread(target=follow_config, args=(core, env, worker),
-                     name="config", daemon=True).start()
+    for target, args, name in [
+            (worker.lapse_forever, (), "lapse"),
+            (worker.read_forever, (lambda: read_config_map(core, env, permit),), "fence"),
+            (lease.write_forever, (), "lease"),
+            (follow_config, (core, env, worker), "watch")]:
+        threading.Thread(target=target, args=args, name=name, daemon=True).start()
 
     # A timed wait keeps the main thread responsive to signals.
     while not termination_requested.wait(1.0):
         pass
     log.info("SIGTERM: stopping every job")
-    deadline = time.monotonic() + grace_seconds
-    worker.terminate(deadline)
+    deadline = time.monotonic() + settings.termination_seconds
+    worker.terminate()
     if worker.done.wait(max(0.0, deadline - time.monotonic())):
         log.info("exiting: acknowledged a version without jobs")
     else:

@@ -1,8 +1,9 @@
 """Holds swarm_worker.py to the protocol's test vectors (protocol/vectors/), the files the Rust
 crate swarm-protocol reads too: the same names, config.yml reading, own-ConfigMap name, Lease,
-report line, fence arithmetic and settings as the operator and the Rust worker.
+report line, fence arithmetic and traces, and settings as the operator and the Rust and Go
+workers.
 
-    .tools/python-worker/bin/python -m unittest discover -s examples/python-worker -v
+    .tools/python-worker/bin/python -m pytest examples/python-worker/test_protocol_vectors.py -q
 """
 
 import json
@@ -56,24 +57,50 @@ class ProtocolVectorsTest(unittest.TestCase):
                                       fields["running"], fields["at"], fields["until"])
                 self.assertEqual(line, case["line"])
 
-    def test_fence(self):
-        for case in vectors("fence.json"):
-            duration = case["durationSeconds"]
-            margin = case["marginSeconds"]
-            if margin is None:
-                margin = sw.default_margin(duration)
-            self.assertEqual(margin, case["expectMarginSeconds"])
-            self.assertEqual(sw.fence_limit(duration, margin), case["expectLimitSeconds"])
+    def test_fence_timing(self):
+        fence = vectors("fence.json")
+        self.assertEqual(sw.DEFAULT_PERMIT_SECONDS, fence["defaultPermitSeconds"])
+        self.assertEqual(sw.settings_from_env(vectors("settings.json")["pod"]).permit_seconds,
+                         fence["defaultPermitSeconds"])
+        for case in fence["timing"]:
+            permit = case["permitSeconds"]
+            with self.subTest(permit=permit):
+                self.assertAlmostEqual(sw.read_interval(permit), case["readEverySeconds"])
+                self.assertAlmostEqual(sw.ready_within(permit), case["readyWithinSeconds"])
+                delays = [sw.retry_delay(failures, permit)
+                          for failures in range(1, len(case["retrySeconds"]) + 1)]
+                self.assertEqual(delays, case["retrySeconds"])
 
-    def test_timing(self):
-        timing = vectors("timing.json")
-        self.assertEqual(sw.DEFAULT_LEASE_SECONDS, timing["defaultDurationSeconds"])
-        self.assertEqual(sw.timing_from_env({})[0], timing["defaultDurationSeconds"])
-        for case in timing["cases"]:
-            duration = case["durationSeconds"]
-            self.assertEqual(sw.renew_interval(duration), case["renewEverySeconds"])
-            limit = sw.fence_limit(duration, sw.default_margin(duration))
-            self.assertEqual(limit, case["limitSeconds"])
+    def test_fence_traces(self):
+        for trace in vectors("fence.json")["traces"]:
+            fence = None
+            for number, step in enumerate(trace["steps"]):
+                with self.subTest(trace=trace["name"], step=number, event=step["event"]):
+                    at, event = step["at"], step["event"]
+                    change = None
+                    if event == "start":
+                        fence = sw.Fence(trace["permitSeconds"], at)
+                    elif event == "read":
+                        change = fence.read(at, step["sentAt"], step["version"], step["jobs"])
+                    elif event == "readFailed":
+                        change = fence.read_failed(at)
+                    elif event == "watch":
+                        change = fence.watch(at)
+                    elif event == "tick":
+                        change = fence.tick(at)
+                    elif event == "sigterm":
+                        change = fence.sigterm(at)
+                    else:
+                        self.fail(f"unknown event {event}")
+                    expect = step["expect"]
+                    self.assertEqual(sorted(fence.running), expect["running"])
+                    if expect["until"] is None:
+                        self.assertIsNone(fence.until)
+                    else:
+                        self.assertAlmostEqual(fence.until, expect["until"])
+                    self.assertEqual(fence.ready(at), expect["ready"])
+                    self.assertEqual(None if change is None else change.ack, expect["ack"])
+                    self.assertAlmostEqual(fence.next_read_at, expect["nextReadAt"])
 
     def test_settings(self):
         settings = vectors("settings.json")
@@ -89,14 +116,16 @@ class ProtocolVectorsTest(unittest.TestCase):
                     with self.assertRaisesRegex(ValueError, case["error"]):
                         sw.settings_from_env(environ)
                     continue
-                env, (lease, margin, termination) = sw.settings_from_env(environ)
+                got = sw.settings_from_env(environ)
                 want = case["settings"]
-                self.assertEqual(sw.worker_config_map(env), want["ownConfigMap"])
-                self.assertEqual(lease, want["leaseDurationSeconds"])
-                self.assertEqual(sw.renew_interval(lease), want["renewEverySeconds"])
-                self.assertEqual(sw.fence_limit(lease, margin), want["fenceAfterSeconds"])
-                self.assertEqual(termination, want["terminationSeconds"])
-
+                self.assertEqual(sw.worker_config_map(got.env), want["ownConfigMap"])
+                self.assertEqual(got.permit_seconds, want["permitSeconds"])
+                self.assertAlmostEqual(sw.read_interval(got.permit_seconds),
+                                       want["readEverySeconds"])
+                self.assertAlmostEqual(sw.ready_within(got.permit_seconds),
+                                       want["readyWithinSeconds"])
+                self.assertEqual(got.termination_seconds, want["terminationSeconds"])
+                self.assertEqual(got.health_addr, want["healthAddr"])
 
 if __name__ == "__main__":
     unittest.main()

@@ -10,6 +10,7 @@ left in $CARGO_TARGET_DIR or the repository's target/ directory.
 import datetime
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -94,6 +96,11 @@ class Proxy:
 
     def close(self):
         if self.listener:
+            # Wakes the accept() blocked on it, which a close alone would leave accepting.
+            try:
+                self.listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self.listener.close()
         self.drop()
 
@@ -161,6 +168,7 @@ class SwarmWorkerTest(unittest.TestCase):
             "spec": {"containers": [{"name": "worker", "image": "swarm-worker"}]}})
         self.pod_uid = pod.metadata.uid
         self.report = os.path.join(self.tmp.name, f"{self.namespace}.jsonl")
+        self.log = os.path.join(self.tmp.name, f"{self.namespace}.log")
         self.lease_events = []
         self.worker = None
 
@@ -169,16 +177,29 @@ class SwarmWorkerTest(unittest.TestCase):
             self.worker.kill()
             self.worker.wait()
 
-    def start_worker(self, kubeconfig=None, lease_seconds=3):
+    def start_worker(self, kubeconfig=None, permit_seconds=3):
         env = {**os.environ, "POD_NAME": POD, "POD_NAMESPACE": self.namespace,
                "POD_UID": self.pod_uid, "SWARM_POOL": "swarm", "SWARM_CONFIG_MAP": CONFIG_MAP,
-               "SWARM_WORKER_REPORT": self.report,
-               "SWARM_LEASE_DURATION_SECONDS": str(lease_seconds), "SWARM_TERMINATION_SECONDS": "15",
+               "SWARM_WORKER_REPORT": self.report, "SWARM_PERMIT_SECONDS": str(permit_seconds),
+               "SWARM_WORKER_HEALTH_ADDR": "127.0.0.1:0", "SWARM_TERMINATION_SECONDS": "15",
                "KUBECONFIG": kubeconfig or self.kubeconfig}
         env.pop("KUBERNETES_SERVICE_HOST", None)
-        log = open(os.path.join(self.tmp.name, f"{self.namespace}.log"), "w")
+        log = open(self.log, "w")
         self.addCleanup(log.close)
         self.worker = subprocess.Popen([sys.executable, WORKER], env=env, stderr=log)
+
+    def health(self, path):
+        """The status the worker's health server answers on `path`."""
+        def port():
+            with open(self.log, encoding="utf-8") as log:
+                found = re.search(r"serving readiness on 127\.0\.0\.1:(\d+)", log.read())
+            return found and found.group(1)
+        url = f"http://127.0.0.1:{eventually(port, what='the readiness address')}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
 
     def watch_lease(self):
         """Records every state of the worker's Lease, to see what the first write of a version held."""
@@ -212,23 +233,26 @@ class SwarmWorkerTest(unittest.TestCase):
                 return None
             raise
 
-    def wait_acked(self, version):
+    def wait_acked(self, version, timeout=20.0):
         """Waits for the Lease to acknowledge `version`; returns renewTime of its first such write."""
         def first_write():
             return next((event for event in self.lease_events
                          if (event["metadata"].get("annotations") or {}).get(ACKED) == str(version)),
                         None)
-        return nanos(eventually(first_write, what=f"acked-version {version}")["spec"]["renewTime"])
+        event = eventually(first_write, timeout=timeout, what=f"acked-version {version}")
+        return nanos(event["spec"]["renewTime"])
 
-    def report_lines(self):
-        """The report a line per change of jobs: a line a renewal adds (the same jobs, a later
-        permit deadline) is checked and left out."""
+    def raw_report(self):
         if not os.path.exists(self.report):
             return []
         with open(self.report, encoding="utf-8") as report:
-            lines = [json.loads(line) for line in report]
+            return [json.loads(line) for line in report]
+
+    def report_lines(self):
+        """The report, a line per change of jobs: a line a fence read adds (the same jobs, a later
+        permit deadline) is checked and left out."""
         changes = []
-        for line in lines:
+        for line in self.raw_report():
             last = changes[-1] if changes else None
             if last and last["running"] == line["running"] and line["running"]:
                 self.assertGreater(line.get("until", ""), last.get("until", ""),
@@ -238,6 +262,20 @@ class SwarmWorkerTest(unittest.TestCase):
             changes.append(line)
         return changes
 
+    def requests(self):
+        """What kube-sim served in this test's namespace."""
+        with urllib.request.urlopen(f"{self.url}/kube-sim/v1/requests") as response:
+            served = json.load(response)
+        ours = f"/namespaces/{self.namespace}/"
+        return [request for request in served if ours in request["path"]]
+
+    def fence_reads(self):
+        """Arrival times (ns) of the GETs of the worker's ConfigMap with no resourceVersion."""
+        path = f"/api/v1/namespaces/{self.namespace}/configmaps/{worker_config_map()}"
+        return [nanos(request["time"]) for request in self.requests()
+                if request["method"] == "GET" and request["path"] == path
+                and "resourceVersion" not in request["query"]]
+
     def test_acknowledges_each_version_after_applying_it_and_exits_after_an_empty_entry(self):
         self.watch_lease()
         self.write_config(1, {POD: ["a", "b"], OTHER_POD: []})
@@ -245,7 +283,7 @@ class SwarmWorkerTest(unittest.TestCase):
         acked_1 = self.wait_acked(1)
         lease = self.lease()
         self.assertEqual(lease.spec.holder_identity, self.pod_uid)
-        self.assertEqual(lease.spec.lease_duration_seconds, 3)
+        self.assertEqual(lease.spec.lease_duration_seconds, 3, "the Lease carries the permit")
         self.assertIsNotNone(lease.spec.acquire_time)
         self.assertEqual(lease.metadata.labels["swarm.io/pool"], "swarm")
         [owner] = lease.metadata.owner_references
@@ -257,9 +295,6 @@ class SwarmWorkerTest(unittest.TestCase):
         self.assertEqual((started["version"], started["running"]), (1, ["a", "b"]))
         self.assertLess(nanos(started["at"]), acked_1)
 
-        renewed = lease.spec.renew_time
-        eventually(lambda: self.lease().spec.renew_time > renewed, timeout=5, what="a renewal")
-
         # b moves to the other worker: it must have stopped before version 2 is acknowledged.
         self.write_config(2, {POD: ["a"], OTHER_POD: ["b"]})
         acked_2 = self.wait_acked(2)
@@ -268,8 +303,6 @@ class SwarmWorkerTest(unittest.TestCase):
         self.assertLess(nanos(stopped["at"]), acked_2)
 
         # A new job is reported before it starts, and acknowledged once it runs.
-        urllib.request.urlopen(urllib.request.Request(
-            f"{self.url}/kube-sim/v1/compact", method="POST")).close()
         self.write_config(3, {POD: ["a", "c"], OTHER_POD: ["b"]})
         acked_3 = self.wait_acked(3)
         added = self.report_lines()[3]
@@ -281,10 +314,13 @@ class SwarmWorkerTest(unittest.TestCase):
         self.wait_acked(4)
         self.assertEqual(len(self.report_lines()), 4)
 
-        # SIGTERM stops everything; a version that still lists jobs is neither run nor acked.
+        # SIGTERM stops everything and answers not ready; a version that still lists jobs is
+        # neither run nor acked.
+        self.assertEqual(self.health("/readyz"), 200)
         self.worker.send_signal(signal.SIGTERM)
         eventually(lambda: len(self.report_lines()) == 5, what="the stop line after SIGTERM")
         self.assertEqual(self.report_lines()[4]["running"], [])
+        self.assertEqual(self.health("/readyz"), 503)
         self.write_config(5, {POD: ["a", "e"], OTHER_POD: ["b", "d"]})
         time.sleep(1.5)
         self.assertIsNone(self.worker.poll())
@@ -296,6 +332,73 @@ class SwarmWorkerTest(unittest.TestCase):
         self.wait_acked(6)
         self.assertEqual(self.worker.wait(10), 0)
         self.assertEqual(len(self.report_lines()), 5)
+
+    def test_at_rest_it_only_reads_every_half_permit_and_writes_nothing(self):
+        self.watch_lease()
+        self.write_config(1, {POD: ["a"]})
+        self.start_worker(permit_seconds=2)
+        self.wait_acked(1)
+        lease_version = self.lease().metadata.resource_version
+        reads_before, requests_before = len(self.fence_reads()), len(self.requests())
+        extended_before = len(self.raw_report())
+
+        time.sleep(4.2)
+        window = self.requests()[requests_before:]
+        writes = [request for request in window if request["method"] != "GET"]
+        self.assertEqual(writes, [], "a worker at rest writes nothing")
+        self.assertEqual(self.lease().metadata.resource_version, lease_version)
+        reads = len(self.fence_reads()) - reads_before
+        self.assertTrue(3 <= reads <= 6, f"{reads} fence reads in 4.2 s with a 2 s permit")
+        # Each read extended the permit (report_lines checks that each extension is later).
+        self.assertGreaterEqual(len(self.raw_report()) - extended_before, 3)
+        self.assertEqual([line["running"] for line in self.report_lines()], [[], ["a"]])
+        self.assertEqual(self.health("/readyz"), 200)
+
+    def test_jobs_stop_within_the_permit_and_readiness_fails_when_the_api_is_unreachable(self):
+        proxy, kubeconfig = self.proxied_kubeconfig()
+        proxy.open()
+        self.watch_lease()
+        self.write_config(1, {POD: ["a"]})
+        self.start_worker(kubeconfig=kubeconfig, permit_seconds=2)
+        self.wait_acked(1)
+        eventually(lambda: self.health("/readyz") == 200, what="ready")
+
+        proxy.close()
+        cut = time.time_ns()
+        not_ready = eventually(lambda: self.health("/readyz") == 503 and time.time_ns(),
+                               what="not ready")
+        self.assertEqual(self.health("/healthz"), 200, "alive, only not ready")
+        stopped = eventually(lambda: self.report_lines()[-1]["running"] == []
+                             and self.report_lines()[-1], what="the jobs stopped")
+        last_permit = nanos(self.report_lines()[-2]["until"])
+        # The permit counts from the send of the last read before the cut.
+        self.assertLessEqual(last_permit, cut + 2_000_000_000)
+        self.assertLess(not_ready, last_permit, "readiness goes before the jobs")
+        self.assertLess(nanos(stopped["at"]) - last_permit, 500_000_000,
+                        "stopped as the permit lapsed")
+
+        # Back in touch, a fresh read runs the jobs again and the worker is ready.
+        proxy.open()
+        eventually(lambda: self.report_lines()[-1]["running"] == ["a"], what="a running again")
+        eventually(lambda: self.health("/readyz") == 200, what="ready again")
+
+    def test_a_granted_job_starts_only_after_a_fence_read_shows_it(self):
+        self.watch_lease()
+        self.write_config(1, {POD: ["a"]})
+        # A 30 s permit: no read is due for 15 s, so only the watch makes the worker read.
+        self.start_worker(permit_seconds=30)
+        self.wait_acked(1)
+        reads_before = len(self.fence_reads())
+
+        written = time.time_ns()
+        self.write_config(2, {POD: ["a", "c"]})
+        self.wait_acked(2, timeout=10)
+        started = self.report_lines()[-1]
+        self.assertEqual(started["running"], ["a", "c"])
+        reads = self.fence_reads()[reads_before:]
+        # kube-sim logs arrivals to the millisecond.
+        self.assertTrue(any(written - 1_000_000 <= read <= nanos(started["at"]) for read in reads),
+                        "c started without a fence read sent after it was granted")
 
     def test_reads_only_its_own_config_map_never_the_pools_shared_one(self):
         self.watch_lease()
@@ -337,6 +440,7 @@ class SwarmWorkerTest(unittest.TestCase):
         self.assertEqual(lease.spec.holder_identity, self.pod_uid)
         self.assertEqual([owner.uid for owner in lease.metadata.owner_references], [self.pod_uid])
         self.assertEqual(lease.metadata.labels["swarm.io/pool"], "swarm")
+        self.assertEqual(lease.spec.lease_duration_seconds, 3)
 
     def proxied_kubeconfig(self):
         """A proxy in front of kube-sim, not yet open, and a kubeconfig that goes through it."""
@@ -350,47 +454,44 @@ class SwarmWorkerTest(unittest.TestCase):
         return proxy, kubeconfig
 
     def config_map_watches(self):
-        with urllib.request.urlopen(f"{self.url}/kube-sim/v1/requests") as response:
-            served = json.load(response)
-        return [request["query"] for request in served
+        return [request["query"] for request in self.requests()
                 if request["path"] == f"/api/v1/namespaces/{self.namespace}/configmaps"
                 and "watch=true" in request["query"]]
 
-    def test_runs_nothing_without_the_api_and_starts_only_after_its_first_lease_write_and_a_read(self):
+    def test_starts_fenced_runs_nothing_without_the_api_and_starts_after_its_first_read(self):
         proxy, kubeconfig = self.proxied_kubeconfig()
         self.write_config(1, {POD: ["a"]})
-        # A Lease long enough that a start that counted as a renewal would leave time to run.
-        self.start_worker(kubeconfig=kubeconfig, lease_seconds=10)
+        self.start_worker(kubeconfig=kubeconfig)
         eventually(lambda: len(self.report_lines()) == 1, what="the start line")
         time.sleep(2.0)
         self.assertIsNone(self.worker.poll())
         self.assertEqual([line["running"] for line in self.report_lines()], [[]],
                          "a job ran without the API")
+        self.assertEqual(self.health("/readyz"), 503, "ready before any read")
+        self.assertEqual(self.health("/healthz"), 200)
         self.assertIsNone(self.lease())
 
         self.watch_lease()
+        opened = time.time_ns()
         proxy.open()
         acked_1 = self.wait_acked(1)
-        first = self.lease_events[0]
-        self.assertNotIn(ACKED, first["metadata"].get("annotations") or {},
-                         "the Lease is written at start, not only with the first acknowledgement")
-        self.assertEqual(first["spec"]["holderIdentity"], self.pod_uid)
+        self.assertEqual(self.lease_events[0]["spec"]["holderIdentity"], self.pod_uid)
         start, started = self.report_lines()
         self.assertEqual((start["running"], started["version"], started["running"]),
                          ([], 1, ["a"]))
-        self.assertLess(nanos(first["spec"]["renewTime"]), nanos(started["at"]),
-                        "a job started before the first Lease write")
+        self.assertLess(opened, nanos(started["at"]))
         self.assertLess(nanos(started["at"]), acked_1)
+        eventually(lambda: self.health("/readyz") == 200, what="ready")
 
-    def test_a_paused_worker_fences_itself_at_once_and_runs_again_only_after_a_renewal_and_a_read(self):
+    def test_a_paused_worker_stops_its_jobs_at_once_and_runs_again_only_after_a_fresh_read(self):
         self.watch_lease()
         self.write_config(1, {POD: ["a", "b"], OTHER_POD: []})
-        self.start_worker()  # a 3 s Lease: fenced 1.5 s after its last renewal
+        self.start_worker(permit_seconds=2)
         self.wait_acked(1)
         before = len(self.report_lines())
         self.assertEqual(self.report_lines()[-1]["running"], ["a", "b"])
 
-        # Paused longer than the fence limit; meanwhile b moves away and c comes.
+        # Paused longer than the permit; meanwhile b moves away and c comes.
         self.worker.send_signal(signal.SIGSTOP)
         time.sleep(2.5)
         self.write_config(2, {POD: ["a", "c"], OTHER_POD: ["b"]})
@@ -398,12 +499,12 @@ class SwarmWorkerTest(unittest.TestCase):
         acked_2 = self.wait_acked(2)
 
         after = self.report_lines()[before:]
-        fenced = next(i for i, line in enumerate(after) if line["running"] == [])
-        for line in after[:fenced]:
+        lapsed = next(i for i, line in enumerate(after) if line["running"] == [])
+        for line in after[:lapsed]:
             self.assertLessEqual(set(line["running"]), {"a", "b"},
-                                 f"a job started before the fence: {after}")
-        self.assertEqual([line["running"] for line in after[fenced + 1:]], [["a", "c"]],
-                         f"after the fence, the fresh entry once: {after}")
+                                 f"a job started before the lapse: {after}")
+        self.assertEqual([line["running"] for line in after[lapsed + 1:]], [["a", "c"]],
+                         f"after the lapse, the fresh entry once: {after}")
         self.assertLess(nanos(after[-1]["at"]), acked_2)
 
     def test_follows_the_config_map_after_its_watch_breaks_and_the_history_is_compacted(self):
@@ -411,7 +512,7 @@ class SwarmWorkerTest(unittest.TestCase):
         proxy.open()
         self.watch_lease()
         self.write_config(1, {POD: ["a"]})
-        self.start_worker(kubeconfig=kubeconfig)
+        self.start_worker(kubeconfig=kubeconfig, permit_seconds=30)
         self.wait_acked(1)
         watches_before = len(self.config_map_watches())
 
@@ -422,197 +523,160 @@ class SwarmWorkerTest(unittest.TestCase):
         eventually(lambda: any("resourceVersion" not in query
                                for query in self.config_map_watches()[watches_before:]),
                    what="a watch that starts from the current state")
+        # With a 30 s permit, only the watch can bring version 2 this soon.
         self.write_config(2, {POD: ["b"]})
-        self.wait_acked(2)
+        self.wait_acked(2, timeout=10)
         self.assertLessEqual(len(self.config_map_watches()) - watches_before, 3,
                              "the worker kept re-watching from an expired resourceVersion")
 
 
+def load_worker():
+    sys.path.insert(0, HERE)
+    import swarm_worker  # noqa: PLC0415 - needs the path above
+    return swarm_worker
+
+
 class FenceTest(unittest.TestCase):
-    """The fencing decision alone, on made-up monotonic times (a limit of 8 s)."""
+    """What the shared traces (protocol/vectors/fence.json) leave out, on made-up times."""
 
     def setUp(self):
-        sys.path.insert(0, HERE)
-        import swarm_worker  # noqa: PLC0415 - needs the path above
-        self.sw = swarm_worker
-        # Started at 100 s, renewed and read at once: live, with read 1 used.
-        self.fence = swarm_worker.Fence(8.0, 100.0)
-        self.assertEqual(self.fence.renewed(100.0, 100.0, 100.0), (False, 1))
-        self.assertTrue(self.fence.read(1, 100.0))
+        self.sw = load_worker()
+        self.fence = self.sw.Fence(30, 0.0)
+        self.fence.read(0.1, 0.0, 1, ["a", "b"])
 
-    def test_the_margin_is_at_least_two_seconds_a_fifth_and_at_most_half_the_duration(self):
-        self.assertEqual(self.sw.fence_limit(10, self.sw.default_margin(10)), 8.0)
-        self.assertEqual(self.sw.fence_limit(30, self.sw.default_margin(30)), 24.0)
-        self.assertEqual(self.sw.fence_limit(3, self.sw.default_margin(3)), 1.5)
+    def test_a_watch_event_during_a_read_asks_for_another_read_at_once(self):
+        self.fence.watch(5.0)
+        # This read was sent before the event: it may not show what the event announced.
+        self.fence.read(5.2, 4.9, 1, ["a", "b"])
+        self.assertEqual(self.fence.next_read_at, 5.0)
+        self.fence.read(5.3, 5.2, 2, ["a"])
+        self.assertEqual(self.fence.next_read_at, 20.2)
 
-    def test_a_new_fence_is_fenced_until_a_renewal_and_the_read_it_asked_for(self):
-        fence = self.sw.Fence(8.0, 100.0)
-        self.assertFalse(fence.is_live(), "the start is no renewal")
-        self.assertIsNone(fence.deadline())
-        self.assertFalse(fence.check(100.0), "fenced from the start, not newly")
-        self.assertFalse(fence.read(1, 100.5), "no read was asked for")
-        self.assertFalse(fence.is_live())
-        self.assertEqual(fence.renewed(101.0, 100.0, 109.5), (False, None),
-                         "answered after the limit: no read")
-        self.assertEqual(fence.renewed(110.0, 110.0, 110.2), (False, 1))
-        self.assertFalse(fence.is_live(), "renewed but not read")
-        self.assertFalse(fence.read(2, 110.3), "not the awaited read")
-        self.assertTrue(fence.read(1, 110.4))
-        self.assertTrue(fence.is_live())
-        self.assertEqual(fence.deadline(), 118.0)
+    def test_a_read_says_what_to_stop_keep_and_start_and_only_listed_jobs_get_the_permit(self):
+        change = self.fence.read(10.1, 10.0, 2, ["c", "a", "c"])
+        self.assertEqual((change.stop, change.keep, change.start, change.until, change.ack),
+                         (("b",), ("a",), ("c",), 40.0, 2))
 
-    def test_a_read_after_the_first_renewal_answered_too_late_keeps_a_new_fence(self):
-        fence = self.sw.Fence(8.0, 100.0)
-        self.assertEqual(fence.renewed(100.5, 100.0, 100.6), (False, 1))
-        self.assertFalse(fence.read(1, 108.5))
-        self.assertFalse(fence.is_live())
-        self.assertEqual(fence.renewed(109.0, 109.0, 109.1), (False, 2))
-        self.assertTrue(fence.read(2, 109.2))
+    def test_a_lapsed_job_listed_again_is_stopped_and_started_again(self):
+        change = self.fence.read(31.0, 30.5, 1, ["a", "b"])
+        self.assertEqual((change.stop, change.keep, change.start), (("a", "b"), (), ("a", "b")))
 
-    def test_no_renewal_within_the_limit_fences_once(self):
-        self.assertFalse(self.fence.check(107.9))
-        self.assertEqual(self.fence.renewed(102.0, 100.0, 107.9), (False, None))
-        self.assertEqual(self.fence.deadline(), 110.0)
-        self.assertTrue(self.fence.check(110.0))
-        self.assertFalse(self.fence.check(111.0))
-        self.assertIsNone(self.fence.deadline())
+    def test_after_sigterm_a_read_listing_jobs_starts_none(self):
+        self.assertEqual(self.fence.sigterm(1.0).stop, ("a", "b"))
+        change = self.fence.read(2.1, 2.0, 2, ["a"])
+        self.assertEqual((change.start, change.ack, self.fence.acked_empty), ((), None, False))
+        change = self.fence.read(3.1, 3.0, 3, [])
+        self.assertEqual((change.ack, self.fence.acked_empty), (3, True))
 
-    def test_a_renewal_after_a_pause_fences_before_anything_else_then_asks_for_a_read(self):
-        self.assertEqual(self.fence.renewed(130.0, 130.0, 130.1), (True, 2))
-        self.assertFalse(self.fence.is_live())
-        self.assertFalse(self.fence.read(3, 130.2), "not the awaited read")
-        self.assertTrue(self.fence.read(2, 130.3))
-        self.assertTrue(self.fence.is_live())
-
-    def test_a_renewal_answered_after_the_limit_fences_and_waits(self):
-        self.assertEqual(self.fence.renewed(101.0, 100.0, 130.0), (True, None))
-
-    def test_a_late_or_failed_read_keeps_the_fence(self):
-        self.fence.check(109.0)
-        self.assertEqual(self.fence.renewed(110.0, 110.0, 110.0), (False, 2))
-        self.assertEqual(self.fence.renewed(111.0, 110.0, 111.0), (False, None), "one at a time")
-        self.fence.read_failed(2)
-        self.assertEqual(self.fence.renewed(112.0, 110.0, 112.0), (False, 3))
-        self.assertFalse(self.fence.read(3, 120.5), "the renewal expired again")
-        self.assertFalse(self.fence.is_live())
-
-
-class TimingTest(unittest.TestCase):
-    """The Lease timing read from the environment: defaults, overrides, and clear refusals."""
-
-    def setUp(self):
-        sys.path.insert(0, HERE)
-        import swarm_worker  # noqa: PLC0415 - needs the path above
-        self.sw = swarm_worker
-
-    def test_defaults_are_a_forty_second_lease_renewed_every_ten(self):
-        lease, margin, termination = self.sw.timing_from_env({})
-        self.assertEqual((lease, margin, termination), (40, 8.0, 25))
-        self.assertEqual(self.sw.renew_interval(lease), 10)
-
-    def test_a_pool_sets_a_shorter_lease_and_the_margin_follows(self):
-        env = {"SWARM_LEASE_DURATION_SECONDS": "10", "SWARM_TERMINATION_SECONDS": "12.5"}
-        self.assertEqual(self.sw.timing_from_env(env), (10, 2.0, 12.5))
-        env["SWARM_FENCE_MARGIN_SECONDS"] = "3"
-        self.assertEqual(self.sw.timing_from_env(env)[1], 3.0)
-
-    def test_failed_writes_back_off_from_a_second_to_the_renewal_interval(self):
-        uppers = [1, 2, 4, 8, 10, 10]
+    def test_lease_writes_back_off_from_a_second_to_half_the_permit_with_jitter(self):
+        uppers = [1, 2, 4, 8, 15, 15]
         for failures, upper in enumerate(uppers, start=1):
-            self.assertEqual(self.sw.retry_delay(failures, 10, draw=lambda: 0.0), upper / 2)
-            self.assertEqual(self.sw.retry_delay(failures, 10, draw=lambda: 1.0), upper)
-        self.assertLessEqual(self.sw.retry_delay(5, 0.75), 0.75)
-
-    def test_a_value_that_is_no_number_names_the_variable(self):
-        for name, value in [("SWARM_LEASE_DURATION_SECONDS", "40s"),
-                            ("SWARM_LEASE_DURATION_SECONDS", "0"),
-                            ("SWARM_LEASE_DURATION_SECONDS", "2.5"),
-                            ("SWARM_FENCE_MARGIN_SECONDS", "-1"),
-                            ("SWARM_TERMINATION_SECONDS", "nan")]:
-            with self.subTest(name=name, value=value):
-                with self.assertRaisesRegex(ValueError, f"{name} is '{value}': expected"):
-                    self.sw.timing_from_env({name: value})
+            self.assertEqual(self.sw.lease_retry_delay(failures, 15, draw=lambda: 0.0), upper / 2)
+            self.assertEqual(self.sw.lease_retry_delay(failures, 15, draw=lambda: 1.0), upper)
 
 
-class WorkerStartTest(unittest.TestCase):
-    """A new worker's start, with the Lease writer and the ConfigMap read faked."""
+class SettingsTest(unittest.TestCase):
+    POD = {"POD_NAME": POD, "POD_NAMESPACE": "ns", "POD_UID": "u", "SWARM_POOL": "swarm"}
+
+    def setUp(self):
+        self.sw = load_worker()
+
+    def test_a_retired_setting_says_what_replaces_it(self):
+        with self.assertRaisesRegex(ValueError,
+                                    "SWARM_LEASE_DURATION_SECONDS.*SWARM_PERMIT_SECONDS"):
+            self.sw.settings_from_env({**self.POD, "SWARM_LEASE_DURATION_SECONDS": "40"})
+
+    def test_the_health_address_splits_into_host_and_port(self):
+        for addr, want in [("0.0.0.0:8081", ("0.0.0.0", 8081)), ("[::1]:0", ("::1", 0))]:
+            settings = self.sw.settings_from_env({**self.POD, "SWARM_WORKER_HEALTH_ADDR": addr})
+            self.assertEqual(settings.health_host_port(), want)
+        for addr in ["::1:8081", "[127.0.0.1]:8081", "1.2.3.4:80x", "1.2.3.4:"]:
+            with self.assertRaisesRegex(ValueError, "SWARM_WORKER_HEALTH_ADDR"):
+                self.sw.settings_from_env({**self.POD, "SWARM_WORKER_HEALTH_ADDR": addr})
+
+
+class WorkerTest(unittest.TestCase):
+    """The worker's shell with the Lease faked and no API: what it does with each read."""
 
     class FakeLease:
         def __init__(self):
             self.written_version = None
             self.acknowledged = []
+            self.on_written = lambda version: None
 
         def acknowledge(self, version):
             self.acknowledged.append(version)
             self.written_version = version
-            return True
+            self.on_written(version)
 
     def setUp(self):
-        sys.path.insert(0, HERE)
-        import swarm_worker  # noqa: PLC0415 - needs the path above
-        self.sw = swarm_worker
+        self.sw = load_worker()
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+        self.path = os.path.join(self.tmp.name, "report.jsonl")
         self.lease = self.FakeLease()
-        self.start = time.monotonic()
-        self.worker = swarm_worker.Worker(POD, swarm_worker.Report(None, POD, "uid"), self.lease,
-                                          swarm_worker.Fence(8.0, self.start))
-        self.addCleanup(self.worker.terminate, time.monotonic())
+        self.worker = self.sw.Worker(POD, self.sw.Report(self.path, POD, "uid"), self.lease,
+                                     self.sw.Fence(2, time.monotonic()))
+        self.lease.on_written = self.worker.on_written
+        self.addCleanup(self.worker.terminate)
 
-    def test_runs_nothing_until_its_first_lease_write_and_the_read_after_it(self):
-        reads = []
+    def lines(self):
+        with open(self.path, encoding="utf-8") as report:
+            return [json.loads(line) for line in report]
 
-        def read_config():
-            reads.append(time.monotonic())
-            return config_yml(2, {POD: ["a", "b"]}), "7"
+    def test_a_read_stops_dropped_jobs_before_it_starts_new_ones_and_extends_only_listed_ones(self):
+        sent = time.monotonic()
+        self.worker.apply_read(sent, 1, ["a", "b"])
+        a, b = self.worker.jobs["a"], self.worker.jobs["b"]
+        self.assertTrue(a.permit.holds() and b.permit.holds())
+        self.worker.apply_read(sent + 0.5, 2, ["a", "c"])
+        self.assertFalse(b._thread.is_alive(), "b stopped before the read was applied")
+        self.assertEqual((a.permit.until, b.permit.until), (sent + 2.5, sent + 2))
+        self.assertEqual(self.worker.jobs["c"].permit.until, sent + 2.5)
+        self.assertEqual([(line["version"], line["running"]) for line in self.lines()],
+                         [(1, ["a", "b"]), (2, ["a"]), (2, ["a", "c"])])
+        self.assertEqual(self.lease.acknowledged, [1, 2])
 
-        # What the config thread's GET or WATCH delivers before any renewal is ignored.
-        self.assertFalse(self.worker.handle_config(config_yml(1, {POD: ["a"]})))
-        threading.Thread(target=self.worker.supervise, args=(read_config,), daemon=True).start()
-        time.sleep(0.3)
-        self.assertEqual((self.worker.jobs, reads, self.lease.acknowledged), ({}, [], []))
-
-        renewed = time.monotonic()
-        self.worker.on_renewed(renewed, self.start)
-        eventually(lambda: self.lease.acknowledged == [2], timeout=5, what="version 2 acked")
-        self.assertEqual(list(self.worker.jobs), ["a", "b"])
-        self.assertEqual(len(reads), 1)
-        self.assertGreater(reads[0], renewed, "the read lifting the fence follows the renewal")
-        self.assertTrue(self.worker.fence.is_live())
-
-    def test_started_before_its_config_it_runs_the_config_as_soon_as_it_comes(self):
-        created = threading.Event()
-
-        def read_config():
-            return (config_yml(3, {POD: ["a"]}), "9") if created.is_set() else (None, None)
-
-        threading.Thread(target=self.worker.supervise, args=(read_config,), daemon=True).start()
-        self.worker.on_renewed(time.monotonic(), self.start)
-        # The read after the renewal finds no ConfigMap: the fence lifts, with nothing to run.
-        eventually(self.worker.fence.is_live, timeout=5, what="the fence lifted")
+    def test_the_timer_stops_jobs_when_their_permit_lapses_without_any_read(self):
+        threading.Thread(target=self.worker.lapse_forever, daemon=True).start()
+        self.worker.apply_read(time.monotonic() - 1.7, 1, ["a"])
+        self.assertEqual(list(self.worker.jobs), ["a"])
+        eventually(lambda: self.lines()[-1]["running"] == [], timeout=1.0, what="a stopped")
         self.assertEqual(self.worker.jobs, {})
-        # The ConfigMap comes, delivered by the watch: written after that read, it applies.
-        created.set()
-        self.assertTrue(self.worker.handle_config(config_yml(3, {POD: ["a"]})))
-        self.assertEqual((list(self.worker.jobs), self.lease.acknowledged), (["a"], [3]))
 
-    def test_sigterm_while_an_empty_version_is_being_acknowledged_exits_once_it_is_written(self):
-        # The operator revoked every job (an empty entry) just as the pod was deleted: SIGTERM
-        # comes while the acknowledgement is in flight, so terminate() sees it unwritten.
-        worker, lease = self.worker, self.lease
-        worker.on_renewed(time.monotonic(), self.start)
-        threading.Thread(target=worker.supervise,
-                         args=(lambda: (config_yml(1, {POD: ["a"]}), "5"),), daemon=True).start()
-        eventually(lambda: lease.acknowledged == [1], timeout=5, what="version 1 acked")
-        acknowledge = lease.acknowledge
+    def test_readiness_is_served_on_a_free_port(self):
+        server = self.sw.serve_health(self.worker, "127.0.0.1", 0)
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        url = f"http://127.0.0.1:{server.server_address[1]}"
 
-        def acknowledge_during_sigterm(version):
-            worker.terminate(time.monotonic() + 30)
-            self.assertFalse(worker.done.is_set(), "not written yet: nothing to exit on")
-            return acknowledge(version)
+        def status(path):
+            try:
+                with urllib.request.urlopen(url + path, timeout=2) as response:
+                    return response.status
+            except urllib.error.HTTPError as error:
+                return error.code
 
-        lease.acknowledge = acknowledge_during_sigterm
-        self.assertTrue(worker.handle_config(config_yml(2, {POD: []})))
-        self.assertEqual(lease.acknowledged, [1, 2])
-        self.assertTrue(worker.done.is_set(), "the empty version is acknowledged: it may exit")
+        self.assertEqual((status("/readyz"), status("/healthz")), (503, 200))
+        self.worker.apply_read(time.monotonic(), None, [])
+        self.assertEqual(status("/readyz"), 200)
+        self.worker.terminate()
+        self.assertEqual((status("/readyz"), status("/healthz")), (503, 200))
+
+    def test_a_terminating_worker_is_done_once_a_version_without_jobs_is_written(self):
+        self.worker.apply_read(time.monotonic(), 1, ["a"])
+        self.worker.terminate()
+        self.assertFalse(self.worker.done.is_set())
+        self.worker.apply_read(time.monotonic(), 2, ["a"])
+        self.assertEqual((self.worker.jobs, self.lease.acknowledged), ({}, [1]))
+        self.worker.apply_read(time.monotonic(), 3, [])
+        self.assertEqual(self.lease.acknowledged, [1, 3])
+        self.assertTrue(self.worker.done.is_set())
+
+    def test_a_worker_whose_last_acknowledged_entry_was_empty_is_done_at_sigterm(self):
+        self.worker.apply_read(time.monotonic(), 4, [])
+        self.worker.terminate()
+        self.assertTrue(self.worker.done.is_set())
 
 
 if __name__ == "__main__":

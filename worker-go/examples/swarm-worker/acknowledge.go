@@ -10,7 +10,8 @@ import (
 	swarmworker "github.com/swarm-operator/swarm-operator/worker-go"
 )
 
-// acknowledging runs the acknowledged handoff: the library drives the jobs and the Lease.
+// acknowledging runs the acknowledged handoff: the library drives the jobs, the fence reads,
+// the Lease and readiness.
 func acknowledging(a args, log *slog.Logger) {
 	worker, err := swarmworker.New(swarmworker.WithPodName(a.podName), swarmworker.WithLogger(log))
 	if err != nil {
@@ -34,7 +35,7 @@ type loggingJob struct {
 }
 
 // Start launches job; each unit of work first checks the permit: after a pause, this goroutine
-// may run before the worker's fence stops it.
+// may run before the worker's timer stops it.
 func (j *loggingJobs) Start(_ context.Context, job string, permit swarmworker.Permit) {
 	running := &loggingJob{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
@@ -49,7 +50,7 @@ func (j *loggingJobs) Start(_ context.Context, job string, permit swarmworker.Pe
 				if permit.Holds() {
 					j.log.Info("working", "job", job)
 				} else {
-					j.log.Warn("not working: the Lease may have expired", "job", job)
+					j.log.Warn("not working: the permit has lapsed", "job", job)
 				}
 			}
 		}

@@ -3,11 +3,13 @@
 //
 // acknowledge (the default when POD_UID, the downward API's metadata.uid, is set): a complete
 // worker of the acknowledged handoff (rollout.policy: Acknowledge), built on the swarmworker
-// package: it reads its entry of its own ConfigMap through the API, runs each job as a
-// goroutine that logs, stops and starts them as new config versions ask, and acknowledges each
-// version on its Lease. Its settings are the library's (POD_NAME, POD_NAMESPACE, POD_UID,
-// SWARM_POOL, SWARM_CONFIG_MAP, SWARM_WORKER_REPORT, SWARM_LEASE_DURATION_SECONDS,
-// SWARM_FENCE_MARGIN_SECONDS, SWARM_TERMINATION_SECONDS).
+// package: it runs each job of its entry as a goroutine that logs, for as long as a fence read
+// of its own ConfigMap (a quorum GET, every half of the permit) was sent less than the permit
+// ago, stops and starts them as the reads show, acknowledges each new version on its Lease,
+// and serves /readyz and /healthz for the kubelet. Its settings are the library's (POD_NAME,
+// POD_NAMESPACE, POD_UID, SWARM_POOL, SWARM_CONFIG_MAP, SWARM_WORKER_REPORT,
+// SWARM_PERMIT_SECONDS, SWARM_WORKER_HEALTH_ADDR, SWARM_TERMINATION_SECONDS); the renewing
+// protocol's SWARM_LEASE_DURATION_SECONDS and SWARM_FENCE_MARGIN_SECONDS are refused.
 //
 // file (the default without POD_UID), for the rollout policies that deliver changes through
 // the mounted file: it reads its own entry of the mounted config.yml, logs its jobs and the
@@ -17,7 +19,8 @@
 //
 //	POD_NAME=swarm-worker-0 go run ./examples/swarm-worker --config ./config.yml
 //
-// It exits with 2 when it cannot start (a missing or invalid setting).
+// It exits with 2 when it cannot start (a missing or invalid setting, or a health address in
+// use).
 package main
 
 import (
