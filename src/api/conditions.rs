@@ -83,10 +83,11 @@ pub mod reason {
     pub const WORKER_ACKNOWLEDGED: &str = "WorkerAcknowledged";
     /// Event reason: a worker did not acknowledge its jobs in time; its pod is refreshed.
     pub const ACK_TIMED_OUT: &str = "AckTimedOut";
-    /// Event reason: a worker's Lease expired; its jobs go to the other workers.
-    pub const WORKER_LEASE_EXPIRED: &str = "WorkerLeaseExpired";
-    /// Event reason: a worker whose Lease had expired renewed it; it is a member again.
-    pub const WORKER_LEASE_RENEWED: &str = "WorkerLeaseRenewed";
+    /// Event reason: a worker is out of the pool (its pod NotReady, its node's Lease silent);
+    /// its jobs go to the other workers.
+    pub const WORKER_UNAVAILABLE: &str = "WorkerUnavailable";
+    /// Event reason: a worker out of the pool is back; it is a member again.
+    pub const WORKER_AVAILABLE: &str = "WorkerAvailable";
     /// Event reason: a stale worker's pod was deleted to load the new config.
     pub const REFRESHING_WORKER: &str = "RefreshingWorker";
     /// A watch cache of the operator has been failing: phase Degraded, `Ready` Unknown, and the

@@ -4,7 +4,7 @@
 //! that `kubectl explain swarmpool.spec` shows, and `crds/swarmpool.yaml` is generated from these
 //! types (`swarm-operator crd`).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -208,10 +208,11 @@ pub struct RolloutSpec {
     #[schemars(extend("minimum" = 1))]
     pub ack_timeout_seconds: i64,
 
-    /// Under `Acknowledge`: seconds added to a worker Lease's `leaseDurationSeconds` before the
-    /// operator, having seen no renewal for that long on its own clock, counts the worker as
-    /// gone and hands its jobs to the others (the worker has stopped them by then: it fences
-    /// itself when it cannot renew).
+    /// Under `Acknowledge`: the grace the operator gives a worker before it counts it gone:
+    /// seconds its pod may be NotReady before its jobs are revoked, and seconds added to the
+    /// revoke wait (a job revoked from a worker that did not acknowledge is granted elsewhere
+    /// `permit * (1 + 2%) / (1 - 2%)` plus this after the revoke, when no read the worker sent
+    /// before the revoke can still let it run the job).
     #[serde(default = "default_lease_grace_seconds")]
     #[schemars(extend("minimum" = 0))]
     pub lease_grace_seconds: i64,
@@ -354,16 +355,39 @@ pub struct SwarmPoolStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stale_workers: Vec<String>,
 
-    /// Under `rollout.policy: Acknowledge`: pod names of workers whose Lease was not renewed
-    /// for its duration plus `rollout.leaseGraceSeconds`. They get no job until they renew;
-    /// their jobs went to the other workers.
+    /// Under `rollout.policy: Acknowledge`: the workers out of the pool, in ordinal (slot)
+    /// order, and why. They get no job until their pod is Ready and their node renews its
+    /// Lease again; their jobs went to the other workers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub expired_workers: Vec<String>,
+    pub unavailable_workers: Vec<UnavailableWorker>,
 
     /// Conditions of types `Ready`, `Progressing` and `Degraded`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
+}
+
+/// A worker out of the pool (`rollout.policy: Acknowledge`) and why its jobs moved.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnavailableWorker {
+    /// The worker's pod name.
+    pub pod: String,
+    /// Why it is out of the pool.
+    pub reason: UnavailableReason,
+    /// Since when: the pod's Ready transition, or the node Lease's last renewal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+}
+
+/// Why a worker is out of the pool.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum UnavailableReason {
+    /// Its pod has been NotReady for `rollout.leaseGraceSeconds`: its worker cannot read its
+    /// ConfigMap, or does not answer the kubelet's probe (frozen, hung, cut off).
+    NotReady,
+    /// Its node's Lease has not been renewed for 20 s: the node is cut off or lost.
+    NodeLeaseSilent,
 }
 
 /// Summary of the pool: `Pending`, `RollingOut`, `Balanced`, `Degraded` or `Failed`. The

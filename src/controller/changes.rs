@@ -196,7 +196,7 @@ mod tests {
                 is_true: ready,
                 last_transition_time: None,
             }),
-            finished: false,
+            ..PodSummary::default()
         };
         let mut keep = only_changes(super::pod);
         assert!(keep(&Event::Apply(pod("1", false, false))));

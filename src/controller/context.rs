@@ -8,13 +8,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use tokio::sync::Semaphore;
 
-use super::lease_clock::{ClockReading, LeaseClock};
+use super::revoke_clock::RevokeClock;
 use super::workloads::Workloads;
 use crate::Error;
 use crate::api::crd::{SwarmPool, SwarmPoolStatus};
@@ -24,6 +23,7 @@ use crate::runtime::metrics::Metrics;
 use crate::state::cached::{CachedLease, CachedPod, CachedSlice, Pooled};
 use crate::state::lease::Acks;
 use crate::state::lease_summary::LeaseSummary;
+use crate::state::node_leases::NodeLeases;
 
 /// How long a requested pod deletion is remembered in case the cache has not seen it yet.
 const DELETING_MEMORY: Duration = Duration::from_secs(600);
@@ -43,8 +43,10 @@ pub struct Context {
     pub(super) jobs_sources: Store<ConfigMap>,
     /// The workers' Leases (label `swarm.io/pool`).
     pub(super) leases: Store<CachedLease>,
-    /// When each worker Lease was last seen renewed, for expiry.
-    pub(super) lease_clock: Arc<LeaseClock>,
+    /// The kubelets' node Leases, if this operator may read them.
+    pub(super) node_leases: Option<Store<CachedLease>>,
+    /// Since when each worker's ConfigMap has shown each version: where revoke waits start.
+    pub(super) revokes: RevokeClock,
     /// Whether each cache has completed its initial list and follows the cluster: reconciles
     /// wait for the first list, so an empty cache right after start is never taken for "no
     /// StatefulSet, no pods", and decide nothing while a watch fails.
@@ -147,18 +149,21 @@ fn status_is_reported(
 }
 
 impl Context {
-    /// What the pool's worker Leases acknowledge, and which expired (`grace` past their
-    /// duration without a renewal, on this operator's clock).
-    pub(super) fn acks(&self, namespace: &str, pool: &str, grace: Duration) -> Acks {
-        let leases: Vec<LeaseSummary> = pool_objects(&self.leases, namespace, pool);
-        let mut acks = Acks::from_leases(&leases);
-        let now = ClockReading {
-            monotonic: Instant::now(),
-            wall: Timestamp::now(),
+    /// When each node's kubelet last renewed its Lease.
+    pub(super) fn node_leases(&self) -> NodeLeases {
+        let Some(store) = &self.node_leases else {
+            return NodeLeases::default();
         };
-        self.lease_clock
-            .judge(namespace, pool, &leases, grace, now, &mut acks);
-        acks
+        NodeLeases::new(store.state().iter().filter_map(|cached| {
+            let lease = LeaseSummary::from(cached.as_ref());
+            Some((lease.metadata.name?, lease.renew_time?))
+        }))
+    }
+
+    /// What the pool's worker Leases acknowledge, and the permit each declares.
+    pub(super) fn acks(&self, namespace: &str, pool: &str) -> Acks {
+        let leases: Vec<LeaseSummary> = pool_objects(&self.leases, namespace, pool);
+        Acks::from_leases(&leases)
     }
 
     /// The uids of `pool`'s pods whose deletion was requested and the pod cache has not shown

@@ -35,10 +35,10 @@ pub(super) async fn publish_events(ctx: &Context, pool: &SwarmPool, events: Vec<
         }
         let counted: &[PoolCounter] = match (event.reason, event.action) {
             (conditions::reason::ACK_TIMED_OUT, _) => &[PoolCounter::AckTimeouts],
-            (conditions::reason::WORKER_LEASE_EXPIRED, crate::planner::FAILOVER) => {
-                &[PoolCounter::LeaseExpiries, PoolCounter::Failovers]
+            (conditions::reason::WORKER_UNAVAILABLE, crate::planner::FAILOVER) => {
+                &[PoolCounter::Unavailable, PoolCounter::Failovers]
             }
-            (conditions::reason::WORKER_LEASE_EXPIRED, _) => &[PoolCounter::LeaseExpiries],
+            (conditions::reason::WORKER_UNAVAILABLE, _) => &[PoolCounter::Unavailable],
             _ => &[],
         };
         for counter in counted {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::Instant;
 use swarm_protocol::names::{HANDOFF_ANNOTATION, PENDING_REFRESH_ANNOTATION, VERSION_ANNOTATION};
 
 use futures::StreamExt as _;
@@ -27,8 +27,9 @@ use crate::runtime::pool_metrics::PoolCounter;
 use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
-use crate::state::lease_summary::LeaseSummary;
+use crate::state::node_leases::NodeLeases;
 use crate::state::pod_summary::PodSummary;
+use crate::state::revokes::RevokeWaits;
 use crate::state::slice_summary::SliceSummary;
 use crate::state::trim;
 use swarm_protocol::names::{MANAGER, POOL_LABEL, WORKER_LABEL};
@@ -122,6 +123,9 @@ pub(super) struct Snapshot<'a> {
     worker_config_maps: Vec<SliceSummary>,
     deleting: BTreeSet<String>,
     acks: Acks,
+    node_leases: NodeLeases,
+    /// The drive replaces it in every round with the revoke clock's reading.
+    revokes: RevokeWaits,
 }
 
 impl<'a> Snapshot<'a> {
@@ -145,11 +149,12 @@ impl<'a> Snapshot<'a> {
             worker_config_maps: pool_objects(&ctx.worker_config_maps, namespace, &pool.name_any()),
             deleting: ctx.deleting(&ObjectRef::from_obj(pool)),
             acks: if pool.spec.rollout.policy == RolloutPolicy::Acknowledge {
-                let grace = pool.spec.rollout.lease_grace_seconds.max(0) as u64;
-                ctx.acks(namespace, &pool.name_any(), Duration::from_secs(grace))
+                ctx.acks(namespace, &pool.name_any())
             } else {
                 Acks::default()
             },
+            node_leases: ctx.node_leases(),
+            revokes: RevokeWaits::default(),
         }
     }
 
@@ -169,6 +174,8 @@ impl<'a> Snapshot<'a> {
             slices_are_live: false,
             deleting: &self.deleting,
             acks: &self.acks,
+            revokes: &self.revokes,
+            node_leases: &self.node_leases,
             now: Timestamp::now(),
         };
         self.workloads.fill(&mut observed);
@@ -315,19 +322,10 @@ impl Cluster for KubeCluster<'_> {
             .collect())
     }
 
-    /// The Leases labelled with the pool's name: the workers', and any forged ones, which the
-    /// holder check ignores as the cache's copies are.
-    async fn live_leases(&mut self) -> Result<Vec<LeaseSummary>, Error> {
-        let leases: Api<LeaseSummary> = Api::namespaced(self.ctx.client.clone(), self.namespace);
-        let selector = format!("{POOL_LABEL}={}", self.pool.name_any());
-        let list = leases
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .map_err(|source| Error::ListLeases {
-                namespace: self.namespace.to_owned(),
-                source,
-            })?;
-        Ok(list.items)
+    fn revoke_waits<'s>(&mut self, slices: impl Iterator<Item = &'s SliceSummary>) -> RevokeWaits {
+        self.ctx
+            .revokes
+            .waits(self.namespace, &self.pool.name_any(), slices, Instant::now())
     }
 
     /// In pages of [`SLICES_PER_PAGE`]: one response of a 1,000-worker pool's ConfigMaps is

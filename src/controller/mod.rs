@@ -25,7 +25,7 @@ mod events;
 pub mod fenced_write;
 pub mod jobs_sources;
 mod kube_cluster;
-pub mod lease_clock;
+pub mod revoke_clock;
 mod reconcile;
 pub mod relisting_watch;
 mod triggers;
@@ -45,6 +45,7 @@ use crate::runtime::http::HttpState;
 use crate::runtime::leader::LeaseGuard;
 use crate::runtime::metrics::Metrics;
 use context::Written;
+use revoke_clock::RevokeClock;
 
 pub use context::Context;
 pub use reconcile::backoff_delay;
@@ -94,12 +95,13 @@ pub async fn run(
         worker_config_maps: caches.worker_config_maps,
         jobs_sources: caches.jobs_sources,
         leases: caches.leases,
+        node_leases: caches.node_leases,
         health,
         metrics,
         failures: Mutex::default(),
         deleting: Mutex::default(),
         written,
-        lease_clock: caches.lease_clock,
+        revokes: RevokeClock::default(),
         lease,
         turns: Semaphore::new(usize::from(concurrency)),
         slice_writes: Semaphore::new(kube_cluster::SLICE_WRITES_IN_FLIGHT),

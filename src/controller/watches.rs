@@ -4,7 +4,6 @@
 
 use std::fmt::Debug;
 use std::hash::Hash;
-use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -19,7 +18,6 @@ use serde::de::DeserializeOwned;
 use tracing::warn;
 
 use super::context::Written;
-use super::lease_clock::LeaseClock;
 use super::relisting_watch::relisting_watcher;
 use super::triggers::pools_for_workload;
 use super::workloads::{WatchedWorkload, Workloads};
@@ -42,7 +40,9 @@ pub(super) struct Caches {
     pub(super) jobs_sources: Store<ConfigMap>,
     pub(super) workloads: Workloads,
     pub(super) leases: Store<CachedLease>,
-    pub(super) lease_clock: Arc<LeaseClock>,
+    /// The kubelets' node Leases; `None` for an operator of one namespace, which may not read
+    /// them.
+    pub(super) node_leases: Option<Store<CachedLease>>,
 }
 
 /// Where the watches list and watch (a namespace, or all), and the health they report to.
@@ -134,7 +134,8 @@ pub(super) fn watch(
     let (controller, pools, config_maps, worker_config_maps) =
         watch_pools(&scope, metrics, written);
     let (controller, workloads) = Workloads::watch(controller, &scope, &pools);
-    let (controller, leases, lease_clock) = watch_leases(controller, &scope);
+    let (controller, leases) = watch_leases(controller, &scope);
+    let (controller, node_leases) = watch_node_leases(controller, &scope);
     let (controller, jobs_sources) = watch_jobs_sources(controller, &scope, &pools);
     let caches = Caches {
         pools,
@@ -143,7 +144,7 @@ pub(super) fn watch(
         jobs_sources,
         workloads,
         leases,
-        lease_clock,
+        node_leases,
     };
     (controller, caches)
 }
@@ -187,31 +188,25 @@ fn watch_pools(
     (controller, pool_store, cm_store, slice_store)
 }
 
-/// Starts the watch of the workers' Leases: `controller` with its trigger, the cache, and the
-/// clock that times their renewals.
+/// Starts the watch of the workers' Leases: `controller` with its trigger, and the cache.
 fn watch_leases(
     controller: Controller<SwarmPool>,
     scope: &WatchScope,
-) -> (Controller<SwarmPool>, Store<CachedLease>, Arc<LeaseClock>) {
+) -> (Controller<SwarmPool>, Store<CachedLease>) {
     let (lease_store, leases) = scope.compact::<LeaseSummary>(
         watcher::Config::default().labels(POOL_LABEL),
         trim::lease,
         Cache::Leases,
     );
-    // A worker's Lease names its pool; an acknowledgement may free jobs in transit, and a
-    // renewal of an expired Lease makes its worker a member again. Renewals alone are timed as
-    // they arrive and wake nothing: the pool looks again when the next Lease would expire.
-    let lease_clock = Arc::new(LeaseClock::default());
-    let clock = lease_clock.clone();
-    let lease_changes = leases.filter_map(move |event| {
+    // A worker writes its Lease only to acknowledge, and an acknowledgement may free jobs in
+    // transit: every change wakes the Lease's pool.
+    let lease_changes = leases.filter_map(|event| {
         let lease = match event {
-            Ok(watcher::Event::Apply(lease) | watcher::Event::InitApply(lease)) => {
-                clock.observe(&lease, Instant::now()).then_some(lease)
-            }
-            Ok(watcher::Event::Delete(lease)) => {
-                clock.forget(&lease);
-                Some(lease)
-            }
+            Ok(
+                watcher::Event::Apply(lease)
+                | watcher::Event::InitApply(lease)
+                | watcher::Event::Delete(lease),
+            ) => Some(lease),
             _ => None,
         };
         std::future::ready(lease.map(Ok::<_, watcher::Error>))
@@ -220,7 +215,34 @@ fn watch_leases(
         let pool = lease.pool.as_deref()?;
         Some(ObjectRef::new(pool).within(lease.namespace()?.as_str()))
     });
-    (controller, lease_store, lease_clock)
+    (controller, lease_store)
+}
+
+/// The namespace of the kubelets' node Leases.
+const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// Starts the watch of the kubelets' node Leases, for an operator of every namespace (one of a
+/// single namespace may not read them, and goes by its workers' readiness alone).
+fn watch_node_leases(
+    controller: Controller<SwarmPool>,
+    scope: &WatchScope,
+) -> (Controller<SwarmPool>, Option<Store<CachedLease>>) {
+    if scope.namespace.is_some() {
+        return (controller, None);
+    }
+    let api = Api::namespaced(scope.client.clone(), NODE_LEASE_NAMESPACE);
+    let (store, leases) = compact_cached_watch::<LeaseSummary>(
+        api,
+        watcher::Config::default(),
+        trim::lease,
+        Cache::NodeLeases,
+        scope.health,
+    );
+    // The controller polls the watch; a renewal wakes no pool: a pool whose workers run on a
+    // node looks again when that node's Lease would turn silent (see `Membership`).
+    let never = leases.filter_map(|_| std::future::ready(None::<Result<LeaseSummary, watcher::Error>>));
+    let controller = controller.watches_stream(never, |_: LeaseSummary| None::<ObjectRef<SwarmPool>>);
+    (controller, Some(store))
 }
 
 /// Starts the watch of the ConfigMaps pools read jobs from, in a watch of their own (see

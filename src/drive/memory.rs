@@ -4,8 +4,8 @@
 
 use std::collections::BTreeSet;
 use std::future::{Future, ready};
+use std::time::Instant;
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -14,8 +14,8 @@ use super::{Cluster, Deleted, SliceWrite, SliceWritten, Unsettled, Written};
 use crate::planner::rollout::PodDelete;
 use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::config_map::pool_config;
-use crate::state::lease_summary::LeaseSummary;
 use crate::state::pod_summary::PodSummary;
+use crate::state::revokes::{RevokeLog, RevokeWaits};
 use crate::state::slice_summary::SliceSummary;
 use swarm_protocol::config::{CONFIG_KEY, WorkerConfig};
 use swarm_protocol::slices::INDEX_KEY;
@@ -25,6 +25,11 @@ use swarm_protocol::slices::INDEX_KEY;
 pub struct MemoryCluster {
     /// The time the planner decides at.
     pub now: Timestamp,
+    /// The operator's monotonic clock (`None`: the process's own): the revoke waits run on it.
+    pub instant: Option<Instant>,
+    /// Since when the operator has known each worker's ConfigMap to show each version: one
+    /// operator process's memory, lost when it restarts.
+    pub revokes: RevokeLog,
     /// The pool exists (false: it was deleted since the caches saw it).
     pub pool_exists: bool,
     /// The pool's ConfigMap.
@@ -33,8 +38,6 @@ pub struct MemoryCluster {
     pub slices: Vec<ConfigMap>,
     /// The pods of the pool's namespace as the API server has them.
     pub pods: Vec<PodSummary>,
-    /// The pool's worker Leases as the API server has them.
-    pub leases: Vec<Lease>,
     /// Every write of the pool's ConfigMap that went through, as written, in order.
     pub written: Vec<ConfigMap>,
     /// Every write of a worker's own ConfigMap that went through, in order (`None`: a delete).
@@ -208,11 +211,10 @@ impl Cluster for MemoryCluster {
         ready(Ok(pods))
     }
 
-    fn live_leases(
-        &mut self,
-    ) -> impl Future<Output = Result<Vec<LeaseSummary>, MemoryError>> + Send {
-        self.live_lists += 1;
-        ready(Ok(self.leases.iter().map(LeaseSummary::from).collect()))
+    fn revoke_waits<'s>(&mut self, slices: impl Iterator<Item = &'s SliceSummary>) -> RevokeWaits {
+        let now = self.instant.unwrap_or_else(Instant::now);
+        self.revokes.note(slices, now);
+        self.revokes.at(now)
     }
 
     fn list_slices(

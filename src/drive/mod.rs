@@ -26,8 +26,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use crate::planner::rollout::PodDelete;
 use crate::planner::{self, Observed, Outcome, PlannedEvent, Step};
 use crate::state::cached::CachedPod;
-use crate::state::lease::Acks;
-use crate::state::lease_summary::LeaseSummary;
+use crate::state::revokes::RevokeWaits;
 use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices::SliceWrites;
 
@@ -64,11 +63,10 @@ pub trait Cluster {
         names: &BTreeSet<String>,
     ) -> impl Future<Output = Result<Vec<CachedPod>, Self::Error>> + Send;
 
-    /// The pool's worker Leases, listed from the API server (a quorum read): asked with the
-    /// live pod list whenever the cache judged a Lease expired, to confirm it.
-    fn live_leases(
-        &mut self,
-    ) -> impl Future<Output = Result<Vec<LeaseSummary>, Self::Error>> + Send;
+    /// Notes on this cluster's monotonic clock that the workers' ConfigMaps `slices` (as
+    /// written, read or cached) show what they show, and returns since when each has shown
+    /// each version: where each revoke wait starts (see [`crate::state::revokes`]).
+    fn revoke_waits<'s>(&mut self, slices: impl Iterator<Item = &'s SliceSummary>) -> RevokeWaits;
 
     /// The workers' own ConfigMaps labelled with the pool, listed from the API server.
     fn list_slices(
@@ -183,11 +181,11 @@ pub async fn drive<C: Cluster + Send>(
         slices_are_live: false,
         listed_pods: None,
         pods_are_live: false,
-        live_acks: None,
         pool_confirmed: false,
     };
     for rounds in 1..=MAX_ROUNDS {
-        let step = planner::next_step(&round.observe(cached, cluster.now()));
+        let revokes = cluster.revoke_waits(round.slices.iter().map(AsRef::as_ref));
+        let step = planner::next_step(&round.observe(cached, cluster.now(), &revokes));
         if rounds == MAX_ROUNDS && !matches!(step, Step::Done(_)) {
             return Err(Unsettled { rounds }.into());
         }
@@ -210,11 +208,6 @@ pub async fn drive<C: Cluster + Send>(
             Step::ListLive(names) => {
                 round.listed_pods = Some(cluster.list_live(&names).await?);
                 round.pods_are_live = true;
-                if cached.acks.has_expired() {
-                    let leases = cluster.live_leases().await?;
-                    let acks = round.live_acks.as_ref().unwrap_or(cached.acks);
-                    round.live_acks = Some(acks.confirmed_by(&leases));
-                }
             }
             Step::Done(outcome) => {
                 if !outcome.deletes.is_empty() && !round.confirm_pool(cluster).await? {
@@ -242,10 +235,6 @@ struct Round<'a> {
     /// Whether `listed_pods` was listed after the last write that recorded unresolved stale
     /// workers or holders.
     pods_are_live: bool,
-    /// The cached acknowledgements with their expiries checked by Leases read live with
-    /// `listed_pods`, and whether that was after the last write: a worker's jobs go elsewhere on
-    /// its expiry only then.
-    live_acks: Option<Acks>,
     /// Whether the pool was confirmed to exist in this reconcile.
     pool_confirmed: bool,
 }
@@ -255,6 +244,7 @@ impl<'a> Round<'a> {
         &'r self,
         cached: &Observed<'r>,
         now: k8s_openapi::jiff::Timestamp,
+        revokes: &'r RevokeWaits,
     ) -> Observed<'r> {
         Observed {
             pods: match &self.listed_pods {
@@ -265,7 +255,7 @@ impl<'a> Round<'a> {
             config_map: self.config_map.as_ref(),
             worker_config_maps: self.slices.iter().map(AsRef::as_ref).collect(),
             slices_are_live: self.slices_are_live,
-            acks: self.live_acks.as_ref().unwrap_or(cached.acks),
+            revokes,
             now,
             ..cached.clone()
         }
@@ -330,16 +320,9 @@ impl<'a> Round<'a> {
         Ok(())
     }
 
-    /// After a write: pods listed before it cannot tell which instances saw the old content;
-    /// a Lease read before it cannot tell whether its worker renewed after it (and so read
-    /// this content before running anything again).
+    /// After a write: pods listed before it cannot tell which instances saw the old content.
     fn wrote(&mut self, unresolved: bool) {
-        let mut expiring = false;
-        if let Some(acks) = &mut self.live_acks {
-            acks.written();
-            expiring = acks.has_expired();
-        }
-        if unresolved || expiring {
+        if unresolved {
             self.pods_are_live = false;
         }
     }
@@ -377,14 +360,10 @@ impl<'a> Round<'a> {
         let names: Vec<String> = batch.iter().map(|w| w.name.clone()).collect();
         let results = cluster.write_slices(batch).await?;
         let mut settled = true;
-        let mut applied = false;
         let mut now_there = Vec::with_capacity(results.len());
         for result in results {
             now_there.push(match result {
-                SliceWritten::Applied(now) => {
-                    applied = true;
-                    now
-                }
+                SliceWritten::Applied(now) => now,
                 SliceWritten::Conflict(now) => {
                     settled = false;
                     now
@@ -397,9 +376,6 @@ impl<'a> Round<'a> {
             .retain(|cm| cm.name().is_none_or(|name| !written.contains(name)));
         self.slices
             .extend(now_there.into_iter().flatten().map(Cow::Owned));
-        if applied {
-            self.wrote(false);
-        }
         Ok(settled)
     }
 }

@@ -9,6 +9,8 @@
 //! answer is what the operator does when pods come and go promptly; a real rollout whose pods
 //! come and go at other paces may split or join grants differently.
 
+use crate::state::node_leases::NodeLeases;
+use crate::state::revokes::RevokeWaits;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::{
@@ -175,6 +177,8 @@ impl WhatIf {
             slices_are_live: false,
             deleting: &self.deleting,
             acks: &acks,
+            revokes: &RevokeWaits::default(),
+            node_leases: &NodeLeases::default(),
             now: self.cluster.now,
         };
         match block_on(drive(&mut self.cluster, &observed, &mut Journal::default())) {
@@ -320,6 +324,8 @@ impl WhatIf {
                 owner_references: Some(vec![controller(owner_kind, &owner)]),
                 ..ObjectMeta::default()
             },
+            node: None,
+            started: None,
             ready: Some(ReadyCondition {
                 is_true: true,
                 last_transition_time: Some(now),

@@ -15,7 +15,6 @@ use swarm_protocol::config::WorkerConfig;
 
 use crate::planner::rollout::Workers;
 use crate::state::lease::Acks;
-use crate::state::lease_state::WorkerLeaseState;
 use crate::state::records::{Awaiting, AwaitingAcks};
 
 /// What changed in the records this step.
@@ -39,39 +38,6 @@ pub fn unacknowledged<'a>(
         let instance = instance.filter(|p| p.ready && !p.terminating)?;
         let version = config.workload(pod).map_or(config.version, |w| w.version);
         (!acks.state(pod, &instance.uid).covers(version)).then_some(pod)
-    })
-}
-
-/// Workers whose running pod instance's Lease expired, as a live read confirmed, in position
-/// order, with their position: they are not members of the pool until they renew.
-pub fn expired_workers<'a>(workers: &'a Workers, acks: &'a Acks) -> Vec<(usize, &'a str)> {
-    workers
-        .iter()
-        .enumerate()
-        .filter(|(_, (name, pod))| {
-            pod.is_some_and(|p| {
-                matches!(
-                    acks.state(name, &p.uid),
-                    WorkerLeaseState::ExpiredConfirmed { .. }
-                        | WorkerLeaseState::ExpiredConfirmedBeforeWrite { .. }
-                )
-            })
-        })
-        .map(|(position, (name, _))| (position, name))
-        .collect()
-}
-
-/// Whether the cache judged some worker's Lease expired that no live read has confirmed yet:
-/// a cache that missed renewals must not take a live worker's jobs, so the plan reads the
-/// Leases live before it acts on the expiry.
-pub fn expiry_unconfirmed(workers: &Workers, acks: &Acks) -> bool {
-    workers.iter().any(|(name, pod)| {
-        pod.is_some_and(|p| {
-            matches!(
-                acks.state(name, &p.uid),
-                WorkerLeaseState::ExpiredUnconfirmed { .. }
-            )
-        })
     })
 }
 

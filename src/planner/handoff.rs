@@ -27,19 +27,21 @@
 //! takes it, as they do under `Exclusive`.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 use smallvec::SmallVec;
 use swarm_assign::Roster;
 use swarm_protocol::config::WorkerConfig;
+use swarm_protocol::fence;
 
 use crate::planner::target::Target;
 
 use crate::api::crd::Handoff;
 use crate::planner::by_job::{ByJob, Positions};
 use crate::state::lease::Acks;
-use crate::state::lease_state::WorkerLeaseState;
 use crate::state::records::{Holder, Holders};
+use crate::state::revokes::RevokeWaits;
 
 impl Holders {
     /// Records `pod` as a holder whose instance is still to be resolved. A pod that held jobs
@@ -83,28 +85,31 @@ impl Holders {
 
     /// Marks released the holders whose recorded instance acknowledged the version that
     /// revoked their jobs (they run exactly their entry of a version without those jobs), or
-    /// whose Lease expired as a live read confirms. Returns whether some holder's Lease expired
-    /// by the cache alone: a live read must confirm it first.
-    fn release_acknowledged(&mut self, acks: &Acks) -> bool {
-        let mut unconfirmed = false;
+    /// whose revoke wait is over: their ConfigMap has shown that version for longer than any
+    /// permit of a read sent before it lasts (see [`crate::state::revokes`]). Returns what is
+    /// left of the shortest wait still running.
+    fn release_acknowledged(&mut self, revokes: &Revokes) -> Option<Duration> {
+        let mut next: Option<Duration> = None;
         for (pod, holder) in &mut self.entries {
-            let state = acks.state(pod, &holder.uid);
-            let acked = holder.version.is_some_and(|version| state.covers(version));
-            match state {
-                // An instance whose Lease expired, as a live read since the write confirms, has
-                // fenced itself: it runs no job. Should it renew after the read, it reads the
-                // config again first, which revokes its jobs.
-                _ if acked => holder.gone = true,
-                WorkerLeaseState::ExpiredConfirmed { .. } => holder.gone = true,
-                // The cache's word, or a read before the write: a live read must confirm it.
-                WorkerLeaseState::ExpiredUnconfirmed { .. }
-                | WorkerLeaseState::ExpiredConfirmedBeforeWrite { .. } => {
-                    unconfirmed |= !holder.gone;
-                }
-                WorkerLeaseState::Unheld | WorkerLeaseState::Live { .. } => {}
+            if holder.gone {
+                continue;
+            }
+            let Some(version) = holder.version else {
+                continue;
+            };
+            if revokes.acks.state(pod, &holder.uid).covers(version) {
+                holder.gone = true;
+                continue;
+            }
+            let permit = revokes.acks.permit(pod, &holder.uid);
+            let wait = fence::revoke_wait(permit, revokes.grace);
+            match revokes.waits.left(pod, version, wait) {
+                Some(left) if left.is_zero() => holder.gone = true,
+                Some(left) => next = Some(next.map_or(left, |n| n.min(left))),
+                None => {}
             }
         }
-        unconfirmed
+        next
     }
 }
 
@@ -147,10 +152,10 @@ pub struct HandoffInput<'a> {
     pub holders: Option<&'a Holders>,
     /// The pods of the namespace.
     pub pods: &'a PodIndex,
-    /// Under `rollout.policy: Acknowledge`, what the workers' Leases acknowledge: a holder is
-    /// free once its instance acknowledged the version that revoked its jobs, and each job is
-    /// granted as soon as it is free (nothing restarts, so nothing is batched).
-    pub acks: Option<&'a Acks>,
+    /// Under `rollout.policy: Acknowledge`, what frees a holder besides its end: the
+    /// acknowledgement of the version that revoked its jobs, or the end of its revoke wait. Each
+    /// job is granted as soon as it is free (nothing restarts, so nothing is batched).
+    pub revokes: Option<&'a Revokes<'a>>,
     /// Under `Acknowledge`, the workers whose pod is terminating: they are given no job, and
     /// the jobs they hold are revoked.
     pub terminating: &'a BTreeSet<String>,
@@ -163,6 +168,17 @@ pub struct HandoffInput<'a> {
     pub pods_are_live: bool,
     /// The current time.
     pub now: Timestamp,
+}
+
+/// What frees the holders of a pool under `rollout.policy: Acknowledge` before their end.
+#[derive(Clone, Copy, Debug)]
+pub struct Revokes<'a> {
+    /// What the workers' Leases acknowledge, and the permit each declares.
+    pub acks: &'a Acks,
+    /// Since when each worker's ConfigMap has shown each version.
+    pub waits: &'a RevokeWaits,
+    /// The pool's grace (`rollout.leaseGraceSeconds`), added to every wait.
+    pub grace: Duration,
 }
 
 /// The handoff's decision: what each worker may run now, and what stays in transit.
@@ -190,6 +206,9 @@ pub struct HandoffOutcome<'a> {
     pub awaiting_grants: BTreeSet<String>,
     /// The pods that hold jobs of the spec in transit: refreshing them lets the handoff go on.
     pub holder_pods: BTreeSet<String>,
+    /// What is left of the shortest revoke wait still running: the pool is looked at again
+    /// then, as no event would say it is over.
+    pub next_wait: Option<Duration>,
 }
 
 impl<'a> HandoffOutcome<'a> {
@@ -206,6 +225,7 @@ impl<'a> HandoffOutcome<'a> {
             granted,
             awaiting_grants,
             holder_pods,
+            next_wait,
         } = self;
         let rest = HandoffOutcome {
             held: Vec::new(),
@@ -218,6 +238,7 @@ impl<'a> HandoffOutcome<'a> {
             granted,
             awaiting_grants,
             holder_pods,
+            next_wait,
         };
         (held, rest)
     }
@@ -297,7 +318,7 @@ fn overlap<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
 
 fn exclusive<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     let previous_transit = transit_by_job(input.previous);
-    let (holders, needs_live_pods) = observed_holders(input, &previous_transit);
+    let (holders, needs_live_pods, next_wait) = observed_holders(input, &previous_transit);
     let live_holders: BTreeSet<String> = holders
         .entries
         .iter()
@@ -315,7 +336,7 @@ fn exclusive<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     // once to pick them up, so granting some earlier would only cost another version. That
     // takes every decision first, so they are made twice.
     // Under `Acknowledge` nothing restarts: each job is granted as soon as it is free.
-    let awaiting: BTreeSet<String> = match input.acks {
+    let awaiting: BTreeSet<String> = match input.revokes {
         Some(_) => BTreeSet::new(),
         None => input
             .jobs
@@ -340,7 +361,9 @@ fn exclusive<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
     }
     drop(decider);
     draft.keep_removed_jobs(input, &spec, &published, &previous_transit, &live_holders);
-    draft.finish(&spec, needs_live_pods)
+    let mut outcome = draft.finish(&spec, needs_live_pods);
+    outcome.next_wait = next_wait;
+    outcome
 }
 
 /// The holders to go by (see [`current_holders`]), with those a live list shows gone marked
@@ -349,11 +372,11 @@ fn exclusive<'a>(input: &HandoffInput<'a>) -> HandoffOutcome<'a> {
 fn observed_holders(
     input: &HandoffInput,
     previous_transit: &BTreeMap<&str, Vec<&str>>,
-) -> (Holders, bool) {
+) -> (Holders, bool, Option<Duration>) {
     let (mut holders, mut needs_live_pods) = current_holders(input, previous_transit);
-    if let Some(acks) = input.acks {
-        needs_live_pods |= holders.release_acknowledged(acks);
-    }
+    let next_wait = input
+        .revokes
+        .and_then(|revokes| holders.release_acknowledged(revokes));
     if input.pods_are_live {
         for pod in holders.gone(input.pods) {
             if let Some(h) = holders.entries.get_mut(&pod) {
@@ -364,7 +387,7 @@ fn observed_holders(
         // The cache says a holder is gone; only a live list may confirm it.
         needs_live_pods = true;
     }
-    (holders, needs_live_pods)
+    (holders, needs_live_pods, next_wait)
 }
 
 /// Where each job of the spec goes in this step: a job waits while a pod other than its
@@ -423,7 +446,7 @@ impl<'i, 'a> Decider<'i, 'a> {
             .any(|pod| Some(*pod) != to);
         // Under `Acknowledge`, a job whose destination has not started stays with the worker
         // that runs it, or goes back to the one it was revoked from.
-        let destination_waits = input.acks.is_some()
+        let destination_waits = input.revokes.is_some()
             && destination.is_some()
             && to.is_none_or(|pod| input.unready.contains(pod));
         let last_ran_at: &[&str] = if was_in_transit {
@@ -658,7 +681,7 @@ fn current_holders(
     let mut holders = input.holders.cloned().unwrap_or_default();
     // Under `Acknowledge`, a record without a version was made under another policy: the
     // config now written lists its jobs in transit.
-    if let (Some(_), Some(previous)) = (input.acks, input.previous) {
+    if let (Some(_), Some(previous)) = (input.revokes, input.previous) {
         holders.stamp_version(previous.version);
     }
     let mut unresolved = false;
@@ -780,6 +803,79 @@ fn seconds_between(from: Timestamp, to: Timestamp) -> f64 {
 
 #[cfg(test)]
 mod tests {
+
+    mod revoke_wait {
+        use std::time::{Duration, Instant};
+
+        use super::super::*;
+        use crate::state::lease::Ack;
+        use crate::state::revokes::RevokeLog;
+        use crate::state::slice_summary::SliceSummary;
+
+        fn holders(version: u64) -> Holders {
+            let mut holders = Holders::default();
+            holders.entries.insert(
+                "w-0".into(),
+                Holder {
+                    uid: "u0".into(),
+                    revoked_at: Timestamp::UNIX_EPOCH,
+                    gone: false,
+                    version: Some(version),
+                },
+            );
+            holders
+        }
+
+        fn slice(version: u64) -> SliceSummary {
+            let config = format!("version: {version}\nworkloads: {{}}\n");
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": "cm.w-0",
+                    "resourceVersion": version.to_string(),
+                    "labels": {"swarm.io/pool": "p", "swarm.io/worker": "w-0"},
+                },
+                "data": {"config.yml": config},
+            }))
+            .unwrap()
+        }
+
+        /// Whether the holder is free after `elapsed` since its ConfigMap first showed
+        /// `shown`, with `acked` acknowledged; and what is left of its wait.
+        fn release(shown: u64, elapsed: u64, acked: Option<u64>) -> (bool, Option<Duration>) {
+            let t0 = Instant::now();
+            let mut log = RevokeLog::default();
+            log.note([&slice(shown)], t0);
+            let waits = log.at(t0 + Duration::from_secs(elapsed));
+            let acks = Acks::new(acked.map(|version| {
+                let ack = Ack {
+                    holder: "u0".into(),
+                    version,
+                };
+                ("w-0".to_owned(), ack)
+            }));
+            let revokes = Revokes {
+                acks: &acks,
+                waits: &waits,
+                grace: Duration::from_secs(2),
+            };
+            let mut holders = holders(5);
+            let left = holders.release_acknowledged(&revokes);
+            (holders.entries["w-0"].gone, left)
+        }
+
+        #[test]
+        fn a_holder_is_free_on_its_acknowledgement_or_once_no_permit_can_outlast_the_revoke() {
+            // 30 s permit, 2 % rates, 2 s grace: 33.22 s.
+            assert_eq!(release(5, 0, Some(5)), (true, None), "acknowledged");
+            assert_eq!(release(5, 0, Some(4)).0, false, "an older version");
+            let (free, left) = release(5, 33, None);
+            assert!(!free);
+            assert!(left.is_some_and(|l| l < Duration::from_millis(230)), "{left:?}");
+            assert_eq!(release(5, 34, None), (true, None));
+            assert_eq!(release(6, 34, None), (true, None), "a later version shows it too");
+            assert_eq!(release(4, 3_600, None), (false, None), "never shown: never free");
+        }
+    }
     use super::*;
     use swarm_assign::{Assignment, pod_name};
 
@@ -825,7 +921,7 @@ mod tests {
                 previous: Some(&self.previous),
                 holders: Some(&self.holders),
                 pods: &self.pods,
-                acks: None,
+                revokes: None,
                 terminating: &NO_PODS,
                 unready: &NO_PODS,
                 pods_are_live: self.live,
@@ -1068,7 +1164,7 @@ mod tests {
                 previous: Some(&previous),
                 holders: Some(holders),
                 pods,
-                acks: None,
+                revokes: None,
                 terminating: &NO_PODS,
                 unready: &NO_PODS,
                 pods_are_live: true,
@@ -1096,7 +1192,7 @@ mod tests {
             previous: None,
             holders: None,
             pods: &PodIndex::default(),
-            acks: None,
+            revokes: None,
             terminating: &NO_PODS,
             unready: &NO_PODS,
             pods_are_live: false,
@@ -1121,7 +1217,7 @@ mod tests {
             previous: Some(&previous),
             holders: None,
             pods: &PodIndex::default(),
-            acks: None,
+            revokes: None,
             terminating: &NO_PODS,
             unready: &NO_PODS,
             pods_are_live: false,
@@ -1146,7 +1242,7 @@ mod tests {
             previous: Some(&config(&[&["a", "b"], &[]], &[])),
             holders: None,
             pods: &PodIndex::default(),
-            acks: None,
+            revokes: None,
             terminating: &NO_PODS,
             unready: &NO_PODS,
             pods_are_live: false,

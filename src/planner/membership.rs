@@ -1,68 +1,200 @@
 //! Step 1c of the pipeline: which workers take part in the assignment (`rollout.policy:
 //! Acknowledge`; under the other policies every worker does).
+//!
+//! A worker proves itself alive through what the cluster already pays for: its pod's readiness
+//! (its worker answers ready only while its reads of its ConfigMap succeed, and the kubelet
+//! writes the pod's status only when that changes) and its node's Lease. A worker is out of the
+//! pool, given no job and its jobs revoked, when its pod is terminating, has been NotReady for
+//! the pool's grace (unless its container has just started: a crashed worker restarted in the
+//! same pod takes its jobs back with its first read), or runs on a node whose Lease is silent.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::Observed;
-use super::acknowledge;
+use super::rollout::WorkerPod;
 use super::validate::Valid;
-use crate::api::crd::RolloutPolicy;
+use crate::api::crd::{RolloutPolicy, UnavailableReason, UnavailableWorker};
+use crate::state::node_leases::NodeLeases;
+
+/// How long after its container started a NotReady pod counts as starting, not failed: the
+/// kubelet restarts a crashed container at once, and its worker is ready after its first read.
+pub const RESTART_WINDOW: SignedDuration = SignedDuration::from_secs(30);
 
 /// Who takes part in this plan's assignment and handoff.
 pub(super) struct Membership {
     /// Whether the pool runs under `rollout.policy: Acknowledge`; nothing else applies if not.
     pub acknowledge: bool,
-    /// Positions of the workers whose Lease expired, as a live read confirmed: not members.
-    pub expired: BTreeSet<usize>,
-    /// Workers given no job and whose jobs are revoked: terminating, or their Lease expired.
+    /// Positions of the workers out of the pool: not members.
+    pub out: BTreeSet<usize>,
+    /// The workers out of the pool (not terminating) and why, in position order.
+    pub unavailable: Vec<UnavailableWorker>,
+    /// Workers given no job and whose jobs are revoked: terminating, or out of the pool.
     pub terminating: BTreeSet<String>,
     /// Workers not ready for jobs: their pod is not Ready, or its instance acknowledged no
     /// version yet (its worker process is not up, or does not speak the protocol).
     pub unready: BTreeSet<String>,
+    /// When a worker's membership changes with no event to tell: a grace or a restart window
+    /// ends, a node's Lease turns silent.
+    pub next_change: Option<Duration>,
 }
 
 impl Membership {
     /// The membership of `valid.workers` as `o` shows them.
     pub fn of(o: &Observed, valid: &Valid) -> Membership {
         let acknowledge = o.pool.spec.rollout.policy == RolloutPolicy::Acknowledge;
-        if !acknowledge {
-            return Membership {
-                acknowledge,
-                expired: BTreeSet::new(),
-                terminating: BTreeSet::new(),
-                unready: BTreeSet::new(),
-            };
-        }
-        // A worker whose Lease expired (as read live) gets no job, and its jobs go to the
-        // others (it stopped them when it could not renew).
-        let expired: BTreeSet<usize> = acknowledge::expired_workers(&valid.workers, o.acks)
-            .into_iter()
-            .map(|(position, _)| position)
-            .collect();
-        let terminating = valid
-            .workers
-            .iter()
-            .enumerate()
-            .filter(|(position, (_, pod))| {
-                expired.contains(position) || pod.is_some_and(|p| p.terminating)
-            })
-            .map(|(_, (name, _))| name.to_owned())
-            .collect();
-        let unready = valid
-            .workers
-            .iter()
-            .filter(|(name, pod)| {
-                pod.is_none_or(|p| {
-                    !p.terminating && (!p.ready || o.acks.state(name, &p.uid).acked().is_none())
-                })
-            })
-            .map(|(name, _)| name.to_owned())
-            .collect();
-        Membership {
+        let mut members = Membership {
             acknowledge,
-            expired,
-            terminating,
-            unready,
+            out: BTreeSet::new(),
+            unavailable: Vec::new(),
+            terminating: BTreeSet::new(),
+            unready: BTreeSet::new(),
+            next_change: None,
+        };
+        if !acknowledge {
+            return members;
         }
+        let grace = SignedDuration::from_secs(o.pool.spec.rollout.lease_grace_seconds.max(0));
+        let judge = Judge {
+            now: o.now,
+            grace,
+            nodes: o.node_leases,
+        };
+        for (position, (name, pod)) in valid.workers.iter().enumerate() {
+            let Some(pod) = pod else {
+                members.unready.insert(name.to_owned());
+                continue;
+            };
+            if pod.terminating {
+                members.terminating.insert(name.to_owned());
+                continue;
+            }
+            let (out, change) = judge.out(pod);
+            members.next_change = earliest(members.next_change, change);
+            if let Some((reason, since)) = out {
+                members.out.insert(position);
+                members.terminating.insert(name.to_owned());
+                members.unavailable.push(UnavailableWorker {
+                    pod: name.to_owned(),
+                    reason,
+                    since: since.map(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time),
+                });
+            } else if !pod.ready || o.acks.state(name, &pod.uid).acked().is_none() {
+                members.unready.insert(name.to_owned());
+            }
+        }
+        members
+    }
+}
+
+/// The rules that take a running worker out of the pool, at one instant.
+struct Judge<'a> {
+    now: Timestamp,
+    grace: SignedDuration,
+    nodes: &'a NodeLeases,
+}
+
+impl Judge<'_> {
+    /// Whether `pod` is out of the pool, why and since when; and when that may change.
+    fn out(
+        &self,
+        pod: &WorkerPod,
+    ) -> (Option<(UnavailableReason, Option<Timestamp>)>, Option<Duration>) {
+        if let Some(node) = pod.node.as_deref() {
+            if let Some(since) = self.nodes.silent_since(node, self.now) {
+                return (Some((UnavailableReason::NodeLeaseSilent, Some(since))), None);
+            }
+        }
+        let node_change = pod
+            .node
+            .as_deref()
+            .and_then(|node| self.nodes.silent_in(node, self.now));
+        if pod.ready {
+            return (None, node_change.and_then(positive));
+        }
+        let Some(since) = pod.not_ready_since else {
+            return (None, node_change.and_then(positive));
+        };
+        let grace_ends = since + self.grace;
+        let restarted_ends = pod.started.map(|started| started + RESTART_WINDOW);
+        let ends = restarted_ends.map_or(grace_ends, |r| r.max(grace_ends));
+        if self.now < ends {
+            let left = positive(ends.duration_since(self.now));
+            return (None, earliest(left, node_change.and_then(positive)));
+        }
+        (Some((UnavailableReason::NotReady, Some(since))), None)
+    }
+}
+
+fn positive(d: SignedDuration) -> Option<Duration> {
+    Duration::try_from(d).ok().filter(|d| !d.is_zero())
+}
+
+fn earliest(a: Option<Duration>, b: Option<Duration>) -> Option<Duration> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_000 + second).unwrap()
+    }
+
+    fn pod(ready: bool, not_ready_since: Option<i64>, started: Option<i64>) -> WorkerPod {
+        WorkerPod {
+            uid: "u".into(),
+            ready,
+            terminating: false,
+            not_ready_since: not_ready_since.map(at),
+            started: started.map(at),
+            node: Some("n".into()),
+        }
+    }
+
+    fn judge(now: i64, nodes: &NodeLeases) -> Judge<'_> {
+        Judge {
+            now: at(now),
+            grace: SignedDuration::from_secs(2),
+            nodes,
+        }
+    }
+
+    #[test]
+    fn a_pod_not_ready_for_the_grace_is_out_unless_its_container_just_started() {
+        let nodes = NodeLeases::default();
+        let frozen = pod(false, Some(0), Some(-600));
+        assert_eq!(judge(1, &nodes).out(&frozen), (None, Some(Duration::from_secs(1))));
+        let (out, _) = judge(2, &nodes).out(&frozen);
+        assert_eq!(out, Some((UnavailableReason::NotReady, Some(at(0)))));
+
+        // A crashed container restarted in the same pod: not Ready until its first read.
+        let restarted = pod(false, Some(0), Some(1));
+        let (out, change) = judge(5, &nodes).out(&restarted);
+        assert_eq!(out, None, "within the restart window");
+        assert_eq!(change, Some(Duration::from_secs(26)));
+        let (out, _) = judge(31, &nodes).out(&restarted);
+        assert_eq!(out, Some((UnavailableReason::NotReady, Some(at(0)))), "crash-looping");
+
+        assert_eq!(judge(100, &nodes).out(&pod(true, None, Some(0))), (None, None));
+    }
+
+    #[test]
+    fn a_worker_on_a_silent_node_is_out_even_while_its_pod_says_ready() {
+        let nodes = NodeLeases::new([("n".to_owned(), at(0))]);
+        let ready = pod(true, None, Some(-600));
+        assert_eq!(
+            judge(5, &nodes).out(&ready),
+            (None, Some(Duration::from_secs(15))),
+            "looked at again when the node would turn silent"
+        );
+        let (out, _) = judge(20, &nodes).out(&ready);
+        assert_eq!(out, Some((UnavailableReason::NodeLeaseSilent, Some(at(0)))));
     }
 }

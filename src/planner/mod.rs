@@ -8,8 +8,8 @@
 //! [`decide`] is a pipeline of named steps, each in its own module or function:
 //! 1. `validate`: the selector, the StatefulSet, the jobs, the rollout settings, ownership;
 //!    then `read_written` (the config last written and the workers' own ConfigMaps) and
-//!    `Membership::of` (under `Acknowledge`: the workers whose Lease expired, terminating or
-//!    not ready for jobs);
+//!    `Membership::of` (under `Acknowledge`: the workers out of the pool, terminating or not
+//!    ready for jobs);
 //! 2. `assign_jobs`: where the strategy wants every job ([`swarm_assign::assign`]);
 //! 3. `hand_off`: what each worker may run now, and which jobs wait in transit ([`handoff`]),
 //!    published as the next config; then `lay_out_slices`, the workers' own ConfigMaps;
@@ -40,11 +40,13 @@ use crate::state::cached::CachedPod;
 use crate::state::config_map::{self, Previous};
 use crate::state::jobs_source::Unresolved;
 use crate::state::lease::Acks;
+use crate::state::node_leases::NodeLeases;
 use crate::state::records::{AwaitingAcks, PendingRefresh};
+use crate::state::revokes::RevokeWaits;
 use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices::{self, SliceWrites};
 use acknowledge::AckProgress;
-use handoff::{HandoffInput, HandoffOutcome, PodIndex};
+use handoff::{HandoffInput, HandoffOutcome, PodIndex, Revokes};
 use membership::Membership;
 use rollout::{PodDelete, Priorities};
 use target::Target;
@@ -59,7 +61,8 @@ pub const STARTUP_GRACE: SignedDuration = SignedDuration::from_mins(5);
 pub const REQUEUE_IDLE: Duration = Duration::from_secs(300);
 /// Requeue while a rollout waits on pods (watch events normally come first).
 pub const REQUEUE_ROLLING: Duration = Duration::from_secs(15);
-/// How long after a worker Lease's expiry the pool is looked at again, so it is past it.
+/// How long after a revoke wait, a grace or a restart window ends the pool is looked at again,
+/// so it is past it.
 pub const EXPIRY_SLACK: Duration = Duration::from_millis(200);
 /// Requeue for a ConfigMap conflict, whose resolution (deleting the other ConfigMap) is not
 /// watched.
@@ -102,6 +105,11 @@ pub struct Observed<'a> {
     pub deleting: &'a BTreeSet<String>,
     /// What the workers' Leases acknowledge (read under `rollout.policy: Acknowledge` only).
     pub acks: &'a Acks,
+    /// Since when each worker's ConfigMap has shown each version, on the operator's monotonic
+    /// clock: where each revoke wait starts (`Acknowledge`).
+    pub revokes: &'a RevokeWaits,
+    /// When the kubelets of the workers' nodes last renewed their node Leases (`Acknowledge`).
+    pub node_leases: &'a NodeLeases,
     /// The current time.
     pub now: Timestamp,
 }
@@ -247,7 +255,7 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
     }
     let looked_up = pods_looked_up(&valid, &previous);
     let members = Membership::of(o, &valid);
-    let placed = assign_jobs(o.pool, &valid, &previous, &members.expired);
+    let placed = assign_jobs(o.pool, &valid, &previous, &members.out);
     let (mut publication, mut handoff) =
         hand_off(o, &valid, &previous, &members, &looked_up, placed.owners);
     let slice_writes = lay_out_slices(
@@ -265,11 +273,10 @@ fn decide_valid(o: &Observed, facts: &mut Facts) -> Result<Decision, Failure> {
         previous: &previous,
         publication: &publication,
         handoff: &handoff,
+        members: &members,
         dedicated_unmet: &placed.dedicated_unmet,
         rollout,
     });
-    plan.needs_live_pods |=
-        members.acknowledge && acknowledge::expiry_unconfirmed(&valid.workers, o.acks);
     if plan.needs_live_pods {
         plan.live_pods = looked_up;
     }
@@ -298,6 +305,12 @@ fn hand_off(
     let target = Target::from_owners(&owners);
     drop(owners);
     let pods = index_pods(o, looked_up);
+    let grace = o.pool.spec.rollout.lease_grace_seconds.max(0).unsigned_abs();
+    let revokes = Revokes {
+        acks: o.acks,
+        waits: o.revokes,
+        grace: Duration::from_secs(grace),
+    };
     let (held, handoff) = handoff::hand_off(&HandoffInput {
         mode: o.pool.spec.rollout.handoff,
         roster: &valid.roster,
@@ -306,7 +319,7 @@ fn hand_off(
         previous: previous.config.as_ref(),
         holders: previous.holders.as_ref(),
         pods: &pods,
-        acks: members.acknowledge.then_some(o.acks),
+        revokes: members.acknowledge.then_some(&revokes),
         terminating: &members.terminating,
         unready: &members.unready,
         pods_are_live: o.pods_are_live,

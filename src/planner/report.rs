@@ -12,15 +12,20 @@ use super::acknowledge::{self, AckProgress};
 use super::by_job::{ByJob, Positions};
 use super::config_map::Previous;
 use super::handoff::HandoffOutcome;
+use super::membership::Membership;
 use super::validate::{Facts, Valid};
 use super::{
     Decision, EXPIRY_SLACK, Observed, PlannedEvent, REQUEUE_CONFLICT, REQUEUE_IDLE,
     REQUEUE_ROLLING, Rollout, STARTUP_GRACE,
 };
 use crate::api::conditions::{self, Verdict, reason};
-use crate::api::crd::{Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, WorkloadKind};
+use crate::api::crd::{
+    Phase, RolloutPolicy, SwarmPool, SwarmPoolStatus, UnavailableReason, UnavailableWorker,
+    WorkloadKind,
+};
 use crate::api::failure::Failure;
 use crate::planner::rollout::{PodDelete, Workers};
+use crate::state::node_leases::NODE_SILENCE;
 use crate::state::records::{AwaitingAcks, PendingRefresh};
 use crate::state::worker_slices::{self, SliceWrites};
 
@@ -36,6 +41,8 @@ pub(super) struct Planned<'a> {
     pub publication: &'a Publication,
     /// What the handoff revoked, granted and holds in transit.
     pub handoff: &'a HandoffOutcome<'static>,
+    /// Which workers take part, and why the others do not.
+    pub members: &'a Membership,
     /// Dedicated jobs that run as shared jobs for want of workers.
     pub dedicated_unmet: &'a [String],
     /// The roll-out step's writes, records and deletes.
@@ -50,6 +57,7 @@ pub(super) fn decision(planned: Planned) -> Decision {
         previous,
         publication,
         handoff,
+        members,
         dedicated_unmet,
         rollout,
     } = planned;
@@ -80,8 +88,7 @@ pub(super) fn decision(planned: Planned) -> Decision {
     events.extend(not_enough_workers_event(pool, unmet, unmet_note.as_ref()));
     events.extend(deletes.iter().map(|d| refreshing_worker_event(d, version)));
     events.extend(ack_events(&acks, spec.rollout.ack_timeout_seconds));
-    let expired = expired_workers(o, workers);
-    events.extend(expiry_events(pool, previous, &expired));
+    events.extend(availability_events(pool, previous, &members.unavailable));
 
     let reported = reported(
         o,
@@ -92,10 +99,14 @@ pub(super) fn decision(planned: Planned) -> Decision {
         outdated,
         unmet_note,
     );
-    let requeue_after = requeue_after(o, reported.verdict.phase);
+    let next_change = [members.next_change, handoff.next_wait]
+        .into_iter()
+        .flatten()
+        .min();
+    let requeue_after = requeue_after(o, reported.verdict.phase, next_change);
     let dedicated_unmet = (dedicated > 0).then(|| count(unmet.len()));
     let mut status = valid_status(o, valid, previous, reported, dedicated_unmet);
-    status.expired_workers = expired;
+    status.unavailable_workers.clone_from(&members.unavailable);
     let granted_after_seconds = if apply.is_some() {
         handoff.granted.iter().map(|g| g.after_seconds).collect()
     } else {
@@ -115,29 +126,14 @@ pub(super) fn decision(planned: Planned) -> Decision {
     }
 }
 
-/// The workers whose Lease expired as a live read confirmed (`Acknowledge`), by pod name.
-fn expired_workers(o: &Observed, workers: &Workers) -> Vec<String> {
-    if o.pool.spec.rollout.policy != RolloutPolicy::Acknowledge {
-        return Vec::new();
-    }
-    acknowledge::expired_workers(workers, o.acks)
-        .into_iter()
-        .map(|(_, name)| name.to_owned())
-        .collect()
-}
-
 /// When to look at the pool again if nothing else triggers it: soon while a roll-out goes on,
-/// and just past the next worker Lease's expiry, of which no event would tell.
-fn requeue_after(o: &Observed, phase: Phase) -> Duration {
+/// and just past `next_change` (a revoke wait or a grace that ends), of which no event tells.
+fn requeue_after(o: &Observed, phase: Phase, next_change: Option<Duration>) -> Duration {
     let requeue_after = match phase {
         Phase::RollingOut | Phase::Pending if !o.pool.spec.paused => REQUEUE_ROLLING,
         _ => REQUEUE_IDLE,
     };
-    match o.acks.next_expiry() {
-        Some(at) => requeue_after
-            .min(Duration::try_from(at.duration_since(o.now)).unwrap_or_default() + EXPIRY_SLACK),
-        None => requeue_after,
-    }
+    next_change.map_or(requeue_after, |left| requeue_after.min(left + EXPIRY_SLACK))
 }
 
 /// The events of a ConfigMap write: the new assignment, the jobs it revokes and grants, and a
@@ -272,16 +268,19 @@ pub fn coalesce_acknowledgements(events: Vec<PlannedEvent>) -> Vec<PlannedEvent>
     rest
 }
 
-/// The action of a [`reason::WORKER_LEASE_EXPIRED`] event whose worker held jobs.
+/// The action of a [`reason::WORKER_UNAVAILABLE`] event whose worker held jobs.
 pub const FAILOVER: &str = "Failover";
 
-/// The events of workers whose Lease expired since the last status, and of those that renewed
-/// it since.
-fn expiry_events(pool: &SwarmPool, previous: &Previous, expired: &[String]) -> Vec<PlannedEvent> {
-    let before: &[String] = pool
+/// The events of workers out of the pool since the last status, and of those back in it.
+fn availability_events(
+    pool: &SwarmPool,
+    previous: &Previous,
+    unavailable: &[UnavailableWorker],
+) -> Vec<PlannedEvent> {
+    let before: &[UnavailableWorker] = pool
         .status
         .as_ref()
-        .map_or(&[], |status| status.expired_workers.as_slice());
+        .map_or(&[], |status| status.unavailable_workers.as_slice());
     let held = |pod: &str| {
         previous
             .config
@@ -289,29 +288,46 @@ fn expiry_events(pool: &SwarmPool, previous: &Previous, expired: &[String]) -> V
             .and_then(|config| config.workload(pod))
             .map_or(0, |workload| workload.jobs.len())
     };
-    let newly = expired.iter().filter(|pod| !before.contains(pod)).map(|pod| PlannedEvent {
-        warning: true,
-        reason: reason::WORKER_LEASE_EXPIRED,
-        // A failover when it held jobs (counted as such).
-        action: if held(pod) > 0 { FAILOVER } else { "Expire" },
-        note: format!(
-            "the Lease of worker {pod} was not renewed for its duration plus {} s; its {} jobs go to the other workers until it renews",
-            pool.spec.rollout.lease_grace_seconds,
-            held(pod)
-        ),
-        related_pod: None,
-    });
-    let renewed = before
+    let listed = |list: &[UnavailableWorker], pod: &str| list.iter().any(|w| w.pod == pod);
+    let grace = pool.spec.rollout.lease_grace_seconds;
+    let newly = unavailable
         .iter()
-        .filter(|pod| !expired.contains(pod))
-        .map(|pod| PlannedEvent {
-            warning: false,
-            reason: reason::WORKER_LEASE_RENEWED,
-            action: "Renew",
-            note: format!("worker {pod} renewed its Lease (or is gone); it is a member again"),
+        .filter(|w| !listed(before, &w.pod))
+        .map(|w| PlannedEvent {
+            warning: true,
+            reason: reason::WORKER_UNAVAILABLE,
+            // A failover when it held jobs (counted as such).
+            action: if held(&w.pod) > 0 { FAILOVER } else { "Expire" },
+            note: format!(
+                "worker {}: {}; its {} jobs go to the other workers once it can no longer run them",
+                w.pod,
+                why(w.reason, grace),
+                held(&w.pod)
+            ),
             related_pod: None,
         });
-    newly.chain(renewed).collect()
+    let back = before
+        .iter()
+        .filter(|w| !listed(unavailable, &w.pod))
+        .map(|w| PlannedEvent {
+            warning: false,
+            reason: reason::WORKER_AVAILABLE,
+            action: "Rejoin",
+            note: format!("worker {} is Ready on a live node (or gone); it is a member again", w.pod),
+            related_pod: None,
+        });
+    newly.chain(back).collect()
+}
+
+/// Why a worker is out of the pool, in an event.
+fn why(reason: UnavailableReason, grace: i64) -> String {
+    match reason {
+        UnavailableReason::NotReady => format!("its pod has been NotReady for {grace} s or more"),
+        UnavailableReason::NodeLeaseSilent => format!(
+            "its node's Lease has not been renewed for {} s",
+            NODE_SILENCE.as_secs()
+        ),
+    }
 }
 
 /// The event of a stale worker's deletion, naming the config version it restarts on.
@@ -419,7 +435,7 @@ fn valid_status(
         dedicated_unmet,
         version: previous.version(),
         stale_workers: stale,
-        expired_workers: Vec::new(),
+        unavailable_workers: Vec::new(),
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
     }
 }
@@ -487,7 +503,7 @@ pub(super) fn failure(o: &Observed, facts: &Facts, failure: Failure) -> Decision
         dedicated_unmet: previous.and_then(|s| s.dedicated_unmet),
         version: written.version(),
         stale_workers: stale,
-        expired_workers: Vec::new(),
+        unavailable_workers: Vec::new(),
         conditions: verdict.conditions(previous_conditions(pool), pool.metadata.generation, o.now),
     };
     Decision {

@@ -30,6 +30,10 @@ pub struct WorkerPod {
     pub terminating: bool,
     /// Since when the pod has not been Ready (Ready condition transition, else creation).
     pub not_ready_since: Option<Timestamp>,
+    /// When its most recently started container started, if one runs.
+    pub started: Option<Timestamp>,
+    /// The node it runs on, once scheduled.
+    pub node: Option<String>,
 }
 
 impl WorkerPod {
@@ -313,6 +317,8 @@ mod tests {
             ready,
             terminating,
             not_ready_since: None,
+            started: None,
+            node: None,
         }
     }
 

@@ -47,11 +47,13 @@ pub enum Cache {
     Leases,
     /// The ConfigMaps pools read jobs from (`spec.jobsFrom`, label `swarm.io/jobs-source`).
     JobsSources,
+    /// The kubelets' node Leases (`kube-node-lease`; cluster-wide operators only).
+    NodeLeases,
 }
 
 impl Cache {
     /// Every cache, in the order the metrics list them.
-    pub const ALL: [Cache; 10] = [
+    pub const ALL: [Cache; 11] = [
         Cache::Pools,
         Cache::StatefulSets,
         Cache::Pods,
@@ -62,6 +64,7 @@ impl Cache {
         Cache::DeploymentPods,
         Cache::Leases,
         Cache::JobsSources,
+        Cache::NodeLeases,
     ];
 
     /// The name in metrics, logs and status messages.
@@ -77,6 +80,7 @@ impl Cache {
             Cache::DeploymentPods => "deployment-pods",
             Cache::Leases => "leases",
             Cache::JobsSources => "jobs-sources",
+            Cache::NodeLeases => "node-leases",
         }
     }
 }

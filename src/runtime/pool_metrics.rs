@@ -97,9 +97,9 @@ pub enum PoolCounter {
     AckTimeouts,
     /// Worker pods deleted because they did not acknowledge in time.
     AckFallbackDeletes,
-    /// Worker Leases that expired (`Acknowledge`).
-    LeaseExpiries,
-    /// Expired workers whose jobs were handed to the other workers.
+    /// Workers taken out of the pool: pod NotReady, node Lease silent (`Acknowledge`).
+    Unavailable,
+    /// Workers taken out of the pool while they held jobs, their jobs handed to the others.
     Failovers,
 }
 
@@ -109,7 +109,7 @@ impl PoolCounter {
         PoolCounter::Acknowledgements,
         PoolCounter::AckTimeouts,
         PoolCounter::AckFallbackDeletes,
-        PoolCounter::LeaseExpiries,
+        PoolCounter::Unavailable,
         PoolCounter::Failovers,
     ];
 
@@ -132,13 +132,13 @@ impl PoolCounter {
                 "worker_ack_fallback_deletes",
                 "Worker pods deleted because they did not acknowledge in time, by pool",
             ),
-            PoolCounter::LeaseExpiries => (
-                "worker_lease_expiries",
-                "Worker Leases not renewed for their duration plus the pool's grace, by pool",
+            PoolCounter::Unavailable => (
+                "worker_unavailable",
+                "Workers taken out of the pool (pod NotReady for the pool's grace, node Lease silent), by pool",
             ),
             PoolCounter::Failovers => (
                 "worker_failovers",
-                "Workers whose Lease expired while they held jobs, their jobs handed to the others, by pool",
+                "Workers taken out of the pool while they held jobs, their jobs handed to the others, by pool",
             ),
         }
     }

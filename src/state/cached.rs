@@ -205,6 +205,10 @@ pub struct CachedPod {
     pub terminating: bool,
     /// See [`PodSummary::ready`].
     pub ready: Option<ReadyCondition>,
+    /// See [`PodSummary::node`].
+    pub node: Option<Box<str>>,
+    /// See [`PodSummary::started`].
+    pub started: Option<Timestamp>,
     /// See [`PodSummary::finished`].
     pub finished: bool,
 }
@@ -228,6 +232,8 @@ impl Cacheable for PodSummary {
             created: meta.creation_timestamp.as_ref().map(|t| t.0),
             terminating: meta.deletion_timestamp.is_some(),
             ready: self.ready.clone(),
+            node: self.node.as_deref().map(Into::into),
+            started: self.started.as_ref().map(|t| t.0),
             finished: self.finished,
         }
     }

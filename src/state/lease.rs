@@ -1,15 +1,15 @@
 //! A worker's Lease as the operator reads it (`rollout.policy: Acknowledge`): named like the
 //! worker's pod, held by the pod instance's uid, with the config version it runs in the
-//! [`ACKED_VERSION_ANNOTATION`](swarm_protocol::names::ACKED_VERSION_ANNOTATION). What a Lease means for
-//! a pod instance (acknowledged, expired, confirmed) is its [`WorkerLeaseState`].
+//! [`ACKED_VERSION_ANNOTATION`](swarm_protocol::names::ACKED_VERSION_ANNOTATION) and its permit
+//! in `leaseDurationSeconds`. Workers write it only to acknowledge: it says nothing of whether
+//! they are alive (their pod's readiness does), so nothing here expires.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
+use swarm_protocol::fence;
 
-use crate::state::lease_state::{LiveRead, ObservedLease, Timed, WorkerLeaseState};
 use crate::state::lease_summary::LeaseSummary;
 
 /// What one worker's Lease says: the pod instance that wrote it, and the version it runs.
@@ -21,54 +21,69 @@ pub struct Ack {
     pub version: u64,
 }
 
-/// What a worker's Lease says of its last renewal: any write by its worker changes it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Renewal {
-    /// `spec.holderIdentity`.
-    pub holder: String,
-    /// `spec.renewTime`, as the worker wrote it (its own clock: compared, never measured).
-    pub renew_time: Option<Timestamp>,
-    /// The acknowledged version, as written.
-    pub acked: Option<String>,
+/// What a worker Lease means for one pod instance.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerLeaseState {
+    /// No Lease held by this instance: it acknowledged nothing.
+    Unheld,
+    /// Held by this instance, which runs the version `acked` if any.
+    Held {
+        /// The config version the instance acknowledged.
+        acked: Option<u64>,
+    },
 }
 
-impl Renewal {
-    /// The renewal a Lease records; `None` without a holder.
-    pub fn of(lease: &LeaseSummary) -> Option<Renewal> {
-        Some(Renewal {
-            holder: lease.holder.clone()?,
-            renew_time: lease.renew_time,
-            acked: lease.acked.clone(),
-        })
-    }
-}
-
-/// The worker Leases of a pool, by pod name, as this operator observed and judged them: each
-/// instance's state is [`WorkerLeaseState::of`] its Lease at the reading they were judged at.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Acks {
-    by_pod: BTreeMap<String, ObservedLease>,
-    /// The monotonic reading the Leases were judged at (see `controller::lease_clock`).
-    judged_at: Option<Instant>,
-    /// When the next of the Leases not expired expires if it is not renewed.
-    next_expiry: Option<Timestamp>,
-}
-
-impl Acks {
-    /// The Leases among these that have a holder, not timed yet.
-    pub fn from_leases<'a>(leases: impl IntoIterator<Item = &'a LeaseSummary>) -> Self {
-        Self {
-            by_pod: leases
-                .into_iter()
-                .filter_map(|lease| {
-                    Some((lease.name_any(), ObservedLease::new(Renewal::of(lease)?)))
-                })
-                .collect(),
-            ..Self::default()
+impl WorkerLeaseState {
+    /// The config version the instance acknowledged.
+    pub fn acked(self) -> Option<u64> {
+        match self {
+            Self::Unheld => None,
+            Self::Held { acked } => acked,
         }
     }
 
-    /// Acknowledgements of `(pod name, ack)` pairs, never expiring (a what-if).
+    /// Whether the instance acknowledged `version` or a later one.
+    pub fn covers(self, version: u64) -> bool {
+        self.acked().is_some_and(|v| v >= version)
+    }
+}
+
+/// One Lease as read: its holder, acknowledged version and the permit its worker declares.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Held {
+    holder: String,
+    acked: Option<u64>,
+    permit: Option<Duration>,
+}
+
+/// The worker Leases of a pool, by pod name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Acks {
+    by_pod: BTreeMap<String, Held>,
+}
+
+impl Acks {
+    /// The Leases among these that have a holder.
+    pub fn from_leases<'a>(leases: impl IntoIterator<Item = &'a LeaseSummary>) -> Self {
+        let by_pod = leases
+            .into_iter()
+            .filter_map(|lease| {
+                let held = Held {
+                    holder: lease.holder.clone()?,
+                    acked: lease.acked.as_deref().and_then(|v| v.trim().parse().ok()),
+                    permit: lease
+                        .duration_seconds
+                        .and_then(|s| u64::try_from(s).ok())
+                        .filter(|&s| s > 0)
+                        .map(Duration::from_secs),
+                };
+                Some((lease.name_any(), held))
+            })
+            .collect();
+        Self { by_pod }
+    }
+
+    /// Acknowledgements of `(pod name, ack)` pairs, with the default permit (a what-if).
     pub fn new(acks: impl IntoIterator<Item = (String, Ack)>) -> Self {
         let mut all = Self::default();
         for (pod, ack) in acks {
@@ -79,108 +94,41 @@ impl Acks {
 
     /// The state of the Lease of `pod` for its pod instance `uid`.
     pub fn state(&self, pod: &str, uid: &str) -> WorkerLeaseState {
-        WorkerLeaseState::of(self.by_pod.get(pod), uid, self.judged_at)
-    }
-
-    /// Records the Lease of `pod` as observed.
-    pub fn observe(&mut self, pod: impl Into<String>, lease: ObservedLease) {
-        self.by_pod.insert(pod.into(), lease);
-    }
-
-    /// Records the monotonic reading the Leases were judged at.
-    pub fn judged_at(&mut self, now: Instant) {
-        self.judged_at = Some(now);
-    }
-
-    /// Records that the Lease of `pod`, saying `renewal`, expired (or, if nothing was judged
-    /// yet, was judged expired at `at`).
-    pub fn mark_expired(&mut self, pod: impl Into<String>, renewal: Renewal, at: Instant) {
-        let now = *self.judged_at.get_or_insert(at);
-        let lease = ObservedLease {
-            timed: Some(Timed {
-                unchanged_since: now,
-                lasts: Duration::ZERO,
-            }),
-            ..ObservedLease::new(renewal)
-        };
-        self.observe(pod, lease);
-    }
-
-    /// Whether some Lease was judged expired, for its own holder.
-    pub fn has_expired(&self) -> bool {
-        self.expired().next().is_some()
-    }
-
-    /// The Leases judged expired, by pod name.
-    fn expired(&self) -> impl Iterator<Item = (&String, &ObservedLease)> {
-        self.by_pod.iter().filter(|(_, lease)| {
-            WorkerLeaseState::of(Some(lease), &lease.renewal.holder, self.judged_at).is_expired()
-        })
-    }
-
-    /// These Leases with their expiries checked against `live`, the pool's Leases as a live
-    /// read returns them: a Lease renewed since it was judged expired (the cache lagged) is not
-    /// expired; the others are confirmed. A Lease the read does not return was not renewed
-    /// either (its worker would have created it).
-    pub fn confirmed_by<'a>(&self, live: impl IntoIterator<Item = &'a LeaseSummary>) -> Acks {
-        let live: BTreeMap<String, Option<Renewal>> = live
-            .into_iter()
-            .map(|lease| (lease.name_any(), Renewal::of(lease)))
-            .collect();
-        let expired: Vec<String> = self.expired().map(|(pod, _)| pod.clone()).collect();
-        let mut confirmed = self.clone();
-        for pod in expired {
-            let lease = confirmed.by_pod.get_mut(&pod).expect("listed above");
-            let renewed = live
-                .get(&pod)
-                .is_some_and(|now| now.as_ref() != Some(&lease.renewal));
-            lease.live = if renewed {
-                LiveRead::Renewed
-            } else {
-                LiveRead::UnchangedSinceWrite
-            };
-        }
-        confirmed
-    }
-
-    /// Records that the config was written: the confirmations so far were read before it.
-    pub fn written(&mut self) {
-        for lease in self.by_pod.values_mut() {
-            if lease.live == LiveRead::UnchangedSinceWrite {
-                lease.live = LiveRead::UnchangedBeforeWrite;
-            }
+        match self.held_by(pod, uid) {
+            Some(held) => WorkerLeaseState::Held { acked: held.acked },
+            None => WorkerLeaseState::Unheld,
         }
     }
 
-    /// Records that a Lease expires at `at` unless renewed.
-    pub fn note_expiry(&mut self, at: Timestamp) {
-        self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
+    /// The permit the worker of `pod` instance `uid` declares in its Lease: how long a read of
+    /// its ConfigMap lets it run jobs. [`fence::DEFAULT_PERMIT`] when its Lease does not say.
+    pub fn permit(&self, pod: &str, uid: &str) -> Duration {
+        self.held_by(pod, uid)
+            .and_then(|held| held.permit)
+            .unwrap_or(fence::DEFAULT_PERMIT)
     }
 
-    /// When the next Lease expires unless renewed, if any may.
-    pub fn next_expiry(&self) -> Option<Timestamp> {
-        self.next_expiry
+    fn held_by(&self, pod: &str, uid: &str) -> Option<&Held> {
+        self.by_pod
+            .get(pod)
+            .filter(|held| !uid.is_empty() && held.holder == uid)
     }
 
-    /// Records that the Lease of `pod` now says `ack`, timed as before if its holder is the
-    /// same.
+    /// Records that the Lease of `pod` now says `ack`, with the permit it said before if its
+    /// holder is the same.
     pub fn insert(&mut self, pod: impl Into<String>, ack: Ack) {
         let pod = pod.into();
-        let previous = self
+        let permit = self
             .by_pod
-            .remove(&pod)
-            .filter(|l| l.renewal.holder == ack.holder);
-        let renewal = Renewal {
-            renew_time: previous.as_ref().and_then(|l| l.renewal.renew_time),
+            .get(&pod)
+            .filter(|held| held.holder == ack.holder)
+            .and_then(|held| held.permit);
+        let held = Held {
             holder: ack.holder,
-            acked: Some(ack.version.to_string()),
+            acked: Some(ack.version),
+            permit,
         };
-        let lease = ObservedLease {
-            timed: previous.as_ref().and_then(|l| l.timed),
-            live: previous.map_or(LiveRead::None, |l| l.live),
-            ..ObservedLease::new(renewal)
-        };
-        self.by_pod.insert(pod, lease);
+        self.by_pod.insert(pod, held);
     }
 }
 
@@ -197,59 +145,9 @@ mod tests {
         }
         serde_json::from_value(json!({
             "metadata": {"name": name, "annotations": annotations},
-            "spec": {"holderIdentity": holder},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 12},
         }))
         .unwrap()
-    }
-
-    fn renewed(name: &str, holder: &str, second: i64) -> LeaseSummary {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "annotations": {ACKED_VERSION_ANNOTATION: "3"}},
-            "spec": {"holderIdentity": holder, "renewTime": format!("{}", Timestamp::from_second(second).unwrap())},
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn a_live_read_confirms_an_expiry_unless_the_lease_was_renewed_since() {
-        use WorkerLeaseState::*;
-        let (stale, fresh) = (renewed("w-0", "uid-0", 100), renewed("w-1", "uid-1", 100));
-        let mut acks = Acks::from_leases([&stale, &fresh]);
-        let at = Instant::now();
-        for lease in [&stale, &fresh] {
-            acks.mark_expired(lease.name_any(), Renewal::of(lease).unwrap(), at);
-        }
-        let gone = Renewal::of(&renewed("w-2", "uid-2", 90)).unwrap();
-        acks.mark_expired("w-2", gone, at);
-        let acked = Some(3);
-        assert_eq!(acks.state("w-0", "uid-0"), ExpiredUnconfirmed { acked });
-        assert!(acks.has_expired());
-
-        // w-1 renewed after the cache last saw it; w-2's Lease is gone.
-        let live = [stale.clone(), renewed("w-1", "uid-1", 101)];
-        let confirmed = acks.confirmed_by(&live);
-        assert_eq!(confirmed.state("w-0", "uid-0"), ExpiredConfirmed { acked });
-        assert_eq!(
-            confirmed.state("w-1", "uid-1"),
-            Live { acked },
-            "renewed since"
-        );
-        assert_eq!(
-            confirmed.state("w-2", "uid-2"),
-            ExpiredConfirmed { acked },
-            "not renewed"
-        );
-        assert_eq!(confirmed.state("w-0", "uid-9"), Unheld, "another instance");
-
-        let mut written = confirmed.clone();
-        written.written();
-        assert_eq!(
-            written.state("w-0", "uid-0"),
-            ExpiredConfirmedBeforeWrite { acked },
-            "still no member"
-        );
-        assert!(written.has_expired());
-        assert!(!Acks::from_leases([&stale]).has_expired(), "never judged");
     }
 
     #[test]
@@ -284,38 +182,19 @@ mod tests {
     }
 
     #[test]
-    fn an_acknowledgement_keeps_the_timing_of_its_holder_only() {
-        let mut acks = Acks::new([(
-            "w-0".to_owned(),
-            Ack {
-                holder: "uid-0".into(),
-                version: 2,
-            },
-        )]);
-        acks.mark_expired(
-            "w-0",
-            Renewal::of(&renewed("w-0", "uid-0", 100)).unwrap(),
-            Instant::now(),
-        );
-        acks.insert(
-            "w-0",
-            Ack {
-                holder: "uid-0".into(),
-                version: 4,
-            },
-        );
-        let expired = WorkerLeaseState::ExpiredUnconfirmed { acked: Some(4) };
-        assert_eq!(acks.state("w-0", "uid-0"), expired);
-        acks.insert(
-            "w-0",
-            Ack {
-                holder: "uid-1".into(),
-                version: 4,
-            },
-        );
-        assert_eq!(
-            acks.state("w-0", "uid-1"),
-            WorkerLeaseState::Live { acked: Some(4) }
-        );
+    fn the_permit_is_the_holders_declaration_else_the_default() {
+        let acks = Acks::from_leases(&[lease("w-0", Some("uid-0"), Some("7"))]);
+        assert_eq!(acks.permit("w-0", "uid-0"), Duration::from_secs(12));
+        assert_eq!(acks.permit("w-0", "uid-1"), fence::DEFAULT_PERMIT);
+        assert_eq!(acks.permit("w-9", "uid-9"), fence::DEFAULT_PERMIT);
+        let mut acks = acks;
+        let ack = |holder: &str| Ack {
+            holder: holder.into(),
+            version: 8,
+        };
+        acks.insert("w-0", ack("uid-0"));
+        assert_eq!(acks.permit("w-0", "uid-0"), Duration::from_secs(12));
+        acks.insert("w-0", ack("uid-1"));
+        assert_eq!(acks.permit("w-0", "uid-1"), fence::DEFAULT_PERMIT);
     }
 }

@@ -1,5 +1,5 @@
-//! A worker pod as the operator keeps it: its metadata, its Ready condition and whether it has
-//! finished, nothing else.
+//! A worker pod as the operator keeps it: its metadata, its node, its Ready condition, when its
+//! containers last started and whether it has finished, nothing else.
 //!
 //! With 10,000 worker pods the pod cache is most of the operator's memory. A `Pod` from
 //! k8s-openapi is 2.4 KB before any of its fields is set (its spec and status are inline), so
@@ -23,6 +23,11 @@ pub struct PodSummary {
     pub metadata: ObjectMeta,
     /// The pod's `Ready` condition, from `status.conditions`; `None` when it has none yet.
     pub ready: Option<ReadyCondition>,
+    /// `spec.nodeName`: the node it runs on, once scheduled.
+    pub node: Option<String>,
+    /// When its most recently started running container started (`state.running.startedAt`):
+    /// a container the kubelet restarted is not Ready until its worker has read its entry.
+    pub started: Option<Time>,
     /// The pod's phase is `Failed` or `Succeeded` (evicted, say): every container has stopped
     /// and the kubelet never starts one again, so the pod runs nothing though it stays in the
     /// API until it is deleted.
@@ -50,9 +55,19 @@ impl From<&Pod> for PodSummary {
                 last_transition_time: c.last_transition_time.clone(),
             });
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let started = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone())
+            .max_by_key(|t| t.0);
         PodSummary {
             metadata: read_meta(&pod.metadata),
             ready,
+            node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            started,
             finished: is_finished(phase),
         }
     }
@@ -66,22 +81,53 @@ fn is_finished(phase: Option<&str>) -> bool {
     matches!(phase, Some("Failed" | "Succeeded"))
 }
 
-/// What a pod is read as: `metadata`, and of `status` the phase and the conditions; every
-/// other field is skipped unread.
+/// What a pod is read as: `metadata`, of `spec` the node, and of `status` the phase, the
+/// conditions and when each running container started; every other field is skipped unread.
 #[derive(Deserialize)]
 struct PodFields {
     #[serde(default, deserialize_with = "without_managed_fields")]
     metadata: ObjectMeta,
     #[serde(default)]
+    spec: Option<SpecFields>,
+    #[serde(default)]
     status: Option<StatusFields>,
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SpecFields {
+    #[serde(default)]
+    node_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct StatusFields {
     #[serde(default)]
     phase: Option<String>,
     #[serde(default)]
     conditions: Option<Vec<ConditionFields>>,
+    #[serde(default)]
+    container_statuses: Option<Vec<ContainerStatusFields>>,
+}
+
+#[derive(Deserialize)]
+struct ContainerStatusFields {
+    #[serde(default)]
+    state: Option<ContainerStateFields>,
+}
+
+#[derive(Deserialize)]
+struct ContainerStateFields {
+    #[serde(default)]
+    running: Option<RunningFields>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunningFields {
+    #[serde(default, rename = "startedAt")]
+    started_at: Option<Time>,
 }
 
 #[derive(Deserialize)]
@@ -96,12 +142,19 @@ struct ConditionFields {
 
 impl From<PodFields> for PodSummary {
     fn from(pod: PodFields) -> Self {
-        let (phase, conditions) = pod
+        let (phase, conditions, containers) = pod
             .status
-            .map(|s| (s.phase, s.conditions))
+            .map(|s| (s.phase, s.conditions, s.container_statuses))
             .unwrap_or_default();
+        let started = containers
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.state?.running?.started_at)
+            .max_by_key(|t| t.0);
         PodSummary {
             metadata: pod.metadata,
+            node: pod.spec.and_then(|s| s.node_name),
+            started,
             ready: conditions
                 .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
                 .map(|c| ReadyCondition {
@@ -136,8 +189,12 @@ mod tests {
                 }],
                 "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}]
             },
-            "spec": {"containers": [{"name": "worker", "image": "busybox"}]},
-            "status": {"phase": "Running", "conditions": conditions}
+            "spec": {"nodeName": "node-a", "containers": [{"name": "worker", "image": "busybox"}]},
+            "status": {"phase": "Running", "conditions": conditions, "containerStatuses": [
+                {"name": "worker", "ready": false, "state": {"running": {"startedAt": "2026-01-01T00:00:03Z"}}},
+                {"name": "sidecar", "ready": true, "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}},
+                {"name": "done", "ready": false, "state": {"terminated": {"exitCode": 0}}}
+            ]}
         })
     }
 
@@ -159,6 +216,12 @@ mod tests {
         assert_eq!(
             ready.last_transition_time,
             Some(Time("2026-01-01T00:00:02Z".parse().expect("time")))
+        );
+        assert_eq!(summary.node.as_deref(), Some("node-a"));
+        assert_eq!(
+            summary.started,
+            Some(Time("2026-01-01T00:00:03Z".parse().expect("time"))),
+            "the latest start of a running container"
         );
 
         crate::state::trim::pod(&mut summary);

@@ -167,7 +167,7 @@ fn every_alert_has_a_severity_a_runbook_on_the_runbook_page_and_a_unit_test() {
             "SwarmPoolDegraded",
             "SwarmPoolHandoffStuck",
             "SwarmPoolRolloutStuck",
-            "SwarmPoolWorkerLeaseExpired",
+            "SwarmPoolWorkerUnavailable",
             "SwarmOperatorAbsent",
             "SwarmOperatorReconcileErrors",
         ]
@@ -214,7 +214,7 @@ fn exported_names() -> BTreeSet<String> {
     metrics.warned("ConfigMapConflict");
     metrics.refreshed("swarm", "pool");
     metrics.count(
-        swarm_operator::runtime::pool_metrics::PoolCounter::LeaseExpiries,
+        swarm_operator::runtime::pool_metrics::PoolCounter::Unavailable,
         "swarm",
         "pool",
     );
@@ -315,6 +315,7 @@ fn the_alerts_and_the_dashboard_query_only_metrics_the_operator_exports() {
         "swarm_operator_reconcile_failures_total",
         "swarm_operator_handoff_unheld_seconds_bucket",
         "swarm_operator_worker_refreshes_total",
+        "swarm_operator_worker_unavailable_total",
     ] {
         assert!(used.contains(name), "{name} is charted or alerted on");
     }

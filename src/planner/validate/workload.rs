@@ -174,5 +174,7 @@ pub(super) fn worker_pod(pod: &CachedPod, deleting: &BTreeSet<String>) -> Worker
         ready,
         terminating,
         not_ready_since,
+        started: pod.started,
+        node: pod.node.as_deref().map(str::to_owned),
     }
 }
