@@ -15,9 +15,10 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt as _};
-use swarm_operator::api::crd::SwarmPool;
+use swarm_operator::api::crd::{RolloutPolicy, SwarmPool};
 use swarm_operator::plugin::output::{self, Format};
 use swarm_operator::plugin::{self, PluginError, PoolView, locate, scale_plan, status};
+use swarm_operator::state::lease_summary::LeaseSummary;
 use swarm_operator::state::pod_summary::PodSummary;
 use swarm_operator::state::{jobs_source, worker_slices};
 use swarm_protocol::names::{POOL_LABEL, WORKER_LABEL};
@@ -147,6 +148,7 @@ async fn run(cli: Cli) -> Result<String, PluginError> {
                     config_map,
                     worker_config_maps,
                     pods: Vec::new(),
+                    leases: Vec::new(),
                 });
             }
             let scope = if all_namespaces {
@@ -261,12 +263,38 @@ async fn fetch(cluster: &Cluster, namespace: &str, name: &str) -> Result<PoolVie
         .await
         .map_err(|e| cluster.error(&e, "list pods"))?
         .items;
+    let leases = read_leases(cluster, namespace, &pool).await?;
     Ok(PoolView {
         pool,
         config_map,
         worker_config_maps,
         pods,
+        leases,
     })
+}
+
+/// The workers' Leases of an `Acknowledge` pool: what each acknowledged. A user who may not
+/// list Leases still gets the rest of the status.
+async fn read_leases(
+    cluster: &Cluster,
+    namespace: &str,
+    pool: &SwarmPool,
+) -> Result<Vec<LeaseSummary>, PluginError> {
+    if pool.spec.rollout.policy != RolloutPolicy::Acknowledge {
+        return Ok(Vec::new());
+    }
+    let selector = format!("{POOL_LABEL}={}", pool.name_any());
+    match Api::<LeaseSummary>::namespaced(cluster.client.clone(), namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await
+    {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            eprintln!("warning: cannot list Leases in {namespace}: acknowledged versions not shown");
+            Ok(Vec::new())
+        }
+        Err(e) => Err(cluster.error(&e, "list the workers' Leases")),
+    }
 }
 
 /// The pool's ConfigMap, and in the per-worker layout (an `index.yml`) the workers' own.

@@ -11,6 +11,8 @@ pub mod output;
 pub mod scale_plan;
 pub mod status;
 
+use crate::state::lease::Acks;
+use crate::state::lease_summary::LeaseSummary;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt as _;
 use swarm_protocol::config::WorkerConfig;
@@ -32,6 +34,8 @@ pub struct PoolView {
     pub worker_config_maps: Vec<ConfigMap>,
     /// Pods of the pool's namespace (looked up by name).
     pub pods: Vec<PodSummary>,
+    /// The workers' Leases (`rollout.policy: Acknowledge`): what each acknowledged.
+    pub leases: Vec<LeaseSummary>,
 }
 
 impl PoolView {
@@ -93,6 +97,24 @@ impl PoolView {
         self.pods
             .iter()
             .find(|pod| pod.metadata.name.as_deref() == Some(name))
+    }
+
+    /// The config version the pod's current instance acknowledged in its Lease, if any.
+    pub fn acked(&self, name: &str) -> Option<u64> {
+        let uid = self.pod(name)?.metadata.uid.as_deref()?;
+        Acks::from_leases(&self.leases).state(name, uid).acked()
+    }
+
+    /// The permit the workers' Leases declare, the longest of them (the default without one):
+    /// the permit the pool's failover bound depends on.
+    pub fn permit(&self) -> std::time::Duration {
+        self.leases
+            .iter()
+            .filter_map(|lease| lease.duration_seconds)
+            .filter_map(|seconds| u64::try_from(seconds).ok())
+            .map(std::time::Duration::from_secs)
+            .max()
+            .unwrap_or(swarm_protocol::fence::DEFAULT_PERMIT)
     }
 
     /// Whether the pod exists and is Ready (`None`: no such pod).

@@ -1,6 +1,7 @@
 //! `kubectl swarm status POOL`: the pool's phase and version, then one row per worker.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use serde::Serialize;
 use swarm_assign::Qos;
@@ -8,6 +9,9 @@ use swarm_assign::Qos;
 use super::output::Table;
 use super::{PluginError, PoolView};
 use crate::api::conditions::READY;
+use crate::api::crd::RolloutPolicy;
+use crate::state::node_leases::NODE_SILENCE;
+use swarm_protocol::fence;
 
 /// What `status` reports, as `-o json|yaml` prints it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -39,6 +43,11 @@ pub struct StatusReport {
     pub unassigned_jobs: Vec<String>,
     /// Jobs revoked from a worker and not yet granted.
     pub jobs_in_transit: usize,
+    /// Under `rollout.policy: Acknowledge`: at worst how long after a worker stops (frozen, cut
+    /// off, its node lost) its jobs run elsewhere, from the workers' permit and the pool's
+    /// grace (see docs/worker-protocol.md, the failover table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover_bound_seconds: Option<f64>,
     /// The workers in the config, in ordinal (slot) order, then pods that only hold jobs in
     /// transit.
     pub workers: Vec<WorkerStatus>,
@@ -65,12 +74,20 @@ pub struct WorkerStatus {
     pub restart_pending: bool,
     /// Jobs revoked from it, waiting for its pod to be gone before another worker gets them.
     pub in_transit: Vec<String>,
+    /// Under `Acknowledge`: the config version its pod instance last acknowledged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub acked_version: Option<u64>,
+    /// Under `Acknowledge`: why the operator took it out of the pool, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// Builds the report of one pool.
 pub fn report(view: &PoolView) -> Result<StatusReport, PluginError> {
     let config = view.config()?;
     let spec = &view.pool.spec;
+    let status = view.pool.status.clone().unwrap_or_default();
+    let acknowledge = spec.rollout.policy == RolloutPolicy::Acknowledge;
     let neutral = Qos::default();
     let qos = spec.qos.as_ref().unwrap_or(&neutral);
     let weight = |jobs: &[String]| {
@@ -93,6 +110,12 @@ pub fn report(view: &PoolView) -> Result<StatusReport, PluginError> {
         since_version,
         restart_pending: view.restart_pending(pod),
         in_transit: transit_of(pod),
+        acked_version: acknowledge.then(|| view.acked(pod)).flatten(),
+        unavailable: status
+            .unavailable_workers
+            .iter()
+            .find(|w| w.pod == pod)
+            .map(|w| format!("{:?}", w.reason)),
     };
     let mut workers: Vec<WorkerStatus> = config
         .workloads()
@@ -114,8 +137,10 @@ pub fn report(view: &PoolView) -> Result<StatusReport, PluginError> {
         .flat_map(|(_, jobs)| jobs.iter())
         .map(String::as_str)
         .collect();
-    let status = view.pool.status.clone().unwrap_or_default();
     let ready = status.conditions.iter().find(|c| c.type_ == READY);
+    let grace = Duration::from_secs(spec.rollout.lease_grace_seconds.max(0).unsigned_abs());
+    let failover_bound_seconds =
+        acknowledge.then(|| failover_bound(view.permit(), grace).as_secs_f64());
     Ok(StatusReport {
         namespace: view.namespace(),
         pool: view.name(),
@@ -139,8 +164,21 @@ pub fn report(view: &PoolView) -> Result<StatusReport, PluginError> {
             .cloned()
             .collect(),
         jobs_in_transit: config.transit().map(|(_, jobs)| jobs.len()).sum(),
+        failover_bound_seconds,
         workers,
     })
+}
+
+/// The kubelet's probe period in the workers' pod template (docs/worker-protocol.md).
+const PROBE_PERIOD: Duration = Duration::from_secs(5);
+
+/// At worst how long after a worker stops its jobs run elsewhere: the longer of its pod turning
+/// NotReady (its last read's readiness window, one probe period and the grace) and its node's
+/// Lease turning silent, then the revoke wait.
+pub fn failover_bound(permit: Duration, grace: Duration) -> Duration {
+    let not_ready = fence::ready_within(permit) + PROBE_PERIOD + grace;
+    let node = NODE_SILENCE.unsigned_abs();
+    not_ready.max(node) + fence::revoke_wait(permit, grace)
 }
 
 /// The report as a person reads it: a summary, then the table of workers.
@@ -174,6 +212,11 @@ pub fn render(report: &StatusReport) -> String {
         report.jobs_in_transit,
         report.unassigned_jobs.len()
     ));
+    if let Some(bound) = report.failover_bound_seconds {
+        out.push_str(&format!(
+            "Failover:   within {bound:.0} s of a worker stopping, its jobs run elsewhere\n"
+        ));
+    }
     out.push('\n');
 
     let weighted = report.workers.iter().any(|w| w.weight.is_some());
@@ -182,6 +225,10 @@ pub fn render(report: &StatusReport) -> String {
         header.push("WEIGHT");
     }
     header.extend(["SINCE", "RESTART", "IN TRANSIT"]);
+    let acknowledge = report.failover_bound_seconds.is_some();
+    if acknowledge {
+        header.extend(["ACKED", "OUT"]);
+    }
     let mut table = Table::new(&header);
     for worker in &report.workers {
         let ready = match (worker.exists, worker.ready) {
@@ -202,6 +249,10 @@ pub fn render(report: &StatusReport) -> String {
             if worker.restart_pending { "yes" } else { "no" }.to_owned(),
             worker.in_transit.len().to_string(),
         ]);
+        if acknowledge {
+            cells.push(worker.acked_version.map_or("-".to_owned(), |v| format!("v{v}")));
+            cells.push(worker.unavailable.clone().unwrap_or_else(|| "-".to_owned()));
+        }
         table.row(cells);
     }
     if report.workers.is_empty() {

@@ -58,6 +58,7 @@ fn rolling_view() -> PoolView {
         )),
         worker_config_maps: Vec::new(),
         pods: vec![pod("w-0", "uid-0", true), pod("w-1", "uid-1", false)],
+        leases: Vec::new(),
     }
 }
 
@@ -126,6 +127,7 @@ fn weighted_pools_get_a_weight_column() {
         )),
         worker_config_maps: Vec::new(),
         pods: vec![pod("w-0", "u0", true), pod("w-1", "u1", true)],
+        leases: Vec::new(),
     };
     let text = status::render(&status::report(&view).unwrap());
     assert!(
@@ -145,6 +147,7 @@ fn a_pool_without_a_config_yet_is_a_one_line_error_with_exit_code_1() {
         config_map: None,
         worker_config_maps: Vec::new(),
         pods: Vec::new(),
+        leases: Vec::new(),
     };
     let error = status::report(&view).expect_err("no ConfigMap");
     assert_eq!(error.exit_code(), 1);
@@ -203,6 +206,7 @@ fn balanced_view(replicas: usize) -> PoolView {
             .map(|i| pod(&format!("w-{i}"), &format!("u{i}"), true))
             .collect(),
     }
+    leases: Vec::new(),
 }
 
 #[test]
@@ -296,6 +300,7 @@ fn plan_of_a_deployment_pool_keeps_each_slots_jobs_on_its_pod_and_adds_new_pods(
             pod("d-5f7-abcde", "u1", true),
             pod("d-5f7-xyz12", "u2", true),
         ],
+        leases: Vec::new(),
     };
     let plan = scale_plan::predict(&view, 4).expect("a plan");
     assert_eq!(plan.jobs_moved, 2);
@@ -373,6 +378,7 @@ fn plan_of_a_deployment_scale_down_waits_for_the_replica_set_to_remove_pods() {
             .enumerate()
             .map(|(i, name)| pod(name, &format!("u{i}"), true))
             .collect(),
+        leases: Vec::new(),
     };
     let plan = scale_plan::predict(&view, 3).expect("a plan");
     assert_eq!(
@@ -397,6 +403,7 @@ fn plan_without_a_workload_says_why() {
         config_map: Some(config_map("version: 1\nworkloads: {}\n", json!({}))),
         worker_config_maps: Vec::new(),
         pods: Vec::new(),
+        leases: Vec::new(),
     };
     let error = scale_plan::predict(&view, 2).expect_err("no workload");
     assert_eq!(
@@ -453,6 +460,7 @@ fn rolling_view_per_worker() -> PoolView {
         .expect("a valid ConfigMap"),
     ];
     view
+    leases: Vec::new(),
 }
 
 #[test]
