@@ -9,6 +9,7 @@ pub struct SimConfig {
     /// Listen address; port 0 picks a free port.
     pub addr: SocketAddr,
     /// Factor applied to every simulated delay: 0.01 makes a 30 s grace period take 0.3 s.
+    /// Readiness probes are not simulated delays: they probe real processes in real time.
     pub time_scale: f64,
     /// How long a pod takes to become Running and Ready, before scaling by `time_scale`.
     pub pod_ready_delay: Duration,

@@ -17,6 +17,8 @@
 //! - CRD `x-kubernetes-validations` (CEL) rules are not evaluated.
 //! - Reads always see the latest state: a `resourceVersion` on GET or list is not used to
 //!   serve an older snapshot (paged lists do keep the snapshot of their first page).
+//! - Pods have no network: `httpGet` readiness probes go to the address in the pod's
+//!   `kube-sim.swarm.io/probe-address` annotation, and other probe kinds are not run.
 //! - No authentication or admission webhooks, and every request is authorized:
 //!   `authorization.k8s.io/v1` access reviews answer `allowed: true` and rules reviews one
 //!   rule allowing everything, as kube-apiserver's `AlwaysAllow` authorizer does.

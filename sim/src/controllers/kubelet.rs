@@ -3,11 +3,13 @@
 //!
 //! Starting a pod means what a real kubelet does once volumes are set up and containers run:
 //! it waits (in `ContainerCreating`) until every non-optional ConfigMap the pod mounts exists,
-//! snapshots those ConfigMaps into [`Mounts`], and reports the pod Running and Ready. Ending a
-//! pod is the kubelet's final `DELETE` with grace 0 and a uid precondition, as the real one
-//! issues after the containers stopped. A pod whose phase is set to `Failed` or `Succeeded`
-//! (what a real kubelet writes when it evicts a pod) has stopped: its mounts are dropped and it
-//! is never started again, but it stays in the API until someone deletes it.
+//! snapshots those ConfigMaps into [`Mounts`], and reports the pod Running. Its containers are
+//! ready at once, except those with an `httpGet` readinessProbe: they start unready and follow
+//! their probe (see [`prober`]). Ending a pod is the kubelet's final `DELETE` with grace 0 and
+//! a uid precondition, as the real one issues after the containers stopped. A pod whose phase
+//! is set to `Failed` or `Succeeded` (what a real kubelet writes when it evicts a pod) has
+//! stopped: its mounts are dropped, its probes end and it is never started again, but it stays
+//! in the API until someone deletes it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -17,6 +19,7 @@ use tokio::time::Instant;
 use tracing::debug;
 
 use super::meta;
+use super::prober::{self, Probes};
 use super::timers::Timers;
 use super::{Controller, scaled_secs};
 use crate::config::SimConfig;
@@ -36,7 +39,7 @@ const WRITE_RETRY: Duration = Duration::from_millis(20);
 enum Action {
     /// Set `spec.nodeName` and the Pending status of a scheduled pod.
     Bind,
-    /// Mount volumes, start containers, report Running and Ready.
+    /// Mount volumes, start containers, report Running (and Ready unless a probe decides).
     Start,
     /// The grace period is over: remove the pod.
     Remove,
@@ -63,6 +66,8 @@ pub struct Kubelet {
     /// Pods whose start waits for a ConfigMap to appear.
     waiting_for_config_maps: BTreeSet<String>,
     config_maps_changed: bool,
+    /// The readiness probes of started pods, by uid.
+    probes: HashMap<String, Probes>,
     next_ip: u32,
 }
 
@@ -78,6 +83,7 @@ impl Kubelet {
             timers: Timers::new(),
             waiting_for_config_maps: BTreeSet::new(),
             config_maps_changed: false,
+            probes: HashMap::new(),
             next_ip: 0,
         }
     }
@@ -92,6 +98,7 @@ impl Kubelet {
             // good, so it mounts and runs nothing, though it stays until someone deletes it.
             self.waiting_for_config_maps.remove(&uid);
             self.mounts.forget(&uid);
+            self.probes.remove(&uid);
             let tracked = self.pods.entry(uid).or_insert_with(|| Tracked {
                 namespace: meta::namespace(pod).unwrap_or_default().to_string(),
                 name: meta::name(pod).to_string(),
@@ -131,6 +138,14 @@ impl Kubelet {
         self.pods.remove(uid);
         self.waiting_for_config_maps.remove(uid);
         self.mounts.forget(uid);
+        self.probes.remove(uid);
+    }
+
+    /// Starts probing the readiness of a pod whose containers now run.
+    fn start_probing(&mut self, uid: &str, pod: &Value) {
+        if let Some(probes) = prober::start(&self.store, pod) {
+            self.probes.insert(uid.to_string(), probes);
+        }
     }
 
     /// The current state of a tracked pod instance, if it still exists with that uid.
@@ -199,6 +214,7 @@ impl Kubelet {
             if let Some(tracked) = self.pods.get_mut(uid) {
                 tracked.started = true;
             }
+            self.start_probing(uid, &pod);
             return;
         }
         let bound = pod
@@ -228,8 +244,9 @@ impl Kubelet {
             started_at,
             config_maps,
         };
-        if self.write_status(uid, pod, status, Action::Start, now) {
+        if self.write_status(uid, pod.clone(), status, Action::Start, now) {
             self.mounts.record(record);
+            self.start_probing(uid, &pod);
             if let Some(tracked) = self.pods.get_mut(uid) {
                 tracked.started = true;
             }
@@ -413,7 +430,8 @@ fn condition(type_: &str, transition: &str) -> Value {
     json!({"type": type_, "status": "True", "lastProbeTime": null, "lastTransitionTime": transition})
 }
 
-/// The status of a pod whose containers all run and pass readiness.
+/// The status of a pod whose containers all run: ready, but those whose readiness a probe
+/// decides, which start unready as on a real node.
 fn running_status(pod: &Value, started_at: &str, pod_ip: &str) -> Map<String, Value> {
     let scheduled_at = meta::condition(pod, "PodScheduled")
         .and_then(|c| c.get("lastTransitionTime"))
@@ -425,7 +443,7 @@ fn running_status(pod: &Value, started_at: &str, pod_ip: &str) -> Map<String, Va
             .cloned()
             .unwrap_or_default()
     };
-    let container_status = |container: &Value, state: Value, ready: bool| {
+    let container_status = |container: &Value, state: Value, ready: bool, started: bool| {
         let image = container.get("image").and_then(Value::as_str).unwrap_or("");
         json!({
             "name": container.get("name").cloned().unwrap_or(Value::Null),
@@ -433,7 +451,7 @@ fn running_status(pod: &Value, started_at: &str, pod_ip: &str) -> Map<String, Va
             "imageID": format!("{image}@sha256:{}", fake_digest()),
             "containerID": format!("containerd://{}", fake_digest()),
             "ready": ready,
-            "started": ready,
+            "started": started,
             "restartCount": 0,
             "state": state,
             "lastState": {},
@@ -444,6 +462,11 @@ fn running_status(pod: &Value, started_at: &str, pod_ip: &str) -> Map<String, Va
         "exitCode": 0, "reason": "Completed", "startedAt": started_at, "finishedAt": started_at
     }});
 
+    let main: Vec<Value> = containers("containers")
+        .iter()
+        .map(|c| container_status(c, running.clone(), !prober::probes_readiness(c), true))
+        .collect();
+    let unready = prober::unready_containers(&main);
     let mut status = Map::new();
     status.insert("phase".into(), json!("Running"));
     status.insert(
@@ -451,8 +474,8 @@ fn running_status(pod: &Value, started_at: &str, pod_ip: &str) -> Map<String, Va
         json!([
             condition("PodReadyToStartContainers", started_at),
             condition("Initialized", started_at),
-            condition("Ready", started_at),
-            condition("ContainersReady", started_at),
+            prober::readiness_condition("Ready", &unready, started_at),
+            prober::readiness_condition("ContainersReady", &unready, started_at),
             condition("PodScheduled", scheduled_at),
         ]),
     );
@@ -463,15 +486,11 @@ fn running_status(pod: &Value, started_at: &str, pod_ip: &str) -> Map<String, Va
     status.insert("startTime".into(), json!(started_at));
     let init: Vec<Value> = containers("initContainers")
         .iter()
-        .map(|c| container_status(c, completed.clone(), false))
+        .map(|c| container_status(c, completed.clone(), false, false))
         .collect();
     if !init.is_empty() {
         status.insert("initContainerStatuses".into(), Value::Array(init));
     }
-    let main: Vec<Value> = containers("containers")
-        .iter()
-        .map(|c| container_status(c, running.clone(), true))
-        .collect();
     status.insert("containerStatuses".into(), Value::Array(main));
     status.insert("qosClass".into(), json!(qos_class(pod)));
     status

@@ -10,6 +10,7 @@ pub mod deployment;
 pub mod gc;
 pub mod kubelet;
 pub mod meta;
+pub mod prober;
 pub mod replicaset;
 pub mod revisions;
 pub mod statefulset;

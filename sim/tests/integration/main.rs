@@ -12,4 +12,5 @@ mod api_support;
 mod api_writes;
 mod controllers_conformance;
 mod kubectl_conformance;
+mod kubelet_probes;
 mod stress;

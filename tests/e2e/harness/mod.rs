@@ -155,9 +155,6 @@ pub struct Env {
     more_duplicates: Vec<DuplicateWatch>,
     /// The worker processes of an acknowledging pool, when the scenario runs them.
     fleet: Option<Fleet>,
-    /// `SWARM_LEASE_DURATION_SECONDS` for the worker processes started from now on; `None`:
-    /// the workers' default (40 s).
-    pub worker_lease_seconds: Option<u64>,
     /// Whether the duplicate watch reads reports of workers in real containers
     /// ([`Env::watch_reports`]).
     reads_container_reports: bool,
@@ -292,7 +289,6 @@ impl Env {
             duplicates,
             more_duplicates: Vec::new(),
             fleet: None,
-            worker_lease_seconds: None,
             reads_container_reports: false,
             refusals_expected: 0,
             _hold: hold,
@@ -414,7 +410,8 @@ impl Env {
             workers,
             kubeconfig: self.kubeconfig.clone(),
             dir: self.dir.path().join("workers"),
-            lease_seconds: self.worker_lease_seconds,
+            // kwok's nodes run no probes: the fleet plays the kubelet's prober there.
+            probes_as_kubelet: self.real.is_some(),
         };
         let fleet = Fleet::start(self.client.clone(), spec);
         self.duplicates = DuplicateWatch::start_for_reports(

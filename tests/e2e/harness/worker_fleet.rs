@@ -4,7 +4,11 @@
 //! pool's workers: it starts one worker process per pod instance once the pod is Running, sends
 //! it SIGTERM when the pod starts terminating and SIGKILL when the grace period is over, and
 //! holds the pod object with a finalizer until the process is gone, then deletes it, as a
-//! kubelet removes a pod only once its containers stopped. Each
+//! kubelet removes a pod only once its containers stopped. Each process serves its readiness on
+//! a loopback port of its own (`SWARM_WORKER_HEALTH_ADDR`), which the fleet writes into the pod's
+//! [`PROBE_ADDRESS_ANNOTATION`] so that kube-sim's kubelet probes it there: the pod is Ready as
+//! the worker says, as a real kubelet decides it from the [`readiness_probe`] of the pod
+//! template. Each
 //! process speaks the protocol to the API server on its own (the Rust example built on the
 //! `swarm-worker` library, the Python worker, or the Go example on `worker-go`) and appends what it runs to its report file
 //! (`SWARM_WORKER_REPORT`); the duplicate watch reads those files (see [`Reports`]).
@@ -12,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::Write as _;
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::str::FromStr;
@@ -21,7 +26,9 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
+use kube_sim::controllers::prober::PROBE_ADDRESS_ANNOTATION;
 use serde::Deserialize;
+use serde_json::{Value, json};
 
 use super::cargo_env;
 use super::kubectl::repo_root;
@@ -92,13 +99,17 @@ pub struct FleetSpec {
     pub kubeconfig: PathBuf,
     /// Where the reports and the workers' logs go.
     pub dir: PathBuf,
-    /// `SWARM_LEASE_DURATION_SECONDS`; `None`: the workers' default.
-    pub lease_seconds: Option<u64>,
+    /// Whether the fleet probes its workers' readiness and writes their pods' Ready condition
+    /// itself, as a kubelet does: on a real control plane, whose kwok nodes run no probes
+    /// (kube-sim's kubelet probes them on its own).
+    pub probes_as_kubelet: bool,
 }
 
 /// One worker process, for one pod instance.
 struct Process {
     pod: String,
+    /// Where it serves its readiness.
+    health: String,
     program: Program,
     child: tokio::process::Child,
     terminated: bool,
@@ -118,6 +129,8 @@ pub struct Fleet {
     state: Arc<Mutex<State>>,
     reports: Reports,
     task: tokio::task::JoinHandle<()>,
+    /// The kubelet's prober, on a real control plane.
+    prober: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Fleet {
@@ -136,6 +149,12 @@ impl Fleet {
             go_worker();
         }
         let state = Arc::new(Mutex::new(State::default()));
+        let prober = spec.probes_as_kubelet.then(|| {
+            tokio::spawn(kubelet_prober::run(
+                Api::namespaced(client.clone(), &spec.namespace),
+                state.clone(),
+            ))
+        });
         let shared = state.clone();
         let files = reports.clone();
         let task = tokio::spawn(async move {
@@ -155,12 +174,13 @@ impl Fleet {
                 for step in steps {
                     match step {
                         Step::Start { pod, uid } => {
-                            if !hold(&pods, &pod, &uid).await {
+                            let health = health_address();
+                            if !hold(&pods, &pod, &uid, &health).await {
                                 continue;
                             }
                             let mut state = shared.lock().expect("fleet state");
                             let program = spec.workers.program(state.processes.len());
-                            let process = spawn(program, &pod, &uid, &spec, &files);
+                            let process = spawn(program, &pod, &uid, &health, &spec, &files);
                             state.processes.insert(uid, process);
                         }
                         Step::Release { pod, uid } => release(&pods, &pod, &uid).await,
@@ -172,6 +192,7 @@ impl Fleet {
             state,
             reports,
             task,
+            prober,
         }
     }
 
@@ -250,6 +271,9 @@ impl Fleet {
 impl Drop for Fleet {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(prober) = &self.prober {
+            prober.abort();
+        }
         // kill_on_drop sends SIGKILL to each child.
         self.state.lock().expect("fleet state").processes.clear();
     }
@@ -265,6 +289,15 @@ enum Step {
 }
 
 impl State {
+    /// The live processes' pods and readiness addresses.
+    fn probed(&self) -> Vec<(String, String, String)> {
+        self.processes
+            .iter()
+            .filter(|(_, p)| !p.exited)
+            .map(|(uid, p)| (p.pod.clone(), uid.clone(), p.health.clone()))
+            .collect()
+    }
+
     /// Signals and reaps processes to match `pods` (the pool's pods as just listed), and says
     /// which pods to start a worker for or to release.
     fn follow(&mut self, pods: &[Pod], reports: &Reports) -> Vec<Step> {
@@ -341,11 +374,49 @@ fn grace_over(pod: &Pod) -> bool {
     pod.metadata.deletion_grace_period_seconds == Some(0) || deletion.0 <= Timestamp::now()
 }
 
-/// Adds the fleet's finalizer to a running pod; false when the pod changed meanwhile (it went,
-/// or began terminating, when no finalizer can be added).
-async fn hold(pods: &Api<Pod>, pod: &str, uid: &str) -> bool {
-    let patch = serde_json::json!({
-        "metadata": { "uid": uid, "finalizers": [FINALIZER] }
+/// The readiness probe of an acknowledging worker's container (docs/worker-protocol.md, step
+/// 6). On kube-sim the kubelet sends it to the address in the pod's
+/// [`PROBE_ADDRESS_ANNOTATION`], where the fleet's process for the pod serves it.
+pub fn readiness_probe() -> Value {
+    json!({
+        "httpGet": { "path": "/readyz", "port": 8081 },
+        "periodSeconds": 5,
+        "timeoutSeconds": 2,
+        "failureThreshold": 1,
+    })
+}
+
+/// `workload` (a StatefulSet or Deployment manifest) with [`readiness_probe`] on every container
+/// of its pod template, as the pods of acknowledging workers carry it; other documents as
+/// they are.
+pub fn with_readiness_probe(mut workload: Value) -> Value {
+    let containers = workload
+        .pointer_mut("/spec/template/spec/containers")
+        .and_then(Value::as_array_mut);
+    for container in containers.into_iter().flatten() {
+        container["readinessProbe"] = readiness_probe();
+    }
+    workload
+}
+
+/// A free loopback address for one worker's readiness endpoint. The port is free when picked;
+/// the worker binds it moments later (port 0 would leave the fleet not knowing where).
+fn health_address() -> String {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a free loopback port");
+    let port = listener.local_addr().expect("a bound port").port();
+    format!("{}:{port}", Ipv4Addr::LOCALHOST)
+}
+
+/// Adds the fleet's finalizer to a running pod and the address its worker will serve readiness
+/// on; false when the pod changed meanwhile (it went, or began terminating, when no finalizer
+/// can be added).
+async fn hold(pods: &Api<Pod>, pod: &str, uid: &str, health: &str) -> bool {
+    let patch = json!({
+        "metadata": {
+            "uid": uid,
+            "finalizers": [FINALIZER],
+            "annotations": { PROBE_ADDRESS_ANNOTATION: health },
+        }
     });
     pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -355,7 +426,7 @@ async fn hold(pods: &Api<Pod>, pod: &str, uid: &str) -> bool {
 /// Removes the fleet's finalizer and deletes the pod at once, uid-preconditioned, as a kubelet
 /// does once the pod's containers stopped.
 async fn release(pods: &Api<Pod>, pod: &str, uid: &str) {
-    let patch = serde_json::json!({ "metadata": { "uid": uid, "finalizers": null } });
+    let patch = json!({ "metadata": { "uid": uid, "finalizers": null } });
     if pods
         .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -374,7 +445,15 @@ async fn release(pods: &Api<Pod>, pod: &str, uid: &str) {
     let _ = pods.delete(pod, &params).await;
 }
 
-fn spawn(program: Program, pod: &str, uid: &str, spec: &FleetSpec, reports: &Reports) -> Process {
+/// Starts `program` as the worker of pod instance `uid`, serving its readiness on `health`.
+fn spawn(
+    program: Program,
+    pod: &str,
+    uid: &str,
+    health: &str,
+    spec: &FleetSpec,
+    reports: &Reports,
+) -> Process {
     let log_path = spec.dir.join("logs").join(format!("{pod}-{uid}.log"));
     let log = File::create(&log_path)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
@@ -393,6 +472,7 @@ fn spawn(program: Program, pod: &str, uid: &str, spec: &FleetSpec, reports: &Rep
         .env("POD_UID", uid)
         .env("SWARM_POOL", &spec.pool)
         .env("SWARM_CONFIG_MAP", &spec.config_map)
+        .env("SWARM_WORKER_HEALTH_ADDR", health)
         // No mounted file: these workers must read their entry through the API.
         .env("SWARM_WORKER_REPORT", reports.path(uid))
         .env("KUBECONFIG", &spec.kubeconfig)
@@ -402,14 +482,12 @@ fn spawn(program: Program, pod: &str, uid: &str, spec: &FleetSpec, reports: &Rep
         .stdout(log.try_clone().expect("duplicate the log handle"))
         .stderr(log)
         .kill_on_drop(true);
-    if let Some(seconds) = spec.lease_seconds {
-        command.env("SWARM_LEASE_DURATION_SECONDS", seconds.to_string());
-    }
     let child = command
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start the {program:?} worker of {pod}: {e}"));
     Process {
         pod: pod.to_owned(),
+        health: health.to_owned(),
         program,
         child,
         terminated: false,
@@ -595,7 +673,7 @@ impl Reports {
         until: Option<String>,
         by: &str,
     ) {
-        let mut line = serde_json::json!({
+        let mut line = json!({
             "pod": pod,
             "uid": uid,
             "version": null,
@@ -708,11 +786,109 @@ mod tests {
     }
 
     #[test]
+    fn the_readiness_probe_is_the_one_the_worker_protocol_documents() {
+        let doc = std::fs::read_to_string(repo_root().join("docs/worker-protocol.md"))
+            .expect("read docs/worker-protocol.md");
+        let block: Vec<&str> = doc
+            .lines()
+            .skip_while(|line| line.trim() != "readinessProbe:")
+            .take_while(|line| !line.trim().starts_with("```"))
+            .collect();
+        let documented: Value = serde_yaml::from_str(&block.join("\n")).expect("the probe's YAML");
+        assert_eq!(documented["readinessProbe"], readiness_probe());
+
+        let sts = json!({"kind": "StatefulSet", "spec": {"template": {"spec": {"containers": [
+            {"name": "worker"}, {"name": "sidecar"}]}}}});
+        let probed = with_readiness_probe(sts);
+        for container in probed["spec"]["template"]["spec"]["containers"]
+            .as_array()
+            .unwrap()
+        {
+            assert_eq!(container["readinessProbe"], readiness_probe());
+        }
+        let pool = json!({"kind": "SwarmPool", "spec": {}});
+        assert_eq!(with_readiness_probe(pool.clone()), pool);
+    }
+
+    #[test]
     fn jobs_whose_permit_lapsed_do_no_work() {
         let text = r#"{"pod":"w-0","uid":"u","version":3,"running":["a"],"at":"2026-01-01T00:00:01Z","until":"2026-01-01T00:00:09Z"}"#;
         let at = |s: &str| Timestamp::from_str(s).unwrap();
         let working = |s: &str| latest_before(text, at(s)).unwrap().working_at(at(s));
         assert_eq!(working("2026-01-01T00:00:08Z"), ["a"]);
         assert!(working("2026-01-01T00:00:10Z").is_empty());
+    }
+}
+
+/// The kubelet's readiness prober for pods on kwok's nodes, which run no probes: every
+/// [`readiness_probe`] period it GETs each live worker's `/readyz` and, when the answer
+/// differs from the pod's Ready condition, writes the condition (and ContainersReady) as a
+/// kubelet does, only on change.
+mod kubelet_prober {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::jiff::Timestamp;
+    use kube::api::{Api, Patch, PatchParams};
+    use serde_json::json;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    use super::State;
+
+    /// The probe's period, timeout and failure threshold (1): [`super::readiness_probe`].
+    const PERIOD: Duration = Duration::from_secs(5);
+    const TIMEOUT: Duration = Duration::from_secs(2);
+
+    pub(super) async fn run(pods: Api<Pod>, state: Arc<Mutex<State>>) {
+        let mut ticker = tokio::time::interval(PERIOD);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let probed = state.lock().expect("fleet state").probed();
+            for (pod, uid, health) in probed {
+                let ready = probe(&health).await;
+                let Ok(current) = pods.get(&pod).await else {
+                    continue;
+                };
+                if current.metadata.uid.as_deref() != Some(uid.as_str()) {
+                    continue;
+                }
+                if is_ready(&current) != ready {
+                    let _ = write_ready(&pods, &pod, ready).await;
+                }
+            }
+        }
+    }
+
+    /// Whether `GET /readyz` at `address` answers 2xx or 3xx within the timeout.
+    async fn probe(address: &str) -> bool {
+        let answer = tokio::time::timeout(TIMEOUT, async {
+            let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
+            let request = format!("GET /readyz HTTP/1.0\r\nHost: {address}\r\n\r\n");
+            stream.write_all(request.as_bytes()).await.ok()?;
+            let mut head = [0u8; 12];
+            stream.read_exact(&mut head).await.ok()?;
+            std::str::from_utf8(&head[9..12]).ok()?.parse::<u16>().ok()
+        })
+        .await;
+        matches!(answer, Ok(Some(200..=399)))
+    }
+
+    fn is_ready(pod: &Pod) -> bool {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .is_some_and(|c| c.status == "True")
+    }
+
+    async fn write_ready(pods: &Api<Pod>, pod: &str, ready: bool) -> kube::Result<Pod> {
+        let status = if ready { "True" } else { "False" };
+        let now = Timestamp::now().to_string();
+        let condition = |type_: &str| json!({"type": type_, "status": status, "lastTransitionTime": now});
+        let patch = json!({"status": {"conditions": [condition("Ready"), condition("ContainersReady")]}});
+        pods.patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
     }
 }

@@ -15,23 +15,27 @@ use crate::harness::observe::{
     Observed, assert_invariants, balanced, operator_pod_deletes, pool_events, wait_for,
 };
 use crate::harness::poll::eventually;
-use crate::harness::worker_fleet::{Program, Workers};
+use crate::harness::worker_fleet::{Program, Workers, with_readiness_probe};
 use crate::harness::{Env, SimSpeed};
 
-/// The documented failover bound: a worker that stops renewing loses its jobs within its Lease
-/// duration and the pool's `leaseGraceSeconds` (default 2) after its last renewal, and the
-/// operator needs a live read and a write more (2 s here).
-pub(crate) fn failover_bound(lease: Duration) -> Duration {
+/// The documented failover bound on the workers' default permit and the pool's default grace
+/// (`kubectl swarm status` shows it: about 58 s), and 3 s for the operator's reconcile and
+/// writes and the new worker's read.
+pub(crate) fn failover_bound() -> Duration {
     let grace = u64::try_from(swarm_operator::api::crd::DEFAULT_LEASE_GRACE_SECONDS).unwrap();
-    lease + Duration::from_secs(grace + 2)
+    let bound = swarm_operator::plugin::status::failover_bound(
+        swarm_protocol::fence::DEFAULT_PERMIT,
+        Duration::from_secs(grace),
+    );
+    bound + Duration::from_secs(3)
 }
 
 /// Asserts that the jobs of `worker` moved within [`failover_bound`] of the fault.
-pub(crate) fn assert_failover_within(worker: &str, moved: Duration, lease: Duration) {
-    let bound = failover_bound(lease);
+pub(crate) fn assert_failover_within(worker: &str, moved: Duration) {
+    let bound = failover_bound();
     assert!(
         moved <= bound,
-        "{worker}'s jobs moved {:.1} s after the fault, over the bound of {bound:?} (a {lease:?} Lease)",
+        "{worker}'s jobs moved {:.1} s after the fault, over the bound of {bound:?}",
         moved.as_secs_f64()
     );
 }
@@ -115,16 +119,14 @@ async fn rust_python_and_go_workers_share_one_acknowledging_pool() {
     env.assert_exclusive();
 }
 
-/// Faults in a pool of the three implementations, on a 10 s Lease: the Go worker frozen with
-/// SIGSTOP past its Lease (its jobs move; continued, it fences itself, runs none of them again
-/// and is a member again), then the Python worker SIGKILLed while its pod stays Running (its
-/// jobs move once its Lease expires). Each within the failover bound, without a pod deleted
-/// and without a job running twice.
+/// Faults in a pool of the three implementations, on the default permit: the Go worker frozen
+/// with SIGSTOP past the failover bound (its pod turns NotReady, its jobs move; continued, it
+/// runs none of them again and is a member again), then the Python worker SIGKILLed while its
+/// pod stays Running (its pod turns NotReady, its jobs move). Each within the failover bound,
+/// without a pod deleted and without a job running twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_pool_survives_a_paused_go_worker_and_a_killed_python_worker() {
     let mut env = Env::start_with("acknowledge-mixed-faults", SimSpeed::FAST).await;
-    let lease = Duration::from_secs(10);
-    env.worker_lease_seconds = Some(lease.as_secs());
     install_acknowledging(&mut env, Workers::Mixed, None).await;
     scale(&env, 3).await;
     let before = settle(&env, 3).await;
@@ -137,7 +139,7 @@ async fn a_mixed_pool_survives_a_paused_go_worker_and_a_killed_python_worker() {
     };
     let (go, python) = (one_of(Program::Go), one_of(Program::Python));
 
-    let paused = pause_past_lease(&env, &before, &go, lease).await;
+    let paused = pause_past_failover(&env, &before, &go).await;
     eprintln!(
         "acknowledge-mixed-faults: the Go worker {go}'s jobs moved {:.1} s after SIGSTOP",
         paused.as_secs_f64()
@@ -150,7 +152,7 @@ async fn a_mixed_pool_survives_a_paused_go_worker_and_a_killed_python_worker() {
     })
     .await;
     let moved = killed.elapsed();
-    assert_failover_within(&python, moved, lease);
+    assert_failover_within(&python, moved);
     tokio::time::sleep(Duration::from_millis(600)).await;
     let stats = env.handoff_stats();
     eprintln!(
@@ -246,11 +248,12 @@ async fn a_worker_that_never_acknowledges_has_its_pod_deleted_after_the_timeout(
 }
 
 /// A worker process SIGKILLed while its pod stays Running (as if it hung, or the kubelet had not
-/// restarted it yet), on the workers' default timing: once its Lease expires (40 s + the 2 s
-/// grace, on the operator's clock) its jobs run on the other workers, within the documented
-/// bound, without a pod deleted and without running twice.
+/// restarted it yet), on the workers' default timing: its readiness probe fails, its pod turns
+/// NotReady, the operator takes it out of the pool and, once the revoke wait has passed, its
+/// jobs run on the other workers, within the documented bound, without a pod deleted and
+/// without running twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() {
+async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_pod_is_not_ready() {
     let mut env = Env::start_with("acknowledge-crash", SimSpeed::FAST).await;
     install_acknowledging(&mut env, Workers::Rust, None).await;
     scale(&env, 3).await;
@@ -264,11 +267,9 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() 
     env.fleet().signal(&crashed, "KILL");
 
     let after = wait_for(&env, &format!("{crashed}'s jobs on the others"), |o| {
-        if o.pool["status"]["expiredWorkers"] != json!([crashed]) {
-            return Err(format!(
-                "expiredWorkers {}",
-                o.pool["status"]["expiredWorkers"]
-            ));
+        let unavailable = &o.pool["status"]["unavailableWorkers"];
+        if unavailable[0]["pod"] != json!(crashed) || unavailable[0]["reason"] != "NotReady" {
+            return Err(format!("unavailableWorkers {unavailable}"));
         }
         jobs_moved_off(o, &[&crashed])
     })
@@ -279,17 +280,13 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() 
     eprintln!(
         "acknowledge-crash: {crashed}'s jobs moved {:.1} s after the kill (bound {:?}); the longest a job ran nowhere: {:.1} s ({}); {:.1} unheld job-seconds, {:.2} duplicate",
         moved_after.as_secs_f64(),
-        failover_bound(swarm_protocol::fence::DEFAULT_DURATION),
+        failover_bound(),
         stats.longest_unheld_seconds,
         stats.longest_unheld_job,
         stats.unheld_job_seconds - stats_before.unheld_job_seconds,
         stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
     );
-    assert_failover_within(
-        &crashed,
-        moved_after,
-        swarm_protocol::fence::DEFAULT_DURATION,
-    );
+    assert_failover_within(&crashed, moved_after);
     assert_eq!(
         stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
         0.0,
@@ -302,10 +299,10 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() 
     assert_no_pod_deleted(&env, mark).await;
     let events = pool_events(&env, &env.example.pool_name()).await;
     assert!(
-        events.iter().any(|e| e.reason == "WorkerLeaseExpired"
+        events.iter().any(|e| e.reason == "WorkerUnavailable"
             && e.type_ == "Warning"
             && e.note.contains(&crashed)),
-        "a WorkerLeaseExpired warning names {crashed}: {events:?}"
+        "a WorkerUnavailable warning names {crashed}: {events:?}"
     );
     let metrics = env.operator_metrics().await;
     assert!(
@@ -317,22 +314,19 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_lease_expires() 
     env.assert_exclusive();
 }
 
-/// A worker cut off past its Lease (its process frozen with SIGSTOP, as in a network partition
-/// or a long pause), in a pool whose workers take a 10 s Lease (`SWARM_LEASE_DURATION_SECONDS`,
-/// the per-pool setting for a faster failover): its jobs move within that Lease's bound; once
-/// continued it fences itself, works on none of them again (its jobs check their permit),
-/// renews, and is a member again.
+/// A worker frozen with SIGSTOP (a long pause, or a process that hangs), on the default permit:
+/// its probe fails and its jobs move within the failover bound; once continued it works on none
+/// of them again (their permit lapsed: its jobs check it), reads its entry afresh, answers ready
+/// and is a member again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
     let mut env = Env::start_with("acknowledge-partition", SimSpeed::FAST).await;
-    let lease = Duration::from_secs(10);
-    env.worker_lease_seconds = Some(lease.as_secs());
     install_acknowledging(&mut env, Workers::Rust, None).await;
     scale(&env, 3).await;
     let before = settle(&env, 3).await;
     let paused = format!("{}-1", env.example.statefulset_name());
     let mark = env.request_mark().await;
-    let moved_after = pause_past_lease(&env, &before, &paused, lease).await;
+    let moved_after = pause_past_failover(&env, &before, &paused).await;
     eprintln!(
         "acknowledge-partition: {paused}'s jobs moved {:.1} s after SIGSTOP",
         moved_after.as_secs_f64(),
@@ -340,11 +334,11 @@ async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
     assert_no_pod_deleted(&env, mark).await;
 }
 
-/// Freezes the worker of `paused` (SIGSTOP) for three of its `lease`s and continues it; asserts
-/// that its jobs moved within the failover bound, that once continued it ran none of them again
-/// and that the pool settles with it a member again, with no job run twice. Returns how long
-/// after SIGSTOP its jobs moved.
-async fn pause_past_lease(env: &Env, before: &Observed, paused: &str, lease: Duration) -> Duration {
+/// Freezes the worker of `paused` (SIGSTOP) until its jobs moved and 5 s more, and continues
+/// it; asserts that its jobs moved within the failover bound, that once continued it ran none
+/// of them again and that the pool settles with it a member again, with no job run twice.
+/// Returns how long after SIGSTOP its jobs moved.
+async fn pause_past_failover(env: &Env, before: &Observed, paused: &str) -> Duration {
     let held: BTreeSet<String> = before
         .config()
         .workload(paused)
@@ -360,8 +354,8 @@ async fn pause_past_lease(env: &Env, before: &Observed, paused: &str, lease: Dur
     })
     .await;
     let moved_after = stopped.elapsed();
-    assert_failover_within(paused, moved_after, lease);
-    tokio::time::sleep((lease * 3).saturating_sub(stopped.elapsed())).await;
+    assert_failover_within(paused, moved_after);
+    tokio::time::sleep(Duration::from_secs(5)).await;
     let resumed_at = k8s_openapi::jiff::Timestamp::now();
     env.fleet().signal(paused, "CONT");
 
@@ -389,7 +383,7 @@ async fn pause_past_lease(env: &Env, before: &Observed, paused: &str, lease: Dur
         after.config().workload(paused).unwrap().jobs.len(),
         stats.duplicate_job_seconds,
     );
-    // Continued after its Lease expired, its job tasks may run before its fence stops them,
+    // Continued after its permit lapsed, its job tasks may run before its timer stops them,
     // but each checks its permit before any work: the duplicate watch, which counts a job only
     // while its worker's reported permit holds, must see none run twice.
     assert_eq!(
@@ -540,8 +534,11 @@ async fn apply_pool(env: &Env, jobs: &[String], ack_timeout: Option<u64>) {
 }
 
 /// `doc` (an example manifest) for acknowledging workers: the pool's rollout policy, and its
-/// jobs when given.
+/// jobs when given; the workers' readiness probe.
 fn acknowledging(mut doc: Value, jobs: Option<&[String]>, ack_timeout: Option<u64>) -> Value {
+    if doc["kind"] == "StatefulSet" || doc["kind"] == "Deployment" {
+        return with_readiness_probe(doc);
+    }
     if doc["kind"] == "SwarmPool" {
         doc["spec"]["rollout"] = json!({ "policy": "Acknowledge" });
         if let Some(seconds) = ack_timeout {

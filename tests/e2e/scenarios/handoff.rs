@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{kubectl_ns, scale};
+use crate::harness::worker_fleet::with_readiness_probe;
 use crate::harness::observe::{
     Observed, assert_invariants, balanced, operator_pod_deletes, wait_for,
 };
@@ -351,6 +352,9 @@ fn report_documents(env: &Env, run: Run, jobs: &[String]) -> Vec<Value> {
                 Some("StatefulSet") => {
                     doc["spec"]["replicas"] = json!(3);
                     doc["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(30);
+                    if run.acknowledge {
+                        doc = with_readiness_probe(doc);
+                    }
                 }
                 _ => {}
             }

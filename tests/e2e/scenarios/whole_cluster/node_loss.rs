@@ -9,7 +9,6 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use swarm_protocol::fence::DEFAULT_DURATION;
 
 use crate::harness::kubectl::Kubectl;
 use crate::harness::observe::wait_for;
@@ -102,12 +101,12 @@ async fn the_jobs_of_workers_on_a_lost_node_move_once_their_leases_expire() {
     eprintln!(
         "node-loss: {node} lost with {lost:?}; their jobs moved {:.1} s later (bound {:?}); the longest a job ran nowhere: {:.1} s; {:.2} duplicate job-seconds",
         moved_after.as_secs_f64(),
-        failover_bound(DEFAULT_DURATION),
+        failover_bound(),
         stats.longest_unheld_seconds,
         stats.duplicate_job_seconds
     );
     for pod in &lost {
-        assert_failover_within(pod, moved_after, DEFAULT_DURATION);
+        assert_failover_within(pod, moved_after);
     }
     assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
     assert_no_pod_deleted(&env, mark).await;

@@ -1,25 +1,24 @@
 //! Faults of acknowledging workers in real containers, one after the other on one pool of three
-//! (`rollout.policy: Acknowledge`) whose workers take a 10 s Lease through their pod template
-//! (the per-pool setting for a faster failover), each with no job run twice:
+//! (`rollout.policy: Acknowledge`) on the workers' default permit, each with no job run twice and
+//! each within the failover bound of docs/worker-protocol.md:
 //!
 //! - a worker's process SIGKILLed through containerd: the kubelet starts the container again in
 //!   the same pod (same uid), and the new process starts fenced (its first report line runs
-//!   nothing) and takes its jobs back once it has renewed and read;
-//! - a worker frozen through its cgroup (`ctr tasks pause`, the freezer) for longer than its
-//!   Lease: its jobs move within lease + grace + 2 s; thawed, it fences itself before it works
-//!   again (its permit lapsed while frozen) and becomes a member again;
+//!   nothing) and takes its jobs back with its first read;
+//! - a worker frozen through its cgroup (`ctr tasks pause`, the freezer): its probe times out,
+//!   its pod turns NotReady and its jobs move; thawed, its permit has lapsed, it runs none of
+//!   them again and becomes a member again;
 //! - a worker's network cut from the API server (its pod's default route removed inside its
-//!   network namespace): it fences itself, its jobs move within the same bound, and it rejoins
+//!   network namespace): its reads fail, it answers not ready, its jobs move, and it rejoins
 //!   when the route returns;
-//! - the node's kubelet stopped (SIGSTOP) until the node is NotReady: the containers keep
-//!   running and renewing through the API, so nothing moves; then one worker's container is
-//!   killed (no kubelet restarts it): its jobs move within the bound; the kubelet continued, the
-//!   container runs again and the pool settles.
+//! - the node's kubelet stopped (SIGSTOP) and a container killed meanwhile: the node's Lease
+//!   goes silent and every job of its workers is revoked; the kubelet continued, the container
+//!   runs again and the pool settles.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 
@@ -31,17 +30,9 @@ use crate::harness::poll::eventually_within;
 use crate::harness::real_cluster::{self, ctr};
 use crate::harness::worker_fleet::Reports;
 use crate::harness::{Env, WORKER_IMAGE_ENV};
-use crate::scenarios::acknowledge::jobs_moved_off;
+use crate::scenarios::acknowledge::{assert_failover_within, failover_bound, jobs_moved_off};
 use crate::scenarios::scale;
 
-/// The workers' Lease: a pool that must fail over sooner than the default 40 s allows sets
-/// `SWARM_LEASE_DURATION_SECONDS` in its pod template, as this one does.
-const LEASE_SECONDS: u64 = 10;
-/// The pool's `leaseGraceSeconds` (the default) and 2 s of slack more: a worker's jobs move
-/// within the Lease and this (`acknowledge::failover_bound`).
-const MOVE_WITHIN: Duration = Duration::from_secs(LEASE_SECONDS + 2 + 2);
-/// The real node (scripts/lib/real-node.sh).
-const NODE: &str = "real-node";
 /// How long to wait for a worker back after a fault.
 const BACK_WITHIN: Duration = Duration::from_secs(120);
 
@@ -63,16 +54,7 @@ async fn real_worker_containers_killed_frozen_cut_off_or_orphaned_never_run_a_jo
     let namespace = env.example.namespace();
     let mut documents = vec![env.example.namespace_manifest().clone()];
     documents.extend(worker_rbac(&env, &namespace).await);
-    let mut workers = acknowledging_workers(&env, &images[0], &reports);
-    for doc in &mut workers {
-        if doc["kind"] == "StatefulSet" {
-            let env = &mut doc["spec"]["template"]["spec"]["containers"][0]["env"];
-            env.as_array_mut().expect("the worker's env").push(
-                serde_json::json!({"name": "SWARM_LEASE_DURATION_SECONDS", "value": LEASE_SECONDS.to_string()}),
-            );
-        }
-    }
-    documents.extend(workers);
+    documents.extend(acknowledging_workers(&env, &images[0], &reports));
     env.apply("real-ack-workers.yaml", &documents).await;
     scale(&env, 3).await;
     settle_acknowledged(&env, &reports, 3, BACK_WITHIN).await;
@@ -169,8 +151,9 @@ async fn frozen(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
         "thawed, it fenced itself first: {first:?}"
     );
     eprintln!(
-        "real-workers-faults: {victim} frozen: its jobs moved {:.1} s after the freeze (bound {MOVE_WITHIN:?}); thawed, it fenced itself and rejoined in {:.1} s",
+        "real-workers-faults: {victim} frozen: its jobs moved {:.1} s after the freeze (bound {:?}); thawed, it fenced itself and rejoined in {:.1} s",
         moved.as_secs_f64(),
+        failover_bound(),
         started.elapsed().as_secs_f64() - moved.as_secs_f64()
     );
 }
@@ -191,62 +174,60 @@ async fn cut_off(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
     let restored = Instant::now();
     settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
     eprintln!(
-        "real-workers-faults: {victim}'s network cut: its jobs moved {:.1} s later (bound {MOVE_WITHIN:?}); it rejoined {:.1} s after the route came back",
+        "real-workers-faults: {victim}'s network cut: its jobs moved {:.1} s later (bound {:?}); it rejoined {:.1} s after the route came back",
         moved.as_secs_f64(),
+        failover_bound(),
         restored.elapsed().as_secs_f64()
     );
 }
 
-/// The kubelet stopped until its node is NotReady: nothing moves while the containers renew;
-/// one container killed then: its jobs move; the kubelet back: the pool settles.
+/// The kubelet stopped: the node's Lease goes silent, and within the failover bound the operator
+/// has revoked every job of the node's workers (they run on, read and acknowledge the revokes;
+/// the pool has no member on another node, so the jobs wait unassigned); one container killed
+/// meanwhile, which no kubelet restarts; the kubelet back: the node renews its Lease, the
+/// container restarts in its pod and the pool settles.
 async fn kubelet_stopped(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
     let before = observe(env).await.expect("observe the pool");
-    let assignment = before.config().workloads.clone();
+    let workers: Vec<String> = before
+        .config()
+        .workloads
+        .iter()
+        .map(|(pod, _)| pod.clone())
+        .collect();
+    let workers: Vec<&str> = workers.iter().map(String::as_str).collect();
     let stopped = Instant::now();
     real_cluster::script(&["signal", cluster_str(cluster), "kubelet", "STOP"]).await;
     let continued = ContinueKubelet(cluster.to_path_buf());
-    let nodes: Api<Node> = Api::all(env.client.clone());
-    let nodes = &nodes;
-    eventually_within(
-        "the real node NotReady",
-        Duration::from_secs(120),
-        || async move {
-            let node = nodes.get(NODE).await.map_err(|e| e.to_string())?;
-            let ready = node
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .into_iter()
-                .find(|c| c.type_ == "Ready")
-                .map(|c| c.status);
-            match ready.as_deref() {
-                Some("True") => Err("Ready".to_owned()),
-                other => Ok(other.map(str::to_owned)),
-            }
-        },
-    )
-    .await;
-    let not_ready = stopped.elapsed();
-    // Longer than a Lease has passed: had the workers stopped renewing, their jobs would move.
-    assert!(not_ready > MOVE_WITHIN, "NotReady after {not_ready:?}");
-    let during = observe(env).await.expect("observe the pool");
-    assert_eq!(
-        during.config().workloads,
-        assignment,
-        "nothing moves while the containers renew without their kubelet"
-    );
-
     let id = container_id(&worker_pod(env, victim).await);
-    let killed = Instant::now();
     ctr(cluster, &["tasks", "kill", "-s", "SIGKILL", &id]).await;
-    let moved = jobs_move_off(env, victim, killed).await;
+    wait_for(env, "every job off the node's workers", |o| {
+        jobs_moved_off(o, &workers)
+    })
+    .await;
+    let moved = stopped.elapsed();
+    assert_failover_within(victim, moved);
+    let during = observe(env).await.expect("observe the pool");
+    let unavailable = &during.pool["status"]["unavailableWorkers"];
+    assert_eq!(
+        unavailable.as_array().map(Vec::len),
+        Some(workers.len()),
+        "every worker of the silent node is out: {unavailable}"
+    );
+    assert!(
+        unavailable
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|w| w["reason"] == "NodeLeaseSilent"),
+        "{unavailable}"
+    );
     drop(continued);
     let back = Instant::now();
     settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
     eprintln!(
-        "real-workers-faults: kubelet stopped: the node NotReady {:.0} s later, nothing moved; {victim}'s container killed then: its jobs moved {:.1} s later (bound {MOVE_WITHIN:?}); kubelet continued: settled {:.1} s later",
-        not_ready.as_secs_f64(),
+        "real-workers-faults: kubelet stopped and {victim}'s container killed: every job of the node's workers revoked {:.1} s later (bound {:?}); kubelet continued: settled {:.1} s later",
         moved.as_secs_f64(),
+        failover_bound(),
         back.elapsed().as_secs_f64()
     );
 }
@@ -264,23 +245,14 @@ impl Drop for ContinueKubelet {
 }
 
 /// Waits until `victim` holds no job and nothing is in transit; fails if that took longer than
-/// [`MOVE_WITHIN`] after `since`. Returns how long it took.
+/// the failover bound after `since`. Returns how long it took.
 async fn jobs_move_off(env: &Env, victim: &str, since: Instant) -> Duration {
     wait_for(env, &format!("{victim}'s jobs on the others"), |o| {
         jobs_moved_off(o, &[victim])
     })
     .await;
     let moved = since.elapsed();
-    assert!(
-        moved <= MOVE_WITHIN,
-        "{victim}'s jobs moved {:.1} s after the fault, over lease + grace + 2 s",
-        moved.as_secs_f64()
-    );
-    assert_eq!(
-        crate::scenarios::acknowledge::failover_bound(Duration::from_secs(LEASE_SECONDS)),
-        MOVE_WITHIN,
-        "the documented bound"
-    );
+    assert_failover_within(victim, moved);
     moved
 }
 

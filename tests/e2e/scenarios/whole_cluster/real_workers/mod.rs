@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::harness::worker_fleet::with_readiness_probe;
 use crate::harness::manifests::parse_yaml_stream;
 use crate::harness::observe::{Observed, assert_invariants, balanced, observe};
 use crate::harness::poll::eventually_within;
@@ -223,7 +224,7 @@ pub(super) fn acknowledging_workers(env: &Env, image: &str, reports: &Reports) -
             json!({"name": "SWARM_WORKER_MODE", "value": "acknowledge"}),
             report_env(),
         ]);
-    vec![pool, sts]
+    vec![pool, with_readiness_probe(sts)]
 }
 
 /// Waits (up to `within`) until what the workers report they run is exactly the settled
