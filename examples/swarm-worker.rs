@@ -1,18 +1,26 @@
 //! Example worker, in one of two modes (`--mode`, `SWARM_WORKER_MODE`).
 //!
 //! `acknowledge` (the default when `POD_UID`, the downward API's `metadata.uid`, is set): a
-//! complete worker of the acknowledged handoff (`rollout.policy: Acknowledge`), built on the `swarm-worker` library:
-//! it reads its entry of the pool's ConfigMap through the API, runs each job as a task that
-//! logs, stops and starts them as new config versions ask, and acknowledges each version on
-//! its Lease. Its settings are the library's (`POD_NAME`, `POD_NAMESPACE`, `POD_UID`,
-//! `SWARM_POOL`, `SWARM_CONFIG_MAP`, `SWARM_WORKER_REPORT`).
+//! complete worker of the acknowledged handoff (`rollout.policy: Acknowledge`), built on the
+//! `swarm-worker` library: it reads its own ConfigMap with fence reads (quorum GETs, every half
+//! permit and at once on a watch event), runs each job as a task that logs while a read that
+//! listed it was sent less than the permit ago, stops and starts them as each read asks,
+//! acknowledges each new version on its Lease (written at start and on each acknowledgement
+//! only), and serves `/readyz` and `/healthz`. Its settings are the library's (`POD_NAME`,
+//! `POD_NAMESPACE`, `POD_UID`, `SWARM_POOL`, `SWARM_CONFIG_MAP`, `SWARM_WORKER_REPORT`,
+//! `SWARM_PERMIT_SECONDS`, `SWARM_WORKER_HEALTH_ADDR`, `SWARM_TERMINATION_SECONDS`).
 //!
 //! `file` (the default without `POD_UID`), for the rollout policies that deliver changes
 //! through the mounted file: it reads its own entry of the mounted `config.yml`, logs its jobs
 //! and the config version, reloads when the kubelet refreshes the file, and stops on SIGTERM.
 //! The config path defaults to where `examples/worker-statefulset.yaml` mounts the ConfigMap.
-//! With `SWARM_WORKER_REPORT` set it appends the protocol's report line (pod, `POD_UID`, config
+//! It answers `200` on `/readyz` and `/healthz` at `SWARM_WORKER_HEALTH_ADDR` (default
+//! `0.0.0.0:8081`) while it runs, so a pod template's probe works under any policy. With
+//! `SWARM_WORKER_REPORT` set it appends the protocol's report line (pod, `POD_UID`, config
 //! version, jobs) at start, at each change and on SIGTERM, as the library does.
+//!
+//! Exit codes: 0 once stopped; 2 when a setting is refused or the health address cannot be
+//! bound.
 //!
 //! ```text
 //! POD_NAME=swarm-worker-0 cargo run --example swarm-worker -- --config ./config.yml
@@ -27,12 +35,17 @@ use k8s_openapi::jiff::Timestamp;
 use swarm_protocol::config::WorkerConfig;
 use swarm_protocol::report::{self, ReportLine};
 use swarm_worker::report::append;
-use swarm_worker::{Jobs, Permit, Worker};
+use swarm_worker::{Jobs, Permit, Worker, health, settings};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 /// Runs the jobs the operator assigned to this pod.
+///
+/// Under `acknowledge` the protocol's settings come from the environment: SWARM_POOL,
+/// SWARM_CONFIG_MAP, POD_NAMESPACE, SWARM_PERMIT_SECONDS (default 30: a fence read lets its jobs
+/// run for this long after its send; reads every half of it), SWARM_WORKER_HEALTH_ADDR
+/// (default 0.0.0.0:8081, also under `file`) and SWARM_TERMINATION_SECONDS (default 25).
 #[derive(Parser, Debug)]
 #[command(name = "swarm-worker")]
 struct Args {
@@ -145,12 +158,12 @@ impl Jobs for LoggingJobs {
             loop {
                 tokio::select! {
                     // Each unit of work first checks the permit: after a pause, this task may
-                    // run before the worker's fence stops it.
+                    // run before the worker's timer stops it.
                     _ = tick.tick() => {
                         if permit.holds() {
                             info!(job = %name, "working");
                         } else {
-                            warn!(job = %name, "not working: the Lease may have expired");
+                            warn!(job = %name, "not working: the permit lapsed");
                         }
                     }
                     _ = &mut stopped => break,
@@ -190,7 +203,7 @@ async fn main() {
     }
 }
 
-/// The acknowledged handoff: the library drives the jobs and the Lease.
+/// The acknowledged handoff: the library drives the jobs, the Lease and readiness.
 async fn acknowledging(args: &Args) {
     let worker = match Worker::builder().pod_name(&args.pod_name).build().await {
         Ok(worker) => worker,
@@ -203,8 +216,14 @@ async fn acknowledging(args: &Args) {
     info!(pod = %args.pod_name, ?exit, "stopping");
 }
 
-/// The mounted-file policies: poll the file and log this pod's entry when it changes.
+/// The mounted-file policies: poll the file and log this pod's entry when it changes, answering
+/// ready all along.
 async fn follow_file(args: &Args) {
+    let addr = std::env::var("SWARM_WORKER_HEALTH_ADDR").ok();
+    let _health = serve_health(addr.as_deref()).await.unwrap_or_else(|e| {
+        error!(error = %e, "cannot start the worker");
+        std::process::exit(2);
+    });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .expect("installing the SIGTERM handler");
     let mut interval = tokio::time::interval(Duration::from_secs(args.poll_seconds.max(1)));
@@ -231,6 +250,32 @@ async fn follow_file(args: &Args) {
     // The jobs end with the process: say so before exiting, within the grace period.
     write_report(args, &Assignment::NoFile);
     info!(pod = %args.pod_name, "stopping");
+}
+
+/// Serves `/readyz` and `/healthz`, both always `200`, at `addr` (the value of
+/// `SWARM_WORKER_HEALTH_ADDR`) until the returned task is dropped.
+async fn serve_health(
+    addr: Option<&str>,
+) -> Result<(std::net::SocketAddr, AbortOnDrop), swarm_worker::Error> {
+    let addr = settings::health_addr(addr)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| swarm_worker::Error::Health { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| swarm_worker::Error::Health { addr, source })?;
+    info!("serving readiness on {bound}");
+    let task = tokio::spawn(health::serve(listener, || true));
+    Ok((bound, AbortOnDrop(task)))
+}
+
+/// Stops a task when dropped.
+struct AbortOnDrop(JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Appends the report line of `assignment` (what runs from now on), when there is a report.
@@ -304,5 +349,20 @@ mod tests {
         jobs.stop("a").await;
         assert!(jobs.running.is_empty());
         jobs.stop("never-started").await;
+    }
+
+    #[tokio::test]
+    async fn the_file_mode_answers_ready_while_it_runs_on_a_free_port() {
+        let (addr, health) = serve_health(Some("127.0.0.1:0")).await.unwrap();
+        assert_ne!(addr.port(), 0);
+        for path in ["readyz", "healthz"] {
+            let status = reqwest::get(format!("http://{addr}/{path}"))
+                .await
+                .unwrap()
+                .status();
+            assert_eq!(status, 200, "{path}");
+        }
+        drop(health);
+        assert!(serve_health(Some("localhost:8081")).await.is_err());
     }
 }

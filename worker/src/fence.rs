@@ -1,333 +1,398 @@
-//! Self-fencing, with no I/O: when a worker must stop every job because its Lease may look
-//! expired to the operator, and when it may run jobs again.
+//! The fence, with no I/O: which jobs a worker may run, until when, whether it is ready, and
+//! when it reads next, from the fence reads it sent and when.
 //!
-//! The operator treats a worker whose Lease has gone unrenewed for `leaseDurationSeconds` plus a
-//! grace, on its own clock, as gone and hands its jobs to others. The worker fences itself
-//! earlier, on its own monotonic clock: once `duration - margin` has passed since it *sent* its
-//! last successful Lease write, it stops every job. Sending precedes the operator's observation
-//! of the renewal, so the worker's view is never the fresher one.
+//! A fence read is a GET of the worker's own ConfigMap with no `resourceVersion`, a quorum read:
+//! it shows every write answered before it was sent. A read sent at `s` gives the jobs of the
+//! entry it shows a permit until `s + F` on the worker's monotonic clock; the operator grants a
+//! job revoked from this worker elsewhere only once every such permit has lapsed (or the worker
+//! acknowledged the revoke), so the worker runs exactly the jobs of its last fence read that
+//! still hold a permit, and a process starts with none.
 //!
-//! Fenced, it runs nothing until a Lease write succeeds again and then a ConfigMap GET issued
-//! after that success has been read ([`Fence::renewed`] hands out the read to issue,
-//! [`Fence::read`] lifts the fence): the entry may have changed while the worker was out of
-//! touch. A process starts fenced: a restarted container keeps its pod's uid, so the operator
-//! cannot tell its start from the old process's last renewal, and may be handing its jobs away
-//! at that very moment.
+//! The shell feeds [`Fence`] what happens (a read answered, a read failed, a watch event,
+//! SIGTERM) with the instant it happened, then asks [`Fence::next`] what to do until it answers
+//! `None`, carrying out each [`Action`] before it asks again. Every instant is the caller's, so a
+//! simulation can drive it on virtual time.
 
 use std::time::Duration;
 
+use swarm_protocol::fence::{read_interval, ready_within, retry_delay};
 use tokio::time::Instant;
 
-/// What a successful Lease write means for the fence.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Renewal {
-    /// This renewal revealed that the Lease was expired meanwhile: stop every job now.
-    pub newly_fenced: bool,
-    /// Fenced and renewed in time: GET the ConfigMap now and hand the answer to
-    /// [`Fence::read`] with this tag.
-    pub read: Option<u64>,
-}
+use crate::handoff::{Entry, Handoff};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
-    Live,
-    Fenced,
-    /// Fenced, renewed since, awaiting the GET tagged `read`.
-    Reading {
-        read: u64,
+/// What the worker does next; carry it out completely before calling [`Fence::next`] again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Stop these jobs and wait until each has stopped.
+    Stop(Vec<String>),
+    /// Set the permit of every running job to `until` (the jobs already running are listed by
+    /// the read that gives it), then start `start` (possibly none) with it.
+    Run {
+        /// When the permit lapses: the read's send plus the permit `F`.
+        until: Instant,
+        /// Jobs to start, in the entry's order.
+        start: Vec<String>,
     },
+    /// Write the Lease acknowledging this version; report the write with [`Fence::written`].
+    Acknowledge(u64),
 }
 
-/// One worker's fence.
+/// A read answered and not yet fully applied.
+#[derive(Clone, Debug)]
+struct Shown {
+    sent: Instant,
+    entry: Entry,
+}
+
+/// One worker process's fence.
 #[derive(Clone, Debug)]
 pub struct Fence {
-    limit: Duration,
-    /// When the last successful Lease write was sent, or the worker started.
-    renewed: Instant,
-    state: State,
-    reads: u64,
+    permit: Duration,
+    handoff: Handoff,
+    /// When the running jobs' permit lapses; `None` while nothing runs.
+    until: Option<Instant>,
+    /// When the last successful read was sent.
+    last_sent: Option<Instant>,
+    /// Failed reads since the last success.
+    failures: u32,
+    next_read: Instant,
+    /// The last watch event not yet covered by a read sent after it.
+    wake: Option<Instant>,
+    shown: Option<Shown>,
+    /// The config version of the last read.
+    version: Option<u64>,
 }
 
 impl Fence {
-    /// The fence of a worker process started at `start`: fenced until its first Lease write
-    /// succeeds and a read after it answers, then fenced again once `limit` passes without a
-    /// renewal.
-    pub fn new(limit: Duration, start: Instant) -> Self {
+    /// The fence of a process started at `start` with permit `permit`: it runs nothing, is not
+    /// ready, and reads at once.
+    pub fn new(permit: Duration, start: Instant) -> Self {
         Self {
-            limit,
-            renewed: start,
-            state: State::Fenced,
-            reads: 0,
+            permit,
+            handoff: Handoff::new(),
+            until: None,
+            last_sent: None,
+            failures: 0,
+            next_read: start,
+            wake: None,
+            shown: None,
+            version: None,
         }
     }
 
-    /// Whether the worker may run jobs.
-    pub fn is_live(&self) -> bool {
-        self.state == State::Live
-    }
-
-    /// When to check the fence next; `None` while fenced.
-    pub fn deadline(&self) -> Option<Instant> {
-        self.is_live().then(|| self.renewed + self.limit)
-    }
-
-    /// Whether the last renewal is too old at `now` for jobs to run.
-    pub fn expired(&self, now: Instant) -> bool {
-        now.saturating_duration_since(self.renewed) >= self.limit
-    }
-
-    /// Fences the worker if its renewal is too old at `now`; true when it just did (stop
-    /// every job now).
-    pub fn check(&mut self, now: Instant) -> bool {
-        if self.is_live() && self.expired(now) {
-            self.state = State::Fenced;
-            return true;
+    /// A fence read sent at `sent` answered with `entry`; [`Fence::next`] applies it. The next
+    /// read is due half a permit after `sent`, or at once for a watch event that came after it.
+    pub fn read(&mut self, sent: Instant, entry: Entry) {
+        self.last_sent = Some(self.last_sent.map_or(sent, |last| last.max(sent)));
+        self.failures = 0;
+        self.next_read = sent + read_interval(self.permit);
+        match self.wake {
+            Some(wake) if wake > sent => self.next_read = self.next_read.min(wake),
+            _ => self.wake = None,
         }
-        false
+        self.version = entry.version;
+        self.shown = Some(Shown { sent, entry });
     }
 
-    /// Records a successful Lease write sent at `sent`, learnt at `now`, the last of a run of
-    /// renewals that began at `streak`: the first success after a gap of the limit or more
-    /// since the one before (or the start).
-    ///
-    /// A live worker whose run of renewals began after the last renewal it knew of was expired
-    /// in between (a process paused, say), even if no check ran meanwhile: it fences.
-    pub fn renewed(&mut self, sent: Instant, streak: Instant, now: Instant) -> Renewal {
-        let gap = streak > self.renewed;
-        self.renewed = self.renewed.max(sent);
-        let newly_fenced = self.is_live() && (gap || self.expired(now));
-        if newly_fenced {
-            self.state = State::Fenced;
-        }
-        let read = (self.state == State::Fenced && !self.expired(now)).then(|| {
-            self.reads += 1;
-            self.state = State::Reading { read: self.reads };
-            self.reads
-        });
-        Renewal { newly_fenced, read }
+    /// A fence read failed (or got no answer in time) at `now`: retry after 1 s, doubling, at
+    /// most an eighth of the permit apart.
+    pub fn read_failed(&mut self, now: Instant) {
+        self.failures = self.failures.saturating_add(1);
+        self.next_read = now + retry_delay(self.failures, self.permit);
     }
 
-    /// Whether the ConfigMap read tagged `read` and answered at `now` lifts the fence. A read
-    /// that is not the awaited one changes nothing; the awaited one answered too late fences
-    /// again until the next renewal.
-    pub fn read(&mut self, read: u64, now: Instant) -> bool {
-        if self.state != (State::Reading { read }) {
-            return false;
-        }
-        if self.expired(now) {
-            self.state = State::Fenced;
-            return false;
-        }
-        self.state = State::Live;
-        true
+    /// A watch event for the ConfigMap came at `now`: it proves nothing, but the next read is
+    /// due at once.
+    pub fn watched(&mut self, now: Instant) {
+        self.wake = Some(now);
+        self.next_read = self.next_read.min(now);
     }
 
-    /// The read tagged `read` failed: stay fenced until the next renewal asks for another.
-    pub fn read_failed(&mut self, read: u64) {
-        if self.state == (State::Reading { read }) {
-            self.state = State::Fenced;
+    /// SIGTERM: nothing runs from here on (the stops come from [`Fence::next`]) and nothing
+    /// starts again; the worker is not ready.
+    pub fn terminate(&mut self) {
+        self.handoff.terminate();
+    }
+
+    /// The Lease now carries `version` as acknowledged.
+    pub fn written(&mut self, version: u64) {
+        self.handoff.written(version);
+    }
+
+    /// What to do at `now`, or `None` once everything asked for is done: first stop jobs whose
+    /// permit lapsed (or every job, terminating); then apply the last read: stop what it does
+    /// not list, extend the permit and start what it adds, and acknowledge its version. A read
+    /// answered (or applied) at or after its send plus the permit gives no permit.
+    pub fn next(&mut self, now: Instant) -> Option<Action> {
+        if self.until.is_some_and(|until| until <= now) || self.handoff.terminating() {
+            let stop = self.handoff.stop_all();
+            self.until = None;
+            if !stop.is_empty() {
+                return Some(Action::Stop(stop));
+            }
         }
+        let shown = self.shown.as_ref()?;
+        let until = shown.sent + self.permit;
+        let permitted = !self.handoff.terminating() && now < until;
+        let wanted: &[String] = if permitted { &shown.entry.jobs } else { &[] };
+        let stop = self.handoff.stop_unlisted(wanted);
+        if self.handoff.running().is_empty() {
+            self.until = None;
+        }
+        if !stop.is_empty() {
+            return Some(Action::Stop(stop));
+        }
+        if !wanted.is_empty() {
+            let start = self.handoff.start_missing(wanted);
+            if self.until != Some(until) || !start.is_empty() {
+                self.until = Some(until);
+                return Some(Action::Run { until, start });
+            }
+        }
+        let shown = self.shown.take()?;
+        self.handoff
+            .acknowledge(&shown.entry, permitted)
+            .map(Action::Acknowledge)
+    }
+
+    /// The permit `F`.
+    pub fn permit(&self) -> Duration {
+        self.permit
+    }
+
+    /// The jobs that run (or are being started), in start order; a job leaves the list when
+    /// its stop is handed out.
+    pub fn running(&self) -> &[String] {
+        self.handoff.running()
+    }
+
+    /// When the running jobs' permit lapses (call [`Fence::next`] then); `None` while nothing
+    /// runs.
+    pub fn until(&self) -> Option<Instant> {
+        self.until
+    }
+
+    /// When to send the next fence read (once the one in flight, if any, has answered).
+    pub fn next_read_at(&self) -> Instant {
+        self.next_read
+    }
+
+    /// Whether the worker answers ready at `now`: not terminating, and its last successful read
+    /// was sent less than three fifths of the permit before.
+    pub fn ready(&self, now: Instant) -> bool {
+        self.ready_until().is_some_and(|until| now < until)
+    }
+
+    /// Until when the worker answers ready, if at all.
+    pub fn ready_until(&self) -> Option<Instant> {
+        let sent = self.last_sent.filter(|_| !self.handoff.terminating())?;
+        Some(sent + ready_within(self.permit))
+    }
+
+    /// The config version of the last read, `None` before the first or when it found no
+    /// config.
+    pub fn version(&self) -> Option<u64> {
+        self.version
+    }
+
+    /// The last version handed out to acknowledge.
+    pub fn acknowledged(&self) -> Option<u64> {
+        self.handoff.acknowledged()
+    }
+
+    /// Whether [`Fence::terminate`] was called.
+    pub fn terminating(&self) -> bool {
+        self.handoff.terminating()
+    }
+
+    /// Whether a terminating worker may exit: it runs nothing and its Lease carries a version
+    /// whose entry has no jobs.
+    pub fn done(&self) -> bool {
+        self.handoff.done()
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use swarm_protocol::fence::{default_margin, limit};
+    use serde_json::Value;
 
     use super::*;
 
-    const LIMIT: Duration = Duration::from_secs(8);
-
-    fn secs(s: f64) -> Duration {
-        Duration::from_secs_f64(s)
+    fn jobs(names: &[&str]) -> Vec<String> {
+        names.iter().map(|name| name.to_string()).collect()
     }
 
-    /// A fence that renewed and read at `start` (read 1): live.
-    fn live_from(start: Instant) -> Fence {
-        let mut fence = Fence::new(LIMIT, start);
-        assert_eq!(fence.renewed(start, start, start).read, Some(1));
-        assert!(fence.read(1, start));
-        fence
-    }
-
-    #[test]
-    fn a_new_process_runs_nothing_before_its_first_renewal_and_a_read_after_it() {
-        let start = Instant::now();
-        let mut fence = Fence::new(LIMIT, start);
-        assert!(!fence.is_live(), "its start is no renewal the operator saw");
-        assert_eq!(fence.deadline(), None);
-        assert!(!fence.check(start + secs(1.0)), "fenced already");
-        let renewal = fence.renewed(start + secs(0.5), start + secs(0.5), start + secs(0.6));
-        assert_eq!(
-            renewal,
-            Renewal {
-                newly_fenced: false,
-                read: Some(1)
+    /// Carries out every action due at `now` at once, as the traces assume; returns the
+    /// acknowledgement among them.
+    fn settle(fence: &mut Fence, now: Instant) -> Option<u64> {
+        let mut ack = None;
+        while let Some(action) = fence.next(now) {
+            if let Action::Acknowledge(version) = action {
+                assert_eq!(ack, None, "one acknowledgement per step");
+                ack = Some(version);
             }
-        );
-        assert!(!fence.is_live(), "not before the read");
-        assert!(fence.read(1, start + secs(0.7)));
-        assert_eq!(fence.deadline(), Some(start + secs(0.5) + LIMIT));
+        }
+        ack
     }
 
-    #[test]
-    fn the_margin_is_at_least_two_seconds_a_fifth_of_the_duration_and_at_most_half() {
-        assert_eq!(default_margin(secs(10.0)), secs(2.0));
-        assert_eq!(default_margin(secs(30.0)), secs(6.0));
-        assert_eq!(limit(secs(10.0), default_margin(secs(10.0))), secs(8.0));
-        assert_eq!(limit(secs(30.0), default_margin(secs(30.0))), secs(24.0));
-        assert_eq!(limit(secs(2.0), default_margin(secs(2.0))), secs(1.0));
-        assert_eq!(limit(secs(10.0), secs(9.0)), secs(5.0), "held to half");
+    fn strings(value: &Value) -> Vec<String> {
+        let list = value.as_array().expect("a list of jobs");
+        list.iter()
+            .map(|job| job.as_str().unwrap().to_string())
+            .collect()
     }
 
-    #[test]
-    fn a_worker_renewing_in_time_stays_live() {
-        let start = Instant::now();
-        let mut fence = live_from(start);
-        assert_eq!(fence.deadline(), Some(start + LIMIT));
-        assert!(!fence.check(start + secs(7.9)));
-        assert_eq!(
-            fence.renewed(start + secs(2.5), start, start + secs(7.9)),
-            Renewal::default()
-        );
-        assert_eq!(fence.deadline(), Some(start + secs(10.5)));
-        assert!(!fence.check(start + secs(10.0)));
-        assert!(fence.is_live());
-    }
-
-    #[test]
-    fn no_renewal_within_the_limit_fences_once() {
-        let start = Instant::now();
-        let mut fence = live_from(start);
-        assert!(fence.check(start + LIMIT), "at the limit, not after it");
-        assert!(!fence.is_live());
-        assert_eq!(fence.deadline(), None);
-        assert!(!fence.check(start + secs(20.0)), "fenced already");
-    }
-
-    #[test]
-    fn the_send_time_counts_not_the_answer_time() {
-        let start = Instant::now();
-        let mut fence = live_from(start);
-        // Sent at 1 s, answered at 6 s: the worker may run until 9 s, not 14 s.
-        assert_eq!(
-            fence.renewed(start + secs(1.0), start, start + secs(6.0)),
-            Renewal::default()
-        );
-        assert!(fence.check(start + secs(9.0)));
-    }
-
-    #[test]
-    fn renewals_missed_by_a_busy_reader_count_if_they_came_without_a_gap() {
-        let start = Instant::now();
-        let mut fence = live_from(start);
-        // Renewed every 2.5 s from the start; the reader learns of the one sent at 20 s.
-        assert_eq!(
-            fence.renewed(start + secs(20.0), start, start + secs(20.1)),
-            Renewal::default()
-        );
-        // A run that began at 30 s after a gap: expired in between.
-        assert_eq!(
-            fence.renewed(start + secs(40.0), start + secs(30.0), start + secs(40.1)),
-            Renewal {
-                newly_fenced: true,
-                read: Some(2)
-            }
-        );
-    }
-
-    #[test]
-    fn a_renewal_answered_after_the_limit_fences_even_without_a_check() {
-        let start = Instant::now();
-        let mut fence = live_from(start);
-        // Sent before a pause, answered after it.
-        assert_eq!(
-            fence.renewed(start + secs(1.0), start, start + secs(30.0)),
-            Renewal {
-                newly_fenced: true,
-                read: None
-            },
-            "stop every job, and wait for a renewal in time"
-        );
-        assert!(!fence.is_live());
-    }
-
-    #[test]
-    fn a_renewal_sent_after_a_gap_longer_than_the_limit_fences_then_asks_for_a_read() {
-        let start = Instant::now();
-        let mut fence = live_from(start);
-        // Paused from 1 s to 30 s: the first write after the pause succeeds before any check.
-        let renewal = fence.renewed(start + secs(30.0), start + secs(30.0), start + secs(30.1));
-        assert_eq!(
-            renewal,
-            Renewal {
-                newly_fenced: true,
-                read: Some(2)
-            }
-        );
-        assert!(!fence.is_live());
-        assert!(fence.read(2, start + secs(30.2)));
-        assert!(fence.is_live());
-    }
-
-    #[test]
-    fn a_fence_lifts_only_after_a_renewal_and_then_the_read_it_asked_for() {
-        let start = Instant::now();
-        let mut fence = live_from(start);
-        assert!(fence.check(start + secs(9.0)));
-        assert!(!fence.read(0, start + secs(9.5)), "no read was asked for");
-        let renewal = fence.renewed(start + secs(10.0), start + secs(10.0), start + secs(10.1));
-        assert!(!renewal.newly_fenced);
-        let read = renewal
-            .read
-            .expect("a renewal of a fenced worker asks for a fresh read");
-        assert_eq!(
-            fence.renewed(start + secs(11.0), start + secs(11.0), start + secs(11.1)),
-            Renewal::default(),
-            "one read at a time"
-        );
+    /// One step of a trace: the event, then every expected field.
+    fn step(
+        fence: &mut Option<Fence>,
+        permit: Duration,
+        at: impl Fn(&Value) -> Instant,
+        s: &Value,
+    ) {
+        let now = at(&s["at"]);
+        let event = s["event"].as_str().unwrap();
+        if event == "start" {
+            *fence = Some(Fence::new(permit, now));
+        }
+        let fence = fence.as_mut().expect("the trace starts with start");
+        match event {
+            "read" => fence.read(
+                at(&s["sentAt"]),
+                Entry::new(s["version"].as_u64(), strings(&s["jobs"])),
+            ),
+            "readFailed" => fence.read_failed(now),
+            "watch" => fence.watched(now),
+            "sigterm" => fence.terminate(),
+            "start" | "tick" => {}
+            other => panic!("unknown event {other}"),
+        }
+        let ack = settle(fence, now);
+        let want = &s["expect"];
+        let mut running = fence.running().to_vec();
+        running.sort();
+        assert_eq!(running, strings(&want["running"]), "running");
+        let seconds = |instant: Instant| {
+            let zero = at(&Value::from(0));
+            instant.duration_since(zero).as_secs_f64()
+        };
+        let close = |got: Option<Instant>, want: &Value| match (got, want.as_f64()) {
+            (None, None) => true,
+            (Some(got), Some(want)) => (seconds(got) - want).abs() < 1e-6,
+            _ => false,
+        };
         assert!(
-            !fence.read(read + 1, start + secs(11.2)),
-            "not the awaited read"
+            close(fence.until(), &want["until"]),
+            "until {:?}",
+            fence.until().map(seconds)
         );
-        assert!(!fence.is_live());
-        assert!(fence.read(read, start + secs(11.3)));
-        assert!(fence.is_live());
-        assert_eq!(fence.deadline(), Some(start + secs(19.0)));
+        assert_eq!(fence.ready(now), want["ready"].as_bool().unwrap(), "ready");
+        assert_eq!(ack, want["ack"].as_u64(), "ack");
+        let next = fence.next_read_at();
+        assert!(
+            close(Some(next), &want["nextReadAt"]),
+            "nextReadAt {}",
+            seconds(next)
+        );
     }
 
+    /// `protocol/vectors/fence.json`'s traces, which the Go and Python workers replay too.
     #[test]
-    fn a_read_answered_after_the_renewal_expired_again_keeps_the_fence() {
-        let start = Instant::now();
-        let mut fence = live_from(start);
-        fence.check(start + secs(9.0));
-        let read = fence
-            .renewed(start + secs(10.0), start + secs(10.0), start + secs(10.0))
-            .read
-            .expect("a read is asked for");
-        assert!(!fence.read(read, start + secs(18.0)));
-        assert!(!fence.is_live());
-        let renewal = fence.renewed(start + secs(18.5), start + secs(18.5), start + secs(18.6));
-        assert_eq!(renewal.read, Some(read + 1));
-    }
-
-    #[test]
-    fn a_failed_read_waits_for_the_next_renewal() {
-        let start = Instant::now();
-        let mut fence = live_from(start);
-        fence.check(start + secs(9.0));
-        let read = fence
-            .renewed(start + secs(10.0), start + secs(10.0), start + secs(10.0))
-            .read
-            .expect("a read is asked for");
-        fence.read_failed(read);
-        assert!(!fence.read(read, start + secs(10.5)));
-        assert_eq!(
-            fence.renewed(start + secs(11.0), start + secs(11.0), start + secs(11.0)),
-            Renewal {
-                newly_fenced: false,
-                read: Some(read + 1)
+    fn the_fence_follows_every_trace_of_the_vectors() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../protocol/vectors/fence.json"
+        );
+        let file: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let zero = Instant::now();
+        let at = |value: &Value| zero + Duration::from_secs_f64(value.as_f64().unwrap());
+        for trace in file["traces"].as_array().unwrap() {
+            let name = trace["name"].as_str().unwrap();
+            let permit = Duration::from_secs(trace["permitSeconds"].as_u64().unwrap());
+            let mut fence = None;
+            for (n, s) in trace["steps"].as_array().unwrap().iter().enumerate() {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    step(&mut fence, permit, at, s)
+                }));
+                if let Err(panic) = result {
+                    let why = panic.downcast_ref::<String>().cloned().unwrap_or_default();
+                    panic!("{name}, step {n} ({s}): {why}");
+                }
             }
+        }
+    }
+
+    #[test]
+    fn a_read_that_drops_a_job_stops_it_before_the_permit_of_the_others_is_extended() {
+        let start = Instant::now();
+        let mut fence = Fence::new(Duration::from_secs(30), start);
+        fence.read(start, Entry::new(Some(1), ["a", "b"]));
+        let until = start + Duration::from_secs(30);
+        let run = Action::Run {
+            until,
+            start: jobs(&["a", "b"]),
+        };
+        assert_eq!(fence.next(start), Some(run));
+        assert_eq!(fence.next(start), Some(Action::Acknowledge(1)));
+        assert_eq!(fence.next(start), None);
+        let sent = start + Duration::from_secs(15);
+        fence.read(sent, Entry::new(Some(2), ["a", "c"]));
+        assert_eq!(fence.next(sent), Some(Action::Stop(jobs(&["b"]))));
+        assert_eq!(fence.until(), Some(until), "b's permit is not extended");
+        let run = Action::Run {
+            until: sent + Duration::from_secs(30),
+            start: jobs(&["c"]),
+        };
+        assert_eq!(fence.next(sent), Some(run));
+        assert_eq!(fence.next(sent), Some(Action::Acknowledge(2)));
+    }
+
+    #[test]
+    fn a_read_that_lapses_while_its_stops_run_starts_nothing_and_stops_the_rest() {
+        let start = Instant::now();
+        let mut fence = Fence::new(Duration::from_secs(10), start);
+        fence.read(start, Entry::new(Some(1), ["a", "b"]));
+        settle(&mut fence, start);
+        let sent = start + Duration::from_secs(5);
+        fence.read(sent, Entry::new(Some(2), ["a", "c"]));
+        assert_eq!(fence.next(sent), Some(Action::Stop(jobs(&["b"]))));
+        // b took 20 s to stop: a lapsed meanwhile, and the read gives no permit any more.
+        let late = start + Duration::from_secs(25);
+        assert_eq!(fence.next(late), Some(Action::Stop(jobs(&["a"]))));
+        assert_eq!(
+            fence.next(late),
+            None,
+            "nothing starts, nothing is acknowledged"
         );
+        assert_eq!(fence.until(), None);
+    }
+
+    #[test]
+    fn a_watch_event_during_a_read_in_flight_asks_for_another_read_at_once() {
+        let start = Instant::now();
+        let mut fence = Fence::new(Duration::from_secs(30), start);
+        let event = start + Duration::from_millis(100);
+        fence.watched(event);
+        // This read was sent before the event: it may not show the change the event reports.
+        fence.read(start, Entry::new(Some(1), ["a"]));
+        assert_eq!(fence.next_read_at(), event);
+        fence.read(event, Entry::new(Some(2), ["a"]));
+        assert_eq!(fence.next_read_at(), event + Duration::from_secs(15));
+    }
+
+    #[test]
+    fn a_terminating_worker_is_done_once_the_lease_carries_an_empty_entry() {
+        let start = Instant::now();
+        let mut fence = Fence::new(Duration::from_secs(30), start);
+        fence.read(start, Entry::new(Some(1), ["a"]));
+        settle(&mut fence, start);
+        fence.written(1);
+        fence.terminate();
+        assert_eq!(fence.next(start), Some(Action::Stop(jobs(&["a"]))));
+        assert!(!fence.done());
+        fence.read(start, Entry::new(Some(2), Vec::<String>::new()));
+        assert_eq!(settle(&mut fence, start), Some(2));
+        assert!(!fence.done(), "not written yet");
+        fence.written(2);
+        assert!(fence.done());
     }
 }

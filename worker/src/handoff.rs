@@ -1,69 +1,42 @@
-//! The worker's side of the acknowledged handoff as a state machine with no I/O: which jobs to
-//! stop and start for a config version, and when that version may be acknowledged.
+//! Which jobs a worker runs and which config version it acknowledges, with no clock and no I/O.
 //!
-//! The shell feeds it config versions ([`Handoff::offer`]) and the outcome of each stop and
-//! start, and asks it what to acknowledge ([`Handoff::take_ack`]). Keeping every rule of the
-//! protocol here lets the tests check them without an API server:
-//! - a version at or below the one applied is a replay and is ignored;
-//! - every stop of a version finishes before any of its starts begins;
-//! - a version is acknowledged only once its stops and starts are done, and at once when it
-//!   changes nothing;
-//! - after [`Handoff::terminate`] nothing starts again and only versions whose own entry has no
-//!   jobs are acknowledged; the worker is done once one such acknowledgement is written;
-//! - after [`Handoff::fence`] nothing runs, and the next version offered is applied even if it
-//!   is the one applied before.
+//! [`crate::fence::Fence`] decides, from the time of each fence read, which jobs of an entry may
+//! run; this part keeps the rules that do not depend on time:
+//! - a worker runs each job at most once, stopping what an entry no longer lists before it
+//!   starts what the entry adds;
+//! - it acknowledges a version higher than the last it acknowledged, and only once it runs
+//!   exactly that version's entry (or the entry has no jobs, which it then runs exactly too);
+//! - after [`Handoff::terminate`] nothing starts again, and it is done once the Lease carries a
+//!   version whose entry has no jobs.
 
-/// What one config version asks of this worker: stop `stop` and wait, then start `start`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Change {
-    /// The config version.
-    pub version: u64,
-    /// Running jobs the version's entry no longer lists, in the order they started.
-    pub stop: Vec<String>,
-    /// Jobs the entry lists that do not run yet, in the entry's order.
-    pub start: Vec<String>,
+/// This pod's entry as a fence read showed it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    /// The config version; `None` when the read found no ConfigMap or no config in it.
+    pub version: Option<u64>,
+    /// The entry's jobs, each once, in the entry's order; empty when the config has no entry
+    /// for this pod.
+    pub jobs: Vec<String>,
 }
 
-impl Change {
-    /// Whether the version leaves this worker's jobs as they are.
-    pub fn is_empty(&self) -> bool {
-        self.stop.is_empty() && self.start.is_empty()
+impl Entry {
+    /// The entry of `version` listing `jobs`, each kept once (the first time it is listed).
+    pub fn new<S: Into<String>>(version: Option<u64>, jobs: impl IntoIterator<Item = S>) -> Self {
+        let mut unique: Vec<String> = Vec::new();
+        for job in jobs {
+            let job = job.into();
+            if !unique.contains(&job) {
+                unique.push(job);
+            }
+        }
+        Self {
+            version,
+            jobs: unique,
+        }
     }
 }
 
-/// One pod instance's progress through the config versions.
-#[derive(Clone, Debug, Default)]
-pub struct Handoff {
-    /// Jobs that run or are being started, in start order.
-    running: Vec<String>,
-    /// The highest version offered and not ignored.
-    applied: Option<u64>,
-    /// The version being applied.
-    pending: Option<Pending>,
-    /// The last acknowledgement handed to the Lease writer.
-    sent: Option<Ack>,
-    /// The last acknowledgement the Lease writer confirmed.
-    acked: Option<Ack>,
-    terminating: bool,
-    /// Fenced: the version applied is to be applied again.
-    reapply: bool,
-}
-
-#[derive(Clone, Debug)]
-struct Pending {
-    version: u64,
-    /// Stops not confirmed yet.
-    stop: Vec<String>,
-    /// Starts not confirmed yet.
-    start: Vec<String>,
-    /// The version's own entry.
-    wanted: Vec<String>,
-    /// Whether `start` was handed out by [`Handoff::starting`].
-    starting: bool,
-    /// Whether the version's own entry has no jobs.
-    empty: bool,
-}
-
+/// An acknowledgement handed to the Lease writer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Ack {
     version: u64,
@@ -71,153 +44,90 @@ struct Ack {
     empty: bool,
 }
 
+/// One pod instance's jobs and acknowledgements.
+#[derive(Clone, Debug, Default)]
+pub struct Handoff {
+    /// Jobs that run or are being started, in start order; a job leaves it when its stop is
+    /// handed out.
+    running: Vec<String>,
+    /// The last acknowledgement handed out.
+    acked: Option<Ack>,
+    /// The last version the Lease writer confirmed.
+    written: Option<u64>,
+    terminating: bool,
+}
+
 impl Handoff {
-    /// A worker that runs nothing and has applied no version.
+    /// A worker that runs nothing and has acknowledged nothing.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Offers config version `version`, whose entry for this pod lists `entry` (empty when the
-    /// config has no entry for it).
-    ///
-    /// Returns what to do, or `None` when the version is to be ignored: a replay (at or below
-    /// the version applied, unless a fence asked for it to be applied again), or, while
-    /// terminating, an entry that still lists jobs. A new offer replaces a version whose change
-    /// has not finished.
-    pub fn offer(&mut self, version: u64, entry: &[String]) -> Option<Change> {
-        let fresh = match self.applied {
-            None => true,
-            Some(applied) => version > applied || (version == applied && self.reapply),
-        };
-        if !fresh {
-            return None;
-        }
-        self.applied = Some(version);
-        self.reapply = false;
-        let mut wanted: Vec<String> = Vec::with_capacity(entry.len());
-        for job in entry {
-            if !wanted.contains(job) {
-                wanted.push(job.clone());
-            }
-        }
-        if self.terminating && !wanted.is_empty() {
-            self.pending = None;
-            return None;
-        }
-        let stop: Vec<String> = self
-            .running
-            .iter()
-            .filter(|job| !wanted.contains(job))
-            .cloned()
-            .collect();
-        let start: Vec<String> = wanted
-            .iter()
-            .filter(|job| !self.running.contains(job))
-            .cloned()
-            .collect();
-        self.pending = Some(Pending {
-            version,
-            stop: stop.clone(),
-            start: start.clone(),
-            starting: false,
-            empty: wanted.is_empty(),
-            wanted,
-        });
-        Some(Change {
-            version,
-            stop,
-            start,
-        })
+    /// The running jobs that `wanted` does not list, in start order, counted as stopped from
+    /// here on: stop each and wait before anything else.
+    pub fn stop_unlisted(&mut self, wanted: &[String]) -> Vec<String> {
+        let (keep, stop) = self.running.drain(..).partition(|job| wanted.contains(job));
+        self.running = keep;
+        stop
     }
 
-    /// Records that `job` has stopped. A job the pending version lists (its stop was asked for
-    /// by a version this one replaced) is to be started again.
-    pub fn stopped(&mut self, job: &str) {
-        self.running.retain(|running| running != job);
-        if let Some(pending) = &mut self.pending {
-            pending.stop.retain(|stop| stop != job);
-            let wanted = pending.wanted.iter().any(|wanted| wanted == job);
-            if wanted && !pending.starting && !pending.start.iter().any(|start| start == job) {
-                pending.start.push(job.to_string());
-            }
-        }
+    /// Every running job, counted as stopped from here on.
+    pub fn stop_all(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.running)
     }
 
-    /// The jobs of the pending version to start now, counted as running from here on (so a
-    /// report written before they start never misses one). Empty until every stop of that
-    /// version has finished, once handed out, and while terminating.
-    pub fn starting(&mut self) -> Vec<String> {
-        let Some(pending) = &mut self.pending else {
-            return Vec::new();
-        };
-        if self.terminating || pending.starting || !pending.stop.is_empty() {
+    /// The jobs of `wanted` that do not run yet, in its order, counted as running from here on
+    /// (so that a report written before they start never misses one); none while terminating.
+    pub fn start_missing(&mut self, wanted: &[String]) -> Vec<String> {
+        if self.terminating {
             return Vec::new();
         }
-        pending.starting = true;
-        for job in &pending.start {
+        let mut start = Vec::new();
+        for job in wanted {
             if !self.running.contains(job) {
                 self.running.push(job.clone());
+                start.push(job.clone());
             }
         }
-        pending.start.clone()
+        start
     }
 
-    /// Records that `job`, handed out by [`Handoff::starting`], has started.
-    pub fn started(&mut self, job: &str) {
-        if let Some(pending) = &mut self.pending
-            && pending.starting
-        {
-            pending.start.retain(|start| start != job);
-        }
-    }
-
-    /// The version to acknowledge now, if the pending one has finished;
-    /// handing it out clears it, so each version is handed out once.
-    pub fn take_ack(&mut self) -> Option<u64> {
-        let pending = self.pending.as_ref()?;
-        let finished = pending.stop.is_empty() && pending.start.is_empty();
-        if !finished {
+    /// The version of `entry` to acknowledge, once every stop and start for it has finished:
+    /// its version, if it has one higher than the last acknowledged, and the worker runs
+    /// exactly the entry: `runs_entry` (a read that gave a permit while not terminating) or an
+    /// entry with no jobs. Each version is handed out once.
+    pub fn acknowledge(&mut self, entry: &Entry, runs_entry: bool) -> Option<u64> {
+        let version = entry.version?;
+        let newer = self.acked.is_none_or(|acked| version > acked.version);
+        if !newer || !(runs_entry || entry.jobs.is_empty()) {
             return None;
         }
-        let pending = self.pending.take()?;
-        let ack = Ack {
-            version: pending.version,
-            empty: pending.empty,
-        };
-        self.sent = Some(ack);
-        Some(ack.version)
+        self.acked = Some(Ack {
+            version,
+            empty: entry.jobs.is_empty(),
+        });
+        Some(version)
     }
 
     /// Records that the Lease now carries `version` as acknowledged.
-    pub fn acked(&mut self, version: u64) {
-        if let Some(sent) = self.sent
-            && sent.version == version
-        {
-            self.acked = Some(sent);
-        }
+    pub fn written(&mut self, version: u64) {
+        self.written = Some(version);
     }
 
-    /// Starts terminating (SIGTERM): the pending version is abandoned, nothing starts again.
-    /// Returns the jobs to stop, all of them; report each with [`Handoff::stopped`].
-    pub fn terminate(&mut self) -> Vec<String> {
+    /// Starts terminating (SIGTERM): nothing starts again; stop every job with
+    /// [`Handoff::stop_all`].
+    pub fn terminate(&mut self) {
         self.terminating = true;
-        self.pending = None;
-        self.running.clone()
     }
 
-    /// Fences the worker (its Lease may look expired): the pending version is abandoned and
-    /// the next version offered is applied from scratch, even the one applied now. Returns the
-    /// jobs to stop, all of them; report each with [`Handoff::stopped`].
-    pub fn fence(&mut self) -> Vec<String> {
-        self.pending = None;
-        self.reapply = true;
-        self.running.clone()
-    }
-
-    /// Whether the worker may exit: it terminates, runs nothing, and the Lease acknowledges a
-    /// version in which its own entry has no jobs.
+    /// Whether the worker may exit: it terminates, runs nothing, and the Lease carries the
+    /// last acknowledgement handed out, of a version whose entry has no jobs.
     pub fn done(&self) -> bool {
-        self.terminating && self.running.is_empty() && self.acked.is_some_and(|ack| ack.empty)
+        self.terminating
+            && self.running.is_empty()
+            && self
+                .acked
+                .is_some_and(|ack| ack.empty && self.written == Some(ack.version))
     }
 
     /// Whether [`Handoff::terminate`] was called.
@@ -230,12 +140,7 @@ impl Handoff {
         &self.running
     }
 
-    /// The highest version applied (or being applied), if any.
-    pub fn applied(&self) -> Option<u64> {
-        self.applied
-    }
-
-    /// The version the Lease acknowledges, as last confirmed.
+    /// The last version handed out to acknowledge, if any.
     pub fn acknowledged(&self) -> Option<u64> {
         self.acked.map(|ack| ack.version)
     }
@@ -249,220 +154,64 @@ mod tests {
         names.iter().map(|name| name.to_string()).collect()
     }
 
-    /// Runs a change to the end, as the shell does, and returns the version to acknowledge.
-    fn apply(worker: &mut Handoff, change: &Change) -> Option<u64> {
-        for job in &change.stop {
-            worker.stopped(job);
-        }
-        for job in worker.starting() {
-            worker.started(&job);
-        }
-        worker.take_ack()
+    #[test]
+    fn an_entry_lists_each_job_once_in_its_order() {
+        assert_eq!(Entry::new(Some(1), ["b", "a", "b"]).jobs, jobs(&["b", "a"]));
     }
 
     #[test]
-    fn a_first_version_starts_the_entry_and_is_acknowledged_after_the_starts() {
+    fn a_change_stops_what_the_entry_no_longer_lists_and_starts_only_what_it_adds() {
         let mut worker = Handoff::new();
-        let change = worker.offer(1, &jobs(&["a", "b"])).expect("a change");
         assert_eq!(
-            change,
-            Change {
-                version: 1,
-                stop: vec![],
-                start: jobs(&["a", "b"])
-            }
+            worker.start_missing(&jobs(&["a", "b", "c"])),
+            jobs(&["a", "b", "c"])
         );
-        assert_eq!(worker.take_ack(), None, "nothing started yet");
-        let start = worker.starting();
-        assert_eq!(start, jobs(&["a", "b"]));
-        assert_eq!(worker.running(), jobs(&["a", "b"]).as_slice());
-        worker.started("a");
-        assert_eq!(worker.take_ack(), None, "b is not started yet");
-        worker.started("b");
-        assert_eq!(worker.take_ack(), Some(1));
-        assert_eq!(worker.take_ack(), None, "each version is handed out once");
-    }
-
-    #[test]
-    fn a_replayed_or_stale_version_is_ignored() {
-        let mut worker = Handoff::new();
-        let change = worker.offer(5, &jobs(&["a"])).unwrap();
-        assert_eq!(apply(&mut worker, &change), Some(5));
-        worker.acked(5);
-        assert_eq!(worker.offer(5, &jobs(&["a"])), None, "a replay");
-        assert_eq!(worker.offer(4, &jobs(&["b"])), None, "an older version");
-        assert_eq!(worker.offer(3, &[]), None);
-        assert_eq!(worker.running(), jobs(&["a"]).as_slice());
-        assert_eq!(worker.applied(), Some(5));
-        assert!(worker.offer(6, &jobs(&["b"])).is_some());
-    }
-
-    #[test]
-    fn a_version_stops_what_its_entry_no_longer_lists_before_it_starts_anything() {
-        let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b", "c"])).unwrap();
-        apply(&mut worker, &first);
-        let change = worker.offer(2, &jobs(&["c", "d", "a"])).unwrap();
-        assert_eq!(change.stop, jobs(&["b"]));
-        assert_eq!(change.start, jobs(&["d"]));
-        assert_eq!(worker.starting(), Vec::<String>::new(), "b still runs");
-        assert_eq!(worker.take_ack(), None);
-        worker.stopped("b");
+        let wanted = jobs(&["c", "d", "a"]);
+        assert_eq!(worker.stop_unlisted(&wanted), jobs(&["b"]));
         assert_eq!(worker.running(), jobs(&["a", "c"]).as_slice());
-        assert_eq!(worker.starting(), jobs(&["d"]));
-        assert_eq!(worker.starting(), Vec::<String>::new(), "handed out once");
-        assert_eq!(worker.take_ack(), None, "d is not started yet");
-        worker.started("d");
-        assert_eq!(worker.take_ack(), Some(2));
+        assert_eq!(worker.start_missing(&wanted), jobs(&["d"]));
+        assert_eq!(worker.start_missing(&wanted), Vec::<String>::new());
         assert_eq!(worker.running(), jobs(&["a", "c", "d"]).as_slice());
     }
 
     #[test]
-    fn a_version_is_acknowledged_only_after_its_stops_are_confirmed() {
+    fn only_a_newer_version_the_worker_runs_exactly_is_acknowledged() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b"])).unwrap();
-        apply(&mut worker, &first);
-        let change = worker.offer(2, &jobs(&["a"])).unwrap();
-        assert_eq!(change.stop, jobs(&["b"]));
-        assert!(change.start.is_empty());
-        assert_eq!(worker.starting(), Vec::<String>::new());
-        assert_eq!(worker.take_ack(), None, "b has not stopped");
-        worker.stopped("b");
-        assert_eq!(worker.take_ack(), Some(2));
+        let two = Entry::new(Some(2), ["a"]);
+        assert_eq!(worker.acknowledge(&two, false), None, "a runs nowhere");
+        assert_eq!(worker.acknowledge(&two, true), Some(2));
+        assert_eq!(worker.acknowledge(&two, true), None, "handed out once");
+        assert_eq!(worker.acknowledge(&Entry::new(Some(1), ["a"]), true), None);
+        assert_eq!(worker.acknowledge(&Entry::new(None, ["a"]), true), None);
+        let empty = Entry::new(Some(3), Vec::<String>::new());
+        assert_eq!(worker.acknowledge(&empty, false), Some(3), "nothing runs");
+        assert_eq!(worker.acknowledged(), Some(3));
     }
 
     #[test]
-    fn a_version_that_changes_nothing_is_acknowledged_at_once() {
+    fn a_terminating_worker_starts_nothing_and_is_done_once_an_empty_entry_is_written() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a"])).unwrap();
-        apply(&mut worker, &first);
-        let same = worker.offer(2, &jobs(&["a"])).unwrap();
-        assert!(same.is_empty());
-        assert_eq!(worker.take_ack(), Some(2));
-        let none = worker.offer(3, &[]).unwrap();
-        assert_eq!(none.stop, jobs(&["a"]));
-        apply(&mut worker, &none);
-        let still_none = worker.offer(4, &[]).unwrap();
-        assert!(still_none.is_empty());
-        assert_eq!(worker.take_ack(), Some(4));
-    }
-
-    #[test]
-    fn a_repeated_job_in_the_entry_starts_once() {
-        let mut worker = Handoff::new();
-        let change = worker.offer(1, &jobs(&["a", "a"])).unwrap();
-        assert_eq!(change.start, jobs(&["a"]));
-    }
-
-    #[test]
-    fn a_newer_version_replaces_one_whose_change_has_not_finished() {
-        let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b"])).unwrap();
-        apply(&mut worker, &first);
-        worker.offer(2, &jobs(&["a"])).unwrap();
-        // b's stop is under way when version 3 arrives; it gives b back.
-        let third = worker.offer(3, &jobs(&["a", "b", "c"])).unwrap();
-        assert_eq!(third.stop, Vec::<String>::new());
-        assert_eq!(third.start, jobs(&["c"]));
-        worker.stopped("b");
-        assert_eq!(worker.take_ack(), None, "b is to run again");
-        assert_eq!(worker.starting(), jobs(&["c", "b"]));
-        worker.started("c");
-        worker.started("b");
-        assert_eq!(worker.take_ack(), Some(3));
-        assert_eq!(worker.running(), jobs(&["a", "c", "b"]).as_slice());
-    }
-
-    #[test]
-    fn a_terminating_worker_stops_everything_and_never_starts_a_job_again() {
-        let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b"])).unwrap();
-        apply(&mut worker, &first);
-        worker.acked(1);
-        assert_eq!(worker.terminate(), jobs(&["a", "b"]));
-        worker.stopped("a");
-        worker.stopped("b");
-        assert!(!worker.done(), "version 1 still lists jobs");
-        assert_eq!(worker.offer(2, &jobs(&["a", "c"])), None);
-        assert_eq!(worker.starting(), Vec::<String>::new());
-        assert_eq!(
-            worker.take_ack(),
-            None,
-            "an entry with jobs is never acknowledged"
-        );
-        let empty = worker.offer(3, &[]).unwrap();
-        assert!(empty.is_empty());
-        assert_eq!(worker.take_ack(), Some(3));
-        assert!(!worker.done(), "not written yet");
-        worker.acked(3);
-        assert!(worker.done());
-        assert!(worker.running().is_empty());
-    }
-
-    #[test]
-    fn a_terminating_worker_abandons_the_version_it_was_applying() {
-        let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a"])).unwrap();
-        apply(&mut worker, &first);
-        worker.offer(2, &jobs(&["b"])).unwrap();
-        worker.stopped("a");
-        assert_eq!(worker.terminate(), Vec::<String>::new());
-        assert_eq!(worker.starting(), Vec::<String>::new(), "b never starts");
-        assert_eq!(worker.take_ack(), None);
-        assert_eq!(worker.offer(2, &jobs(&["b"])), None, "a replay");
-    }
-
-    #[test]
-    fn a_fenced_worker_stops_everything_and_applies_the_same_version_again_afterwards() {
-        let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a", "b"])).unwrap();
-        apply(&mut worker, &first);
-        worker.acked(1);
-        worker.offer(2, &jobs(&["a", "c"])).unwrap();
-        assert_eq!(worker.fence(), jobs(&["a", "b"]), "version 2 is abandoned");
-        worker.stopped("a");
-        worker.stopped("b");
-        assert!(worker.running().is_empty());
-        assert_eq!(worker.starting(), Vec::<String>::new());
-        assert_eq!(worker.take_ack(), None);
-        assert_eq!(worker.offer(1, &jobs(&["a"])), None, "older than applied");
-        let again = worker.offer(2, &jobs(&["a", "c"])).expect("applied again");
-        assert_eq!(again.start, jobs(&["a", "c"]));
-        assert_eq!(apply(&mut worker, &again), Some(2));
-        assert_eq!(worker.offer(2, &jobs(&["a", "c"])), None, "a replay again");
-    }
-
-    #[test]
-    fn an_acknowledgement_written_after_sigterm_for_an_entry_with_jobs_does_not_end_the_worker() {
-        let mut worker = Handoff::new();
-        let first = worker.offer(1, &jobs(&["a"])).unwrap();
-        assert_eq!(apply(&mut worker, &first), Some(1));
+        worker.start_missing(&jobs(&["a", "b"]));
+        worker.acknowledge(&Entry::new(Some(1), ["a", "b"]), true);
+        worker.written(1);
         worker.terminate();
-        worker.stopped("a");
-        worker.acked(1);
-        assert!(!worker.done());
-        assert_eq!(worker.acknowledged(), Some(1));
-    }
-
-    #[test]
-    fn a_worker_without_jobs_whose_empty_entry_is_acknowledged_is_done_at_sigterm() {
-        let mut worker = Handoff::new();
-        let first = worker.offer(7, &[]).unwrap();
-        assert_eq!(apply(&mut worker, &first), Some(7));
-        worker.acked(7);
-        assert!(!worker.done());
-        assert!(worker.terminate().is_empty());
+        assert_eq!(worker.stop_all(), jobs(&["a", "b"]));
+        assert!(worker.start_missing(&jobs(&["a"])).is_empty());
+        assert!(!worker.done(), "version 1 lists jobs");
+        let empty = Entry::new(Some(2), Vec::<String>::new());
+        assert_eq!(worker.acknowledge(&empty, false), Some(2));
+        assert!(!worker.done(), "not written yet");
+        worker.written(2);
         assert!(worker.done());
     }
 
     #[test]
-    fn a_confirmation_of_another_version_than_the_one_sent_is_not_an_acknowledgement() {
+    fn a_worker_whose_last_acknowledged_entry_is_empty_is_done_at_sigterm() {
         let mut worker = Handoff::new();
-        let first = worker.offer(1, &[]).unwrap();
-        apply(&mut worker, &first);
-        worker.acked(9);
-        assert_eq!(worker.acknowledged(), None);
-        worker.acked(1);
-        assert_eq!(worker.acknowledged(), Some(1));
+        worker.acknowledge(&Entry::new(Some(7), Vec::<String>::new()), true);
+        worker.written(7);
+        assert!(!worker.done());
+        worker.terminate();
+        assert!(worker.done());
     }
 }

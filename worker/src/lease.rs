@@ -1,7 +1,7 @@
-//! Keeps the worker's Lease, built by [`swarm_protocol::lease::renewed`]: `keep` writes it whenever
-//! the acknowledged version changes and otherwise every quarter of its duration
-//! ([`swarm_protocol::fence::renew_interval`]: one write per 10 s with the default 40 s), and
-//! reports when each successful write was sent, for the fence.
+//! Writes the worker's Lease, built by [`swarm_protocol::lease::renewed`]: once at start (without
+//! an acknowledgement, so a Lease left by a previous pod instance speaks for it no more) and once
+//! per acknowledgement, and at no other time: fence reads and readiness, not renewals, keep
+//! the worker's jobs. A failed write is retried and never stops a job.
 
 use std::time::Duration;
 
@@ -12,84 +12,61 @@ use kube::api::PostParams;
 use swarm_protocol::fence;
 use swarm_protocol::lease::{Holder, renewed};
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tracing::{debug, warn};
 
-/// A successful Lease write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Written {
-    /// The acknowledged version the Lease now carries.
-    pub(crate) acked: Option<u64>,
-    /// When the accepted request was sent: the renewal counts from here, not from the answer.
-    pub(crate) sent: Instant,
-    /// When the current run of renewals began: the first success after a gap of `timeout` or
-    /// more since the one before (or since `start`), for a reader that missed some.
-    pub(crate) streak: Instant,
-}
-
-/// Writes the Lease until `acked`'s sender is dropped: at once, whenever `acked` changes, and
-/// every quarter of `duration` after the last success (sooner after a failure), each write given
-/// up after `timeout` (the fence limit). Each success is published on `written`; `start` counts
-/// as the first.
+/// Writes the Lease with `permit` as its duration until `acked`'s sender is dropped: at once,
+/// then whenever `acked` changes, retrying a failed write after a growing delay (a change
+/// meanwhile is written at once). Each success is published on `written`: the acknowledged
+/// version the Lease now carries.
 pub(crate) async fn keep(
     api: Api<Lease>,
     holder: Holder,
-    duration: Duration,
-    timeout: Duration,
-    start: Instant,
+    permit: Duration,
     mut acked: watch::Receiver<Option<u64>>,
-    written: watch::Sender<Option<Written>>,
+    written: watch::Sender<Option<u64>>,
 ) {
-    // A quarter: a renewal that fails has most of the duration left for its retries before
-    // the fence (at `duration - margin`) stops the jobs.
-    let renew_every = fence::renew_interval(duration);
+    // Half the permit: a write that hangs is given up in time for another to land while the
+    // operator still waits for the acknowledgement.
+    let ceiling = fence::read_interval(permit);
     let mut current: Option<Lease> = None;
     let mut retry = Retry::default();
-    let (mut last, mut streak) = (start, start);
     loop {
         let want = *acked.borrow_and_update();
-        let attempt = write(&api, &holder, &mut current, want, duration);
-        let result = match tokio::time::timeout(timeout, attempt).await {
+        let attempt = write(&api, &holder, &mut current, want, permit);
+        let result = match tokio::time::timeout(ceiling, attempt).await {
             Ok(answer) => answer.map_err(WriteError::Api),
             Err(_) => Err(WriteError::TimedOut),
         };
-        let wait = match result {
-            Ok(sent) => {
+        match result {
+            Ok(()) => {
                 retry = Retry::default();
-                if sent.saturating_duration_since(last) >= timeout {
-                    streak = sent;
+                written.send_replace(want);
+                if acked.changed().await.is_err() {
+                    return;
                 }
-                last = sent;
-                written.send_replace(Some(Written {
-                    acked: want,
-                    sent,
-                    streak,
-                }));
-                renew_every
             }
             Err(error) => {
                 // The Lease read is kept: a write that timed out but landed makes the next one
                 // conflict, which reads it again; a re-read on every failure would double the
                 // requests of every worker at the moment the API server is slowest.
-                let wait = retry.next_delay(renew_every);
+                let wait = retry.next_delay(ceiling);
                 warn!(lease = %holder.pod, %error, retry_in = ?wait, "cannot write the worker Lease");
-                wait
-            }
-        };
-        tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
-            changed = acked.changed() => {
-                if changed.is_err() {
-                    return;
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    changed = acked.changed() => {
+                        if changed.is_err() {
+                            return;
+                        }
+                    }
                 }
             }
         }
     }
 }
 
-/// The delays between failed writes: 1 s doubling up to the renewal interval, each drawn at
-/// random from its upper half, so that thousands of workers that lost the API server at once
-/// come back spread out and no faster than they renew, instead of all every second.
+/// The delays between failed writes: 1 s doubling up to half the permit, each drawn at random
+/// from its upper half, so that thousands of workers that lost the API server at once come back
+/// spread out instead of all every second.
 #[derive(Debug, Default)]
 struct Retry {
     failures: u32,
@@ -119,7 +96,6 @@ fn jitter() -> f64 {
 enum WriteError {
     #[error(transparent)]
     Api(kube::Error),
-    // An answer later than this would come too late to keep the worker from fencing.
     #[error("no answer in time")]
     TimedOut,
 }
@@ -131,7 +107,7 @@ async fn write(
     current: &mut Option<Lease>,
     acked: Option<u64>,
     duration: Duration,
-) -> Result<Instant, kube::Error> {
+) -> Result<(), kube::Error> {
     const ATTEMPTS: usize = 5;
     let mut attempt = 0;
     loop {
@@ -140,7 +116,6 @@ async fn write(
             *current = api.get_opt(&holder.pod).await?;
         }
         let lease = renewed(current.as_ref(), holder, acked, duration, Timestamp::now());
-        let sent = Instant::now();
         let result = match current {
             None => api.create(&PostParams::default(), &lease).await,
             Some(_) => {
@@ -151,7 +126,7 @@ async fn write(
         match result {
             Ok(stored) => {
                 *current = Some(stored);
-                return Ok(sent);
+                return Ok(());
             }
             // Someone else wrote it (or created or deleted it) since it was read, or a write
             // that timed out landed after all: read it again.
@@ -172,7 +147,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn retries_back_off_from_a_second_to_the_renewal_interval_with_jitter() {
+    fn retries_back_off_from_a_second_to_half_the_permit_with_jitter() {
         let ceiling = Duration::from_secs(10);
         let mut retry = Retry::default();
         let delays: Vec<Duration> = (0..8).map(|_| retry.next_delay(ceiling)).collect();
@@ -191,7 +166,7 @@ mod tests {
     }
 
     #[test]
-    fn a_short_lease_retries_within_its_renewal_interval() {
+    fn a_short_permit_retries_within_half_of_it() {
         let mut retry = Retry::default();
         for _ in 0..5 {
             assert!(retry.next_delay(Duration::from_millis(500)) <= Duration::from_millis(500));

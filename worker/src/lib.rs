@@ -1,17 +1,18 @@
 //! The worker side of swarm-operator's acknowledged handoff (`rollout.policy: Acknowledge`).
 //!
 //! An application implements [`Jobs`] (start and stop one job) and hands it to
-//! [`Worker::run`]; the library reads the pod's entry of the pool's ConfigMap through the API,
-//! stops and starts jobs as each new config version asks, acknowledges the version on the
-//! pod's Lease, fences itself (stops every job) when its Lease has not been renewed in time, and
-//! handles SIGTERM as the protocol says.
+//! [`Worker::run`]; the library reads the pod's own ConfigMap with fence reads (quorum GETs),
+//! runs exactly the jobs of the last read while its permit holds, stops them when it lapses,
+//! acknowledges each version on the pod's Lease (its only Lease writes besides the one at
+//! start), serves `/readyz` for the kubelet, and handles SIGTERM as the protocol says.
 //!
-//! - [`handoff`]: the protocol's rules, with no I/O (what to stop and start, when to
-//!   acknowledge, how to terminate).
-//! - [`fence`]: when to stop every job because the Lease may look expired, and when to run
-//!   again (pure).
-//! - [`lease`]: the Lease to write (pure) and the task that keeps it renewed.
-//! - [`source`]: the ConfigMap GET and WATCH.
+//! - [`fence`]: the protocol's state machine, with no I/O: what runs until when, readiness,
+//!   when to read, what to stop, start and acknowledge, driven by explicit instants.
+//! - [`handoff`]: the rules of that machine that need no clock (the job set, acknowledgements).
+//! - [`lease`]: the Lease writer.
+//! - [`source`]: the fence read and the WATCH that only hurries it.
+//! - [`health`]: `/readyz` and `/healthz`.
+//! - [`permit`]: the deadline each job checks before each unit of work.
 //! - [`report`]: the optional JSON-lines report of what runs.
 //! - [`settings`]: who the worker is, from the pod's environment.
 
@@ -20,6 +21,7 @@
 
 pub mod fence;
 pub mod handoff;
+pub mod health;
 pub mod lease;
 pub mod permit;
 pub mod report;
@@ -27,7 +29,8 @@ pub mod settings;
 pub mod source;
 mod worker;
 
-pub use handoff::{Change, Handoff};
+pub use fence::{Action, Fence};
+pub use handoff::{Entry, Handoff};
 pub use permit::Permit;
 pub use settings::Settings;
 pub use worker::{Exit, Jobs, Worker, WorkerBuilder};
@@ -54,6 +57,24 @@ pub enum Error {
     /// No Kubernetes client configuration was found.
     #[error("cannot configure a Kubernetes client (in-cluster or kubeconfig): {0}")]
     Client(#[source] kube::Error),
+    /// A setting of the Lease-renewing protocol is set: this worker would not follow it.
+    #[error(
+        "{name} belongs to the Lease-renewing protocol, which this worker no longer follows: \
+         remove it (SWARM_PERMIT_SECONDS sets how long a fence read lets jobs run)"
+    )]
+    RetiredSetting {
+        /// The environment variable.
+        name: &'static str,
+    },
+    /// The readiness endpoint could not be bound.
+    #[error("cannot serve readiness on {addr} (SWARM_WORKER_HEALTH_ADDR): {source}")]
+    Health {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why it could not be bound.
+        #[source]
+        source: std::io::Error,
+    },
     /// The signal handler could not be installed.
     #[error("cannot install the SIGTERM handler: {0}")]
     Signal(#[source] std::io::Error),

@@ -1,8 +1,8 @@
 //! The permit a worker's jobs check before each unit of work.
 //!
-//! The worker stops every job when its Lease may look expired to the operator ([`crate::fence`]),
-//! but a process paused by SIGSTOP resumes all its threads at once: a job's thread may run
-//! before the worker's fence check does. A job that checks its permit before each unit of work
+//! The worker stops every job whose permit lapsed (no fence read that listed it was sent less
+//! than the permit ago, [`crate::fence`]), but a process paused by SIGSTOP resumes all its
+//! threads at once: a job's thread may run before the worker's timer stops it. A job that checks its permit before each unit of work
 //! (each message consumed, each chunk written) does nothing once the permit has lapsed, whichever
 //! thread runs first: the permit is a deadline on the monotonic clock, not a flag someone must
 //! clear.
@@ -27,8 +27,8 @@ fn base() -> Instant {
 }
 
 impl Permit {
-    /// Whether the permit holds now: the worker's last Lease renewal is recent enough that the
-    /// operator cannot have handed its jobs to another worker.
+    /// Whether the permit holds now: a fence read that listed the job was sent recently enough
+    /// that the operator cannot have granted it to another worker.
     pub fn holds(&self) -> bool {
         self.until().is_some_and(|until| Instant::now() < until)
     }
@@ -41,7 +41,8 @@ impl Permit {
         }
     }
 
-    /// Sets the deadline: the fence's, or `None` while fenced.
+    /// Sets the deadline: the last fence read's send plus the permit, or `None` while nothing
+    /// may run.
     pub(crate) fn set(&self, until: Option<Instant>) {
         let nanos = until.map_or(0, |until| {
             let since = until.saturating_duration_since(base()).as_nanos();
@@ -59,7 +60,7 @@ mod tests {
     #[test]
     fn a_permit_holds_until_its_deadline_and_not_while_unset() {
         let permit = Permit::default();
-        assert!(!permit.holds(), "not held before the first renewal");
+        assert!(!permit.holds(), "not held before the first read");
         let now = Instant::now();
         permit.set(Some(now + Duration::from_secs(60)));
         assert!(permit.clone().holds(), "clones share the deadline");

@@ -1,15 +1,20 @@
-//! Who the worker is and where it reads and writes, from the pod's environment (the downward
-//! API and the pool's pod spec), each overridable through [`crate::WorkerBuilder`].
+//! Who the worker is, where it reads and writes, and its permit, from the pod's environment (the
+//! downward API and the pool's pod spec), each overridable through [`crate::WorkerBuilder`].
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
 use swarm_protocol::fence;
 
 use crate::Error;
 
-/// The Lease duration when none is set ([`fence::DEFAULT_DURATION`], 40 s): the operator hands
-/// a stopped worker's jobs to others within it and the pool's grace.
-pub const DEFAULT_LEASE_DURATION: Duration = fence::DEFAULT_DURATION;
+/// The permit when none is set ([`fence::DEFAULT_PERMIT`], 30 s): a fence read lets the jobs it
+/// shows run for this long after its send.
+pub const DEFAULT_PERMIT: Duration = fence::DEFAULT_PERMIT;
+/// Where readiness is served when `SWARM_WORKER_HEALTH_ADDR` is unset.
+pub const DEFAULT_HEALTH_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8081);
 /// How long a terminating worker waits for a version it may acknowledge: within Kubernetes'
 /// default grace period of 30 s, with room to exit.
 pub const DEFAULT_TERMINATION_DEADLINE: Duration = Duration::from_secs(25);
@@ -30,13 +35,12 @@ pub struct Settings {
     pub config_map: String,
     /// `SWARM_WORKER_REPORT`: the report file, if any.
     pub report: Option<PathBuf>,
-    /// `SWARM_LEASE_DURATION_SECONDS`: the Lease's `leaseDurationSeconds`, renewed every
-    /// quarter of it ([`fence::renew_interval`]) and at once on each acknowledgement.
-    pub lease_duration: Duration,
-    /// `SWARM_FENCE_MARGIN_SECONDS`: how long before its Lease could look expired the worker
-    /// fences itself (stops every job); by default [`swarm_protocol::fence::default_margin`],
-    /// at most half the duration.
-    pub fence_margin: Duration,
+    /// `SWARM_PERMIT_SECONDS`: how long after its send a fence read lets the jobs it shows run
+    /// (whole seconds, at least [`fence::MIN_PERMIT`]); the Lease's `leaseDurationSeconds`.
+    pub permit: Duration,
+    /// `SWARM_WORKER_HEALTH_ADDR`: where `/readyz` and `/healthz` are served; port 0 picks a
+    /// free port.
+    pub health_addr: SocketAddr,
     /// `SWARM_TERMINATION_SECONDS`: how long after SIGTERM the worker waits to acknowledge a
     /// version without jobs before it exits anyway; keep it below the pod's
     /// `terminationGracePeriodSeconds`.
@@ -51,14 +55,14 @@ impl Settings {
         format!("{}.{}", self.config_map, self.pod_name)
     }
 
-    /// How long after its last successful Lease write the worker may run jobs.
-    pub fn fence_after(&self) -> Duration {
-        fence::limit(self.lease_duration, self.fence_margin)
+    /// How often the worker reads its ConfigMap when nothing fails: half its permit.
+    pub fn read_every(&self) -> Duration {
+        fence::read_interval(self.permit)
     }
 
-    /// How often the Lease is renewed when no acknowledgement is due.
-    pub fn renew_every(&self) -> Duration {
-        fence::renew_interval(self.lease_duration)
+    /// How long after the send of its last successful read the worker answers ready.
+    pub fn ready_within(&self) -> Duration {
+        fence::ready_within(self.permit)
     }
 }
 
@@ -71,11 +75,13 @@ pub(crate) struct PartialSettings {
     pub(crate) pool: Option<String>,
     pub(crate) config_map: Option<String>,
     pub(crate) report: Option<PathBuf>,
-    pub(crate) lease_duration: Option<Duration>,
-    pub(crate) fence_margin: Option<Duration>,
+    pub(crate) permit: Option<Duration>,
+    pub(crate) health_addr: Option<SocketAddr>,
     pub(crate) termination_deadline: Option<Duration>,
     /// Variables that hold no usable value, reported unless the builder sets their setting.
     pub(crate) invalid: Vec<Invalid>,
+    /// Variables of the renewing protocol that are set: refused whatever the builder sets.
+    pub(crate) retired: Vec<&'static str>,
 }
 
 /// An environment variable that does not hold what it must.
@@ -86,34 +92,64 @@ pub(crate) struct Invalid {
     expected: &'static str,
 }
 
-const LEASE_DURATION_VAR: &str = "SWARM_LEASE_DURATION_SECONDS";
-const FENCE_MARGIN_VAR: &str = "SWARM_FENCE_MARGIN_SECONDS";
+const PERMIT_VAR: &str = "SWARM_PERMIT_SECONDS";
+const HEALTH_ADDR_VAR: &str = "SWARM_WORKER_HEALTH_ADDR";
 const TERMINATION_VAR: &str = "SWARM_TERMINATION_SECONDS";
+/// The settings of the Lease-renewing protocol: a worker that silently ignored them would run
+/// on a permit its operator did not choose.
+const RETIRED_VARS: [&str; 2] = ["SWARM_LEASE_DURATION_SECONDS", "SWARM_FENCE_MARGIN_SECONDS"];
+const PERMIT_EXPECTED: &str = "expected a whole number of seconds, at least 2 (unset: 30)";
+const HEALTH_ADDR_EXPECTED: &str =
+    "expected an IP address and a port, such as 0.0.0.0:8081 or [::]:8081 (port 0: any free one)";
+
+/// Where to serve readiness, from the value of `SWARM_WORKER_HEALTH_ADDR` (unset or empty: the
+/// default, `0.0.0.0:8081`); for programs that serve it without a [`crate::Worker`].
+pub fn health_addr(value: Option<&str>) -> Result<SocketAddr, Error> {
+    let Some(value) = value.map(str::trim).filter(|value| !value.is_empty()) else {
+        return Ok(DEFAULT_HEALTH_ADDR);
+    };
+    value.parse().map_err(|_| Error::InvalidSetting {
+        name: HEALTH_ADDR_VAR,
+        value: value.to_string(),
+        expected: HEALTH_ADDR_EXPECTED,
+    })
+}
 
 impl PartialSettings {
     /// Reads the protocol's variables through `var`; empty values count as unset.
     pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
         let var = |name: &str| var(name).filter(|value| !value.trim().is_empty());
         let mut invalid = Vec::new();
-        let mut seconds = |name: &'static str, whole: bool| {
-            let value = var(name)?;
-            let parsed = parse_seconds(&value, whole);
-            if parsed.is_none() {
-                invalid.push(Invalid {
-                    name,
-                    value,
-                    expected: if whole {
-                        "expected a whole number of seconds, at least 1 (unset: 40)"
-                    } else {
-                        "expected a positive number of seconds"
-                    },
-                });
-            }
-            parsed
-        };
-        let lease_duration = seconds(LEASE_DURATION_VAR, true);
-        let fence_margin = seconds(FENCE_MARGIN_VAR, false);
-        let termination_deadline = seconds(TERMINATION_VAR, false);
+        let mut parsed =
+            |name: &'static str, expected: &'static str, parse: fn(&str) -> Option<Duration>| {
+                let value = var(name)?;
+                let parsed = parse(value.trim());
+                if parsed.is_none() {
+                    invalid.push(Invalid {
+                        name,
+                        value,
+                        expected,
+                    });
+                }
+                parsed
+            };
+        let permit = parsed(PERMIT_VAR, PERMIT_EXPECTED, parse_permit);
+        let termination_deadline = parsed(
+            TERMINATION_VAR,
+            "expected a positive number of seconds",
+            parse_seconds,
+        );
+        let health_addr = var(HEALTH_ADDR_VAR).and_then(|value| {
+            health_addr(Some(&value))
+                .inspect_err(|_| {
+                    invalid.push(Invalid {
+                        name: HEALTH_ADDR_VAR,
+                        value: value.clone(),
+                        expected: HEALTH_ADDR_EXPECTED,
+                    })
+                })
+                .ok()
+        });
         Self {
             pod_name: var("POD_NAME"),
             namespace: var("POD_NAMESPACE"),
@@ -121,20 +157,27 @@ impl PartialSettings {
             pool: var("SWARM_POOL"),
             config_map: var("SWARM_CONFIG_MAP"),
             report: var("SWARM_WORKER_REPORT").map(PathBuf::from),
-            lease_duration,
-            fence_margin,
+            permit,
+            health_addr,
             termination_deadline,
             invalid,
+            retired: RETIRED_VARS
+                .into_iter()
+                .filter(|name| var(name).is_some())
+                .collect(),
         }
     }
 
-    /// The complete settings, or the first missing variable.
+    /// The complete settings, or the first setting that is refused, invalid or missing.
     pub(crate) fn complete(self) -> Result<Settings, Error> {
+        if let Some(name) = self.retired.first() {
+            return Err(Error::RetiredSetting { name });
+        }
         let missing = |name: &'static str| Error::MissingSetting { name };
         // A variable whose setting the builder gave after all is not in the way.
         let overridden = |name: &str| match name {
-            LEASE_DURATION_VAR => self.lease_duration.is_some(),
-            FENCE_MARGIN_VAR => self.fence_margin.is_some(),
+            PERMIT_VAR => self.permit.is_some(),
+            HEALTH_ADDR_VAR => self.health_addr.is_some(),
             TERMINATION_VAR => self.termination_deadline.is_some(),
             _ => false,
         };
@@ -145,8 +188,16 @@ impl PartialSettings {
                 expected: bad.expected,
             });
         }
+        let permit = self.permit.unwrap_or(DEFAULT_PERMIT);
+        // The Lease carries whole seconds: a fraction would shorten the operator's revoke wait.
+        if permit < fence::MIN_PERMIT || permit.subsec_nanos() != 0 {
+            return Err(Error::InvalidSetting {
+                name: PERMIT_VAR,
+                value: format!("{permit:?}"),
+                expected: PERMIT_EXPECTED,
+            });
+        }
         let pool = self.pool.ok_or(missing("SWARM_POOL"))?;
-        let lease_duration = self.lease_duration.unwrap_or(DEFAULT_LEASE_DURATION);
         Ok(Settings {
             pod_name: self.pod_name.ok_or(missing("POD_NAME"))?,
             namespace: self.namespace.ok_or(missing("POD_NAMESPACE"))?,
@@ -154,10 +205,8 @@ impl PartialSettings {
             config_map: self.config_map.unwrap_or_else(|| format!("{pool}-config")),
             pool,
             report: self.report,
-            lease_duration,
-            fence_margin: self
-                .fence_margin
-                .unwrap_or_else(|| fence::default_margin(lease_duration)),
+            permit,
+            health_addr: self.health_addr.unwrap_or(DEFAULT_HEALTH_ADDR),
             termination_deadline: self
                 .termination_deadline
                 .unwrap_or(DEFAULT_TERMINATION_DEADLINE),
@@ -165,17 +214,17 @@ impl PartialSettings {
     }
 }
 
-/// A number of seconds as the pod's environment gives it: whole (and at least 1) or not,
-/// positive either way.
-fn parse_seconds(value: &str, whole: bool) -> Option<Duration> {
-    let value = value.trim();
-    if whole {
-        return value
-            .parse::<u64>()
-            .ok()
-            .filter(|s| *s >= 1)
-            .map(Duration::from_secs);
-    }
+/// A permit as the pod's environment gives it: whole seconds, at least [`fence::MIN_PERMIT`].
+fn parse_permit(value: &str) -> Option<Duration> {
+    value
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+        .filter(|permit| *permit >= fence::MIN_PERMIT)
+}
+
+/// A positive, finite number of seconds.
+fn parse_seconds(value: &str) -> Option<Duration> {
     value
         .parse::<f64>()
         .ok()
@@ -189,6 +238,13 @@ mod tests {
 
     use super::*;
 
+    const POD: [(&str, &str); 4] = [
+        ("POD_NAME", "w-0"),
+        ("POD_NAMESPACE", "ns"),
+        ("POD_UID", "u-1"),
+        ("SWARM_POOL", "pool"),
+    ];
+
     fn vars(pairs: &[(&str, &str)]) -> PartialSettings {
         let map: HashMap<String, String> = pairs
             .iter()
@@ -198,108 +254,48 @@ mod tests {
     }
 
     #[test]
-    fn the_downward_api_and_pool_variables_make_complete_settings_with_defaults() {
-        let settings = vars(&[
-            ("POD_NAME", "w-0"),
-            ("POD_NAMESPACE", "ns"),
-            ("POD_UID", "u-1"),
-            ("SWARM_POOL", "pool"),
-        ])
-        .complete()
-        .unwrap();
-        assert_eq!(settings.config_map, "pool-config");
-        assert_eq!(settings.own_config_map(), "pool-config.w-0");
-        assert_eq!(settings.report, None);
-        assert_eq!(settings.lease_duration, Duration::from_secs(40));
-        assert_eq!(settings.fence_margin, Duration::from_secs(8));
-        assert_eq!(settings.fence_after(), Duration::from_secs(32));
-        assert_eq!(settings.renew_every(), Duration::from_secs(10));
-        assert_eq!(settings.termination_deadline, Duration::from_secs(25));
-    }
-
-    const POD: [(&str, &str); 4] = [
-        ("POD_NAME", "w-0"),
-        ("POD_NAMESPACE", "ns"),
-        ("POD_UID", "u-1"),
-        ("SWARM_POOL", "pool"),
-    ];
-
-    #[test]
-    fn the_lease_timing_comes_from_the_pod_environment() {
+    fn the_builder_overrides_a_bad_variable_but_not_a_retired_one() {
         let mut pairs = POD.to_vec();
-        pairs.extend([
-            ("SWARM_LEASE_DURATION_SECONDS", "10"),
-            ("SWARM_TERMINATION_SECONDS", "12.5"),
-        ]);
-        let settings = vars(&pairs).complete().unwrap();
-        assert_eq!(settings.lease_duration, Duration::from_secs(10));
-        assert_eq!(settings.fence_margin, Duration::from_secs(2));
-        assert_eq!(settings.renew_every(), Duration::from_millis(2500));
-        assert_eq!(settings.termination_deadline, Duration::from_millis(12500));
-        pairs.push(("SWARM_FENCE_MARGIN_SECONDS", "3"));
-        let settings = vars(&pairs).complete().unwrap();
-        assert_eq!(settings.fence_after(), Duration::from_secs(7));
+        pairs.push(("SWARM_PERMIT_SECONDS", "thirty"));
+        let mut partial = vars(&pairs);
+        partial.permit = Some(Duration::from_secs(4));
+        assert_eq!(partial.complete().unwrap().permit, Duration::from_secs(4));
+        pairs.push(("SWARM_FENCE_MARGIN_SECONDS", "8"));
+        let mut partial = vars(&pairs);
+        partial.permit = Some(Duration::from_secs(4));
+        let error = partial.complete().unwrap_err().to_string();
+        assert!(error.contains("SWARM_FENCE_MARGIN_SECONDS"), "{error}");
     }
 
     #[test]
-    fn a_timing_variable_that_is_no_number_is_named_with_what_it_must_hold() {
-        for (name, value) in [
-            ("SWARM_LEASE_DURATION_SECONDS", "40s"),
-            ("SWARM_LEASE_DURATION_SECONDS", "0"),
-            ("SWARM_LEASE_DURATION_SECONDS", "2.5"),
-            ("SWARM_FENCE_MARGIN_SECONDS", "-1"),
-            ("SWARM_TERMINATION_SECONDS", "soon"),
-        ] {
-            let mut pairs = POD.to_vec();
-            pairs.push((name, value));
-            let error = vars(&pairs).complete().unwrap_err();
-            assert!(
-                matches!(&error, Error::InvalidSetting { name: n, value: v, .. } if n == &name && v == value),
-                "{name}={value}: {error}"
-            );
-            assert!(error.to_string().contains("expected"), "{error}");
+    fn a_permit_from_the_builder_is_whole_seconds_and_at_least_two() {
+        for permit in [Duration::from_secs(1), Duration::from_millis(2500)] {
+            let mut partial = vars(&POD);
+            partial.permit = Some(permit);
+            let error = partial.complete().unwrap_err().to_string();
+            assert!(error.contains("SWARM_PERMIT_SECONDS"), "{error}");
         }
     }
 
     #[test]
-    fn the_builder_overrides_a_bad_variable() {
+    fn explicit_config_map_and_report_are_kept() {
         let mut pairs = POD.to_vec();
-        pairs.push(("SWARM_LEASE_DURATION_SECONDS", "forty"));
-        let mut partial = vars(&pairs);
-        partial.lease_duration = Some(Duration::from_secs(20));
-        assert_eq!(
-            partial.complete().unwrap().lease_duration,
-            Duration::from_secs(20)
-        );
-    }
-
-    #[test]
-    fn explicit_config_map_file_and_report_are_kept() {
-        let settings = vars(&[
-            ("POD_NAME", "w-0"),
-            ("POD_NAMESPACE", "ns"),
-            ("POD_UID", "u-1"),
-            ("SWARM_POOL", "pool"),
+        pairs.extend([
             ("SWARM_CONFIG_MAP", "jobs"),
             ("SWARM_WORKER_REPORT", "/tmp/report"),
-        ])
-        .complete()
-        .unwrap();
+        ]);
+        let settings = vars(&pairs).complete().unwrap();
         assert_eq!(settings.config_map, "jobs");
         assert_eq!(settings.report, Some(PathBuf::from("/tmp/report")));
     }
 
     #[test]
-    fn a_missing_or_empty_variable_is_named() {
-        let error = vars(&[
-            ("POD_NAME", "w-0"),
-            ("POD_NAMESPACE", "ns"),
-            ("POD_UID", ""),
-            ("SWARM_POOL", "pool"),
-        ])
-        .complete()
-        .unwrap_err();
-        assert!(matches!(error, Error::MissingSetting { name: "POD_UID" }));
+    fn an_invalid_variable_is_named_with_what_it_must_hold() {
+        let mut pairs = POD.to_vec();
+        pairs.push(("SWARM_WORKER_HEALTH_ADDR", "localhost:8081"));
+        let error = vars(&pairs).complete().unwrap_err().to_string();
+        assert!(error.contains("SWARM_WORKER_HEALTH_ADDR"), "{error}");
+        assert!(error.contains("expected an IP address"), "{error}");
     }
 
     /// `protocol/vectors/settings.json`, which the Go and Python workers read too.
@@ -311,7 +307,10 @@ mod tests {
         );
         let file: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let seconds = |value: &serde_json::Value| Duration::from_secs_f64(value.as_f64().unwrap());
+        // Seconds as the vectors write them, compared to the microsecond (1.2 s is no f64).
+        let seconds = |value: &serde_json::Value| {
+            Duration::from_micros((value.as_f64().unwrap() * 1e6).round() as u64)
+        };
         for case in file["cases"].as_array().unwrap() {
             let name = case["name"].as_str().unwrap();
             let mut env: HashMap<String, String> =
@@ -331,24 +330,25 @@ mod tests {
             let settings = result.unwrap_or_else(|e| panic!("{name}: {e}"));
             let want = &case["settings"];
             assert_eq!(settings.own_config_map(), want["ownConfigMap"], "{name}");
+            assert_eq!(settings.permit, seconds(&want["permitSeconds"]), "{name}");
             assert_eq!(
-                settings.lease_duration,
-                seconds(&want["leaseDurationSeconds"]),
+                settings.read_every(),
+                seconds(&want["readEverySeconds"]),
                 "{name}"
             );
             assert_eq!(
-                settings.renew_every(),
-                seconds(&want["renewEverySeconds"]),
-                "{name}"
-            );
-            assert_eq!(
-                settings.fence_after(),
-                seconds(&want["fenceAfterSeconds"]),
+                settings.ready_within(),
+                seconds(&want["readyWithinSeconds"]),
                 "{name}"
             );
             assert_eq!(
                 settings.termination_deadline,
                 seconds(&want["terminationSeconds"]),
+                "{name}"
+            );
+            assert_eq!(
+                settings.health_addr.to_string(),
+                want["healthAddr"].as_str().unwrap(),
                 "{name}"
             );
         }

@@ -1,27 +1,33 @@
-//! The application-facing side: a [`Jobs`] implementation starts and stops jobs, [`Worker::run`]
-//! drives it through the protocol (read, apply, acknowledge, renew, terminate).
+//! The application-facing side and the shell around [`crate::fence::Fence`]: a [`Jobs`]
+//! implementation starts and stops jobs; [`Worker::run`] sends the fence reads, follows the
+//! watch, applies each read, stops jobs whose permit lapsed, acknowledges on the Lease, serves
+//! readiness and terminates.
 
+use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
+use swarm_protocol::fence::read_interval;
 use swarm_protocol::lease::Holder;
-use tokio::sync::{mpsc, watch};
+use tokio::net::TcpListener;
+use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
+use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
 use crate::Error;
-use crate::fence::Fence;
-use crate::handoff::Handoff;
-use crate::lease::{self, Written};
+use crate::fence::{Action, Fence};
 use crate::permit::Permit;
 use crate::report::Report;
 use crate::settings::{PartialSettings, Settings};
-use crate::source::{self, Observed};
+use crate::source::{self, Found, ReadError};
+use crate::{health, lease};
 
 /// What the application does with its jobs. The worker calls these one at a time, never for a
 /// job in a state it is not in: `stop` only for a job it started.
@@ -29,10 +35,11 @@ pub trait Jobs: Send {
     /// Starts `job`; returns once it is launched (it then runs until stopped). The job checks
     /// `permit` before each unit of work and does none while it does not hold: that keeps a
     /// resumed process from working on a job the operator gave to another worker before this
-    /// worker's fence stops it.
+    /// worker's timer stops it.
     fn start(&mut self, job: &str, permit: Permit) -> impl Future<Output = ()> + Send;
     /// Stops `job`; returns only once it no longer runs anywhere in this pod, since the
-    /// acknowledgement that follows lets the operator grant it to another pod.
+    /// acknowledgement that follows lets the operator grant it to another pod. Keep it prompt:
+    /// no permit of the other jobs is extended and nothing starts until it returns.
     fn stop(&mut self, job: &str) -> impl Future<Output = ()> + Send;
 }
 
@@ -58,8 +65,9 @@ pub struct WorkerBuilder {
 }
 
 impl WorkerBuilder {
-    /// Reads `POD_NAME`, `POD_NAMESPACE`, `POD_UID`, `SWARM_POOL`, `SWARM_CONFIG_MAP` and
-    /// `SWARM_WORKER_REPORT`.
+    /// Reads `POD_NAME`, `POD_NAMESPACE`, `POD_UID`, `SWARM_POOL`, `SWARM_CONFIG_MAP`,
+    /// `SWARM_WORKER_REPORT`, `SWARM_PERMIT_SECONDS`, `SWARM_WORKER_HEALTH_ADDR` and
+    /// `SWARM_TERMINATION_SECONDS`.
     pub fn from_env() -> Self {
         Self {
             settings: PartialSettings::from_vars(|name| std::env::var(name).ok()),
@@ -112,18 +120,18 @@ impl WorkerBuilder {
         self
     }
 
-    /// Sets the Lease duration (`SWARM_LEASE_DURATION_SECONDS`, default 40 s): it bounds how
-    /// long a stopped worker's jobs wait, and the Lease is renewed every quarter of it.
-    pub fn lease_duration(mut self, duration: Duration) -> Self {
-        self.settings.lease_duration = Some(duration);
+    /// Sets the permit (`SWARM_PERMIT_SECONDS`, default 30 s; whole seconds, at least 2): how
+    /// long after its send a fence read lets the jobs it shows run. The worker reads every half
+    /// of it and answers ready for three fifths of it after each read's send.
+    pub fn permit(mut self, permit: Duration) -> Self {
+        self.settings.permit = Some(permit);
         self
     }
 
-    /// Sets how long before its Lease could look expired the worker stops every job
-    /// (`SWARM_FENCE_MARGIN_SECONDS`, default `max(2 s, duration / 5)`, at most half the
-    /// duration).
-    pub fn fence_margin(mut self, margin: Duration) -> Self {
-        self.settings.fence_margin = Some(margin);
+    /// Sets where `/readyz` and `/healthz` are served (`SWARM_WORKER_HEALTH_ADDR`, default
+    /// `0.0.0.0:8081`); port 0 picks a free one, see [`Worker::health_addr`].
+    pub fn health_addr(mut self, addr: SocketAddr) -> Self {
+        self.settings.health_addr = Some(addr);
         self
     }
 
@@ -146,7 +154,9 @@ impl WorkerBuilder {
         self
     }
 
-    /// The worker, or the first missing setting, or why no client could be configured.
+    /// The worker, serving readiness (not ready yet) on its address; or the first setting
+    /// refused or missing, why no client could be configured, or why the address cannot be
+    /// bound.
     pub async fn build(self) -> Result<Worker, Error> {
         let settings = self.settings.complete()?;
         let client = match self.client {
@@ -157,10 +167,12 @@ impl WorkerBuilder {
             Some(shutdown) => shutdown,
             None => Box::pin(terminate_signal()?),
         };
+        let health = Health::serve(settings.health_addr).await?;
         Ok(Worker {
             settings,
             client,
             shutdown,
+            health,
         })
     }
 }
@@ -178,11 +190,46 @@ fn terminate_signal() -> Result<impl Future<Output = ()> + Send + 'static, Error
     })
 }
 
+/// The readiness endpoint, served from [`WorkerBuilder::build`] on.
+struct Health {
+    addr: SocketAddr,
+    /// Until when the worker answers ready: the fence's [`Fence::ready_until`].
+    ready: Permit,
+    server: JoinHandle<()>,
+}
+
+impl Health {
+    async fn serve(addr: SocketAddr) -> Result<Self, Error> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Health { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| Error::Health { addr, source })?;
+        info!("serving readiness on {addr}");
+        let ready = Permit::default();
+        let holds = ready.clone();
+        let server = tokio::spawn(health::serve(listener, move || holds.holds()));
+        Ok(Self {
+            addr,
+            ready,
+            server,
+        })
+    }
+}
+
 /// A worker ready to run; see [`Worker::run`].
 pub struct Worker {
     settings: Settings,
     client: Client,
     shutdown: Shutdown,
+    health: Health,
+}
+
+impl Drop for Health {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
 }
 
 /// Aborts the worker's background tasks when it returns.
@@ -215,80 +262,40 @@ impl Worker {
         &self.settings
     }
 
-    /// Runs `jobs` as the pool's config says until terminated: applies each new version of
-    /// this pod's entry (stops first, then starts) and acknowledges it on the Lease. When the
-    /// Lease has not been renewed for the fence limit it stops every job, and runs them again
-    /// only once the Lease is renewed and the ConfigMap read afresh. On the shutdown signal it
-    /// stops every job, starts none again, and returns once it has acknowledged a version
-    /// whose entry has no jobs, or at the termination deadline.
+    /// Where `/readyz` and `/healthz` are served: the bound address, so with port 0 the port
+    /// picked.
+    pub fn health_addr(&self) -> SocketAddr {
+        self.health.addr
+    }
+
+    /// Runs `jobs` as the pod's entry says until terminated: reads its ConfigMap every half
+    /// permit (at once on a watch event, sooner after a failure), runs exactly the jobs of the
+    /// last read while its permit holds (stops first, then starts), stops them when it lapses,
+    /// and acknowledges each version on the Lease. On the shutdown signal it stops every job,
+    /// starts none again, and returns once it has acknowledged a version whose entry has no
+    /// jobs, or at the termination deadline.
     pub async fn run<J: Jobs>(self, jobs: J) -> Exit {
-        let settings = self.settings.clone();
-        let (_tasks, mut shell, inputs) = self.start(jobs);
-        let Inputs {
-            mut written,
-            mut config,
-            mut terminate,
-            mut reads,
-        } = inputs;
-        let mut deadline: Option<Instant> = None;
-        loop {
-            let fence_at = shell.fence.deadline();
-            tokio::select! {
-                // The fence first: when it is due, nothing else may start a job before it.
-                biased;
-                _ = tokio::time::sleep_until(fence_at.unwrap_or_else(Instant::now)),
-                    if fence_at.is_some() =>
-                {
-                    shell.check_fence().await;
-                }
-                Ok(()) = written.changed() => {
-                    written.borrow_and_update();
-                    shell.sync_fence().await;
-                }
-                Some((read, result)) = reads.recv() => {
-                    shell.read_afresh(read, result).await;
-                    // What the watch delivered while fenced was ignored; now live, the newest of
-                    // it applies (an older version than the one read is ignored as a replay).
-                    let latest = config.borrow_and_update().clone();
-                    if let Some(observed) = latest.filter(|_| shell.fence.is_live()) {
-                        shell.handle(&observed).await;
-                    }
-                }
-                Ok(()) = config.changed() => {
-                    let observed = config.borrow_and_update().clone();
-                    // Fenced, only a read issued after a renewal counts.
-                    if let Some(observed) = observed
-                        && shell.fence.is_live()
-                    {
-                        shell.handle(&observed).await;
-                    }
-                }
-                Ok(()) = terminate.changed(), if !shell.core.terminating() => {
-                    shell.terminate().await;
-                    deadline = Some(Instant::now() + settings.termination_deadline);
-                }
-                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)),
-                    if deadline.is_some() =>
-                {
-                    warn!("termination deadline reached without an acknowledgement");
-                    return Exit::DeadlineReached;
-                }
-            }
-            if shell.core.done()
-                && let Some(version) = shell.core.acknowledged()
-            {
-                info!(version, "terminated: acknowledged a version without jobs");
-                return Exit::Acknowledged { version };
-            }
+        let (orders, to_do) = mpsc::unbounded_channel();
+        let (finished, done) = mpsc::unbounded_channel();
+        let (tasks, shell, inputs) = self.start(orders);
+        let permit = shell.permit.clone();
+        // The jobs' calls run beside the loop, so that reads, readiness and the permit's timer
+        // go on while a job takes its time to stop.
+        tokio::select! {
+            exit = shell.run(inputs, done, tasks) => exit,
+            never = execute(jobs, permit, to_do, finished) => match never {},
         }
     }
-}
 
-impl Worker {
-    /// Writes the report's first line, starts the tasks ([`Worker::spawn_tasks`]), and returns
-    /// them with the event loop's state and the channels it reads.
-    fn start<J: Jobs>(self, jobs: J) -> (Tasks, Shell<J>, Inputs) {
-        let settings = self.settings.clone();
+    /// Writes the report's first line, starts the background tasks, and returns them with the
+    /// event loop's state and what it reads.
+    fn start(self, orders: mpsc::UnboundedSender<Order>) -> (Tasks, Shell, Inputs) {
+        let Worker {
+            settings,
+            client,
+            shutdown,
+            health,
+        } = self;
         let permit = Permit::default();
         let report = Report::new(
             settings.report.clone(),
@@ -297,315 +304,291 @@ impl Worker {
             permit.clone(),
         );
         report.write(None, &[]);
-        let config_maps = Api::namespaced(self.client.clone(), &settings.namespace);
-        let start = Instant::now();
-        let (tasks, channels) = self.spawn_tasks(start);
-        let Channels {
-            ack,
-            written,
-            config,
-            terminate,
-        } = channels;
-        let (read_tx, reads) = mpsc::unbounded_channel();
-        let shell = Shell {
-            core: Handoff::new(),
-            fence: Fence::new(settings.fence_after(), start),
-            permit,
-            jobs,
-            report,
-            ack,
-            written: written.clone(),
-            terminate: terminate.clone(),
-            config_maps,
-            settings,
-            read_tx,
-            fresh_reads: Tasks(Vec::new()),
-        };
-        let inputs = Inputs {
-            written,
-            config,
-            terminate,
-            reads,
-        };
-        (tasks, shell, inputs)
-    }
-
-    /// Starts the Lease keeper, the ConfigMap follower and the shutdown watch, and returns
-    /// them with the channels the event loop of [`Worker::run`] reads and writes.
-    fn spawn_tasks(self, start: Instant) -> (Tasks, Channels) {
-        let Worker {
-            settings,
-            client,
-            shutdown,
-        } = self;
         let (ack, ack_rx) = watch::channel(None);
         let (written_tx, written) = watch::channel(None);
-        let (config_tx, config) = watch::channel(None);
+        let (seen, seen_rx) = watch::channel(None);
         let (terminate_tx, terminate) = watch::channel(false);
+        let (answers, reads) = mpsc::unbounded_channel();
+        let wake = Arc::new(Notify::new());
         let holder = Holder {
             pod: settings.pod_name.clone(),
             namespace: settings.namespace.clone(),
             uid: settings.pod_uid.clone(),
             pool: settings.pool.clone(),
         };
+        let config_maps = Api::namespaced(client.clone(), &settings.namespace);
         let tasks = Tasks(vec![
             tokio::spawn(lease::keep(
-                Api::namespaced(client.clone(), &settings.namespace),
+                Api::namespaced(client, &settings.namespace),
                 holder,
-                settings.lease_duration,
-                settings.fence_after(),
-                start,
+                settings.permit,
                 ack_rx,
                 written_tx,
             )),
             tokio::spawn(source::follow(
-                Api::namespaced(client, &settings.namespace),
+                config_maps.clone(),
                 settings.own_config_map(),
-                settings.pod_name.clone(),
-                config_tx,
+                seen_rx,
+                wake.clone(),
             )),
             tokio::spawn(async move {
                 shutdown.await;
                 terminate_tx.send_replace(true);
             }),
         ]);
-        let channels = Channels {
+        let shell = Shell {
+            fence: Fence::new(settings.permit, Instant::now()),
+            permit,
+            ready: health.ready.clone(),
+            _health: health,
+            report,
             ack,
-            written,
-            config,
-            terminate,
+            seen,
+            orders,
+            busy: None,
+            reading: false,
+            answers,
+            config_maps,
+            settings,
+            failing: false,
         };
-        (tasks, channels)
+        let inputs = Inputs {
+            written,
+            terminate,
+            reads,
+            wake,
+        };
+        (tasks, shell, inputs)
     }
 }
 
-/// What the event loop of [`Worker::run`] reads.
+/// What the event loop reads.
 struct Inputs {
-    /// From the Lease keeper: each successful write.
-    written: watch::Receiver<Option<Written>>,
-    /// From the ConfigMap follower: the version observed last.
-    config: watch::Receiver<Option<Observed>>,
+    /// From the Lease writer: the acknowledged version the Lease carries after each write.
+    written: watch::Receiver<Option<u64>>,
     /// From the shutdown watch: SIGTERM came.
     terminate: watch::Receiver<bool>,
-    /// The answers of the fresh reads issued after a renewal while fenced.
-    reads: mpsc::UnboundedReceiver<(u64, Result<Option<Observed>, ReadError>)>,
+    /// The answers of the fence reads.
+    reads: mpsc::UnboundedReceiver<Answer>,
+    /// From the watch: an event came.
+    wake: Arc<Notify>,
 }
 
-/// The event loop's side of the background tasks.
-struct Channels {
-    /// To the Lease keeper: the version to acknowledge.
-    ack: watch::Sender<Option<u64>>,
-    /// From the Lease keeper: each successful write.
-    written: watch::Receiver<Option<Written>>,
-    /// From the ConfigMap follower: the version observed last.
-    config: watch::Receiver<Option<Observed>>,
-    /// From the shutdown watch: SIGTERM came.
-    terminate: watch::Receiver<bool>,
+/// A fence read's answer, with when it was sent.
+struct Answer {
+    sent: Instant,
+    result: Result<Found, ReadError>,
+}
+
+/// What the jobs' executor is asked to do; it reports each order done.
+enum Order {
+    Stop(Vec<String>),
+    Start(Vec<String>),
+}
+
+/// The order under way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Busy {
+    Stopping,
+    Starting,
+}
+
+/// Carries out each order with `jobs`, one call at a time, and says when it is done; runs until
+/// the worker returns.
+async fn execute<J: Jobs>(
+    mut jobs: J,
+    permit: Permit,
+    mut orders: mpsc::UnboundedReceiver<Order>,
+    done: mpsc::UnboundedSender<()>,
+) -> Infallible {
+    while let Some(order) = orders.recv().await {
+        match order {
+            Order::Stop(list) => {
+                for job in &list {
+                    jobs.stop(job).await;
+                }
+            }
+            Order::Start(list) => {
+                for job in &list {
+                    jobs.start(job, permit.clone()).await;
+                }
+            }
+        }
+        if done.send(()).is_err() {
+            break;
+        }
+    }
+    std::future::pending().await
 }
 
 /// The event loop's state and what it drives.
-struct Shell<J> {
-    core: Handoff,
+struct Shell {
     fence: Fence,
-    jobs: J,
-    report: Report,
-    /// What the jobs check before each unit of work: held until the fence's deadline.
+    /// What the jobs check before each unit of work: the fence's `until`.
     permit: Permit,
-    /// To the Lease keeper: the version to acknowledge.
+    /// What `/readyz` answers: the fence's `ready_until`.
+    ready: Permit,
+    /// Served until the worker returns.
+    _health: Health,
+    report: Report,
+    /// To the Lease writer: the version to acknowledge.
     ack: watch::Sender<Option<u64>>,
-    /// From the Lease keeper: its last success, read before each fence decision.
-    written: watch::Receiver<Option<Written>>,
-    terminate: watch::Receiver<bool>,
+    /// To the watch: the resourceVersion of the last fence read.
+    seen: watch::Sender<Option<String>>,
+    orders: mpsc::UnboundedSender<Order>,
+    busy: Option<Busy>,
+    /// A fence read is in flight.
+    reading: bool,
+    answers: mpsc::UnboundedSender<Answer>,
     config_maps: Api<ConfigMap>,
     settings: Settings,
-    /// To the event loop: the answers of the reads after a fence.
-    read_tx: mpsc::UnboundedSender<(u64, Result<Option<Observed>, ReadError>)>,
-    fresh_reads: Tasks,
+    /// The last fence read failed, for the log.
+    failing: bool,
 }
 
-impl<J: Jobs> Shell<J> {
-    /// Fences the worker if its last renewal is too old; true if it is fenced now.
-    async fn check_fence(&mut self) -> bool {
-        self.sync_fence().await;
-        if self.fence.check(Instant::now()) {
-            self.permit.set(None);
-            self.fence_jobs().await;
-        }
-        !self.fence.is_live()
-    }
-
-    /// Moves the jobs' permit to the fence's deadline; a report line says when a renewal
-    /// extended it for running jobs.
-    fn follow_fence(&mut self) {
-        let until = self.fence.deadline();
-        if self.permit.until() == until {
-            return;
-        }
-        self.permit.set(until);
-        if until.is_some() && !self.core.running().is_empty() {
-            self.report.write(self.core.applied(), self.core.running());
-        }
-    }
-
-    /// Brings the fence and the acknowledgement up to date with the Lease keeper's last
-    /// success (the loop may have been busy with a stop meanwhile); a fenced worker renewed
-    /// in time reads the ConfigMap again.
-    async fn sync_fence(&mut self) {
-        let Some(written) = *self.written.borrow() else {
-            return;
-        };
-        if let Some(version) = written.acked
-            && self.core.acknowledged() != Some(version)
-        {
-            self.core.acked(version);
-            info!(version, "acknowledged");
-        }
-        let renewal = self
-            .fence
-            .renewed(written.sent, written.streak, Instant::now());
-        self.follow_fence();
-        if renewal.newly_fenced {
-            self.fence_jobs().await;
-        }
-        if let Some(read) = renewal.read {
-            self.fresh_reads.spawn(read_afresh(
-                self.config_maps.clone(),
-                self.settings.clone(),
-                read,
-                self.read_tx.clone(),
-            ));
-        }
-    }
-
-    /// The answer to a read after a fence: the fence lifts if it is the awaited one, in time.
-    async fn read_afresh(&mut self, read: u64, result: Result<Option<Observed>, ReadError>) {
-        match result {
-            Ok(found) if self.fence.read(read, Instant::now()) => {
-                self.follow_fence();
-                match found {
-                    Some(observed) => {
-                        info!(
-                            version = observed.version,
-                            "Lease renewed and config read again: running"
-                        );
-                        self.handle(&observed).await;
-                    }
-                    None => {
-                        info!("Lease renewed; no ConfigMap yet: running nothing until it comes")
+impl Shell {
+    /// The event loop: returns once terminated and done, or at the termination deadline.
+    async fn run(
+        mut self,
+        mut inputs: Inputs,
+        mut done: mpsc::UnboundedReceiver<()>,
+        mut tasks: Tasks,
+    ) -> Exit {
+        let mut deadline: Option<Instant> = None;
+        loop {
+            // While an order runs, its end applies what lapsed meanwhile.
+            let lapse = self.fence.until().filter(|_| self.busy.is_none());
+            let read_at = (!self.reading).then(|| self.fence.next_read_at());
+            tokio::select! {
+                biased;
+                Some(()) = done.recv() => self.finished(),
+                () = sleep_until(lapse.unwrap_or_else(Instant::now)), if lapse.is_some() => {
+                    self.advance();
+                }
+                Some(answer) = inputs.reads.recv() => self.answer(answer),
+                Ok(()) = inputs.terminate.changed(), if !self.fence.terminating() => {
+                    self.terminate();
+                    deadline = Some(Instant::now() + self.settings.termination_deadline);
+                }
+                Ok(()) = inputs.written.changed() => {
+                    let written = *inputs.written.borrow_and_update();
+                    if let Some(version) = written {
+                        info!(version, "acknowledged");
+                        self.fence.written(version);
                     }
                 }
+                () = inputs.wake.notified() => self.fence.watched(Instant::now()),
+                () = sleep_until(read_at.unwrap_or_else(Instant::now)), if read_at.is_some() => {
+                    self.send_read(&mut tasks);
+                }
+                () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    warn!("termination deadline reached without an acknowledgement");
+                    return Exit::DeadlineReached;
+                }
             }
-            Ok(_) => {}
+            if self.busy.is_none()
+                && self.fence.done()
+                && let Some(version) = self.fence.acknowledged()
+            {
+                info!(version, "terminated: acknowledged a version without jobs");
+                return Exit::Acknowledged { version };
+            }
+        }
+    }
+
+    /// Sends a fence read now: a GET with no resourceVersion, one at a time, given up after
+    /// half a permit (its answer could then renew no permit in time).
+    fn send_read(&mut self, tasks: &mut Tasks) {
+        self.reading = true;
+        let sent = Instant::now();
+        let api = self.config_maps.clone();
+        let name = self.settings.own_config_map();
+        let pod = self.settings.pod_name.clone();
+        let timeout = read_interval(self.settings.permit);
+        let answers = self.answers.clone();
+        tasks.spawn(async move {
+            let result = source::read(&api, &name, &pod, timeout).await;
+            let _ = answers.send(Answer { sent, result });
+        });
+    }
+
+    /// Applies a fence read's answer.
+    fn answer(&mut self, Answer { sent, result }: Answer) {
+        self.reading = false;
+        match result {
+            Ok(found) => {
+                if std::mem::take(&mut self.failing) {
+                    info!("fence read succeeded again");
+                }
+                debug!(version = ?found.entry.version, jobs = ?found.entry.jobs, "fence read");
+                self.seen.send_replace(Some(found.resource_version));
+                self.fence.read(sent, found.entry);
+                self.ready.set(self.fence.ready_until());
+                self.advance();
+            }
             Err(error) => {
-                warn!(%error, "cannot read the ConfigMap again; still fenced");
-                self.fence.read_failed(read);
-                self.follow_fence();
+                self.failing = true;
+                self.fence.read_failed(Instant::now());
+                let retry_in = self.fence.next_read_at() - Instant::now();
+                warn!(%error, ?retry_in, until = ?self.fence.until(), "fence read failed");
             }
         }
     }
 
-    /// Applies one observed version and hands its acknowledgement to the Lease keeper.
-    async fn handle(&mut self, observed: &Observed) {
-        self.apply(observed).await;
-        if let Some(version) = self.core.take_ack() {
-            self.ack.send_replace(Some(version));
-        }
-    }
-
-    /// Applies one observed version: stops, a report line, then (unless terminating or fenced)
-    /// a report line and starts.
-    async fn apply(&mut self, observed: &Observed) {
-        let Some(change) = self.core.offer(observed.version, &observed.entry) else {
-            debug!(version = observed.version, "version ignored");
-            return;
-        };
-        let version = change.version;
-        if !change.is_empty() {
-            info!(version, stop = ?change.stop, start = ?change.start, "applying");
-        }
-        if !change.stop.is_empty() {
-            for job in &change.stop {
-                self.jobs.stop(job).await;
-                self.core.stopped(job);
-            }
-            self.report.write(Some(version), self.core.running());
-        }
-        // A SIGTERM during the stops: the main loop stops the rest and nothing starts.
-        if *self.terminate.borrow() {
-            return;
-        }
-        // The stops may have taken long, or the process been paused: no start on an old
-        // renewal.
-        if self.check_fence().await {
-            return;
-        }
-        let start = self.core.starting();
-        if !start.is_empty() {
-            self.report.write(Some(version), self.core.running());
-            for job in &start {
-                self.jobs.start(job, self.permit.clone()).await;
-                self.core.started(job);
-            }
-        }
-    }
-
-    /// Stops every job: the Lease may look expired to the operator, which then hands them on.
-    async fn fence_jobs(&mut self) {
-        let stop = self.core.fence();
-        for job in &stop {
-            self.jobs.stop(job).await;
-            self.core.stopped(job);
-        }
-        if !stop.is_empty() {
-            self.report.write(self.core.applied(), self.core.running());
-        }
-        warn!(stopped = ?stop, "fenced: the Lease was not renewed in time; no job runs until it is renewed and the config read again");
-    }
-
-    /// SIGTERM: stops every job; nothing starts again.
-    async fn terminate(&mut self) {
+    /// SIGTERM: not ready, every job stops, nothing starts again.
+    fn terminate(&mut self) {
         info!("terminating: stopping every job");
-        let stop = self.core.terminate();
-        for job in &stop {
-            self.jobs.stop(job).await;
-            self.core.stopped(job);
+        self.fence.terminate();
+        self.ready.set(None);
+        self.advance();
+    }
+
+    /// The order under way is done: a stop is reported now that the jobs no longer run.
+    fn finished(&mut self) {
+        if self.busy.take() == Some(Busy::Stopping) {
+            self.permit.set(self.fence.until());
+            self.write_report();
         }
-        if !stop.is_empty() {
-            self.report.write(self.core.applied(), self.core.running());
+        self.advance();
+    }
+
+    /// Hands out what the fence asks for, up to the first order for the jobs.
+    fn advance(&mut self) {
+        while self.busy.is_none() {
+            let Some(action) = self.fence.next(Instant::now()) else {
+                return;
+            };
+            match action {
+                Action::Stop(jobs) => {
+                    info!(?jobs, "stopping");
+                    self.permit.set(self.fence.until());
+                    self.order(Busy::Stopping, Order::Stop(jobs));
+                }
+                Action::Run { until, start } => {
+                    // Every running job is listed by the read that gives this permit.
+                    self.permit.set(Some(until));
+                    self.write_report();
+                    if !start.is_empty() {
+                        info!(jobs = ?start, "starting");
+                        self.order(Busy::Starting, Order::Start(start));
+                    }
+                }
+                Action::Acknowledge(version) => {
+                    debug!(version, "acknowledging");
+                    self.ack.send_replace(Some(version));
+                }
+            }
         }
     }
-}
 
-/// GETs the ConfigMap for the fence's read `read` and sends the answer to the event loop: its
-/// entry, or `None` when there is no ConfigMap yet (whatever the watch delivers later was
-/// written after this read); a config without a usable entry, or no answer in time, is a failed
-/// read.
-async fn read_afresh(
-    api: Api<ConfigMap>,
-    settings: Settings,
-    read: u64,
-    out: mpsc::UnboundedSender<(u64, Result<Option<Observed>, ReadError>)>,
-) {
-    let name = settings.own_config_map();
-    let get = api.get_opt(&name);
-    let result = match tokio::time::timeout(settings.fence_after(), get).await {
-        Ok(Ok(None)) => Ok(None),
-        Ok(Ok(Some(config_map))) => source::observe(&config_map, &settings.pod_name)
-            .map(Some)
-            .ok_or(ReadError::NoConfig),
-        Ok(Err(error)) => Err(ReadError::Api(error)),
-        Err(_) => Err(ReadError::TimedOut),
-    };
-    let _ = out.send((read, result));
-}
+    fn order(&mut self, busy: Busy, order: Order) {
+        self.busy = Some(busy);
+        // The executor runs as long as the loop does.
+        let _ = self.orders.send(order);
+    }
 
-/// Why the ConfigMap could not be read again after a fence.
-#[derive(Debug, thiserror::Error)]
-enum ReadError {
-    #[error(transparent)]
-    Api(kube::Error),
-    #[error("no usable worker config in the ConfigMap")]
-    NoConfig,
-    #[error("no answer in time")]
-    TimedOut,
+    fn write_report(&self) {
+        self.report
+            .write(self.fence.version(), self.fence.running());
+    }
 }

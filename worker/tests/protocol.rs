@@ -1,11 +1,16 @@
 //! A worker built on the library against kube-sim: it takes over a Lease left by a previous
-//! pod instance, acknowledges a version only after the application confirmed its stops, keeps
-//! renewing meanwhile, reports each stop before the start that follows it, and on SIGTERM
-//! starts nothing and exits once a version without jobs for it is acknowledged.
+//! pod instance, runs a job only within the permit of a fence read (a GET with no
+//! resourceVersion) that listed it, stops its jobs when its reads fail, writes its Lease only to
+//! acknowledge, serves readiness, and on SIGTERM starts nothing and exits once a version
+//! without jobs for it is acknowledged.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -13,6 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
+use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
 use kube_sim::{Sim, SimConfig};
 use swarm_protocol::config::{WorkerConfig, Workload};
@@ -21,6 +27,8 @@ use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
 use swarm_worker::{Exit, Jobs, Permit, WorkerBuilder};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, oneshot, watch};
+use tokio::time::Instant;
+use tower::Service;
 
 const POD: &str = "w-0";
 const CONFIG_MAP: &str = "pool-config";
@@ -54,7 +62,7 @@ impl Recorder {
 
 impl Jobs for Recorder {
     async fn start(&mut self, job: &str, permit: Permit) {
-        // A job starts only while the worker holds its Lease.
+        // A job starts only within the permit of a fence read that listed it.
         assert!(permit.holds(), "{job} started without a permit");
         self.record(format!("start {job}"));
     }
@@ -136,10 +144,6 @@ fn spec(lease: &Lease) -> &LeaseSpec {
     lease.spec.as_ref().unwrap()
 }
 
-fn renew_time(lease: &Lease) -> Timestamp {
-    spec(lease).renew_time.as_ref().unwrap().0
-}
-
 fn report_lines(path: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -148,8 +152,7 @@ fn report_lines(path: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// The running jobs of each report line after the first, with its version.
-/// What the report says the worker ran, a line per change: the lines a renewal adds (the same
+/// What the report says the worker ran, a line per change: the lines a fence read adds (the same
 /// jobs, a later `until`) are left out once checked.
 fn reported(path: &Path) -> Vec<(Option<u64>, Vec<String>)> {
     let mut changes: Vec<(Option<u64>, Vec<String>)> = Vec::new();
@@ -180,250 +183,124 @@ fn strings(jobs: &[&str]) -> Vec<String> {
     jobs.iter().map(|job| job.to_string()).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stops() {
-    let sim = Sim::start(SimConfig::default()).await.unwrap();
-    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-
-    config_maps
-        .create(&PostParams::default(), &config(1, &["a", "b"], &["x"]))
-        .await
-        .unwrap();
-    let uid = create_pod(&pods).await;
-    // The previous pod of this name left its Lease, acknowledging a version of its own.
-    let left = Lease {
-        metadata: ObjectMeta {
-            name: Some(POD.into()),
-            annotations: Some(BTreeMap::from([(
-                ACKED_VERSION_ANNOTATION.to_string(),
-                "9".to_string(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some("uid-of-the-previous-pod".into()),
-            lease_duration_seconds: Some(10),
-            renew_time: Some(MicroTime(Timestamp::now())),
-            ..LeaseSpec::default()
-        }),
-    };
-    leases.create(&PostParams::default(), &left).await.unwrap();
-
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("report.jsonl");
-    let app = Recorder::new();
-    let (terminate, terminated) = oneshot::channel::<()>();
-    let worker = worker_of(&uid, client.clone())
-        .report(&report)
-        .lease_duration(Duration::from_secs(2))
-        .termination_deadline(Duration::from_secs(20))
-        .shutdown_on(async move {
-            let _ = terminated.await;
-        })
-        .build()
-        .await
-        .unwrap();
-    let run = tokio::spawn(worker.run(app.clone()));
-
-    // Version 1: taken over, started, acknowledged.
-    let lease = eventually("version 1 acknowledged", async || {
-        let lease = leases.get(POD).await.ok()?;
-        (acked_version(&lease) == Some(1)).then_some(lease)
-    })
-    .await;
-    assert_eq!(spec(&lease).holder_identity.as_deref(), Some(uid.as_str()));
-    assert_eq!(spec(&lease).lease_duration_seconds, Some(2));
-    assert_eq!(spec(&lease).lease_transitions, Some(1));
-    assert_eq!(
-        lease.metadata.labels.as_ref().unwrap()[POOL_LABEL],
-        "pool".to_string()
-    );
-    let owners = lease.metadata.owner_references.clone().unwrap();
-    assert_eq!(owners.len(), 1);
-    assert_eq!(
-        (owners[0].kind.as_str(), owners[0].name.as_str()),
-        ("Pod", POD)
-    );
-    assert_eq!(owners[0].uid, uid);
-    assert_eq!(app.calls(), strings(&["start a", "start b"]));
-
-    // Version 2 moves b away and brings c: b's stop is held.
-    write_config(&config_maps, config(2, &["a", "c"], &["x", "b"])).await;
-    eventually("b's stop asked for", async || {
-        app.calls()
-            .contains(&"stopping b".to_string())
-            .then_some(())
-    })
-    .await;
-    let before = leases.get(POD).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let during = leases.get(POD).await.unwrap();
-    assert_eq!(
-        acked_version(&during),
-        Some(1),
-        "not acknowledged while b may still run"
-    );
-    assert!(
-        renew_time(&during) > renew_time(&before),
-        "the Lease is renewed while a stop is under way"
-    );
-    assert!(
-        !app.calls().contains(&"start c".to_string()),
-        "c waits for b"
-    );
-
-    app.stop_permits.add_permits(1);
-    eventually("version 2 acknowledged", async || {
-        let lease = leases.get(POD).await.ok()?;
-        (acked_version(&lease) == Some(2)).then_some(())
-    })
-    .await;
-    assert_eq!(
-        app.calls(),
-        strings(&["start a", "start b", "stopping b", "stopped b", "start c"])
-    );
-    assert_eq!(
-        reported(&report),
-        vec![
-            (None, vec![]),
-            (Some(1), strings(&["a", "b"])),
-            (Some(2), strings(&["a"])),
-            (Some(2), strings(&["a", "c"])),
-        ],
-        "the stop is reported after b stopped, the start before c started"
-    );
-    let first = &report_lines(&report)[0];
-    assert_eq!(first["pod"], POD);
-    assert_eq!(first["uid"], uid.as_str());
-
-    // SIGTERM: every job stops; a version that still lists jobs is neither run nor
-    // acknowledged; the first version without jobs for this pod is, and the worker exits.
-    app.stop_permits.add_permits(2);
-    terminate.send(()).unwrap();
-    eventually("every job stopped", async || {
-        let calls = app.calls();
-        (calls.contains(&"stopped a".to_string()) && calls.contains(&"stopped c".to_string()))
-            .then_some(())
-    })
-    .await;
-    write_config(&config_maps, config(3, &["a", "d"], &["x", "b", "c"])).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(2));
-    assert!(!run.is_finished());
-    write_config(&config_maps, config(4, &[], &["x", "b", "a", "c", "d"])).await;
-    let exit = tokio::time::timeout(Duration::from_secs(10), run)
-        .await
-        .expect("the worker exits once a version without its jobs is acknowledged")
-        .unwrap();
-    assert_eq!(exit, Exit::Acknowledged { version: 4 });
-    assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(4));
-    let calls = app.calls();
-    assert!(
-        !calls.iter().any(|call| call == "start d"),
-        "nothing starts after SIGTERM: {calls:?}"
-    );
-    assert_eq!(
-        reported(&report).last(),
-        Some(&(Some(2), vec![])),
-        "the last line shows nothing running"
-    );
-
-    // Only what the protocol's RBAC allows: get and watch of the ConfigMap by name; get,
-    // create and update of Leases.
-    let requests: Vec<serde_json::Value> =
-        reqwest::get(format!("{}/kube-sim/v1/requests", sim.url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-    let by_worker = |path: &str| -> Vec<(String, String)> {
-        requests
-            .iter()
-            .filter(|request| request["path"].as_str().unwrap().contains(path))
-            .map(|request| {
-                let method = request["method"].as_str().unwrap().to_string();
-                let query = request["query"].as_str().unwrap();
-                let watch = query.contains("watch=true");
-                (
-                    if watch { "WATCH".to_string() } else { method },
-                    query.to_string(),
-                )
-            })
-            .collect()
-    };
-    let config_map_calls = by_worker("/configmaps");
-    let watches: Vec<_> = config_map_calls
-        .iter()
-        .filter(|(verb, _)| verb == "WATCH")
-        .collect();
-    assert_eq!(
-        watches.len(),
-        1,
-        "one watch, never restarted: {config_map_calls:?}"
-    );
-    assert!(
-        watches[0]
-            .1
-            .contains("fieldSelector=metadata.name%3Dpool-config.w-0"),
-        "{watches:?}"
-    );
-    let gets = config_map_calls
-        .iter()
-        .filter(|(verb, query)| verb == "GET" && query.is_empty())
-        .count();
-    // The test's own writes read the ConfigMap three times; the worker twice: to follow it,
-    // and the fresh read after its first Lease write that lifts the fence it starts behind.
-    assert_eq!(gets, 5, "{config_map_calls:?}");
-    for (verb, _) in by_worker("/leases") {
-        assert!(["GET", "POST", "PUT"].contains(&verb.as_str()), "{verb}");
-    }
-    sim.shutdown().await;
-}
-
-#[tokio::test]
-async fn without_the_api_a_worker_runs_nothing() {
-    // Nothing listens on port 1: every request fails to connect. The worker cannot renew its
-    // Lease, so the operator may hand its jobs to others: it starts none.
-    let client = Client::try_from(Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("report.jsonl");
-    let app = Recorder::new();
-    let (terminate, terminated) = oneshot::channel::<()>();
-    let worker = WorkerBuilder::empty()
-        .pod_name(POD)
-        .namespace("default")
-        .pod_uid("uid-1")
-        .pool("pool")
-        .report(&report)
-        .termination_deadline(Duration::from_millis(500))
-        .client(client)
-        .shutdown_on(async move {
-            let _ = terminated.await;
-        })
-        .build()
-        .await
-        .unwrap();
-    assert_eq!(worker.settings().config_map, "pool-config");
-    let run = tokio::spawn(worker.run(app.clone()));
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    terminate.send(()).unwrap();
-    let exit = tokio::time::timeout(Duration::from_secs(10), run)
+/// Every request the sim served: (verb, path, query), a watch as `WATCH`.
+async fn requests(sim: &Sim) -> Vec<(String, String, String)> {
+    let log: Vec<serde_json::Value> = reqwest::get(format!("{}/kube-sim/v1/requests", sim.url()))
         .await
         .unwrap()
+        .json()
+        .await
         .unwrap();
-    assert_eq!(exit, Exit::DeadlineReached);
-    assert!(app.calls().is_empty(), "{:?}", app.calls());
-    assert!(
-        reported(&report)
-            .iter()
-            .all(|(_, running)| running.is_empty()),
-        "{:?}",
-        reported(&report)
-    );
+    log.iter()
+        .map(|request| {
+            let query = request["query"].as_str().unwrap().to_string();
+            let verb = match query.contains("watch=true") {
+                true => "WATCH".to_string(),
+                false => request["method"].as_str().unwrap().to_string(),
+            };
+            (verb, request["path"].as_str().unwrap().to_string(), query)
+        })
+        .collect()
+}
+
+/// How many requests of `verbs` on paths containing `path` the sim served.
+async fn count(sim: &Sim, verbs: &[&str], path: &str) -> usize {
+    requests(sim)
+        .await
+        .iter()
+        .filter(|(verb, at, _)| verbs.contains(&verb.as_str()) && at.contains(path))
+        .count()
+}
+
+/// The status `/readyz` answers on the worker's health address.
+async fn readyz(addr: SocketAddr) -> u16 {
+    let url = format!("http://{addr}/readyz");
+    reqwest::get(url).await.unwrap().status().as_u16()
+}
+
+/// Whether the fence reads (GETs of one ConfigMap) answer: a test holds their answers back to
+/// show that nothing but an answer lets a job start.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reads {
+    Answer,
+    Hold,
+}
+
+/// A client layer that holds back the answers of ConfigMap GETs while `reads` says so; watches
+/// and every other request pass.
+struct Gate<S> {
+    inner: S,
+    reads: watch::Receiver<Reads>,
+}
+
+impl<S> Service<http::Request<Body>> for Gate<S>
+where
+    S: Service<http::Request<Body>>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        let uri = request.uri();
+        let read = request.method() == http::Method::GET
+            && uri.path().contains("/configmaps/")
+            && !uri.query().unwrap_or_default().contains("watch");
+        let mut reads = self.reads.clone();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            if read {
+                let _ = reads.wait_for(|reads| *reads == Reads::Answer).await;
+            }
+            answer
+        })
+    }
+}
+
+/// A client of `sim` whose fence reads answer only while `reads` says so.
+fn gated_client(sim: &Sim, reads: watch::Receiver<Reads>) -> Client {
+    let config = Config::new(sim.url().parse().unwrap());
+    let layer = tower::layer::layer_fn(move |inner| Gate {
+        inner,
+        reads: reads.clone(),
+    });
+    ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&layer)
+        .build()
+}
+
+/// A sim with this test's Pod (the Lease's owner: the sim collects a Lease whose owner is
+/// missing) and, unless `None`, the pod's ConfigMap; returns the sim, a client and the uid.
+async fn sim_with(config_map: Option<ConfigMap>) -> (Sim, Client, String) {
+    let sim = Sim::start(SimConfig::default()).await.unwrap();
+    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
+    let uid = create_pod(&Api::namespaced(client.clone(), "default")).await;
+    if let Some(config_map) = config_map {
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        config_maps
+            .create(&PostParams::default(), &config_map)
+            .await
+            .unwrap();
+    }
+    (sim, client, uid)
+}
+
+/// Waits until the Lease acknowledges `version`, and returns it.
+async fn acknowledged(leases: &Api<Lease>, version: u64) -> Lease {
+    eventually(&format!("version {version} acknowledged"), async || {
+        let lease = leases.get(POD).await.ok()?;
+        (acked_version(&lease) == Some(version)).then_some(lease)
+    })
+    .await
 }
 
 /// A TCP proxy in front of the sim that the test can cut: cut, it breaks every open connection
@@ -468,100 +345,12 @@ impl Proxy {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_cut_off_from_the_api_fences_itself_and_runs_again_after_a_renewal_and_a_fresh_read()
- {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("swarm_worker=debug")
-        .with_test_writer()
-        .try_init();
-    let sim = Sim::start(SimConfig::default()).await.unwrap();
-    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let uid = create_pod(&Api::namespaced(client.clone(), "default")).await;
-    config_maps
-        .create(&PostParams::default(), &config(1, &["a", "b"], &[]))
-        .await
-        .unwrap();
-    let proxy = Proxy::start(sim.addr()).await;
-    let through_proxy = Client::try_from(Config::new(proxy.url.parse().unwrap())).unwrap();
-
-    let dir = tempfile::tempdir().unwrap();
-    let report = dir.path().join("report.jsonl");
-    let app = Recorder::new();
-    app.stop_permits.add_permits(100);
-    let duration = Duration::from_secs(4);
-    let worker = worker_of(&uid, through_proxy)
-        .report(&report)
-        .lease_duration(duration)
-        .shutdown_on(std::future::pending())
-        .build()
-        .await
-        .unwrap();
-    let fence_after = worker.settings().fence_after();
-    assert_eq!(
-        fence_after,
-        Duration::from_secs(2),
-        "4 s less a margin of 2 s"
-    );
-    let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
-    eventually("version 1 acknowledged", async || {
-        let lease = leases.get(POD).await.ok()?;
-        (acked_version(&lease) == Some(1)).then_some(())
-    })
-    .await;
-    assert_eq!(app.calls(), strings(&["start a", "start b"]));
-
-    // Cut off: no renewal gets through, so within the fence limit every job stops.
-    let cut = tokio::time::Instant::now();
-    proxy.cut();
-    let renewed_before = renew_time(&leases.get(POD).await.unwrap());
-    eventually("every job stopped", async || {
-        let calls = app.calls();
-        (calls.contains(&"stopped a".to_string()) && calls.contains(&"stopped b".to_string()))
-            .then_some(())
-    })
-    .await;
-    let fenced_after = cut.elapsed();
-    assert!(
-        fenced_after <= fence_after + Duration::from_millis(500),
-        "fenced {fenced_after:?} after the cut"
-    );
-    assert_eq!(reported(&report).last(), Some(&(Some(1), vec![])));
-
-    // Meanwhile the operator moves b away: the worker must not run b again.
-    write_config(&config_maps, config(2, &["a", "c"], &["b"])).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    assert_eq!(
-        renew_time(&leases.get(POD).await.unwrap()),
-        renewed_before,
-        "no renewal got through"
-    );
-    let calls = app.calls();
-    assert_eq!(calls.len(), 6, "nothing starts while fenced: {calls:?}");
-
-    // Back: a renewal, then a GET issued after it, then the new entry runs and is acknowledged.
-    proxy.restore();
-    eventually("version 2 acknowledged", async || {
-        let lease = leases.get(POD).await.ok()?;
-        (acked_version(&lease) == Some(2)).then_some(())
-    })
-    .await;
-    let restarted: Vec<String> = app.calls()[6..].to_vec();
-    assert_eq!(restarted, strings(&["start a", "start c"]));
-    assert_eq!(
-        reported(&report).last(),
-        Some(&(Some(2), strings(&["a", "c"])))
-    );
-    assert!(renew_time(&leases.get(POD).await.unwrap()) > renewed_before);
-    sim.shutdown().await;
-}
-
 /// The worker of `POD` in namespace `default`, for pod instance `uid`, in pool `pool` (whose
-/// ConfigMap is `CONFIG_MAP`), on `client`; each test adds its timing and shutdown.
+/// ConfigMap is `CONFIG_MAP`), on `client`, serving readiness on a free port; each test adds
+/// its timing and shutdown.
 fn worker_of(uid: &str, client: Client) -> WorkerBuilder {
     WorkerBuilder::empty()
+        .health_addr("127.0.0.1:0".parse().unwrap())
         .pod_name(POD)
         .namespace("default")
         .pod_uid(uid)
@@ -579,139 +368,478 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// A worker that starts before its pool's ConfigMap exists: its read after its first Lease
-/// write finds none, so whatever the watch delivers later is newer, and it runs its entry as
-/// soon as the ConfigMap comes, not at its next renewal.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_started_before_its_config_runs_it_as_soon_as_it_comes() {
-    let sim = Sim::start(SimConfig::default()).await.unwrap();
-    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let uid = create_pod(&pods).await;
-    let app = Recorder::new();
-    // Renewed every 15 s: a start that waited for the next renewal would take that long.
-    let worker = worker_of(&uid, client.clone())
-        .lease_duration(Duration::from_secs(60))
-        .shutdown_on(std::future::pending())
-        .build()
+/// How many WATCH requests of ConfigMaps the sim has answered.
+async fn config_map_watches(sim: &Sim) -> usize {
+    requests(sim)
         .await
-        .unwrap();
-    let run = tokio::spawn(worker.run(app.clone()));
-    eventually("the first Lease write", async || leases.get(POD).await.ok()).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(app.calls().is_empty(), "no config, no job");
-
-    let created = tokio::time::Instant::now();
-    config_maps
-        .create(&PostParams::default(), &config(1, &["a"], &[]))
-        .await
-        .unwrap();
-    eventually("a started", async || {
-        app.calls().contains(&"start a".to_string()).then_some(())
-    })
-    .await;
-    assert!(
-        created.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        created.elapsed()
-    );
-    eventually("version 1 acknowledged", async || {
-        let lease = leases.get(POD).await.ok()?;
-        (acked_version(&lease) == Some(1)).then_some(())
-    })
-    .await;
-    run.abort();
-    sim.shutdown().await;
+        .iter()
+        .filter(|(verb, path, _)| verb == "WATCH" && path.contains("/configmaps"))
+        .count()
 }
 
-/// On the default timing (a 40 s Lease), a worker in steady state writes its Lease once per
-/// 10 s and no more, while a new version is still acknowledged at once, not at the next renewal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_the_default_timing_a_worker_renews_every_ten_seconds_and_acknowledges_at_once() {
-    let sim = Sim::start(SimConfig::default()).await.unwrap();
-    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
+async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stops() {
+    let (sim, client, uid) = sim_with(Some(config(1, &["a", "b"], &["x"]))).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let uid = create_pod(&pods).await;
-    config_maps
-        .create(&PostParams::default(), &config(1, &["a"], &[]))
-        .await
-        .unwrap();
+    // The previous pod of this name left its Lease, acknowledging a version of its own.
+    let left = Lease {
+        metadata: ObjectMeta {
+            name: Some(POD.into()),
+            annotations: Some(BTreeMap::from([(
+                ACKED_VERSION_ANNOTATION.to_string(),
+                "9".to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("uid-of-the-previous-pod".into()),
+            lease_duration_seconds: Some(10),
+            renew_time: Some(MicroTime(Timestamp::now())),
+            ..LeaseSpec::default()
+        }),
+    };
+    leases.create(&PostParams::default(), &left).await.unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.jsonl");
     let app = Recorder::new();
+    let (terminate, terminated) = oneshot::channel::<()>();
     let worker = worker_of(&uid, client.clone())
-        .shutdown_on(std::future::pending())
+        .report(&report)
+        .permit(Duration::from_secs(6))
+        .termination_deadline(Duration::from_secs(20))
+        .shutdown_on(async move {
+            let _ = terminated.await;
+        })
         .build()
         .await
         .unwrap();
+    let health = worker.health_addr();
+    assert_ne!(health.port(), 0, "the port picked is exposed");
     let run = tokio::spawn(worker.run(app.clone()));
-    let acked = eventually("version 1 acknowledged", async || {
-        let lease = leases.get(POD).await.ok()?;
-        (acked_version(&lease) == Some(1)).then_some(lease)
-    })
-    .await;
-    assert_eq!(spec(&acked).lease_duration_seconds, Some(40));
 
-    // Steady state: the next renewal is 10 s after the acknowledgement, not sooner.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    let idle = leases.get(POD).await.unwrap();
+    // Version 1: taken over, started, acknowledged.
+    let lease = acknowledged(&leases, 1).await;
+    assert_eq!(spec(&lease).holder_identity.as_deref(), Some(uid.as_str()));
+    assert_eq!(spec(&lease).lease_duration_seconds, Some(6), "the permit");
+    assert_eq!(spec(&lease).lease_transitions, Some(1));
     assert_eq!(
-        idle.metadata.resource_version, acked.metadata.resource_version,
-        "no Lease write within 4 s of the last one"
+        lease.metadata.labels.as_ref().unwrap()[POOL_LABEL],
+        "pool".to_string()
     );
+    let owners = lease.metadata.owner_references.clone().unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(
+        (owners[0].kind.as_str(), owners[0].name.as_str()),
+        ("Pod", POD)
+    );
+    assert_eq!(owners[0].uid, uid);
+    assert_eq!(app.calls(), strings(&["start a", "start b"]));
+    assert_eq!(readyz(health).await, 200);
 
-    let written = tokio::time::Instant::now();
-    write_config(&config_maps, config(2, &["a", "b"], &[])).await;
-    let renewed = eventually("version 2 acknowledged", async || {
-        let lease = leases.get(POD).await.ok()?;
-        (acked_version(&lease) == Some(2)).then_some(lease)
+    // Version 2 moves b away and brings c: b's stop is held.
+    write_config(&config_maps, config(2, &["a", "c"], &["x", "b"])).await;
+    eventually("b's stop asked for", async || {
+        app.calls()
+            .contains(&"stopping b".to_string())
+            .then_some(())
     })
     .await;
-    assert!(
-        written.elapsed() < Duration::from_secs(5),
-        "acknowledged {:?} after the write: at the next renewal, not at once",
-        written.elapsed()
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let during = leases.get(POD).await.unwrap();
+    assert_eq!(
+        during.metadata.resource_version, lease.metadata.resource_version,
+        "not acknowledged while b may still run, and no other Lease write"
     );
-    assert!(renew_time(&renewed) > renew_time(&acked));
-    run.abort();
+    assert!(
+        !app.calls().contains(&"start c".to_string()),
+        "c waits for b"
+    );
+    assert_eq!(readyz(health).await, 200, "reads go on while b stops");
+
+    app.stop_permits.add_permits(1);
+    acknowledged(&leases, 2).await;
+    assert_eq!(
+        app.calls(),
+        strings(&["start a", "start b", "stopping b", "stopped b", "start c"])
+    );
+    assert_eq!(
+        reported(&report),
+        vec![
+            (None, vec![]),
+            (Some(1), strings(&["a", "b"])),
+            (Some(2), strings(&["a"])),
+            (Some(2), strings(&["a", "c"])),
+        ],
+        "the stop is reported after b stopped, the start before c started"
+    );
+    let first = &report_lines(&report)[0];
+    assert_eq!(first["pod"], POD);
+    assert_eq!(first["uid"], uid.as_str());
+
+    // SIGTERM: not ready, every job stops; a version that still lists jobs is neither run nor
+    // acknowledged; the first version without jobs for this pod is, and the worker exits.
+    app.stop_permits.add_permits(2);
+    terminate.send(()).unwrap();
+    eventually("every job stopped", async || {
+        let calls = app.calls();
+        (calls.contains(&"stopped a".to_string()) && calls.contains(&"stopped c".to_string()))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(readyz(health).await, 503);
+    write_config(&config_maps, config(3, &["a", "d"], &["x", "b", "c"])).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(2));
+    assert!(!run.is_finished());
+    write_config(&config_maps, config(4, &[], &["x", "b", "a", "c", "d"])).await;
+    let exit = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the worker exits once a version without its jobs is acknowledged")
+        .unwrap();
+    assert_eq!(exit, Exit::Acknowledged { version: 4 });
+    assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(4));
+    let calls = app.calls();
+    assert!(
+        !calls.iter().any(|call| call == "start d"),
+        "nothing starts after SIGTERM: {calls:?}"
+    );
+    assert_eq!(
+        reported(&report).last().map(|(_, running)| running.clone()),
+        Some(vec![]),
+        "the last line shows nothing running"
+    );
+
+    // Only what the protocol's RBAC allows: get and watch of the ConfigMap by name, every GET
+    // a quorum read (no resourceVersion); get, create and update of Leases.
+    let requests = requests(&sim).await;
+    let config_map_calls: Vec<_> = requests
+        .iter()
+        .filter(|(_, path, _)| path.contains("/configmaps"))
+        .collect();
+    let watches: Vec<_> = config_map_calls
+        .iter()
+        .filter(|(verb, _, _)| verb == "WATCH")
+        .collect();
+    assert_eq!(
+        watches.len(),
+        1,
+        "one watch, never restarted: {config_map_calls:?}"
+    );
+    assert!(
+        watches[0]
+            .2
+            .contains("fieldSelector=metadata.name%3Dpool-config.w-0"),
+        "{watches:?}"
+    );
+    for (verb, path, query) in &config_map_calls {
+        assert!(
+            ["GET", "WATCH", "PUT", "POST"].contains(&verb.as_str()),
+            "{verb} {path}"
+        );
+        if verb == "GET" {
+            assert!(path.ends_with("/pool-config.w-0"), "{path}");
+            assert!(!query.contains("resourceVersion"), "{query}");
+        }
+    }
+    for (verb, path, _) in requests
+        .iter()
+        .filter(|(_, path, _)| path.contains("/leases"))
+    {
+        assert!(
+            ["GET", "POST", "PUT"].contains(&verb.as_str()),
+            "{verb} {path}"
+        );
+    }
     sim.shutdown().await;
 }
 
-/// After a 410 a worker watches from the object as it is: the resourceVersion of its next GET is
-/// that of the object's last change, older than the history too, and a watch from it would
-/// expire at once, over and over.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_its_watch_expires_a_worker_watches_from_the_object_as_it_is() {
-    let sim = Sim::start(SimConfig::default()).await.unwrap();
-    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    let uid = create_pod(&Api::namespaced(client.clone(), "default")).await;
-    config_maps
-        .create(&PostParams::default(), &config(1, &["a"], &[]))
+#[tokio::test]
+async fn without_the_api_a_worker_runs_nothing_and_is_not_ready() {
+    // Nothing listens on port 1: every fence read fails, so nothing may run.
+    let client = Client::try_from(Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.jsonl");
+    let app = Recorder::new();
+    let (terminate, terminated) = oneshot::channel::<()>();
+    let worker = worker_of("uid-1", client)
+        .report(&report)
+        .termination_deadline(Duration::from_millis(500))
+        .shutdown_on(async move {
+            let _ = terminated.await;
+        })
+        .build()
         .await
         .unwrap();
+    assert_eq!(worker.settings().config_map, CONFIG_MAP);
+    let health = worker.health_addr();
+    let run = tokio::spawn(worker.run(app.clone()));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(readyz(health).await, 503);
+    terminate.send(()).unwrap();
+    let exit = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(exit, Exit::DeadlineReached);
+    assert!(app.calls().is_empty(), "{:?}", app.calls());
+    assert!(
+        reported(&report)
+            .iter()
+            .all(|(_, running)| running.is_empty()),
+        "{:?}",
+        reported(&report)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_reads_fail_stops_its_jobs_within_the_permit_and_runs_again_after_a_read() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("swarm_worker=debug")
+        .with_test_writer()
+        .try_init();
+    let (sim, client, uid) = sim_with(Some(config(1, &["a", "b"], &[]))).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
     let proxy = Proxy::start(sim.addr()).await;
     let through_proxy = Client::try_from(Config::new(proxy.url.parse().unwrap())).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.jsonl");
     let app = Recorder::new();
     app.stop_permits.add_permits(100);
+    let permit = Duration::from_secs(4);
     let worker = worker_of(&uid, through_proxy)
-        .lease_duration(Duration::from_secs(60))
+        .report(&report)
+        .permit(permit)
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .unwrap();
+    let health = worker.health_addr();
+    let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
+    let acked = acknowledged(&leases, 1).await;
+    assert_eq!(app.calls(), strings(&["start a", "start b"]));
+    assert_eq!(readyz(health).await, 200);
+
+    // Cut off: no read gets through, so within the permit of the last one every job stops;
+    // readiness goes first, at three fifths of it.
+    let cut = Instant::now();
+    proxy.cut();
+    eventually("not ready", async || {
+        (readyz(health).await == 503).then_some(())
+    })
+    .await;
+    let unready_after = cut.elapsed();
+    eventually("every job stopped", async || {
+        let calls = app.calls();
+        (calls.contains(&"stopped a".to_string()) && calls.contains(&"stopped b".to_string()))
+            .then_some(())
+    })
+    .await;
+    let stopped_after = cut.elapsed();
+    assert!(
+        unready_after <= permit * 3 / 5 + Duration::from_millis(300),
+        "not ready {unready_after:?} after the cut"
+    );
+    assert!(
+        stopped_after <= permit + Duration::from_millis(300),
+        "stopped {stopped_after:?} after the cut"
+    );
+    assert_eq!(reported(&report).last(), Some(&(Some(1), vec![])));
+
+    // Meanwhile the operator moves b away: the worker must not run b again.
+    write_config(&config_maps, config(2, &["a", "c"], &["b"])).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let calls = app.calls();
+    assert_eq!(calls.len(), 6, "nothing starts without a read: {calls:?}");
+
+    // Back: a read shows the new entry, which runs and is acknowledged.
+    proxy.restore();
+    let renewed = acknowledged(&leases, 2).await;
+    let restarted: Vec<String> = app.calls()[6..].to_vec();
+    assert_eq!(restarted, strings(&["start a", "start c"]));
+    assert_eq!(
+        reported(&report).last(),
+        Some(&(Some(2), strings(&["a", "c"])))
+    );
+    assert_ne!(
+        renewed.metadata.resource_version,
+        acked.metadata.resource_version
+    );
+    eventually("ready again", async || {
+        (readyz(health).await == 200).then_some(())
+    })
+    .await;
+    sim.shutdown().await;
+}
+
+/// At rest a worker reads every half permit and writes nothing; each new version costs one
+/// Lease write, at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_rest_a_worker_reads_and_writes_nothing_and_each_version_costs_one_lease_write() {
+    let (sim, client, uid) = sim_with(Some(config(1, &["a"], &[]))).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.jsonl");
+    let app = Recorder::new();
+    app.stop_permits.add_permits(100);
+    let worker = worker_of(&uid, client.clone())
+        .report(&report)
+        .permit(Duration::from_secs(2))
         .shutdown_on(std::future::pending())
         .build()
         .await
         .unwrap();
     let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
-    let acked = async |version| {
-        eventually(&format!("version {version} acknowledged"), async || {
-            let lease = leases.get(POD).await.ok()?;
-            (acked_version(&lease) == Some(version)).then_some(())
-        })
-        .await;
-    };
-    acked(1).await;
+    let acked = acknowledged(&leases, 1).await;
+    // The write at start and the acknowledgement, or one write if it carried both.
+    let writes = count(&sim, &["POST", "PUT"], "/leases").await;
+    assert!((1..=2).contains(&writes), "{writes} Lease writes at start");
+
+    // Three read intervals at rest: reads, permit extensions, no write.
+    let reads_before = count(&sim, &["GET"], "/configmaps/").await;
+    let lines_before = report_lines(&report).len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let reads = count(&sim, &["GET"], "/configmaps/").await - reads_before;
+    assert!((2..=5).contains(&reads), "{reads} fence reads in 3 s");
+    assert_eq!(
+        count(&sim, &["POST", "PUT"], "/leases").await,
+        writes,
+        "no Lease write at rest"
+    );
+    let rest = leases.get(POD).await.unwrap();
+    assert_eq!(
+        rest.metadata.resource_version,
+        acked.metadata.resource_version
+    );
+    assert!(
+        report_lines(&report).len() >= lines_before + 2,
+        "each read extends the permit, and the report says until when"
+    );
+    assert_eq!(reported(&report).last(), Some(&(Some(1), strings(&["a"]))));
+
+    let written = Instant::now();
+    write_config(&config_maps, config(2, &["a", "b"], &[])).await;
+    acknowledged(&leases, 2).await;
+    assert!(
+        written.elapsed() < Duration::from_millis(900),
+        "acknowledged {:?} after the write: the watch brings the read forward",
+        written.elapsed()
+    );
+    write_config(&config_maps, config(3, &["b"], &[])).await;
+    acknowledged(&leases, 3).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        count(&sim, &["POST", "PUT"], "/leases").await,
+        writes + 2,
+        "one Lease write per version"
+    );
+    sim.shutdown().await;
+}
+
+/// A watch event proves nothing: the job it brings starts only once a fence read shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_granted_through_the_watch_starts_only_once_a_fence_read_shows_it() {
+    let (sim, client, uid) = sim_with(Some(config(1, &["a"], &[]))).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let (reads, gate) = watch::channel(Reads::Answer);
+    let app = Recorder::new();
+    // The default permit: a read every 15 s, so a read within the test's second is the watch's.
+    let worker = worker_of(&uid, gated_client(&sim, gate))
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .unwrap();
+    let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
+    acknowledged(&leases, 1).await;
+    let reads_before = count(&sim, &["GET"], "/configmaps/").await;
+
+    reads.send_replace(Reads::Hold);
+    write_config(&config_maps, config(2, &["a", "c"], &[])).await;
+    eventually("a fence read sent on the watch event", async || {
+        (count(&sim, &["GET"], "/configmaps/").await > reads_before + 1).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        app.calls(),
+        strings(&["start a"]),
+        "c waits for the read's answer"
+    );
+    assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(1));
+
+    reads.send_replace(Reads::Answer);
+    acknowledged(&leases, 2).await;
+    assert_eq!(app.calls(), strings(&["start a", "start c"]));
+    sim.shutdown().await;
+}
+
+/// A worker that starts before its pool's ConfigMap exists runs nothing, answers ready, and runs
+/// its entry as soon as the ConfigMap comes (the watch's event brings a read), not at its next
+/// scheduled read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_before_its_config_runs_it_as_soon_as_it_comes() {
+    let (sim, client, uid) = sim_with(None).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let app = Recorder::new();
+    // Reads every 30 s: a start that waited for the next scheduled read would take that long.
+    let worker = worker_of(&uid, client.clone())
+        .permit(Duration::from_secs(60))
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .unwrap();
+    let health = worker.health_addr();
+    let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
+    eventually("the Lease written at start", async || {
+        leases.get(POD).await.ok()
+    })
+    .await;
+    eventually("ready", async || {
+        (readyz(health).await == 200).then_some(())
+    })
+    .await;
+    assert!(app.calls().is_empty(), "no config, no job");
+
+    let created = Instant::now();
+    config_maps
+        .create(&PostParams::default(), &config(1, &["a"], &[]))
+        .await
+        .unwrap();
+    acknowledged(&leases, 1).await;
+    assert!(
+        created.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        created.elapsed()
+    );
+    assert_eq!(app.calls(), strings(&["start a"]));
+    sim.shutdown().await;
+}
+
+/// After a 410 a worker watches from the object as it is: a watch from the resourceVersion of
+/// its last read would be older than the history too, and expire at once, over and over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_its_watch_expires_a_worker_watches_from_the_object_as_it_is() {
+    let (sim, client, uid) = sim_with(Some(config(1, &["a"], &[]))).await;
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let proxy = Proxy::start(sim.addr()).await;
+    let through_proxy = Client::try_from(Config::new(proxy.url.parse().unwrap())).unwrap();
+    let app = Recorder::new();
+    app.stop_permits.add_permits(100);
+    let worker = worker_of(&uid, through_proxy)
+        .permit(Duration::from_secs(60))
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .unwrap();
+    let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
+    acknowledged(&leases, 1).await;
 
     // The history no longer reaches the ConfigMap's last change; the watch breaks.
     let before = config_map_watches(&sim).await;
@@ -719,9 +847,15 @@ async fn after_its_watch_expires_a_worker_watches_from_the_object_as_it_is() {
     proxy.cut();
     tokio::time::sleep(Duration::from_millis(300)).await;
     proxy.restore();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     write_config(&config_maps, config(2, &["b"], &[])).await;
-    acked(2).await;
+    let written = Instant::now();
+    acknowledged(&leases, 2).await;
+    assert!(
+        written.elapsed() < Duration::from_secs(5),
+        "the watch works again: {:?}",
+        written.elapsed()
+    );
     let watches = config_map_watches(&sim).await - before;
     assert!(
         watches <= 3,
@@ -732,22 +866,4 @@ async fn after_its_watch_expires_a_worker_watches_from_the_object_as_it_is() {
         strings(&["start a", "stopping a", "stopped a", "start b"])
     );
     sim.shutdown().await;
-}
-
-/// How many WATCH requests of ConfigMaps the sim has answered.
-async fn config_map_watches(sim: &Sim) -> usize {
-    let requests: Vec<serde_json::Value> =
-        reqwest::get(format!("{}/kube-sim/v1/requests", sim.url()))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-    requests
-        .iter()
-        .filter(|r| {
-            r["path"].as_str().unwrap().contains("/configmaps")
-                && r["query"].as_str().unwrap().contains("watch=true")
-        })
-        .count()
 }
