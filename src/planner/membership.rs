@@ -102,10 +102,10 @@ impl Judge<'_> {
         &self,
         pod: &WorkerPod,
     ) -> (Option<(UnavailableReason, Option<Timestamp>)>, Option<Duration>) {
-        if let Some(node) = pod.node.as_deref() {
-            if let Some(since) = self.nodes.silent_since(node, self.now) {
-                return (Some((UnavailableReason::NodeLeaseSilent, Some(since))), None);
-            }
+        if let Some(node) = pod.node.as_deref()
+            && let Some(since) = self.nodes.silent_since(node, self.now)
+        {
+            return (Some((UnavailableReason::NodeLeaseSilent, Some(since))), None);
         }
         let node_change = pod
             .node

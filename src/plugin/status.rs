@@ -8,6 +8,8 @@ use swarm_assign::Qos;
 
 use super::output::Table;
 use super::{PluginError, PoolView};
+use crate::api::crd::SwarmPoolStatus;
+use swarm_protocol::config::WorkerConfig;
 use crate::api::conditions::READY;
 use crate::api::crd::RolloutPolicy;
 use crate::state::node_leases::NODE_SILENCE;
@@ -88,44 +90,7 @@ pub fn report(view: &PoolView) -> Result<StatusReport, PluginError> {
     let spec = &view.pool.spec;
     let status = view.pool.status.clone().unwrap_or_default();
     let acknowledge = spec.rollout.policy == RolloutPolicy::Acknowledge;
-    let neutral = Qos::default();
-    let qos = spec.qos.as_ref().unwrap_or(&neutral);
-    let weight = |jobs: &[String]| {
-        qos.is_weighted()
-            .then(|| jobs.iter().map(|job| qos.weight(job)).sum())
-    };
-    let transit_of = |pod: &str| -> Vec<String> {
-        config
-            .transit()
-            .filter(|(from, _)| *from == pod)
-            .flat_map(|(_, jobs)| jobs.iter().cloned())
-            .collect()
-    };
-    let row = |pod: &str, jobs: Vec<String>, since_version: u64| WorkerStatus {
-        pod: pod.to_owned(),
-        exists: view.ready(pod).is_some(),
-        ready: view.ready(pod).unwrap_or(false),
-        weight: weight(&jobs),
-        jobs,
-        since_version,
-        restart_pending: view.restart_pending(pod),
-        in_transit: transit_of(pod),
-        acked_version: acknowledge.then(|| view.acked(pod)).flatten(),
-        unavailable: status
-            .unavailable_workers
-            .iter()
-            .find(|w| w.pod == pod)
-            .map(|w| format!("{:?}", w.reason)),
-    };
-    let mut workers: Vec<WorkerStatus> = config
-        .workloads()
-        .map(|(pod, workload)| row(pod, workload.jobs.clone(), workload.version))
-        .collect();
-    for (pod, _) in config.transit() {
-        if config.workload(pod).is_none() && !workers.iter().any(|w| w.pod == pod) {
-            workers.push(row(pod, Vec::new(), config.version));
-        }
-    }
+    let workers = worker_rows(view, &config, &status, acknowledge);
 
     let held: BTreeSet<&str> = config
         .workloads()
@@ -168,6 +133,57 @@ pub fn report(view: &PoolView) -> Result<StatusReport, PluginError> {
         workers,
     })
 }
+
+/// One row per worker of `config`, in ordinal (slot) order, then the pods that only hold jobs
+/// in transit.
+fn worker_rows(
+    view: &PoolView,
+    config: &WorkerConfig,
+    status: &SwarmPoolStatus,
+    acknowledge: bool,
+) -> Vec<WorkerStatus> {
+    let spec = &view.pool.spec;
+    let neutral = Qos::default();
+    let qos = spec.qos.as_ref().unwrap_or(&neutral);
+    let weight = |jobs: &[String]| {
+        qos.is_weighted()
+            .then(|| jobs.iter().map(|job| qos.weight(job)).sum())
+    };
+    let transit_of = |pod: &str| -> Vec<String> {
+        config
+            .transit()
+            .filter(|(from, _)| *from == pod)
+            .flat_map(|(_, jobs)| jobs.iter().cloned())
+            .collect()
+    };
+    let row = |pod: &str, jobs: Vec<String>, since_version: u64| WorkerStatus {
+        pod: pod.to_owned(),
+        exists: view.ready(pod).is_some(),
+        ready: view.ready(pod).unwrap_or(false),
+        weight: weight(&jobs),
+        jobs,
+        since_version,
+        restart_pending: view.restart_pending(pod),
+        in_transit: transit_of(pod),
+        acked_version: acknowledge.then(|| view.acked(pod)).flatten(),
+        unavailable: status
+            .unavailable_workers
+            .iter()
+            .find(|w| w.pod == pod)
+            .map(|w| format!("{:?}", w.reason)),
+    };
+    let mut workers: Vec<WorkerStatus> = config
+        .workloads()
+        .map(|(pod, workload)| row(pod, workload.jobs.clone(), workload.version))
+        .collect();
+    for (pod, _) in config.transit() {
+        if config.workload(pod).is_none() && !workers.iter().any(|w| w.pod == pod) {
+            workers.push(row(pod, Vec::new(), config.version));
+        }
+    }
+    workers
+}
+
 
 /// The kubelet's probe period in the workers' pod template (docs/worker-protocol.md).
 const PROBE_PERIOD: Duration = Duration::from_secs(5);
@@ -219,6 +235,22 @@ pub fn render(report: &StatusReport) -> String {
     }
     out.push('\n');
 
+    if report.workers.is_empty() {
+        out.push_str("No workers.\n");
+    } else {
+        out.push_str(&workers_table(report));
+    }
+    if !report.unassigned_jobs.is_empty() {
+        out.push_str(&format!(
+            "\nUnassigned: {}\n",
+            report.unassigned_jobs.join(", ")
+        ));
+    }
+    out
+}
+
+/// The table of workers, one row each.
+fn workers_table(report: &StatusReport) -> String {
     let weighted = report.workers.iter().any(|w| w.weight.is_some());
     let mut header = vec!["WORKER", "READY", "JOBS"];
     if weighted {
@@ -255,16 +287,21 @@ pub fn render(report: &StatusReport) -> String {
         }
         table.row(cells);
     }
-    if report.workers.is_empty() {
-        out.push_str("No workers.\n");
-    } else {
-        out.push_str(&table.render());
+    table.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_failover_bound_is_the_slower_path_out_of_the_pool_then_the_revoke_wait() {
+        let s = Duration::from_secs;
+        // NotReady after the last read's 18 s, a 5 s probe and the 2 s grace: 25 s; then 33.2 s.
+        let bound = failover_bound(fence::DEFAULT_PERMIT, s(2));
+        assert_eq!(bound.as_millis(), 58_224);
+        // A 10 s permit: its node's 20 s silence is the slower path.
+        let bound = failover_bound(s(10), s(2));
+        assert_eq!(bound.as_millis(), 32_408);
     }
-    if !report.unassigned_jobs.is_empty() {
-        out.push_str(&format!(
-            "\nUnassigned: {}\n",
-            report.unassigned_jobs.join(", ")
-        ));
-    }
-    out
 }
