@@ -152,6 +152,7 @@ impl Fleet {
         let prober = spec.probes_as_kubelet.then(|| {
             tokio::spawn(kubelet_prober::run(
                 Api::namespaced(client.clone(), &spec.namespace),
+                Api::all(client.clone()),
                 state.clone(),
             ))
         });
@@ -289,11 +290,10 @@ enum Step {
 }
 
 impl State {
-    /// The live processes' pods and readiness addresses.
+    /// Every process's pod, uid and readiness address: one that exited answers no probe.
     fn probed(&self) -> Vec<(String, String, String)> {
         self.processes
             .iter()
-            .filter(|(_, p)| !p.exited)
             .map(|(uid, p)| (p.pod.clone(), uid.clone(), p.health.clone()))
             .collect()
     }
@@ -821,16 +821,18 @@ mod tests {
 }
 
 /// The kubelet's readiness prober for pods on kwok's nodes, which run no probes: every
-/// [`readiness_probe`] period it GETs each live worker's `/readyz` and, when the answer
-/// differs from the pod's Ready condition, writes the condition (and ContainersReady) as a
-/// kubelet does, only on change.
+/// [`readiness_probe`] period it GETs each worker's `/readyz` and, when the answer differs from
+/// the pod's Ready condition, writes the condition (and ContainersReady) as a kubelet does, only
+/// on change. A node kwok no longer plays (lost) has no kubelet: its pods are left as they are.
 mod kubelet_prober {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
-    use k8s_openapi::api::core::v1::Pod;
+    use std::collections::BTreeSet;
+
+    use k8s_openapi::api::core::v1::{Node, Pod};
     use k8s_openapi::jiff::Timestamp;
-    use kube::api::{Api, Patch, PatchParams};
+    use kube::api::{Api, ListParams, Patch, PatchParams};
     use serde_json::json;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -840,18 +842,27 @@ mod kubelet_prober {
     const PERIOD: Duration = Duration::from_secs(5);
     const TIMEOUT: Duration = Duration::from_secs(2);
 
-    pub(super) async fn run(pods: Api<Pod>, state: Arc<Mutex<State>>) {
+    /// The annotation by which kwok plays a node, and its value for the nodes it plays.
+    const KWOK_NODE: (&str, &str) = ("kwok.x-k8s.io/node", "fake");
+
+    pub(super) async fn run(pods: Api<Pod>, nodes: Api<Node>, state: Arc<Mutex<State>>) {
         let mut ticker = tokio::time::interval(PERIOD);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticker.tick().await;
+            let Ok(played) = played_nodes(&nodes).await else {
+                continue;
+            };
             let probed = state.lock().expect("fleet state").probed();
             for (pod, uid, health) in probed {
                 let ready = probe(&health).await;
                 let Ok(current) = pods.get(&pod).await else {
                     continue;
                 };
-                if current.metadata.uid.as_deref() != Some(uid.as_str()) {
+                let node = current.spec.as_ref().and_then(|s| s.node_name.as_deref());
+                if current.metadata.uid.as_deref() != Some(uid.as_str())
+                    || !node.is_some_and(|node| played.contains(node))
+                {
                     continue;
                 }
                 if is_ready(&current) != ready {
@@ -859,6 +870,25 @@ mod kubelet_prober {
                 }
             }
         }
+    }
+
+    /// The nodes kwok plays: their kubelet is this prober.
+    async fn played_nodes(nodes: &Api<Node>) -> kube::Result<BTreeSet<String>> {
+        let (key, value) = KWOK_NODE;
+        Ok(nodes
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|node| {
+                node.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(key))
+                    .is_some_and(|v| v == value)
+            })
+            .filter_map(|node| node.metadata.name)
+            .collect())
     }
 
     /// Whether `GET /readyz` at `address` answers 2xx or 3xx within the timeout.
