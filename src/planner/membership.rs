@@ -19,7 +19,7 @@ use super::validate::Valid;
 use crate::api::crd::{RolloutPolicy, UnavailableReason, UnavailableWorker};
 use crate::state::node_leases::NodeLeases;
 
-/// How long after its container started a NotReady pod counts as starting, not failed: the
+/// How long after its container restarted a NotReady pod counts as starting, not failed: the
 /// kubelet restarts a crashed container at once, and its worker is ready after its first read.
 pub const RESTART_WINDOW: SignedDuration = SignedDuration::from_secs(30);
 

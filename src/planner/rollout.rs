@@ -30,7 +30,7 @@ pub struct WorkerPod {
     pub terminating: bool,
     /// Since when the pod has not been Ready (Ready condition transition, else creation).
     pub not_ready_since: Option<Timestamp>,
-    /// When its most recently started container started, if one runs.
+    /// When its most recently restarted container started again, if one runs.
     pub started: Option<Timestamp>,
     /// The node it runs on, once scheduled.
     pub node: Option<String>,

@@ -25,8 +25,9 @@ pub struct PodSummary {
     pub ready: Option<ReadyCondition>,
     /// `spec.nodeName`: the node it runs on, once scheduled.
     pub node: Option<String>,
-    /// When its most recently started running container started (`state.running.startedAt`):
-    /// a container the kubelet restarted is not Ready until its worker has read its entry.
+    /// When its most recently restarted container started again (`state.running.startedAt` of
+    /// a running container whose `restartCount` is not 0): a container the kubelet restarted
+    /// is not Ready until its worker has read its entry.
     pub started: Option<Time>,
     /// The pod's phase is `Failed` or `Succeeded` (evicted, say): every container has stopped
     /// and the kubelet never starts one again, so the pod runs nothing though it stays in the
@@ -61,6 +62,7 @@ impl From<&Pod> for PodSummary {
             .and_then(|s| s.container_statuses.as_ref())
             .into_iter()
             .flatten()
+            .filter(|c| c.restart_count > 0)
             .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone())
             .max_by_key(|t| t.0);
         PodSummary {
@@ -112,7 +114,10 @@ struct StatusFields {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ContainerStatusFields {
+    #[serde(default)]
+    restart_count: i32,
     #[serde(default)]
     state: Option<ContainerStateFields>,
 }
@@ -149,6 +154,7 @@ impl From<PodFields> for PodSummary {
         let started = containers
             .into_iter()
             .flatten()
+            .filter(|c| c.restart_count > 0)
             .filter_map(|c| c.state?.running?.started_at)
             .max_by_key(|t| t.0);
         PodSummary {
@@ -191,8 +197,9 @@ mod tests {
             },
             "spec": {"nodeName": "node-a", "containers": [{"name": "worker", "image": "busybox"}]},
             "status": {"phase": "Running", "conditions": conditions, "containerStatuses": [
-                {"name": "worker", "ready": false, "state": {"running": {"startedAt": "2026-01-01T00:00:03Z"}}},
-                {"name": "sidecar", "ready": true, "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}},
+                {"name": "worker", "ready": false, "restartCount": 1, "state": {"running": {"startedAt": "2026-01-01T00:00:03Z"}}},
+                {"name": "sidecar", "ready": true, "restartCount": 2, "state": {"running": {"startedAt": "2026-01-01T00:00:01Z"}}},
+                {"name": "never-restarted", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:00:04Z"}}},
                 {"name": "done", "ready": false, "state": {"terminated": {"exitCode": 0}}}
             ]}
         })
@@ -221,7 +228,7 @@ mod tests {
         assert_eq!(
             summary.started,
             Some(Time("2026-01-01T00:00:03Z".parse().expect("time"))),
-            "the latest start of a running container"
+            "the latest start of a running container that restarted"
         );
 
         crate::state::trim::pod(&mut summary);
