@@ -45,7 +45,8 @@ pub fn retry_cap(permit: Duration) -> Duration {
 /// The wait before the retry that follows `failures` failed reads in a row (1 or more): 1 s,
 /// doubling, held to [`retry_cap`].
 pub fn retry_delay(failures: u32, permit: Duration) -> Duration {
-    let doubled = Duration::from_secs(1).saturating_mul(1 << failures.clamp(1, 16).saturating_sub(1));
+    let doubled =
+        Duration::from_secs(1).saturating_mul(1 << failures.clamp(1, 16).saturating_sub(1));
     doubled.min(retry_cap(permit))
 }
 

@@ -232,14 +232,26 @@ fn the_fence_timing() {
     for case in vectors.timing {
         let permit = Duration::from_secs(case.permit_seconds);
         let name = format!("permit {permit:?}");
-        assert!(seconds(fence::read_interval(permit), case.read_every_seconds), "{name}");
-        assert!(seconds(fence::ready_within(permit), case.ready_within_seconds), "{name}");
+        assert!(
+            seconds(fence::read_interval(permit), case.read_every_seconds),
+            "{name}"
+        );
+        assert!(
+            seconds(fence::ready_within(permit), case.ready_within_seconds),
+            "{name}"
+        );
         for (failures, expect) in (1..).zip(&case.retry_seconds) {
             let delay = fence::retry_delay(failures, permit);
-            assert!(seconds(delay, *expect), "{name}, {failures} failures: {delay:?}");
+            assert!(
+                seconds(delay, *expect),
+                "{name}, {failures} failures: {delay:?}"
+            );
         }
         let grace = Duration::from_secs(case.grace_seconds);
         let wait = fence::revoke_wait(permit, grace);
-        assert!(seconds(wait, case.revoke_wait_seconds), "{name}: wait {wait:?}");
+        assert!(
+            seconds(wait, case.revoke_wait_seconds),
+            "{name}: wait {wait:?}"
+        );
     }
 }

@@ -290,7 +290,9 @@ async fn read_leases(
     {
         Ok(list) => Ok(list.items),
         Err(kube::Error::Api(status)) if status.code == 403 => {
-            eprintln!("warning: cannot list Leases in {namespace}: acknowledged versions not shown");
+            eprintln!(
+                "warning: cannot list Leases in {namespace}: acknowledged versions not shown"
+            );
             Ok(Vec::new())
         }
         Err(e) => Err(cluster.error(&e, "list the workers' Leases")),

@@ -323,9 +323,12 @@ impl Cluster for KubeCluster<'_> {
     }
 
     fn revoke_waits<'s>(&mut self, slices: impl Iterator<Item = &'s SliceSummary>) -> RevokeWaits {
-        self.ctx
-            .revokes
-            .waits(self.namespace, &self.pool.name_any(), slices, Instant::now())
+        self.ctx.revokes.waits(
+            self.namespace,
+            &self.pool.name_any(),
+            slices,
+            Instant::now(),
+        )
     }
 
     /// In pages of [`SLICES_PER_PAGE`]: one response of a 1,000-worker pool's ConfigMaps is

@@ -240,8 +240,10 @@ fn watch_node_leases(
     );
     // The controller polls the watch; a renewal wakes no pool: a pool whose workers run on a
     // node looks again when that node's Lease would turn silent (see `Membership`).
-    let never = leases.filter_map(|_| std::future::ready(None::<Result<LeaseSummary, watcher::Error>>));
-    let controller = controller.watches_stream(never, |_: LeaseSummary| None::<ObjectRef<SwarmPool>>);
+    let never =
+        leases.filter_map(|_| std::future::ready(None::<Result<LeaseSummary, watcher::Error>>));
+    let controller =
+        controller.watches_stream(never, |_: LeaseSummary| None::<ObjectRef<SwarmPool>>);
     (controller, Some(store))
 }
 

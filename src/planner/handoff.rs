@@ -870,10 +870,21 @@ mod tests {
             assert_eq!(release(5, 0, Some(4)).0, false, "an older version");
             let (free, left) = release(5, 33, None);
             assert!(!free);
-            assert!(left.is_some_and(|l| l < Duration::from_millis(230)), "{left:?}");
+            assert!(
+                left.is_some_and(|l| l < Duration::from_millis(230)),
+                "{left:?}"
+            );
             assert_eq!(release(5, 34, None), (true, None));
-            assert_eq!(release(6, 34, None), (true, None), "a later version shows it too");
-            assert_eq!(release(4, 3_600, None), (false, None), "never shown: never free");
+            assert_eq!(
+                release(6, 34, None),
+                (true, None),
+                "a later version shows it too"
+            );
+            assert_eq!(
+                release(4, 3_600, None),
+                (false, None),
+                "never shown: never free"
+            );
         }
     }
     use super::*;

@@ -101,11 +101,17 @@ impl Judge<'_> {
     fn out(
         &self,
         pod: &WorkerPod,
-    ) -> (Option<(UnavailableReason, Option<Timestamp>)>, Option<Duration>) {
+    ) -> (
+        Option<(UnavailableReason, Option<Timestamp>)>,
+        Option<Duration>,
+    ) {
         if let Some(node) = pod.node.as_deref()
             && let Some(since) = self.nodes.silent_since(node, self.now)
         {
-            return (Some((UnavailableReason::NodeLeaseSilent, Some(since))), None);
+            return (
+                Some((UnavailableReason::NodeLeaseSilent, Some(since))),
+                None,
+            );
         }
         let node_change = pod
             .node
@@ -170,7 +176,10 @@ mod tests {
     fn a_pod_not_ready_for_the_grace_is_out_unless_its_container_just_started() {
         let nodes = NodeLeases::default();
         let frozen = pod(false, Some(0), Some(-600));
-        assert_eq!(judge(1, &nodes).out(&frozen), (None, Some(Duration::from_secs(1))));
+        assert_eq!(
+            judge(1, &nodes).out(&frozen),
+            (None, Some(Duration::from_secs(1)))
+        );
         let (out, _) = judge(2, &nodes).out(&frozen);
         assert_eq!(out, Some((UnavailableReason::NotReady, Some(at(0)))));
 
@@ -180,9 +189,16 @@ mod tests {
         assert_eq!(out, None, "within the restart window");
         assert_eq!(change, Some(Duration::from_secs(26)));
         let (out, _) = judge(31, &nodes).out(&restarted);
-        assert_eq!(out, Some((UnavailableReason::NotReady, Some(at(0)))), "crash-looping");
+        assert_eq!(
+            out,
+            Some((UnavailableReason::NotReady, Some(at(0)))),
+            "crash-looping"
+        );
 
-        assert_eq!(judge(100, &nodes).out(&pod(true, None, Some(0))), (None, None));
+        assert_eq!(
+            judge(100, &nodes).out(&pod(true, None, Some(0))),
+            (None, None)
+        );
     }
 
     #[test]

@@ -305,7 +305,13 @@ fn hand_off(
     let target = Target::from_owners(&owners);
     drop(owners);
     let pods = index_pods(o, looked_up);
-    let grace = o.pool.spec.rollout.lease_grace_seconds.max(0).unsigned_abs();
+    let grace = o
+        .pool
+        .spec
+        .rollout
+        .lease_grace_seconds
+        .max(0)
+        .unsigned_abs();
     let revokes = Revokes {
         acks: o.acks,
         waits: o.revokes,

@@ -313,7 +313,10 @@ fn availability_events(
             warning: false,
             reason: reason::WORKER_AVAILABLE,
             action: "Rejoin",
-            note: format!("worker {} is Ready on a live node (or gone); it is a member again", w.pod),
+            note: format!(
+                "worker {} is Ready on a live node (or gone); it is a member again",
+                w.pod
+            ),
             related_pod: None,
         });
     newly.chain(back).collect()

@@ -8,11 +8,11 @@ use swarm_assign::Qos;
 
 use super::output::Table;
 use super::{PluginError, PoolView};
-use crate::api::crd::SwarmPoolStatus;
-use swarm_protocol::config::WorkerConfig;
 use crate::api::conditions::READY;
 use crate::api::crd::RolloutPolicy;
+use crate::api::crd::SwarmPoolStatus;
 use crate::state::node_leases::NODE_SILENCE;
+use swarm_protocol::config::WorkerConfig;
 use swarm_protocol::fence;
 
 /// What `status` reports, as `-o json|yaml` prints it.
@@ -184,7 +184,6 @@ fn worker_rows(
     workers
 }
 
-
 /// The kubelet's probe period in the workers' pod template (docs/worker-protocol.md).
 const PROBE_PERIOD: Duration = Duration::from_secs(5);
 
@@ -282,7 +281,11 @@ fn workers_table(report: &StatusReport) -> String {
             worker.in_transit.len().to_string(),
         ]);
         if acknowledge {
-            cells.push(worker.acked_version.map_or("-".to_owned(), |v| format!("v{v}")));
+            cells.push(
+                worker
+                    .acked_version
+                    .map_or("-".to_owned(), |v| format!("v{v}")),
+            );
             cells.push(worker.unavailable.clone().unwrap_or_else(|| "-".to_owned()));
         }
         table.row(cells);

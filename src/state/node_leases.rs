@@ -49,9 +49,16 @@ mod tests {
         let t = |s: i64| Timestamp::from_second(1_000 + s).unwrap();
         let leases = NodeLeases::new([("n".to_owned(), t(0))]);
         assert_eq!(leases.silent_since("n", t(19)), None);
-        assert_eq!(leases.silent_in("n", t(19)), Some(SignedDuration::from_secs(1)));
+        assert_eq!(
+            leases.silent_in("n", t(19)),
+            Some(SignedDuration::from_secs(1))
+        );
         assert_eq!(leases.silent_since("n", t(20)), Some(t(0)));
         assert_eq!(leases.silent_in("n", t(20)), None);
-        assert_eq!(leases.silent_since("other", t(100)), None, "no Lease: unknown");
+        assert_eq!(
+            leases.silent_since("other", t(100)),
+            None,
+            "no Lease: unknown"
+        );
     }
 }

@@ -54,7 +54,9 @@ impl RevokeLog {
             {
                 continue;
             }
-            shown.resource_version.clone_from(&cm.metadata.resource_version);
+            shown
+                .resource_version
+                .clone_from(&cm.metadata.resource_version);
             shown
                 .since
                 .entry(Slice::read(cm, pod).version)
@@ -118,7 +120,9 @@ mod tests {
     use serde_json::json;
 
     fn slice(pod: &str, version: u64, resource_version: &str) -> SliceSummary {
-        let config = format!("version: {version}\nworkloads:\n  {pod}:\n    version: {version}\n    jobs: []\n");
+        let config = format!(
+            "version: {version}\nworkloads:\n  {pod}:\n    version: {version}\n    jobs: []\n"
+        );
         serde_json::from_value(json!({
             "metadata": {
                 "name": format!("cm.{pod}"),
@@ -140,9 +144,21 @@ mod tests {
         log.note([&slice("w-0", 5, "11")], t0 + s(7));
         let waits = log.at(t0 + s(10));
         assert_eq!(waits.shown_for("w-0", 2), Some(s(10)));
-        assert_eq!(waits.shown_for("w-0", 3), Some(s(10)), "first known, not last");
-        assert_eq!(waits.shown_for("w-0", 4), Some(s(3)), "a later version counts");
-        assert_eq!(waits.shown_for("w-0", 6), None, "not shown yet: no wait runs");
+        assert_eq!(
+            waits.shown_for("w-0", 3),
+            Some(s(10)),
+            "first known, not last"
+        );
+        assert_eq!(
+            waits.shown_for("w-0", 4),
+            Some(s(3)),
+            "a later version counts"
+        );
+        assert_eq!(
+            waits.shown_for("w-0", 6),
+            None,
+            "not shown yet: no wait runs"
+        );
         assert_eq!(waits.left("w-0", 4, s(5)), Some(s(2)));
         assert_eq!(waits.left("w-0", 3, s(5)), Some(Duration::ZERO));
         assert_eq!(waits.shown_for("w-1", 1), None);

@@ -916,8 +916,10 @@ mod kubelet_prober {
     async fn write_ready(pods: &Api<Pod>, pod: &str, ready: bool) -> kube::Result<Pod> {
         let status = if ready { "True" } else { "False" };
         let now = Timestamp::now().to_string();
-        let condition = |type_: &str| json!({"type": type_, "status": status, "lastTransitionTime": now});
-        let patch = json!({"status": {"conditions": [condition("Ready"), condition("ContainersReady")]}});
+        let condition =
+            |type_: &str| json!({"type": type_, "status": status, "lastTransitionTime": now});
+        let patch =
+            json!({"status": {"conditions": [condition("Ready"), condition("ContainersReady")]}});
         pods.patch_status(pod, &PatchParams::default(), &Patch::Strategic(&patch))
             .await
     }

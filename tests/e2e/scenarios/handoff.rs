@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{kubectl_ns, scale};
-use crate::harness::worker_fleet::with_readiness_probe;
 use crate::harness::observe::{
     Observed, assert_invariants, balanced, operator_pod_deletes, wait_for,
 };
 use crate::harness::worker_fleet::Workers;
+use crate::harness::worker_fleet::with_readiness_probe;
 use crate::harness::{Env, SimSpeed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,6 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-
 use crate::harness::kubectl::Kubectl;
 use crate::harness::observe::wait_for;
 use crate::harness::worker_fleet::Workers;

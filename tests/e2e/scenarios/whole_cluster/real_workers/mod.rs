@@ -27,11 +27,11 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::worker_fleet::with_readiness_probe;
 use crate::harness::manifests::parse_yaml_stream;
 use crate::harness::observe::{Observed, assert_invariants, balanced, observe};
 use crate::harness::poll::eventually_within;
 use crate::harness::worker_fleet::Reports;
+use crate::harness::worker_fleet::with_readiness_probe;
 use crate::harness::{Env, WORKER_IMAGE_ENV};
 use crate::scenarios::whole_cluster::worker_lease_policy::WORKER_ACCOUNT;
 
