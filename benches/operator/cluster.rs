@@ -28,6 +28,8 @@ pub struct Cluster {
     pub kubeconfig: PathBuf,
     /// The namespace of this cell's pools (deleted at the end of the cell).
     pub namespace: String,
+    /// Where etcd serves its metrics, when the cluster says (`scripts/real-cluster.sh`).
+    pub etcd_url: Option<String>,
 }
 
 impl Cluster {
@@ -57,11 +59,13 @@ impl Cluster {
         // The grid creates thousands of objects: do not let client-side timeouts cut lists.
         config.read_timeout = Some(Duration::from_secs(120));
         let client = Client::try_from(config).expect("build the benchmark's client");
+        let etcd_url = real_kubeconfig.and_then(crate::apiserver::etcd_url);
         let cluster = Cluster {
             plane,
             client,
             kubeconfig,
             namespace: namespace.to_owned(),
+            etcd_url,
         };
         cluster.install_crd().await;
         cluster.create_namespace().await;
@@ -140,6 +144,14 @@ impl Cluster {
         }
     }
 
+    /// kube-sim's URL, on kube-sim.
+    pub fn sim_url(&self) -> Option<String> {
+        match &self.plane {
+            ControlPlane::Sim(sim) => Some(sim.url()),
+            ControlPlane::Real => None,
+        }
+    }
+
     pub fn statefulsets(&self) -> Api<StatefulSet> {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
@@ -154,7 +166,7 @@ impl Cluster {
 
     /// Creates StatefulSet `name` with `replicas` workers mounting ConfigMap `config_map`.
     pub async fn create_workers(&self, name: &str, replicas: usize, config_map: &str) {
-        let sts: StatefulSet = serde_json::from_value(json!({
+        let mut sts = json!({
             "apiVersion": "apps/v1",
             "kind": "StatefulSet",
             "metadata": {"name": name, "labels": {"app": name}},
@@ -179,8 +191,19 @@ impl Cluster {
                     },
                 },
             },
-        }))
-        .expect("StatefulSet manifest");
+        });
+        // What a real pool's workers carry (docs/worker-protocol.md). kwok runs no probe; kube-sim
+        // would, against a process per pod that the load driver does not serve, so there the
+        // pods go without one, Ready as soon as they run, as kwok's are.
+        if matches!(self.plane, ControlPlane::Real) {
+            sts["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] = json!({
+                "httpGet": {"path": "/readyz", "port": 8081},
+                "periodSeconds": 5,
+                "timeoutSeconds": 2,
+                "failureThreshold": 1,
+            });
+        }
+        let sts: StatefulSet = serde_json::from_value(sts).expect("StatefulSet manifest");
         self.statefulsets()
             .patch(name, &apply_params(), &Patch::Apply(&sts))
             .await

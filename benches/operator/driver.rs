@@ -1,7 +1,9 @@
 //! The load driver of `:ack` cells: one `swarm-worker` [`Worker`] per worker pod, all in this
 //! process, sharing one client and the benchmark's tokio runtime. A worker starts once its
 //! pod is Ready, as that pod (its real name and uid), and stops when the pod is deleted (or
-//! terminating, or re-created with another uid) or the cell ends. Its jobs do nothing.
+//! terminating, or re-created with another uid) or the cell ends. Its jobs do nothing. It
+//! serves no readiness endpoint: 10,000 of them would exceed this process's file limit, and
+//! neither kwok nor the benchmark's kube-sim pods probe them.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -22,7 +24,7 @@ use crate::cluster::{is_ready, load_config};
 use crate::process::Requests;
 
 /// The user agent of the load driver's requests.
-const USER_AGENT: &str = "swarm-operator-bench-workers";
+pub const USER_AGENT: &str = "swarm-operator-bench-workers";
 /// The label naming a worker pod's StatefulSet, which is also its pool's name.
 const POOL_LABEL: &str = "app";
 
@@ -63,8 +65,8 @@ pub struct LoadDriver {
 
 impl LoadDriver {
     /// Starts following the pods of `namespace` with a client of its own from `kubeconfig`;
-    /// `lease` overrides the library's Lease duration.
-    pub async fn start(kubeconfig: &Path, namespace: &str, lease: Option<Duration>) -> Self {
+    /// `permit` overrides the library's permit (30 s, a fence read every 15 s).
+    pub async fn start(kubeconfig: &Path, namespace: &str, permit: Option<Duration>) -> Self {
         let mut config = load_config(kubeconfig).await;
         config.headers.push((
             http::header::USER_AGENT,
@@ -85,7 +87,7 @@ impl LoadDriver {
         let pods = tokio::spawn(follow_pods(
             client,
             namespace.to_owned(),
-            lease,
+            permit,
             state.clone(),
         ));
         LoadDriver {
@@ -151,7 +153,7 @@ impl LoadDriver {
 async fn follow_pods(
     client: Client,
     namespace: String,
-    lease: Option<Duration>,
+    permit: Option<Duration>,
     state: Arc<Mutex<State>>,
 ) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
@@ -164,7 +166,7 @@ async fn follow_pods(
             watcher::Event::Init => listed.clear(),
             watcher::Event::InitApply(pod) => {
                 listed.insert(pod.name_any());
-                observe(&mut state, &pod, &client, &namespace, lease);
+                observe(&mut state, &pod, &client, &namespace, permit);
             }
             watcher::Event::InitDone => {
                 let gone: Vec<String> = state
@@ -177,7 +179,7 @@ async fn follow_pods(
                     stop(&mut state, &name);
                 }
             }
-            watcher::Event::Apply(pod) => observe(&mut state, &pod, &client, &namespace, lease),
+            watcher::Event::Apply(pod) => observe(&mut state, &pod, &client, &namespace, permit),
             watcher::Event::Delete(pod) => stop(&mut state, &pod.name_any()),
         }
     }
@@ -189,7 +191,7 @@ fn observe(
     pod: &Pod,
     client: &Client,
     namespace: &str,
-    lease: Option<Duration>,
+    permit: Option<Duration>,
 ) {
     let name = pod.name_any();
     let uid = pod.uid().unwrap_or_default();
@@ -211,11 +213,12 @@ fn observe(
         .config_map(format!("{pool}-config"))
         .pool(pool)
         .client(client.clone())
+        .without_health_server()
         .shutdown_on(async move {
             let _ = stop_rx.await;
         });
-    if let Some(lease) = lease {
-        builder = builder.lease_duration(lease);
+    if let Some(permit) = permit {
+        builder = builder.permit(permit);
     }
     let task = tokio::spawn(async move {
         match builder.build().await {

@@ -22,23 +22,36 @@
 //! A cell with the suffix `:ack` (`10x10x50:ack`) creates its pools under `rollout.policy:
 //! Acknowledge`, and this process runs the load driver of `driver.rs`: a `swarm-worker` Worker
 //! per worker pod, started once the pod is Ready, all sharing one client, with the library's
-//! Lease duration (40 s, renewed every 10 s) unless `SWARM_BENCH_LEASE_SECONDS` sets one. Nothing restarts: step 2 waits
-//! for every worker's acknowledgement as well, and the cell also reports how long after the
-//! last worker pod was Ready every pool was Balanced, how many pods the operator deleted, and
-//! the load driver's requests (its Lease writes above all).
+//! permit (30 s: a fence read every 15 s, the Lease written only to acknowledge) unless
+//! `SWARM_BENCH_PERMIT_SECONDS` sets one. Nothing restarts: step 2 waits for every worker's
+//! acknowledgement as well, and the cell also reports how long after the last worker pod was
+//! Ready every pool was Balanced, how many pods the operator deleted, the load driver's
+//! requests, and what the workers cost at rest: in the idle phase, per worker and 10 s, the
+//! requests by verb and resource as the driver counted them, as kube-sim's request log shows
+//! them (on kube-sim) or as the API server's `apiserver_request_total` does (every client's),
+//! with the API server's and etcd's CPU.
+//!
+//! The pseudo-cell `costs` measures instead what one fence read costs the control plane against
+//! one renewal of the protocol before it: 4 tasks for 30 s each send quorum GETs of 200 small
+//! ConfigMaps, then read-modify-write PUTs of 200 Leases (the cached object, re-read on a
+//! conflict, as the renewing workers did), and it prints the API server's and etcd's CPU per
+//! request, less their CPU over 15 s of nothing beforehand (see `costs.rs`).
 //!
 //! `SWARM_BENCH_OPERATOR_LOG=<path>` keeps the operator's log there, at `info` (each write and
 //! delete with its time), instead of warnings in a scratch file.
 //!
 //! Requests come from the operator's own `swarm_operator_api_requests_total`; memory and CPU
 //! from `/proc`. On a real control plane an `:ack` cell also reports, from the API server's own
-//! `/metrics`, its Lease updates, their latency (p50/p99) and its CPU, in the idle phase (every
-//! worker renewing, nothing changing) and over the whole cell.
+//! `/metrics`, its Lease updates, their latency (p50/p99) and its CPU, and etcd's CPU from
+//! etcd's (its URL in `etcd-url` beside the kubeconfig, as `scripts/real-cluster.sh` writes
+//! it), in the idle phase (every worker reading, nothing changing) and over the whole cell.
 
 mod apiserver;
 mod cluster;
+mod costs;
 mod driver;
 mod process;
+mod served;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -106,6 +119,25 @@ impl Cell {
     }
 }
 
+/// The pseudo-cell that measures a fence read's cost against a Lease renewal's.
+const COSTS: &str = "costs";
+
+/// What one argument asks for.
+enum Run {
+    Cell(Cell),
+    /// The pseudo-cell `costs` (`costs.rs`).
+    Costs,
+}
+
+impl Run {
+    fn parse(text: &str) -> Result<Run, String> {
+        match text {
+            COSTS => Ok(Run::Costs),
+            _ => Cell::parse(text).map(Run::Cell),
+        }
+    }
+}
+
 /// What one cell measured.
 struct Measured {
     plane: &'static str,
@@ -152,7 +184,13 @@ struct Rollout {
 
 /// What an `:ack` cell measured besides.
 struct AckMeasured {
-    lease_seconds: Option<u64>,
+    permit_seconds: Option<u64>,
+    /// Worker pods in the idle phase.
+    workers: usize,
+    /// How long the idle phase took.
+    idle_took: Duration,
+    /// The load driver's requests in the idle phase as kube-sim's request log shows them.
+    sim_idle: Option<Requests>,
     /// From the moment the last worker pod was Ready (its worker started) to all pools Balanced.
     balanced_after_running: Duration,
     /// How long before the pools were created the last worker pod was Ready.
@@ -165,8 +203,8 @@ struct AckMeasured {
     /// ConfigMap watch bytes the API server sent (all watchers, the operator's too) and the
     /// workers' own ConfigMaps written, in the scale phase and in the full rollout.
     watch_bytes: Option<(f64, usize, f64, usize)>,
-    /// The API server's Lease updates and CPU in the idle phase (steady state: every worker
-    /// renewing, nothing changing), and over the whole cell, with their wall times; `None` on
+    /// The API server's requests and CPU in the idle phase (steady state: every worker
+    /// reading, nothing changing), and over the whole cell, with their wall times; `None` on
     /// kube-sim.
     api_idle: Option<(apiserver::Window, Duration)>,
     api_cell: Option<(apiserver::Window, Duration)>,
@@ -191,7 +229,7 @@ fn main() {
     } else {
         cells
     };
-    let cells: Vec<Cell> = match cells.iter().map(|c| Cell::parse(c)).collect() {
+    let runs: Vec<Run> = match cells.iter().map(|c| Run::parse(c)).collect() {
         Ok(cells) => cells,
         Err(message) => {
             eprintln!("error: {message}");
@@ -203,7 +241,7 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(15);
-    let lease_seconds: Option<u64> = std::env::var("SWARM_BENCH_LEASE_SECONDS")
+    let permit_seconds: Option<u64> = std::env::var("SWARM_BENCH_PERMIT_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok());
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -211,18 +249,28 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let mut results = Vec::new();
-    for (i, cell) in cells.iter().enumerate() {
+    for (i, run) in runs.iter().enumerate() {
+        let cell = match run {
+            Run::Costs => {
+                eprintln!("cell {}: {COSTS}", i + 1);
+                runtime.block_on(costs::run(real.clone(), i));
+                continue;
+            }
+            Run::Cell(cell) => *cell,
+        };
         eprintln!("cell {}: {}", i + 1, cell.label());
         let measured = runtime.block_on(run_cell(
-            *cell,
+            cell,
             real.clone(),
             i,
             idle_seconds,
-            lease_seconds,
+            permit_seconds,
         ));
         results.push(measured);
     }
-    print_table(&results);
+    if !results.is_empty() {
+        print_table(&results);
+    }
 }
 
 async fn run_cell(
@@ -230,7 +278,7 @@ async fn run_cell(
     real: Option<PathBuf>,
     index: usize,
     idle_seconds: u64,
-    lease_seconds: Option<u64>,
+    permit_seconds: Option<u64>,
 ) -> Measured {
     let dir = tempfile::tempdir().expect("scratch directory");
     let cluster = Cluster::start(dir.path(), real.as_deref(), &format!("bench-{index}")).await;
@@ -243,8 +291,8 @@ async fn run_cell(
         .unwrap_or(1);
 
     let driver = if cell.ack {
-        let lease = lease_seconds.map(Duration::from_secs);
-        Some(LoadDriver::start(&cluster.kubeconfig, &cluster.namespace, lease).await)
+        let permit = permit_seconds.map(Duration::from_secs);
+        Some(LoadDriver::start(&cluster.kubeconfig, &cluster.namespace, permit).await)
     } else {
         None
     };
@@ -273,7 +321,7 @@ async fn run_cell(
         eprintln!("  {expected} workers running in the load driver");
     }
     let driver_started = driver.as_ref().map(LoadDriver::requests);
-    let api_started = apiserver::sample(&cluster.client).await;
+    let api_started = apiserver::sample(&cluster.client, cluster.etcd_url.as_deref()).await;
     let began_cell = Instant::now();
 
     let kept_log = std::env::var_os("SWARM_BENCH_OPERATOR_LOG").map(PathBuf::from);
@@ -312,7 +360,8 @@ async fn run_cell(
     let converge = began.elapsed();
     let first_configs = first_configs.await.expect("first config watch");
     let converged_at = Instant::now();
-    let api_converged = apiserver::sample(&cluster.client).await;
+    let api_converged = apiserver::sample(&cluster.client, cluster.etcd_url.as_deref()).await;
+    let sim_converged = sim_served(&cluster, cell.ack, &served::Mark::default()).await;
     let driver_converged = driver.as_ref().map(LoadDriver::requests);
     let last_running = driver.as_ref().and_then(LoadDriver::last_start);
     let cpu_first_rollout = operator.cpu_seconds() - cpu_start;
@@ -323,8 +372,12 @@ async fn run_cell(
     // 2. Idle.
     let idle_began = Instant::now();
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
-    let api_after_idle = apiserver::sample(&cluster.client).await;
+    let api_after_idle = apiserver::sample(&cluster.client, cluster.etcd_url.as_deref()).await;
     let idle_took = idle_began.elapsed();
+    let sim_idle = match &sim_converged {
+        Some((_, mark)) => sim_served(&cluster, true, mark).await.map(|(r, _)| r),
+        None => None,
+    };
     let after_idle = operator.requests(&http).await;
     let driver_after_idle = driver.as_ref().map(LoadDriver::requests);
     let rss_idle = operator.rss_mib();
@@ -440,12 +493,15 @@ async fn run_cell(
         });
     }
 
-    let apiserver_at_end = apiserver::sample(&cluster.client).await;
+    let apiserver_at_end = apiserver::sample(&cluster.client, cluster.etcd_url.as_deref()).await;
     let ack = driver.map(|driver| {
         let last_running = last_running.expect("the load driver started every worker");
         let requests = |r: &Option<Requests>| r.clone().unwrap_or_default();
         let measured = AckMeasured {
-            lease_seconds,
+            permit_seconds,
+            workers: cell.pools * cell.workers,
+            sim_idle,
+            idle_took,
             balanced_after_running: converged_at - last_running,
             running_before_pools: began_pools.saturating_duration_since(last_running),
             scale_balanced_ms,
@@ -498,6 +554,17 @@ async fn run_cell(
     print_detail(&measured);
     cluster.finish().await;
     measured
+}
+
+/// The load driver's requests that kube-sim served since `mark`, with a mark of now; `None`
+/// unless the cell runs on kube-sim under `Acknowledge`.
+async fn sim_served(
+    cluster: &Cluster,
+    ack: bool,
+    mark: &served::Mark,
+) -> Option<(Requests, served::Mark)> {
+    let url = cluster.sim_url().filter(|_| ack)?;
+    served::since(&url, driver::USER_AGENT, mark).await
 }
 
 /// How long after `began` every pool's ConfigMap shows its first config version, as a watch of
@@ -782,17 +849,11 @@ fn print_detail(m: &Measured) {
         m.most_sockets
     );
     if let Some(ack) = &m.ack {
-        print_ack_detail(ack, m.idle_seconds);
+        print_ack_detail(ack);
     }
 }
 
-fn print_ack_detail(ack: &AckMeasured, idle_seconds: u64) {
-    let lease_writes = |r: &Requests| {
-        ["create", "update", "patch"]
-            .iter()
-            .map(|verb| r.of(verb, "leases"))
-            .sum::<u64>()
-    };
+fn print_ack_detail(ack: &AckMeasured) {
     println!(
         "  Acknowledge: Balanced {:.1} s after all worker pods were running (the last was Ready {:.1} s before the pools were created); scale, new pod Ready -> Balanced ms {:?}",
         ack.balanced_after_running.as_secs_f64(),
@@ -803,13 +864,13 @@ fn print_ack_detail(ack: &AckMeasured, idle_seconds: u64) {
             .collect::<Vec<_>>(),
     );
     println!(
-        "  pods deleted by the operator: {}; load driver: {} workers started, Lease {}",
+        "  pods deleted by the operator: {}; load driver: {} workers started, permit {}",
         ack.pod_deletes,
         ack.workers_started,
-        ack.lease_seconds
-            .map_or("duration the library's default (40 s)".to_owned(), |s| {
-                format!("duration {s} s (SWARM_BENCH_LEASE_SECONDS)")
-            }),
+        ack.permit_seconds.map_or(
+            "the library's default (30 s, a read every 15 s)".to_owned(),
+            |s| { format!("{s} s (SWARM_BENCH_PERMIT_SECONDS)") }
+        ),
     );
     match ack.watch_bytes {
         Some((scale, scale_written, rollout, rollout_written)) => println!(
@@ -826,14 +887,7 @@ fn print_ack_detail(ack: &AckMeasured, idle_seconds: u64) {
             println!("  {}", window.describe(what, took.as_secs_f64()));
         }
     }
-    println!(
-        "  load driver Lease writes: first rollout {}, idle {} ({:.1}/s), scale {}, full rollout {}",
-        lease_writes(&ack.first_rollout),
-        lease_writes(&ack.idle),
-        lease_writes(&ack.idle) as f64 / idle_seconds.max(1) as f64,
-        lease_writes(&ack.scale),
-        lease_writes(&ack.full_rollout),
-    );
+    print_at_rest(ack);
     for (phase, requests) in [
         ("first rollout", &ack.first_rollout),
         ("idle", &ack.idle),
@@ -842,6 +896,61 @@ fn print_ack_detail(ack: &AckMeasured, idle_seconds: u64) {
     ] {
         println!("  load driver requests, {phase}: {}", requests.describe());
     }
+}
+
+/// The workers' cost at rest: the idle phase's requests per worker and 10 s, by verb and
+/// resource, as each source saw them, with the control plane's CPU over it.
+fn print_at_rest(ack: &AckMeasured) {
+    let seconds = ack.idle_took.as_secs_f64();
+    let rate = |r: &Requests| per_worker_per_10s(r, ack.workers, seconds);
+    println!(
+        "  at rest, {:.0} s idle, {} workers; per worker per 10 s:",
+        seconds, ack.workers
+    );
+    println!("    load driver's own count: {}", rate(&ack.idle));
+    if let Some(served) = &ack.sim_idle {
+        println!(
+            "    kube-sim's request log (the driver's user agent): {}",
+            rate(served)
+        );
+    }
+    if let Some((window, took)) = &ack.api_idle {
+        let cores = |cpu: f64| cpu / took.as_secs_f64().max(1e-9);
+        println!(
+            "    API server's apiserver_request_total (every client): {}",
+            per_worker_per_10s(&window.requests, ack.workers, took.as_secs_f64())
+        );
+        println!(
+            "    CPU over the idle phase: kube-apiserver {:.3} cores, etcd {}",
+            cores(window.cpu_seconds),
+            window
+                .etcd_cpu_seconds
+                .map_or("not read".to_owned(), |cpu| format!(
+                    "{:.3} cores",
+                    cores(cpu)
+                )),
+        );
+    }
+}
+
+/// `verb resource: rate` of `requests` per worker per 10 s over `seconds`, watches apart
+/// (they stay open), then the writes.
+fn per_worker_per_10s(requests: &Requests, workers: usize, seconds: f64) -> String {
+    let per = |n: u64| n as f64 / workers.max(1) as f64 / seconds.max(1e-9) * 10.0;
+    let mut parts: Vec<String> = requests
+        .0
+        .iter()
+        .map(|((verb, resource), n)| format!("{verb} {resource} {:.3} ({n})", per(*n)))
+        .collect();
+    if parts.is_empty() {
+        parts.push("none".to_owned());
+    }
+    format!(
+        "{}; writes {:.4} ({} in all)",
+        parts.join(", "),
+        per(requests.writes()),
+        requests.writes()
+    )
 }
 
 fn print_table(results: &[Measured]) {

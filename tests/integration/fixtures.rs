@@ -110,6 +110,15 @@ pub fn observed<'a>(
         slices_are_live: false,
         deleting,
         acks,
+        revokes: &NO_REVOKES,
+        node_leases: &NO_NODE_LEASES,
         now,
     }
 }
+
+/// No worker's ConfigMap known to show anything yet: no revoke wait runs.
+static NO_REVOKES: std::sync::LazyLock<swarm_operator::state::revokes::RevokeWaits> =
+    std::sync::LazyLock::new(Default::default);
+/// No node Lease: no node is silent.
+static NO_NODE_LEASES: std::sync::LazyLock<swarm_operator::state::node_leases::NodeLeases> =
+    std::sync::LazyLock::new(Default::default);

@@ -1,658 +1,140 @@
 //! A deterministic simulation of the operator's decisions, in the spirit of FoundationDB's
-//! simulation testing: the real pure planner, driven the way the controller drives it, against
-//! a model cluster (StatefulSet controller, pods that start late and terminate slowly, the
-//! ConfigMap), under random schedules of faults and user changes:
+//! simulation testing: the real pure planner, driven the way the controller drives it
+//! (`swarm_operator::drive`), against a model cluster (StatefulSet or Deployment controller,
+//! pods that start late and terminate slowly, the ConfigMaps), under random schedules of faults
+//! and user changes:
 //!
 //! - the operator's pod cache lags behind, loses events until a relist, or is fresh;
 //! - the operator crashes after any of its writes and restarts with empty memory;
-//! - pods are deleted by hand, vanish with their node, or restart their worker process (which
-//!   re-reads the mounted file);
-//! - the StatefulSet is scaled and jobs are added, removed and re-added, also mid-handoff;
+//! - pods are deleted by hand, vanish with their node, or restart their worker process;
+//! - the workload is scaled and jobs are added, removed and re-added, also mid-handoff;
 //! - for a Deployment pool: rollout restarts, pods replaced under new names, and workers that
-//!   wait for their entry and read it again when the kubelet refreshes the mounted file;
-//! - under `rollout.policy: Acknowledge`: workers whose ConfigMap watch delivers late, that write
-//!   their Lease late, for a version older than the config's, or never (a 6 s ackTimeoutSeconds,
-//!   168 s under Lease faults, then deletes their pod), and terminating workers that keep
-//!   running what their entry still lists;
-//! - under Lease faults, with the default timings (a 40 s Lease, fenced 32 s after the worker
-//!   sent its last renewal, expired after 42 s on the operator's clock): every worker process
-//!   and the operator run on their own clock, each drifting within 10% of real time; workers
-//!   renew their Lease and fence themselves with the worker library's own fence; processes are
-//!   paused (SIGSTOP) and resumed, and cut off from the API server and reconnected; the
-//!   operator's Lease watch stalls without an error; up to 25 s pass between steps, to the
-//!   millisecond, so expiries and fences interleave at any point.
+//!   wait for their entry and read it again when the kubelet refreshes the mounted file.
 //!
-//! After every step: under `Exclusive` no job runs on two live pod instances; the config version
-//! never goes down; no pod instance is deleted twice. Once the changes stop, the pool settles
-//! within a bounded number of steps with every job held by exactly one running worker.
+//! Under `rollout.policy: Acknowledge` every pod runs a worker process in real time, to the
+//! millisecond (`events`), with the worker library's own fence (`swarm_worker::fence::Fence`):
+//!
+//! - each process and the operator run their monotonic clock at a rate of their own within
+//!   ρ = `CLOCK_RATE_BOUND` (2 %) of real time, half of them at an extreme of it;
+//! - a fence read is sent at `s` on the worker's clock, takes effect on the API server (shows
+//!   the worker's ConfigMap as it is then) after a delay and is answered after another, each
+//!   drawn from the schedule's seed (up to 300 ms, under faults one in eight up to 12 s); it
+//!   times out after F/2; its permit runs from the send. The worker reads every F/2, retries
+//!   failures 1 s apart doubling to F/8, reads at once when its watch delivers; it writes its
+//!   Lease at start and to acknowledge, each write taking effect after its own delay;
+//! - the operator's writes take effect and are answered at the instant of its reconcile: the
+//!   revoke wait starts as early as it can, the case least favourable to the protocol;
+//! - each pod's kubelet probes its worker's `/readyz` (the library's rule: the last good read
+//!   sent less than 3F/5 ago) every 5 s with failureThreshold 1 and writes the pod's Ready
+//!   condition only when it changes, with its lastTransitionTime; it restarts a crashed
+//!   container in the same pod (same uid; the new process starts fenced) and renews its node's
+//!   Lease every 10 s; pods are spread over three nodes;
+//! - under faults: processes paused (SIGSTOP: the clock runs on, each permit is checked on
+//!   SIGCONT before any job works), workers cut off from the API server (requests refused, or
+//!   hanging until their timeout), nodes cut off (no node Lease renewal, no probe or status
+//!   write; with or without their workers' own API access), the API server cut from etcd
+//!   (every request hangs until it heals; the operator's reconciles fail), the operator's
+//!   Lease watches stalled, and failovers to another operator replica (empty revoke log, its
+//!   own clock). Up to 25 s pass in one step, so permits, probes, waits and node silences
+//!   interleave at any point.
+//!
+//! Checks after every event of real time: under `Exclusive` no job does work (holds a valid
+//! permit, in a process not stopped) on two pod instances at once: 0 duplicated milliseconds;
+//! after every step: the config version never goes down and no pod instance is deleted twice.
+//! Liveness: once the faults end, the pool settles (every job held by exactly one running
+//! worker, exactly its entry) within 80 steps (150 s under `Acknowledge`); and under faults a
+//! failover probe follows: on the settled pool one worker is paused, cut off (refused or
+//! hanging) or loses its node, and its jobs must run on another member within the bound of
+//! docs/worker-protocol.md's failover table (44 s, 60 s, 55 s; one more second for the
+//! simulated operator's reconcile cadence); then the pool settles again.
+//!
+//! Planted bugs, switched on through what the simulation models or feeds the operator (never in
+//! `src/`), show that the checks have teeth: each test asserts the simulation finds a
+//! duplicate, or misses the failover bound, within a given number of schedules.
 //!
 //! Schedules come from proptest with a fixed seed, so every run is the same; a failure prints
 //! the seed and the shortest schedule proptest finds. `SWARM_SIM_SCHEDULES=N` runs N schedules
-//! per mode (default 2000), `SWARM_SIM_SEED=<u64>` another seed; `SWARM_SIM_TRACE=1` prints
-//! every settling step of the schedules run.
+//! per mode (default 2000; 500 for the two modes under faults, whose schedules are longer and
+//! each end with a failover probe), `SWARM_SIM_SEED=<u64>` another seed; `SWARM_SIM_TRACE=1`
+//! prints every settling step of the schedules run. Each of the ten modes runs its number, so
+//! `SWARM_SIM_SCHEDULES=2000` runs 20,000 schedules.
 
 #[path = "handoff_simulation/cluster.rs"]
 mod cluster;
+#[path = "handoff_simulation/events.rs"]
+mod events;
 #[path = "handoff_simulation/operator.rs"]
 mod operator;
 #[path = "handoff_simulation/process.rs"]
 mod process;
+#[path = "handoff_simulation/run.rs"]
+mod run;
+#[path = "handoff_simulation/schedule.rs"]
+mod schedule;
 
 use std::cell::Cell;
-use std::collections::BTreeSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use swarm_assign::Qos;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestError, TestRng, TestRunner};
-use swarm_operator::api::crd::{
-    Handoff, RolloutPolicy, RolloutSpec, SwarmPool, SwarmPoolSpec, WorkloadKind,
+use swarm_operator::api::crd::Handoff;
+
+use cluster::Kind;
+use operator::OperatorBugs;
+use process::WorkerBugs;
+use run::{Acknowledging, Stats};
+use schedule::{Probe, Schedule, Step, job};
+
+/// A deliberately wrong worker or operator, planted in the model: each must be caught.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bug {
+    /// (a) A worker renews its permit from its watch's cache, not a quorum read.
+    CachedRead,
+    /// (b) A worker counts a read's permit from its answer, not its send.
+    PermitFromAnswer,
+    /// (c) The operator's revoke waits run on a clock fed three times too fast.
+    ShortRevokeWait,
+    /// (d) A new operator process counts each wait from before its own start.
+    TakeoverKeepsWaits,
+    /// (e) A worker answers ready while fenced: its pod never leaves the pool.
+    ReadyWhileFenced,
+    /// The operator grants on the acknowledgement of the version before the revoke.
+    OlderAck,
+}
+
+impl Bug {
+    fn planted(self, mut a: Acknowledging) -> Acknowledging {
+        match self {
+            Bug::CachedRead => a.workers.cached_read = true,
+            Bug::PermitFromAnswer => a.workers.permit_from_answer = true,
+            Bug::ReadyWhileFenced => a.workers.ready_while_fenced = true,
+            Bug::ShortRevokeWait => a.operator.short_revoke_wait = true,
+            Bug::TakeoverKeepsWaits => a.operator.takeover_keeps_waits = true,
+            Bug::OlderAck => a.operator.ack_skew = 1,
+        }
+        a
+    }
+}
+
+const ACKNOWLEDGING: Acknowledging = Acknowledging {
+    faults: false,
+    workers: WorkerBugs {
+        cached_read: false,
+        permit_from_answer: false,
+        ready_while_fenced: false,
+    },
+    operator: OperatorBugs {
+        ack_skew: 0,
+        short_revoke_wait: false,
+        takeover_keeps_waits: false,
+    },
 };
 
-use cluster::{Cluster, Kind, NS, labels};
-use operator::{Operator, Record};
-
-use super::fixtures;
-
-/// Jobs a schedule can name: the pool starts with the first few.
-const JOB_NAMES: usize = 8;
-/// Steps of fair scheduling (relist, reconcile, time) the pool gets to settle after the last
-/// change; each step lets at least one paced refresh happen and one grace period run down.
-/// Under Lease faults settling waits for no Lease to expire (42 s) and no acknowledgement to
-/// time out: every fault ends before it, and every worker renews, reads and acknowledges each
-/// step, so a fenced worker runs again within two steps. Over 2000 schedules per mode pools
-/// settle within 18 steps (15 under Lease faults); the bound leaves room for rarer schedules.
-const SETTLE_STEPS: usize = 80;
-
-/// One step of a schedule.
-#[derive(Clone, Debug)]
-enum Step {
-    /// One second passes: pods start, grace periods run down, the StatefulSet controller acts.
-    Tick,
-    /// The operator reconciles; with `Some(k)` it crashes after its k-th write.
-    Reconcile(Option<usize>),
-    /// The watch delivers the pending events of the pods whose ordinal is in the mask.
-    Deliver(u8),
-    /// The watch relists: the cache is fresh.
-    Relist,
-    /// `kubectl scale statefulset --replicas`.
-    Scale(usize),
-    /// A job of [`JOB_NAMES`] is added to the spec (if absent).
-    AddJob(usize),
-    /// A job is removed from the spec (if present).
-    RemoveJob(usize),
-    /// `kubectl delete pod` of an ordinal.
-    DeletePod(usize),
-    /// A pod vanishes with its node.
-    LosePod(usize),
-    /// A worker process restarts in its pod and reads the mounted file again.
-    RestartContainer(usize),
-    /// `kubectl rollout restart` of a Deployment.
-    RolloutRestart,
-    /// The kubelet refreshes the mounted file of the pods in the mask (a Deployment's waiting
-    /// workers read their entry again).
-    RefreshMounts(u8),
-    /// Under `Acknowledge`: the ConfigMap watch of the workers in the mask delivers; each
-    /// applies its entry of the current version.
-    Sync(u8),
-    /// Under `Acknowledge`: the workers in the mask write their Lease with the version they
-    /// run (late, for an older version, or never, as the schedule has it).
-    Ack(u8),
-    /// Under Lease faults: this many milliseconds pass (each process checks its fence).
-    Elapse(u64),
-    /// Under Lease faults: SIGSTOP of the worker process of a pod.
-    Pause(usize),
-    /// Under Lease faults: SIGCONT of the worker process of a pod.
-    Resume(usize),
-    /// Under Lease faults: the worker process of a pod loses the API server.
-    Partition(usize),
-    /// Under Lease faults: it reaches the API server again.
-    Heal(usize),
-    /// Under Lease faults: the operator's Lease watch stalls (until the next relist).
-    StallLeaseWatch,
-}
-
-fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        4 => Just(Step::Tick),
-        4 => prop::option::weighted(0.2, 0..4usize).prop_map(Step::Reconcile),
-        2 => any::<u8>().prop_map(Step::Deliver),
-        1 => Just(Step::Relist),
-        1 => (0..6usize).prop_map(Step::Scale),
-        1 => (0..JOB_NAMES).prop_map(Step::AddJob),
-        1 => (0..JOB_NAMES).prop_map(Step::RemoveJob),
-        1 => (0..5usize).prop_map(Step::DeletePod),
-        1 => (0..5usize).prop_map(Step::LosePod),
-        1 => (0..5usize).prop_map(Step::RestartContainer),
-    ]
-}
-
-/// The steps of an acknowledging pool's schedule: those of `steps`, and workers that read the
-/// ConfigMap and write their Lease, each when the mask says.
-fn acknowledging_step(steps: impl Strategy<Value = Step>) -> impl Strategy<Value = Step> {
-    prop_oneof![
-        6 => steps,
-        3 => any::<u8>().prop_map(Step::Sync),
-        3 => any::<u8>().prop_map(Step::Ack),
-    ]
-}
-
-/// The steps of a Deployment pool's schedule: those of a StatefulSet's, rollout restarts and
-/// mount refreshes.
-fn deployment_step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        10 => step(),
-        1 => Just(Step::RolloutRestart),
-        3 => any::<u8>().prop_map(Step::RefreshMounts),
-    ]
-}
-
-fn deployment_schedule() -> impl Strategy<Value = Schedule> {
-    (
-        1..5usize,
-        1..=JOB_NAMES,
-        1..3u8,
-        prop::collection::vec(deployment_step(), 0..40),
-    )
-        .prop_map(|(replicas, jobs, max_unavailable, steps)| Schedule {
-            replicas,
-            jobs,
-            max_unavailable,
-            steps,
-        })
-}
-
-/// A whole schedule: the starting pool and the steps.
-#[derive(Clone, Debug)]
-struct Schedule {
-    replicas: usize,
-    jobs: usize,
-    max_unavailable: u8,
-    steps: Vec<Step>,
-}
-
-/// The steps of a schedule under Lease faults: those of an acknowledging pool, time passing
-/// between ticks, paused and partitioned workers, and a stalling Lease watch.
-fn lease_fault_step(kind: Kind) -> impl Strategy<Value = Step> {
-    let steps = match kind {
-        Kind::StatefulSet => acknowledging_step(step()).boxed(),
-        Kind::Deployment => acknowledging_step(deployment_step()).boxed(),
-    };
-    prop_oneof![
-        12 => steps,
-        4 => (1..25_000u64).prop_map(Step::Elapse),
-        2 => (0..5usize).prop_map(Step::Pause),
-        1 => (0..5usize).prop_map(Step::Resume),
-        1 => (0..5usize).prop_map(Step::Partition),
-        1 => (0..5usize).prop_map(Step::Heal),
-        2 => Just(Step::StallLeaseWatch),
-    ]
-}
-
-fn lease_fault_schedule(kind: Kind) -> impl Strategy<Value = Schedule> {
-    (
-        1..5usize,
-        1..=JOB_NAMES,
-        1..3u8,
-        prop::collection::vec(lease_fault_step(kind), 0..96),
-    )
-        .prop_map(|(replicas, jobs, max_unavailable, steps)| Schedule {
-            replicas,
-            jobs,
-            max_unavailable,
-            steps,
-        })
-}
-
-fn acknowledging_schedule(kind: Kind) -> impl Strategy<Value = Schedule> {
-    let steps = match kind {
-        Kind::StatefulSet => acknowledging_step(step()).boxed(),
-        Kind::Deployment => acknowledging_step(deployment_step()).boxed(),
-    };
-    (
-        1..5usize,
-        1..=JOB_NAMES,
-        1..3u8,
-        prop::collection::vec(steps, 0..48),
-    )
-        .prop_map(|(replicas, jobs, max_unavailable, steps)| Schedule {
-            replicas,
-            jobs,
-            max_unavailable,
-            steps,
-        })
-}
-
-fn schedule() -> impl Strategy<Value = Schedule> {
-    (
-        1..5usize,
-        1..=JOB_NAMES,
-        1..3u8,
-        prop::collection::vec(step(), 0..40),
-    )
-        .prop_map(|(replicas, jobs, max_unavailable, steps)| Schedule {
-            replicas,
-            jobs,
-            max_unavailable,
-            steps,
-        })
-}
-
-/// A change to `spec.qos` between two steps.
-#[derive(Clone, Debug)]
-enum QosEdit {
-    /// Gives a job of [`JOB_NAMES`] a weight (if the job is in the spec).
-    Weigh(usize, u64),
-    /// Makes a job dedicated, last in the list (if in the spec and not yet dedicated).
-    Dedicate(usize),
-    /// Makes a dedicated job shared again.
-    Share(usize),
-}
-
-/// A schedule for a pool with `spec.qos`: its starting dedicated jobs and weights, and the qos
-/// edits made before given steps.
-#[derive(Clone, Debug)]
-struct QosSchedule {
-    schedule: Schedule,
-    dedicated: Vec<usize>,
-    weights: Vec<(usize, u64)>,
-    edits: Vec<(usize, QosEdit)>,
-}
-
-fn qos_edit() -> impl Strategy<Value = QosEdit> {
-    prop_oneof![
-        2 => (0..JOB_NAMES, 1..6u64).prop_map(|(job, weight)| QosEdit::Weigh(job, weight)),
-        1 => (0..JOB_NAMES).prop_map(QosEdit::Dedicate),
-        1 => (0..JOB_NAMES).prop_map(QosEdit::Share),
-    ]
-}
-
-fn qos_schedule() -> impl Strategy<Value = QosSchedule> {
-    (
-        schedule(),
-        prop::collection::vec(0..JOB_NAMES, 0..3),
-        prop::collection::vec((0..JOB_NAMES, 1..6u64), 0..5),
-        prop::collection::vec((0..40usize, qos_edit()), 0..6),
-    )
-        .prop_map(|(schedule, dedicated, weights, edits)| QosSchedule {
-            schedule,
-            dedicated,
-            weights,
-            edits,
-        })
-}
-
-/// Applies a qos edit to the pool; edits naming jobs outside the spec do nothing.
-fn edit_qos(edit: &QosEdit, pool: &mut SwarmPool) {
-    let listed = |index: usize| pool.spec.jobs.contains(&job(index));
-    let qos = pool.spec.qos.get_or_insert_with(Qos::default);
-    match *edit {
-        QosEdit::Weigh(index, weight) if listed(index) => {
-            qos.weights.insert(job(index), weight);
-        }
-        QosEdit::Dedicate(index) if listed(index) && !qos.dedicated.contains(&job(index)) => {
-            qos.dedicated.push(job(index));
-        }
-        QosEdit::Share(index) => qos.dedicated.retain(|j| *j != job(index)),
-        _ => return,
-    }
-    bump_generation(pool);
-}
-
-/// Drops qos entries of jobs no longer in the spec, as a user removing a job would.
-fn prune_qos(pool: &mut SwarmPool) {
-    let jobs = pool.spec.jobs.clone();
-    if let Some(qos) = pool.spec.qos.as_mut() {
-        qos.dedicated.retain(|j| jobs.contains(j));
-        qos.weights.retain(|j, _| jobs.contains(j));
-    }
-}
-
-fn job(index: usize) -> String {
-    format!("stream:{index}")
-}
-
-fn pool(jobs: usize, mode: Handoff, max_unavailable: u8) -> SwarmPool {
-    let spec = SwarmPoolSpec {
-        rollout: RolloutSpec {
-            handoff: mode,
-            max_unavailable: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(
-                max_unavailable.into(),
-            ),
-            ..RolloutSpec::default()
-        },
-        ..fixtures::pool_spec(labels(), (0..jobs).map(job).collect(), "pool-config")
-    };
-    fixtures::pool(NS, "pool", spec)
-}
-
-/// Runs one schedule, checking the invariants after every step: with `exclusive`, that no job
-/// runs on two live pods.
-fn run(schedule: &Schedule, mode: Handoff, exclusive: bool) -> Result<Stats, String> {
-    run_with_qos(
-        schedule,
-        Kind::StatefulSet,
-        None,
-        &[],
-        mode,
-        exclusive,
-        None,
-    )
-}
-
-/// A pool under `rollout.policy: Acknowledge`.
-#[derive(Clone, Copy, Debug, Default)]
-struct Acknowledging {
-    /// Added to every acknowledged version the operator reads (0: the real protocol).
-    ack_skew: u64,
-    /// Lease faults: drifting clocks, expiry, fencing, pauses, partitions (see [`Step`]).
-    lease_faults: bool,
-    /// Under Lease faults, a deliberately wrong worker that never fences itself.
-    unfenced: bool,
-    /// Under Lease faults, a deliberately wrong worker process whose start counts as a renewal:
-    /// it runs its entry before its first Lease write.
-    starts_live: bool,
-    /// Under Lease faults, a deliberately wrong operator whose live Lease reads return its
-    /// cache.
-    trusts_lease_cache: bool,
-}
-
-/// `spec.rollout.ackTimeoutSeconds` of the simulated pools: short, so that schedules where
-/// workers rarely acknowledge exercise the fallback deletes.
-const ACK_TIMEOUT_SECONDS: i64 = 6;
-
-/// `spec.rollout.ackTimeoutSeconds` under Lease faults: four times a Lease's expiry (168 s), so
-/// that a worker that stops acknowledging has its Lease expire long before its pod is deleted
-/// for it (with 24 s, ten times as many pods were deleted and fewer Leases expired), while
-/// schedules that run long still see the fallback deletes. Settling needs neither: every worker renews every step.
-const LEASE_FAULT_ACK_TIMEOUT_SECONDS: i64 =
-    4 * (process::LEASE_DURATION.as_secs() as i64 + process::LEASE_GRACE_SECONDS);
-
-/// [`run`] for a pool that starts with `qos` and gets the qos `edits` before the given steps.
-fn run_with_qos(
-    schedule: &Schedule,
-    kind: Kind,
-    qos: Option<Qos>,
-    edits: &[(usize, QosEdit)],
-    mode: Handoff,
-    exclusive: bool,
-    acknowledging: Option<Acknowledging>,
-) -> Result<Stats, String> {
-    let mut cluster = Cluster::of(kind, schedule.replicas);
-    let mut pool = pool(schedule.jobs, mode, schedule.max_unavailable);
-    if kind == Kind::Deployment {
-        pool.spec.workload_kind = WorkloadKind::Deployment;
-    }
-    pool.spec.qos = qos;
-    prune_qos(&mut pool);
-    if let Some(a) = acknowledging {
-        pool.spec.rollout.policy = RolloutPolicy::Acknowledge;
-        // Under Lease faults, the pods of workers that fail to acknowledge are deleted less
-        // often, so their Leases live long enough to expire.
-        pool.spec.rollout.ack_timeout_seconds = if a.lease_faults {
-            LEASE_FAULT_ACK_TIMEOUT_SECONDS
-        } else {
-            ACK_TIMEOUT_SECONDS
-        };
-        pool.spec.rollout.lease_grace_seconds = process::LEASE_GRACE_SECONDS;
-        cluster.acknowledge = true;
-        cluster.lease_faults = a.lease_faults;
-        cluster.fencing = !a.unfenced;
-        cluster.starts_live = a.starts_live;
-    }
-    let mut operator = Operator::start(pool, &cluster);
-    let acknowledging = acknowledging.unwrap_or_default();
-    operator.ack_skew = acknowledging.ack_skew;
-    operator.trusts_lease_cache = acknowledging.trusts_lease_cache;
-    // The operator's clock drifts too: how far, the schedule's length picks.
-    operator.clock_rate = process::rate(schedule.steps.len() as u64);
-    let mut record = Record::default();
-    let mut stats = Stats::default();
-    for (i, step) in schedule.steps.iter().enumerate() {
-        for (_, edit) in edits.iter().filter(|(at, _)| *at == i) {
-            edit_qos(edit, &mut operator.pool);
-        }
-        apply(step, &mut cluster, &mut operator, &mut record);
-        prune_qos(&mut operator.pool);
-        check(&cluster, &record, exclusive)
-            .map_err(|e| format!("after step {i} ({step:?}): {e}"))?;
-    }
-    cluster.heal();
-    check(&cluster, &record, exclusive).map_err(|e| format!("healing: {e}"))?;
-    for settle in 0..SETTLE_STEPS {
-        operator.relist(&cluster);
-        let phase = operator.reconcile(&mut cluster, &mut record, None);
-        check(&cluster, &record, exclusive).map_err(|e| format!("settling, step {settle}: {e}"))?;
-        // Without replicas the pool settles Degraded, every job unassigned; so it does while
-        // dedicated jobs wait for workers.
-        let unmet = operator.pool.spec.qos.as_ref().is_some_and(|qos| {
-            qos.dedicated.len() > dedicated_room(&operator.pool, cluster.replicas)
-        });
-        let at_rest = if cluster.replicas == 0 || unmet {
-            "Degraded"
-        } else {
-            "Balanced"
-        };
-        if std::env::var_os("SWARM_SIM_TRACE").is_some() {
-            eprintln!("settle {settle}: {phase:?} leases {:?}", cluster.leases);
-            for p in &cluster.pods {
-                eprintln!(
-                    "  {} {} runs {:?} applied {:?} fence live {:?} gone {:?}",
-                    p.name(),
-                    p.uid,
-                    p.runs,
-                    p.applied,
-                    p.process.as_ref().map(|p| p.fence.is_live()),
-                    p.gone_at
-                );
-            }
-        }
-        if phase.as_deref() == Some(at_rest) && settled(&cluster, &operator).is_ok() {
-            stats.settle_steps = settle;
-            stats.restarts = record.deletes.values().sum();
-            stats.expiries = record.expiries;
-            stats.unsettled = record.unsettled;
-            return Ok(stats);
-        }
-        cluster.tick();
-        cluster.refresh_all_mounts();
-        cluster.sync_and_ack_all();
-        check(&cluster, &record, exclusive).map_err(|e| format!("settling, step {settle}: {e}"))?;
-    }
-    let status = operator.pool.status.as_ref();
-    Err(format!(
-        "not settled {SETTLE_STEPS} steps after the last change: {}; status: {:?}",
-        settled(&cluster, &operator)
-            .err()
-            .unwrap_or_else(|| "status not Balanced".into()),
-        status.map(|s| (
-            &s.phase,
-            &s.stale_workers,
-            &s.expired_workers,
-            &s.conditions
-        )),
-    ))
-}
-
-#[derive(Clone, Copy, Debug, Default)]
-struct Stats {
-    settle_steps: usize,
-    restarts: usize,
-    expiries: usize,
-    unsettled: usize,
-}
-
-fn apply(step: &Step, cluster: &mut Cluster, operator: &mut Operator, record: &mut Record) {
-    let jobs = &mut operator.pool.spec.jobs;
-    match *step {
-        Step::Tick => cluster.tick(),
-        Step::Reconcile(crash_after) => {
-            operator.reconcile(cluster, record, crash_after);
-        }
-        Step::Deliver(mask) => operator.deliver(cluster, mask),
-        Step::Relist => operator.relist(cluster),
-        Step::Scale(replicas) => cluster.replicas = replicas,
-        Step::AddJob(index) => {
-            if !jobs.contains(&job(index)) {
-                jobs.push(job(index));
-                bump_generation(&mut operator.pool);
-            }
-        }
-        Step::RemoveJob(index) => {
-            if jobs.contains(&job(index)) {
-                jobs.retain(|j| *j != job(index));
-                bump_generation(&mut operator.pool);
-            }
-        }
-        Step::DeletePod(index) => {
-            if let Some(uid) = cluster.pod_at(index).map(|p| p.uid.clone()) {
-                cluster.delete(&uid);
-            }
-        }
-        Step::LosePod(index) => cluster.lose(index),
-        Step::RestartContainer(index) => cluster.restart_container(index),
-        Step::RolloutRestart => cluster.rollout_restart(),
-        Step::RefreshMounts(mask) => cluster.refresh_mounts(mask),
-        Step::Sync(mask) => cluster.sync(mask),
-        Step::Ack(mask) => cluster.ack(mask),
-        Step::Elapse(ms) => cluster.elapse(ms),
-        Step::Pause(index) => cluster.pause(index),
-        Step::Resume(index) => cluster.resume(index),
-        Step::Partition(index) => cluster.partition(index, true),
-        Step::Heal(index) => cluster.partition(index, false),
-        Step::StallLeaseWatch => operator.leases_stalled = true,
-    }
-}
-
-fn bump_generation(pool: &mut SwarmPool) {
-    let generation = pool.metadata.generation.unwrap_or(1);
-    pool.metadata.generation = Some(generation + 1);
-}
-
-/// The invariants that hold after every step.
-fn check(cluster: &Cluster, record: &Record, exclusive: bool) -> Result<(), String> {
-    if exclusive {
-        for (job, pods) in cluster.holders() {
-            if pods.len() > 1 {
-                let who: Vec<String> = pods
-                    .iter()
-                    .map(|p| format!("{} ({})", p.name(), p.uid))
-                    .collect();
-                return Err(format!(
-                    "job {job} runs on {} live pods: {}",
-                    pods.len(),
-                    who.join(", ")
-                ));
-            }
-        }
-    }
-    if let Some(uid) = record
-        .deletes
-        .iter()
-        .find(|(_, n)| **n > 1)
-        .map(|(uid, _)| uid)
-    {
-        return Err(format!(
-            "pod instance {uid} deleted {} times",
-            record.deletes[uid]
-        ));
-    }
-    if let Some(pair) = record.versions.windows(2).find(|w| w[1] < w[0]) {
-        return Err(format!(
-            "config version went down: {} -> {}",
-            pair[0], pair[1]
-        ));
-    }
-    Ok(())
-}
-
-/// Whether the pool has settled: the ConfigMap gives every job to exactly one of the N workers
-/// with nothing in transit, and exactly the N workers run, each exactly its entry; every
-/// dedicated job that has room runs alone.
-fn settled(cluster: &Cluster, operator: &Operator) -> Result<(), String> {
-    let config = cluster.config().ok_or("no config")?;
-    if let Some(qos) = &operator.pool.spec.qos {
-        let room = dedicated_room(&operator.pool, cluster.replicas);
-        for dedicated in qos.dedicated.iter().take(room) {
-            let alone = config
-                .workloads()
-                .any(|(_, w)| w.jobs.as_slice() == std::slice::from_ref(dedicated));
-            if !alone {
-                return Err(format!("dedicated job {dedicated} does not run alone"));
-            }
-        }
-    }
-    if config.transit().count() > 0 {
-        return Err("jobs still in transit".into());
-    }
-    let workers: Vec<String> = match cluster.kind {
-        Kind::StatefulSet => (0..cluster.replicas)
-            .map(|i| format!("{}-{i}", cluster::STS))
-            .collect(),
-        // Every live pod of the Deployment, in the config's (name) order.
-        Kind::Deployment => {
-            let mut live: Vec<String> = cluster.pods.iter().map(|p| p.name()).collect();
-            live.sort();
-            live
-        }
-    };
-    let mut pods: Vec<&str> = config.workloads().map(|(pod, _)| pod).collect();
-    pods.sort_unstable();
-    if pods != workers {
-        return Err(format!("config names {pods:?}, want {workers:?}"));
-    }
-    if cluster.kind == Kind::Deployment && cluster.replicas > 0 {
-        let loads: Vec<usize> = config.workloads().map(|(_, w)| w.jobs.len()).collect();
-        let (min, max) = (loads.iter().min(), loads.iter().max());
-        if operator.pool.spec.qos.is_none() && max.zip(min).is_some_and(|(max, min)| max - min > 1)
-        {
-            return Err(format!("unbalanced over the slots: {loads:?}"));
-        }
-    }
-    let mut held: Vec<&String> = config.workloads().flat_map(|(_, w)| &w.jobs).collect();
-    held.sort();
-    let mut spec: Vec<&String> = operator.pool.spec.jobs.iter().collect();
-    spec.sort();
-    if cluster.replicas == 0 {
-        spec.clear();
-    }
-    if held != spec {
-        return Err(format!("config holds {held:?}, spec has {spec:?}"));
-    }
-    if cluster.pods.len() != cluster.replicas {
-        return Err(format!(
-            "{} pods for {} replicas",
-            cluster.pods.len(),
-            cluster.replicas
-        ));
-    }
-    for pod in &cluster.pods {
-        let want: BTreeSet<String> = config
-            .workload(&pod.name())
-            .map(|w| w.jobs.iter().cloned().collect())
-            .unwrap_or_default();
-        if pod.gone_at.is_some() || pod.runs.as_ref() != Some(&want) {
-            return Err(format!(
-                "{} runs {:?}, its entry says {want:?}",
-                pod.name(),
-                pod.runs
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// How many dedicated jobs get a worker of their own: one worker stays shared while some job,
-/// dedicated or not, has to be shared.
-fn dedicated_room(pool: &SwarmPool, replicas: usize) -> usize {
-    let dedicated = pool.spec.qos.as_ref().map_or(0, |qos| qos.dedicated.len());
-    let shared = pool.spec.jobs.len() - dedicated;
-    if shared == 0 && dedicated <= replicas {
-        dedicated
-    } else {
-        replicas.saturating_sub(1)
-    }
-}
+const FAULTS: Acknowledging = Acknowledging {
+    faults: true,
+    ..ACKNOWLEDGING
+};
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -661,17 +143,18 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// A runner with the configured number of schedules (at least `min_cases`) and seed: every run
-/// is the same.
-fn runner(min_cases: u32) -> (TestRunner, u32, u64) {
-    let cases = (env_number("SWARM_SIM_SCHEDULES", 2000) as u32).max(min_cases);
+/// A runner over the configured number of schedules (`default` unless `SWARM_SIM_SCHEDULES`
+/// says, at least `min_cases`) and seed: every run is the same.
+fn runner(default: u64, min_cases: u32, shrink: u32) -> (TestRunner, u32, u64) {
+    let cases = (env_number("SWARM_SIM_SCHEDULES", default) as u32).max(min_cases);
     let seed = env_number("SWARM_SIM_SEED", 0x5eed_0007);
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let config = Config {
         cases,
         failure_persistence: None,
-        max_shrink_iters: 20_000,
+        max_shrink_iters: shrink,
+        max_shrink_time: 120_000,
         ..Config::default()
     };
     let runner = TestRunner::new_with_rng(
@@ -684,270 +167,338 @@ fn runner(min_cases: u32) -> (TestRunner, u32, u64) {
 /// Statistics over the schedules of one simulation.
 #[derive(Default)]
 struct Totals {
+    runs: Cell<usize>,
+    first_failure: Cell<Option<usize>>,
     settle_max: Cell<usize>,
     restarts: Cell<usize>,
-    expiries: Cell<usize>,
+    unavailable: Cell<usize>,
     unsettled: Cell<usize>,
+    /// The slowest failover of each probe: pause, cut off, node.
+    failover: [Cell<Option<Duration>>; 3],
 }
 
 impl Totals {
-    fn add(&self, stats: Stats) {
-        self.settle_max
-            .set(self.settle_max.get().max(stats.settle_steps));
+    fn add(&self, stats: &Result<Stats, String>) {
+        self.runs.set(self.runs.get() + 1);
+        let Ok(stats) = stats else {
+            if self.first_failure.get().is_none() {
+                self.first_failure.set(Some(self.runs.get()));
+            }
+            return;
+        };
+        self.settle_max.set(self.settle_max.get().max(stats.settle));
         self.restarts.set(self.restarts.get() + stats.restarts);
-        self.expiries.set(self.expiries.get() + stats.expiries);
+        self.unavailable
+            .set(self.unavailable.get() + stats.unavailable);
         self.unsettled.set(self.unsettled.get() + stats.unsettled);
+        if let Some((probe, took)) = stats.failover {
+            let slot = &self.failover[match probe {
+                Probe::Pause => 0,
+                Probe::Cut(_) => 1,
+                Probe::Node => 2,
+            }];
+            slot.set(Some(slot.get().map_or(took, |t| t.max(took))));
+        }
+    }
+
+    fn summary(&self) -> String {
+        let failover: Vec<String> = ["pause", "cut off", "node"]
+            .iter()
+            .zip(&self.failover)
+            .filter_map(|(name, t)| Some(format!("{name} {:.1}s", t.get()?.as_secs_f64())))
+            .collect();
+        format!(
+            "settled within {} steps; {} pod deletions; {} reconciles found a worker out of the pool; {} reconciles did not settle within their rounds; slowest failover: [{}]",
+            self.settle_max.get(),
+            self.restarts.get(),
+            self.unavailable.get(),
+            self.unsettled.get(),
+            failover.join(", "),
+        )
     }
 }
 
-/// Runs `schedules` through `run_one`; the error carries the seed and the shortest failing
-/// schedule.
-fn simulate_with<S: Strategy>(
-    label: &str,
-    schedules: S,
+/// How a simulation runs: its name, how many schedules by default (at least how many), and
+/// how hard proptest shrinks a failure.
+struct Plan<'a> {
+    label: &'a str,
+    default: u64,
     min_cases: u32,
+    shrink: u32,
+}
+
+/// Runs `schedules` through `run_one`; the error carries the seed, the number of the first
+/// failing schedule and the shortest failing schedule.
+fn simulate_with<S: Strategy>(
+    plan: Plan,
+    schedules: S,
     run_one: impl Fn(&S::Value) -> Result<Stats, String>,
 ) -> Result<String, String>
 where
     S::Value: std::fmt::Debug,
 {
-    let (mut runner, cases, seed) = runner(min_cases);
+    let (mut runner, cases, seed) = runner(plan.default, plan.min_cases, plan.shrink);
     let started = Instant::now();
     let totals = Totals::default();
     let result = runner.run(&schedules, |schedule| {
-        totals.add(run_one(&schedule).map_err(TestCaseError::fail)?);
-        Ok(())
+        let stats = run_one(&schedule);
+        totals.add(&stats);
+        stats.map(drop).map_err(TestCaseError::fail)
     });
+    let label = plan.label;
+    let elapsed = started.elapsed().as_secs_f64();
     match result {
         Ok(()) => Ok(format!(
-            "{label}: {cases} schedules in {:.1}s, seed {seed}; settled within {} steps; {} pod deletions; {} reconciles found a Lease expired; {} reconciles did not settle within their rounds",
-            started.elapsed().as_secs_f64(),
-            totals.settle_max.get(),
-            totals.restarts.get(),
-            totals.expiries.get(),
-            totals.unsettled.get(),
+            "{label}: {cases} schedules in {elapsed:.1}s, seed {seed}; {}",
+            totals.summary()
         )),
         Err(TestError::Fail(reason, schedule)) => Err(format!(
-            "{label}: a schedule fails (SWARM_SIM_SEED={seed}, {cases} schedules): {reason}\nshortest failing schedule: {schedule:#?}"
+            "{label}: schedule {} of {cases} fails (SWARM_SIM_SEED={seed}, {elapsed:.1}s): {reason}\nshortest failing schedule: {schedule:#?}",
+            totals.first_failure.get().unwrap_or(0)
         )),
         Err(TestError::Abort(reason)) => Err(format!("{label}: aborted: {reason}")),
     }
 }
 
-/// Runs the schedules of one mode, checking exclusivity if `exclusive`.
+fn run(schedule: &Schedule, kind: Kind, mode: Handoff, exclusive: bool) -> Result<Stats, String> {
+    run::run(schedule, kind, None, &[], mode, exclusive, None)
+}
+
+/// Runs the schedules of one mode over a StatefulSet, checking exclusivity if `exclusive`.
 fn simulate(mode: Handoff, exclusive: bool) -> Result<String, String> {
-    simulate_with(&format!("{mode:?}"), schedule(), 0, |schedule| {
-        run(schedule, mode, exclusive)
+    let label = format!("{mode:?}");
+    simulate_with(plan(&label, 2000), schedule::schedule(), |s| {
+        run(s, Kind::StatefulSet, mode, exclusive)
     })
+}
+
+fn plan(label: &str, default: u64) -> Plan<'_> {
+    Plan {
+        label,
+        default,
+        min_cases: 0,
+        shrink: 20_000,
+    }
 }
 
 /// Runs schedules of a pool with dedicated and weighted jobs under the `Exclusive` handoff,
 /// checking exclusivity.
 fn simulate_qos() -> Result<String, String> {
-    simulate_with("Exclusive with qos", qos_schedule(), 0, |s| {
-        let mut dedicated: Vec<String> = Vec::new();
-        for index in &s.dedicated {
-            if !dedicated.contains(&job(*index)) {
-                dedicated.push(job(*index));
+    simulate_with(
+        plan("Exclusive with qos", 2000),
+        schedule::qos_schedule(),
+        |s| {
+            let mut dedicated: Vec<String> = Vec::new();
+            for index in &s.dedicated {
+                if !dedicated.contains(&job(*index)) {
+                    dedicated.push(job(*index));
+                }
             }
-        }
-        let qos = Qos {
-            dedicated,
-            weights: s.weights.iter().map(|&(i, w)| (job(i), w)).collect(),
-        };
-        run_with_qos(
-            &s.schedule,
-            Kind::StatefulSet,
-            Some(qos),
-            &s.edits,
-            Handoff::Exclusive,
-            true,
-            None,
-        )
-    })
+            let qos = Qos {
+                dedicated,
+                weights: s.weights.iter().map(|&(i, w)| (job(i), w)).collect(),
+            };
+            let kind = Kind::StatefulSet;
+            run::run(
+                &s.schedule,
+                kind,
+                Some(qos),
+                &s.edits,
+                Handoff::Exclusive,
+                true,
+                None,
+            )
+        },
+    )
 }
 
 /// Runs schedules of a Deployment pool (rollout restarts, pods replaced under new names,
 /// waiting workers) under the handoff `mode`, checking exclusivity if `exclusive`.
 fn simulate_deployment(mode: Handoff, exclusive: bool) -> Result<String, String> {
-    let name = format!("{mode:?} over a Deployment");
-    simulate_with(&name, deployment_schedule(), 0, |s| {
-        run_with_qos(s, Kind::Deployment, None, &[], mode, exclusive, None)
+    let label = format!("{mode:?} over a Deployment");
+    simulate_with(plan(&label, 2000), schedule::deployment_schedule(), |s| {
+        run(s, Kind::Deployment, mode, exclusive)
     })
 }
 
 /// Runs schedules of a pool of `kind` under `rollout.policy: Acknowledge` and the handoff
-/// `mode`, with workers that read the ConfigMap and acknowledge late, for older versions, or
-/// never; checking exclusivity if `exclusive`.
+/// `mode`, checking exclusivity if `exclusive`; under faults, fewer by default (each is longer
+/// and ends with a failover probe).
 fn simulate_acknowledging(
     kind: Kind,
     mode: Handoff,
     exclusive: bool,
     acknowledging: Acknowledging,
 ) -> Result<String, String> {
-    simulate_acknowledging_at_least(kind, mode, exclusive, acknowledging, 0)
+    let default = if acknowledging.faults { 500 } else { 2000 };
+    let label = label(kind, mode, acknowledging);
+    simulate_acknowledging_with(plan(&label, default), kind, mode, exclusive, acknowledging)
 }
 
-/// [`simulate_acknowledging`] over at least `min_schedules` schedules.
-fn simulate_acknowledging_at_least(
+fn label(kind: Kind, mode: Handoff, acknowledging: Acknowledging) -> String {
+    let faults = if acknowledging.faults {
+        " with faults"
+    } else {
+        ""
+    };
+    format!("{mode:?} under Acknowledge{faults} over a {kind:?}")
+}
+
+fn simulate_acknowledging_with(
+    plan: Plan,
     kind: Kind,
     mode: Handoff,
     exclusive: bool,
     acknowledging: Acknowledging,
-    min_schedules: u32,
 ) -> Result<String, String> {
-    let (name, schedules) = if acknowledging.lease_faults {
-        let name = format!("{mode:?} under Acknowledge with Lease faults over a {kind:?}");
-        (name, lease_fault_schedule(kind).boxed())
+    let schedules = if acknowledging.faults {
+        schedule::fault_schedule(kind)
     } else {
-        let name = format!("{mode:?} under Acknowledge over a {kind:?}");
-        (name, acknowledging_schedule(kind).boxed())
+        schedule::acknowledging_schedule(kind)
     };
-    simulate_with(&name, schedules, min_schedules, |s| {
-        run_with_qos(s, kind, None, &[], mode, exclusive, Some(acknowledging))
+    simulate_with(plan, schedules, |s| {
+        run::run(s, kind, None, &[], mode, exclusive, Some(acknowledging))
     })
 }
 
-const ACKNOWLEDGING: Acknowledging = Acknowledging {
-    ack_skew: 0,
-    lease_faults: false,
-    unfenced: false,
-    starts_live: false,
-    trusts_lease_cache: false,
-};
+/// Runs schedules under faults with `bug` planted, looking through at least `min` of them
+/// (stopping at the first failure, shrinking it briefly); returns the failure.
+fn catch(bug: Bug, min: u32) -> String {
+    let label = format!("planted {bug:?}");
+    let plan = Plan {
+        label: &label,
+        default: 0,
+        min_cases: min,
+        shrink: 64,
+    };
+    let (kind, mode) = (Kind::StatefulSet, Handoff::Exclusive);
+    let failure = simulate_acknowledging_with(plan, kind, mode, true, bug.planted(FAULTS))
+        .expect_err("the planted bug is caught");
+    eprintln!("{}", failure.lines().next().unwrap_or_default());
+    failure
+}
 
-const LEASE_FAULTS: Acknowledging = Acknowledging {
-    lease_faults: true,
-    ..ACKNOWLEDGING
-};
-
-#[test]
-fn acknowledged_handoff_holds_with_drifting_clocks_paused_workers_and_partitions() {
-    match simulate_acknowledging(Kind::StatefulSet, Handoff::Exclusive, true, LEASE_FAULTS) {
+fn pass(result: Result<String, String>) {
+    match result {
         Ok(summary) => eprintln!("{summary}"),
         Err(failure) => panic!("{failure}"),
     }
+}
+
+#[test]
+fn acknowledged_handoff_holds_with_drifting_clocks_paused_workers_partitions_and_failovers() {
+    pass(simulate_acknowledging(
+        Kind::StatefulSet,
+        Handoff::Exclusive,
+        true,
+        FAULTS,
+    ));
 }
 
 #[test]
 fn acknowledged_handoff_holds_over_a_deployment_with_drifting_clocks_paused_workers_and_partitions()
 {
-    match simulate_acknowledging(Kind::Deployment, Handoff::Exclusive, true, LEASE_FAULTS) {
-        Ok(summary) => eprintln!("{summary}"),
-        Err(failure) => panic!("{failure}"),
-    }
-}
-
-/// The simulation has teeth for failover: workers that keep running their jobs past their
-/// Lease's expiry run moved jobs twice, and the simulation finds a schedule that shows it (the
-/// 507th of the default seed: it looks through at least 2000, whatever `SWARM_SIM_SCHEDULES`
-/// says; it stops at the first failure).
-#[test]
-fn the_simulation_catches_workers_that_do_not_fence_themselves() {
-    let wrong = Acknowledging {
-        unfenced: true,
-        ..LEASE_FAULTS
-    };
-    let failure =
-        simulate_acknowledging_at_least(Kind::StatefulSet, Handoff::Exclusive, true, wrong, 2000)
-            .expect_err("unfenced workers run moved jobs twice");
-    assert!(failure.contains("live pods"), "{failure}");
-    eprintln!("{failure}");
-}
-
-/// ... and an operator that takes its Lease cache's word for an expiry (a lagging or stalled
-/// watch misses renewals) hands a live worker's jobs to another. Such schedules are rarer, so
-/// this looks through more of them (it stops at the first failure).
-#[test]
-fn the_simulation_catches_an_operator_that_trusts_its_lease_cache_for_expiry() {
-    let wrong = Acknowledging {
-        trusts_lease_cache: true,
-        ..LEASE_FAULTS
-    };
-    let failure =
-        simulate_acknowledging_at_least(Kind::StatefulSet, Handoff::Exclusive, true, wrong, 20_000)
-            .expect_err("a stale cache expires live workers");
-    assert!(failure.contains("live pods"), "{failure}");
-    eprintln!("{failure}");
+    pass(simulate_acknowledging(
+        Kind::Deployment,
+        Handoff::Exclusive,
+        true,
+        FAULTS,
+    ));
 }
 
 #[test]
 fn acknowledged_handoff_never_runs_a_job_twice_and_settles_under_random_schedules() {
-    match simulate_acknowledging(Kind::StatefulSet, Handoff::Exclusive, true, ACKNOWLEDGING) {
-        Ok(summary) => eprintln!("{summary}"),
-        Err(failure) => panic!("{failure}"),
-    }
+    let (kind, mode) = (Kind::StatefulSet, Handoff::Exclusive);
+    pass(simulate_acknowledging(kind, mode, true, ACKNOWLEDGING));
 }
 
 #[test]
 fn acknowledged_handoff_holds_over_a_deployments_slots_under_random_schedules() {
-    match simulate_acknowledging(Kind::Deployment, Handoff::Exclusive, true, ACKNOWLEDGING) {
-        Ok(summary) => eprintln!("{summary}"),
-        Err(failure) => panic!("{failure}"),
-    }
+    let (kind, mode) = (Kind::Deployment, Handoff::Exclusive);
+    pass(simulate_acknowledging(kind, mode, true, ACKNOWLEDGING));
 }
 
 #[test]
 fn overlap_under_acknowledge_settles_under_random_schedules() {
-    match simulate_acknowledging(Kind::StatefulSet, Handoff::Overlap, false, ACKNOWLEDGING) {
-        Ok(summary) => eprintln!("{summary}"),
-        Err(failure) => panic!("{failure}"),
-    }
+    let (kind, mode) = (Kind::StatefulSet, Handoff::Overlap);
+    pass(simulate_acknowledging(kind, mode, false, ACKNOWLEDGING));
 }
 
-/// The simulation has teeth for the acknowledged handoff too: an operator that grants on the
-/// acknowledgement of the version before the revoke runs moved jobs twice, and the simulation
-/// finds a short schedule that shows it.
+/// (a) A worker whose permit is renewed by its watch's cache keeps running, cut off, the jobs
+/// the operator revoked and, after the wait, granted elsewhere; or, its reads never failing,
+/// answers ready and keeps jobs it cannot see moved.
+#[test]
+fn the_simulation_catches_a_worker_fenced_by_its_cache_instead_of_a_quorum_read() {
+    let failure = catch(Bug::CachedRead, 500);
+    let caught = failure.contains("live pods") || failure.contains("ran nowhere else");
+    assert!(caught, "{failure}");
+}
+
+/// (b) A permit counted from a slow answer outlasts the operator's wait.
+#[test]
+fn the_simulation_catches_a_permit_counted_from_the_answer() {
+    let failure = catch(Bug::PermitFromAnswer, 2000);
+    assert!(failure.contains("live pods"), "{failure}");
+}
+
+/// (c) A revoke wait a third as long as the protocol's grants before the permits lapse.
+#[test]
+fn the_simulation_catches_a_grant_before_the_revoke_wait() {
+    let failure = catch(Bug::ShortRevokeWait, 500);
+    assert!(failure.contains("live pods"), "{failure}");
+}
+
+/// Schedules the takeover test looks through: the default seed's 634th catches it (the
+/// revoke, the crash and the grant must all fall within one of the holder's read intervals).
+const TAKEOVER_SCHEDULES: u32 = 2000;
+
+/// (d) An operator that takes over and counts a pending wait from before its start grants
+/// while the holder's permit holds.
+#[test]
+fn the_simulation_catches_a_takeover_that_forgets_a_pending_wait() {
+    let failure = catch(Bug::TakeoverKeepsWaits, TAKEOVER_SCHEDULES);
+    assert!(failure.contains("live pods"), "{failure}");
+}
+
+/// (e) A worker that answers ready while fenced keeps its pod in the pool: its jobs, fenced,
+/// run nowhere, and the failover bound catches it.
+#[test]
+fn the_simulation_catches_readiness_that_stays_ready_while_fenced() {
+    let failure = catch(Bug::ReadyWhileFenced, 500);
+    assert!(failure.contains("ran nowhere else"), "{failure}");
+}
+
+/// An operator that grants on the acknowledgement of the version before the revoke runs moved
+/// jobs twice.
 #[test]
 fn the_simulation_catches_grants_on_the_acknowledgement_of_an_older_version() {
-    let wrong = Acknowledging {
-        ack_skew: 1,
-        ..ACKNOWLEDGING
-    };
-    let failure = simulate_acknowledging(Kind::StatefulSet, Handoff::Exclusive, true, wrong)
-        .expect_err("granting on an older acknowledgement runs moved jobs twice");
+    let failure = catch(Bug::OlderAck, 500);
     assert!(failure.contains("live pods"), "{failure}");
-    eprintln!("{failure}");
 }
 
 #[test]
 fn exclusive_handoff_holds_over_a_deployments_slots_under_random_schedules() {
-    match simulate_deployment(Handoff::Exclusive, true) {
-        Ok(summary) => eprintln!("{summary}"),
-        Err(failure) => panic!("{failure}"),
-    }
+    pass(simulate_deployment(Handoff::Exclusive, true));
 }
 
 #[test]
 fn overlap_handoff_settles_over_a_deployments_slots_under_random_schedules() {
-    match simulate_deployment(Handoff::Overlap, false) {
-        Ok(summary) => eprintln!("{summary}"),
-        Err(failure) => panic!("{failure}"),
-    }
+    pass(simulate_deployment(Handoff::Overlap, false));
 }
 
 #[test]
 fn exclusive_handoff_never_runs_a_job_twice_and_settles_under_random_schedules() {
-    match simulate(Handoff::Exclusive, true) {
-        Ok(summary) => eprintln!("{summary}"),
-        Err(failure) => panic!("{failure}"),
-    }
+    pass(simulate(Handoff::Exclusive, true));
 }
 
 #[test]
 fn exclusive_handoff_holds_for_dedicated_and_weighted_jobs_under_random_schedules() {
-    match simulate_qos() {
-        Ok(summary) => eprintln!("{summary}"),
-        Err(failure) => panic!("{failure}"),
-    }
+    pass(simulate_qos());
 }
 
 #[test]
 fn overlap_handoff_settles_without_double_deletes_under_random_schedules() {
-    match simulate(Handoff::Overlap, false) {
-        Ok(summary) => eprintln!("{summary}"),
-        Err(failure) => panic!("{failure}"),
-    }
+    pass(simulate(Handoff::Overlap, false));
 }
 
 /// The exclusivity check has teeth: the make-before-break handoff runs moved jobs twice, and
@@ -959,71 +510,46 @@ fn the_simulation_catches_the_duplicates_of_the_overlap_handoff() {
     eprintln!("{failure}");
 }
 
-/// A worker process that restarts in its pod (same uid) while its Lease is about to expire: the
-/// operator cannot tell its start from the old process's last renewal and hands the jobs away.
-/// A process that starts fenced runs nothing until it has renewed and read the config again;
-/// one that ran its entry at once, its start counting as a renewal, ran a moved job twice.
+/// A worker process that crashes is restarted in its pod (same uid): the new process runs
+/// nothing before its first fence read, then takes its entry back at once; its jobs never
+/// move (its container has just started, so NotReady does not take it out of the pool).
 #[test]
-fn a_restarted_worker_process_runs_nothing_before_it_has_renewed_and_read_again() {
+fn a_restarted_worker_process_runs_nothing_before_its_first_read_and_keeps_its_jobs() {
     use Step::*;
-    let mut steps = vec![Tick, Tick, Reconcile(None), Sync(255), Ack(255), Tick];
-    steps.extend([
-        Reconcile(None),
-        Sync(255),
-        Ack(255),
-        Relist,
-        Reconcile(None),
-        Pause(0),
-    ]);
-    // w-0 is paused for 36 s while w-1 keeps renewing every 9 s; then w-0's container restarts,
-    // before the operator can find its Lease expired (42 s on a clock within 10% of real time:
-    // no sooner than 38.2 s), and the operator reconciles every 5 s, finding it expired 46 s
-    // or 51 s after the pause.
+    let mut steps = vec![Tick, Tick, Reconcile(None)];
     for _ in 0..4 {
-        steps.extend([Elapse(9_000), Ack(0b10), Relist]);
-    }
-    steps.extend([RestartContainer(0), Resume(0)]);
-    for _ in 0..3 {
-        steps.extend([
-            Elapse(5_000),
-            Ack(0b10),
-            Relist,
-            Reconcile(None),
-            Sync(0b10),
-        ]);
-        steps.extend([
-            Ack(0b10),
-            Relist,
-            Reconcile(None),
-            Sync(0b10),
-            Reconcile(None),
-        ]);
-        steps.push(Sync(0b10));
+        steps.extend([Sync(255), Elapse(2_000), Relist, Reconcile(None)]);
     }
     let schedule = Schedule {
         replicas: 2,
         jobs: 4,
         max_unavailable: 1,
         steps,
+        seed: 7,
+        probe: (Probe::Pause, 0),
     };
-    let run = |acknowledging| {
-        let kind = Kind::StatefulSet;
-        run_with_qos(
-            &schedule,
-            kind,
-            None,
-            &[],
-            Handoff::Exclusive,
-            true,
-            Some(acknowledging),
-        )
-    };
-    let stats = run(LEASE_FAULTS).expect("0 duplicates");
-    assert!(stats.expiries > 0, "w-0's Lease expired: {stats:?}");
-    let starts_live = Acknowledging {
-        starts_live: true,
-        ..LEASE_FAULTS
-    };
-    let failure = run(starts_live).expect_err("a process that starts live runs a moved job");
-    assert!(failure.contains("live pods"), "{failure}");
+    let mut world = run::Run::start(&schedule, Kind::StatefulSet, ACKNOWLEDGING);
+    world.steps(&schedule.steps).expect("0 duplicates");
+    let version = world.version();
+    let entry = world.entry("w-0");
+    assert_eq!(world.running("w-0"), entry, "w-0 runs its entry");
+    assert!(!entry.is_empty());
+    world.steps(&[RestartContainer(0)]).unwrap();
+    assert!(
+        world.running("w-0").is_empty(),
+        "a new process starts fenced"
+    );
+    world.steps(&[Elapse(1_000)]).unwrap();
+    assert_eq!(
+        world.running("w-0"),
+        entry,
+        "its first read gives it its entry back"
+    );
+    for _ in 0..10 {
+        world
+            .steps(&[Elapse(5_000), Relist, Reconcile(None)])
+            .unwrap();
+    }
+    assert_eq!(world.version(), version, "nothing moved");
+    assert_eq!(world.running("w-0"), entry);
 }

@@ -3,14 +3,13 @@
 //! pods live when asked, plan again, delete), and a StatefulSet stand-in replaces deleted pods.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use swarm_assign::{Qos, Strategy};
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    Condition, LabelSelector, MicroTime, ObjectMeta, OwnerReference, Time,
+    Condition, LabelSelector, ObjectMeta, OwnerReference, Time,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -18,7 +17,7 @@ use kube::ResourceExt;
 use proptest::prelude::*;
 use swarm_operator::api::conditions::{self, reason};
 use swarm_operator::api::crd::{
-    ConfigMapRef, Handoff, JobsFromSource, Phase, RolloutPolicy, SwarmPool,
+    ConfigMapRef, Handoff, JobsFromSource, Phase, RolloutPolicy, SwarmPool, UnavailableReason,
 };
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
@@ -26,16 +25,16 @@ use swarm_operator::planner::{self, Observed, Outcome, PlannedEvent};
 use swarm_operator::plugin::{PoolView, scale_plan};
 use swarm_operator::state::cached::CachedPod;
 use swarm_operator::state::jobs_source::{self, Found};
-use swarm_operator::state::lease::{Ack, Acks, Renewal};
+use swarm_operator::state::lease::{Ack, Acks};
+use swarm_operator::state::node_leases::NodeLeases;
 use swarm_operator::state::pod_summary::PodSummary;
 use swarm_operator::state::records::Holder;
+use swarm_operator::state::revokes::{RevokeLog, RevokeWaits};
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_protocol::config::CONFIG_KEY;
 use swarm_protocol::config::WorkerConfig;
 use swarm_protocol::names::HANDOFF_ANNOTATION;
-use swarm_protocol::names::{
-    ACKED_VERSION_ANNOTATION, PENDING_REFRESH_ANNOTATION, VERSION_ANNOTATION,
-};
+use swarm_protocol::names::{PENDING_REFRESH_ANNOTATION, VERSION_ANNOTATION};
 
 use super::fixtures::{self, POOL_UID, labels, owner, pool_spec, ready_status};
 
@@ -99,9 +98,17 @@ fn pod(ordinal: usize, uid: &str, ready: bool, at: Timestamp) -> Pod {
             owner_references: Some(vec![owner("StatefulSet", STS, STS_UID)]),
             ..ObjectMeta::default()
         },
-        spec: None,
+        spec: Some(PodSpec {
+            node_name: Some(node(ordinal)),
+            ..PodSpec::default()
+        }),
         status: Some(ready_status(ready, at)),
     }
+}
+
+/// The node a worker's pod runs on: one each.
+fn node(ordinal: usize) -> String {
+    format!("node-{ordinal}")
 }
 
 /// An in-memory cluster with one pool, reconciled like the controller does.
@@ -119,10 +126,15 @@ struct World {
     slices: Vec<ConfigMap>,
     deleting: BTreeSet<String>,
     /// What the workers' Leases acknowledge (under `rollout.policy: Acknowledge`), as the
-    /// operator's Lease cache and clock judge them.
+    /// operator's Lease cache has them.
     acks: Acks,
-    /// The workers' Leases as the API server has them (a live read).
-    live_leases: Vec<Lease>,
+    /// When each node's kubelet last renewed its node Lease (`kube-node-lease`).
+    node_leases: Vec<(String, Timestamp)>,
+    /// The operator process's revoke log: since when it has known each worker's ConfigMap to
+    /// show each version (lost when the operator restarts).
+    revokes: RevokeLog,
+    /// The operator's monotonic clock at [`t0`]; it runs with `now`.
+    clock: Instant,
     now: Timestamp,
     next_uid: usize,
     /// ConfigMap writes so far.
@@ -154,7 +166,9 @@ impl World {
             slices: Vec::new(),
             deleting: BTreeSet::new(),
             acks: Acks::default(),
-            live_leases: Vec::new(),
+            node_leases: Vec::new(),
+            revokes: RevokeLog::default(),
+            clock: Instant::now(),
             now: t0(),
             next_uid: 0,
             writes: 0,
@@ -205,7 +219,8 @@ impl World {
             config_map: self.config_map.clone(),
             slices: self.slices.clone(),
             pods: self.pods.iter().map(PodSummary::from).collect(),
-            leases: self.live_leases.clone(),
+            instant: Some(self.instant()),
+            revokes: std::mem::take(&mut self.revokes),
             ..MemoryCluster::new(self.now)
         };
         let mut journal = Journal::default();
@@ -225,6 +240,8 @@ impl World {
                 other_pools: self.other_pools.iter().collect(),
                 config_map: self.config_map.as_ref(),
                 worker_config_maps: cached_slices.iter().collect(),
+                revokes: &RevokeWaits::default(),
+                node_leases: &NodeLeases::new(self.node_leases.iter().cloned()),
                 ..fixtures::observed(&resolved, &self.acks, &self.deleting, self.now)
             },
             &mut journal,
@@ -233,6 +250,7 @@ impl World {
             panic!("the reconcile did not finish: {driven:?}");
         };
         drop(resolved);
+        self.revokes = std::mem::take(&mut cluster.revokes);
         self.writes += cluster.written.len();
         self.live_lists += cluster.live_lists;
         self.config_map = cluster.config_map;
@@ -325,6 +343,12 @@ impl World {
         for o in ordinals {
             self.ack(o, version);
         }
+    }
+
+    /// The operator's monotonic clock now.
+    fn instant(&self) -> Instant {
+        let elapsed = self.now.duration_since(t0());
+        self.clock + Duration::try_from(elapsed).expect("time runs forward")
     }
 
     fn uid_of(&self, ordinal: usize) -> String {
@@ -1532,6 +1556,7 @@ fn plugin_view(world: &World) -> PoolView {
         config_map: world.config_map.clone(),
         worker_config_maps: world.slices.clone(),
         pods: world.pods.iter().map(PodSummary::from).collect(),
+        leases: Vec::new(),
     }
 }
 
@@ -1867,52 +1892,87 @@ fn under_acknowledge_a_moving_job_stays_with_its_holder_until_its_destination_is
     assert!(world.deleted.is_empty());
 }
 
-#[test]
-fn under_acknowledge_a_worker_whose_lease_expired_loses_its_jobs_to_the_others_until_it_renews() {
-    let mut world = acknowledging(3);
-    let before = world.config();
-    let held: BTreeSet<String> = before
-        .workload("swarm-worker-1")
-        .unwrap()
-        .jobs
-        .iter()
-        .cloned()
-        .collect();
-    let renewal = renewal_at(&world, 1, 1_000);
-    world
-        .acks
-        .mark_expired("swarm-worker-1", renewal, Instant::now());
-    world.reconcile();
-    let after = world.config();
-    assert!(after.workload("swarm-worker-1").unwrap().jobs.is_empty());
-    assert!(
-        transit_jobs(&after).is_empty(),
-        "an expired holder has fenced itself: {after:?}"
-    );
-    for job in &held {
-        let holders: Vec<&str> = after
+/// The jobs `pod` holds in `config`.
+fn jobs_of(config: &WorkerConfig, pod: &str) -> BTreeSet<String> {
+    let workload = config.workload(pod);
+    workload
+        .map(|w| w.jobs.iter().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Marks worker `ordinal`'s pod NotReady (Ready) from now, as the kubelet writes it.
+fn ready_from_now(world: &mut World, ordinal: usize, ready: bool) {
+    let now = world.now;
+    set_ready(world.pod_mut(ordinal), ready, now);
+}
+
+/// Every job of `jobs` is held by exactly one worker of `config`, none of them `not`.
+fn held_once_elsewhere(config: &WorkerConfig, jobs: &BTreeSet<String>, not: &str) {
+    for job in jobs {
+        let holders: Vec<&str> = config
             .workloads()
             .filter(|(_, w)| w.jobs.contains(job))
             .map(|(pod, _)| pod)
             .collect();
-        assert_eq!(holders.len(), 1, "{job} on one live worker: {holders:?}");
+        assert_eq!(holders.len(), 1, "{job} on one worker: {holders:?}");
+        assert_ne!(holders[0], not, "{job} moved");
     }
-    for ordinal in [0, 2] {
-        let pod = format!("swarm-worker-{ordinal}");
-        for job in &before.workload(&pod).unwrap().jobs {
-            assert!(
-                after.workload(&pod).unwrap().jobs.contains(job),
-                "{job} stays on {pod}"
-            );
-        }
-    }
+}
+
+/// The revoke wait of the workers' default permit and the pool's default grace.
+fn revoke_wait() -> SignedDuration {
+    let wait = swarm_protocol::fence::revoke_wait(
+        swarm_protocol::fence::DEFAULT_PERMIT,
+        Duration::from_secs(2),
+    );
+    SignedDuration::try_from(wait).unwrap()
+}
+
+#[test]
+fn under_acknowledge_a_worker_not_ready_past_the_grace_loses_its_jobs_after_the_revoke_wait() {
+    let mut world = acknowledging(3);
+    let before = world.config();
+    let held = jobs_of(&before, "swarm-worker-1");
+    ready_from_now(&mut world, 1, false);
+    world.reconcile();
+    assert_eq!(world.config(), before, "within rollout.leaseGraceSeconds");
+
+    world.now += SignedDuration::from_secs(2);
+    world.reconcile();
+    let revoked = world.config();
+    assert!(jobs_of(&revoked, "swarm-worker-1").is_empty());
+    assert_eq!(
+        in_transit_from(&revoked, "swarm-worker-1"),
+        held,
+        "revoked, not granted: its last read's permit may still hold"
+    );
     let status = world.pool.status.clone().unwrap();
-    assert_eq!(status.expired_workers, ["swarm-worker-1"]);
-    assert!(world.all_reasons.contains(&reason::WORKER_LEASE_EXPIRED));
+    let unavailable: Vec<_> = status
+        .unavailable_workers
+        .iter()
+        .map(|w| (&w.pod[..], w.reason))
+        .collect();
+    assert_eq!(
+        unavailable,
+        [("swarm-worker-1", UnavailableReason::NotReady)]
+    );
+    assert!(world.all_reasons.contains(&reason::WORKER_UNAVAILABLE));
     assert!(world.deleted.is_empty(), "failover deletes no pod");
 
-    // It renews: it is a member again and gets a share back once the others let go.
-    world.acks = Acks::default();
+    // Its jobs go to the others once the wait is over; theirs stay where they are.
+    world.now += revoke_wait() + SignedDuration::from_secs(1);
+    world.reconcile();
+    let after = world.config();
+    held_once_elsewhere(&after, &held, "swarm-worker-1");
+    for pod in ["swarm-worker-0", "swarm-worker-2"] {
+        assert!(
+            jobs_of(&before, pod).is_subset(&jobs_of(&after, pod)),
+            "{pod} keeps its jobs"
+        );
+    }
+
+    // Ready again: a member again, and it gets a share back once the others let go.
+    ready_from_now(&mut world, 1, true);
     for _ in 0..4 {
         world.ack_all();
         world.reconcile();
@@ -1921,83 +1981,145 @@ fn under_acknowledge_a_worker_whose_lease_expired_loses_its_jobs_to_the_others_u
     assert_eq!(loads(&back), [9, 9, 9]);
     assert!(transit_jobs(&back).is_empty());
     let status = world.pool.status.clone().unwrap();
-    assert!(status.expired_workers.is_empty());
-    assert!(world.all_reasons.contains(&reason::WORKER_LEASE_RENEWED));
+    assert!(status.unavailable_workers.is_empty());
+    assert!(world.all_reasons.contains(&reason::WORKER_AVAILABLE));
     assert_eq!(status.phase, Some(Phase::Balanced));
 }
 
-/// What the Lease of worker `ordinal` says when its instance renews it at second `at`, with the
-/// version it acknowledged.
-fn renewal_at(world: &World, ordinal: usize, at: i64) -> Renewal {
-    let holder = world.uid_of(ordinal);
-    let acked = world
-        .acks
-        .state(&format!("{STS}-{ordinal}"), &holder)
-        .acked();
-    Renewal {
-        holder,
-        renew_time: Some(Timestamp::from_second(at).unwrap()),
-        acked: acked.map(|v| v.to_string()),
-    }
-}
-
-/// A worker Lease of `pod` saying `renewal`, as the API server serves it.
-fn lease_saying(pod: &str, renewal: &Renewal) -> Lease {
-    Lease {
-        metadata: ObjectMeta {
-            name: Some(pod.to_owned()),
-            namespace: Some(NS.to_owned()),
-            annotations: renewal
-                .acked
-                .clone()
-                .map(|v| [(ACKED_VERSION_ANNOTATION.to_owned(), v)].into()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(renewal.holder.clone()),
-            lease_duration_seconds: Some(10),
-            renew_time: renewal.renew_time.map(MicroTime),
-            ..LeaseSpec::default()
-        }),
-    }
-}
-
 #[test]
-fn under_acknowledge_a_lease_expired_in_a_lagging_cache_but_renewed_live_keeps_its_jobs() {
+fn under_acknowledge_a_worker_on_a_node_whose_lease_is_silent_is_taken_out_of_the_pool() {
     let mut world = acknowledging(3);
-    let before = world.config();
-    let writes = world.writes;
-    // The cache last saw the renewal of second 1000; the API server has one of second 1011.
-    let renewal = renewal_at(&world, 1, 1_000);
-    world
-        .acks
-        .mark_expired("swarm-worker-1", renewal.clone(), Instant::now());
-    world.live_leases = (0..3)
-        .map(|o| {
-            let pod = format!("{STS}-{o}");
-            lease_saying(&pod, &renewal_at(&world, o, 1_011))
-        })
-        .collect();
-    world.reconcile();
-    assert_eq!(world.config(), before, "a live worker keeps its jobs");
-    assert_eq!(world.writes, writes, "nothing written on the cache's word");
-    let status = world.pool.status.clone().unwrap();
-    assert!(status.expired_workers.is_empty());
-    assert!(!world.all_reasons.contains(&reason::WORKER_LEASE_EXPIRED));
-
-    // Had it not been renewed, the live read would confirm the expiry.
-    world.live_leases[1] = lease_saying("swarm-worker-1", &renewal);
+    let held = jobs_of(&world.config(), "swarm-worker-2");
+    let renewed_at = world.now;
+    world.node_leases = (0..3).map(|o| (node(o), renewed_at)).collect();
+    world.now += SignedDuration::from_secs(19);
+    world.node_leases[0].1 = world.now;
+    world.node_leases[1].1 = world.now;
     world.reconcile();
     assert!(
         world
-            .config()
-            .workload("swarm-worker-1")
+            .pool
+            .status
+            .clone()
             .unwrap()
-            .jobs
+            .unavailable_workers
+            .is_empty(),
+        "19 s: not yet"
+    );
+
+    // node-2's kubelet has not renewed for 20 s: its worker is out, its jobs revoked.
+    world.now += SignedDuration::from_secs(1);
+    world.reconcile();
+    let revoked = world.config();
+    assert_eq!(in_transit_from(&revoked, "swarm-worker-2"), held);
+    let status = world.pool.status.clone().unwrap();
+    let out = &status.unavailable_workers[0];
+    assert_eq!(
+        (&out.pod[..], out.reason),
+        ("swarm-worker-2", UnavailableReason::NodeLeaseSilent)
+    );
+    assert_eq!(out.since.as_ref().map(|t| t.0), Some(renewed_at));
+
+    // The node renews again: the worker is a member again.
+    world.node_leases[2].1 = world.now;
+    world.reconcile();
+    assert!(
+        world
+            .pool
+            .status
+            .clone()
+            .unwrap()
+            .unavailable_workers
             .is_empty()
     );
+}
+
+#[test]
+fn under_acknowledge_a_revoke_is_freed_by_the_holders_acknowledgement_at_once() {
+    let mut world = acknowledging(3);
+    let held = jobs_of(&world.config(), "swarm-worker-1");
+    ready_from_now(&mut world, 1, false);
+    world.now += SignedDuration::from_secs(2);
+    world.reconcile();
+    let revoked = world.config();
+    assert_eq!(in_transit_from(&revoked, "swarm-worker-1"), held);
+
+    // Still reading though the kubelet says NotReady: it saw the revoke and acknowledges it.
+    world.ack(1, revoked.version);
+    world.reconcile();
+    held_once_elsewhere(&world.config(), &held, "swarm-worker-1");
+}
+
+#[test]
+fn under_acknowledge_a_revoke_is_never_granted_before_the_wait_even_across_operator_restarts() {
+    let mut world = acknowledging(3);
+    let held = jobs_of(&world.config(), "swarm-worker-1");
+    ready_from_now(&mut world, 1, false);
+    world.now += SignedDuration::from_secs(2);
+    world.reconcile();
+    let revoked = world.config();
+    assert_eq!(in_transit_from(&revoked, "swarm-worker-1"), held);
+
+    // Just short of the wait (33.2 s): nothing is granted; an older acknowledgement frees
+    // nothing either.
+    world.ack(1, revoked.version - 1);
+    world.now += SignedDuration::from_secs(33);
+    world.reconcile();
+    assert_eq!(in_transit_from(&world.config(), "swarm-worker-1"), held);
+
+    // The operator restarts 20 s into a wait: its new process knows nothing, so the wait
+    // starts again when it first sees the revoke.
+    let mut world = acknowledging(3);
+    ready_from_now(&mut world, 1, false);
+    world.now += SignedDuration::from_secs(2);
+    world.reconcile();
+    world.now += SignedDuration::from_secs(20);
+    world.revokes = RevokeLog::default();
+    world.reconcile();
+    world.now += SignedDuration::from_secs(20);
+    world.reconcile();
     assert_eq!(
-        world.pool.status.clone().unwrap().expired_workers,
-        ["swarm-worker-1"]
+        in_transit_from(&world.config(), "swarm-worker-1"),
+        held,
+        "40 s after the revoke, 20 s after the restart"
+    );
+    world.now += SignedDuration::from_secs(14);
+    world.reconcile();
+    held_once_elsewhere(&world.config(), &held, "swarm-worker-1");
+}
+
+#[test]
+fn under_acknowledge_a_not_ready_pod_whose_container_just_restarted_keeps_its_jobs() {
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning, ContainerStatus};
+    let mut world = acknowledging(3);
+    let before = world.config();
+    // The kubelet restarted the crashed worker in its pod: NotReady until its first read.
+    let now = world.now;
+    let status = world.pod_mut(1).status.as_mut().unwrap();
+    *status = ready_status(false, now);
+    status.container_statuses = Some(vec![ContainerStatus {
+        name: "worker".into(),
+        restart_count: 1,
+        state: Some(ContainerState {
+            running: Some(ContainerStateRunning {
+                started_at: Some(Time(now)),
+            }),
+            ..ContainerState::default()
+        }),
+        ..ContainerStatus::default()
+    }]);
+    world.now += SignedDuration::from_secs(29);
+    world.reconcile();
+    assert_eq!(
+        world.config(),
+        before,
+        "within 30 s of its start it counts as starting"
+    );
+
+    world.now += SignedDuration::from_secs(1);
+    world.reconcile();
+    assert!(
+        jobs_of(&world.config(), "swarm-worker-1").is_empty(),
+        "then it is out"
     );
 }

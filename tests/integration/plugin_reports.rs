@@ -205,8 +205,8 @@ fn balanced_view(replicas: usize) -> PoolView {
         pods: (0..replicas)
             .map(|i| pod(&format!("w-{i}"), &format!("u{i}"), true))
             .collect(),
+        leases: Vec::new(),
     }
-    leases: Vec::new(),
 }
 
 #[test]
@@ -460,13 +460,14 @@ fn rolling_view_per_worker() -> PoolView {
         .expect("a valid ConfigMap"),
     ];
     view
-    leases: Vec::new(),
 }
 
 #[test]
 fn status_and_where_read_the_per_worker_layout_as_they_read_one_config() {
-    let whole = rolling_view();
     let split = rolling_view_per_worker();
+    // The same pool under the same policy, its config in one ConfigMap.
+    let mut whole = rolling_view();
+    whole.pool.spec.rollout.policy = split.pool.spec.rollout.policy;
     assert_eq!(split.config().unwrap(), whole.config().unwrap());
     assert_eq!(
         status::render(&status::report(&split).unwrap()),
@@ -480,4 +481,41 @@ fn status_and_where_read_the_per_worker_layout_as_they_read_one_config() {
         );
     }
     assert!(locate::locate(std::slice::from_ref(&split), "zz").is_empty());
+}
+
+#[test]
+fn status_of_an_acknowledging_pool_shows_what_each_worker_acknowledged_and_who_is_out() {
+    let mut view = rolling_view_per_worker();
+    view.leases = vec![
+        serde_json::from_value(json!({
+            "metadata": {"name": "w-0", "namespace": "ns", "labels": {"swarm.io/pool": "p"},
+                         "annotations": {"swarm.io/acked-version": "7"}},
+            "spec": {"holderIdentity": "uid-0", "leaseDurationSeconds": 30},
+        }))
+        .expect("a Lease"),
+        // Left by another instance of w-1: not this one's acknowledgement.
+        serde_json::from_value(json!({
+            "metadata": {"name": "w-1", "namespace": "ns", "labels": {"swarm.io/pool": "p"},
+                         "annotations": {"swarm.io/acked-version": "3"}},
+            "spec": {"holderIdentity": "uid-old", "leaseDurationSeconds": 30},
+        }))
+        .expect("a Lease"),
+    ];
+    let mut status = view.pool.status.clone().unwrap_or_default();
+    status.unavailable_workers = vec![
+        serde_json::from_value(json!({"pod": "w-1", "reason": "NotReady"})).expect("a worker"),
+    ];
+    view.pool.status = Some(status);
+    let report = status::report(&view).expect("a config");
+    let row = |pod: &str| report.workers.iter().find(|w| w.pod == pod).unwrap();
+    assert_eq!(row("w-0").acked_version, Some(7));
+    assert_eq!(row("w-1").acked_version, None, "another instance's Lease");
+    assert_eq!(row("w-1").unavailable.as_deref(), Some("NotReady"));
+    assert_eq!(report.failover_bound_seconds.map(f64::round), Some(58.0));
+    let text = status::render(&report);
+    assert!(
+        text.contains("Failover:   within 58 s of a worker stopping"),
+        "{text}"
+    );
+    assert!(text.contains("ACKED   OUT"), "{text}");
 }

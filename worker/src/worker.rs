@@ -62,6 +62,8 @@ pub struct WorkerBuilder {
     settings: PartialSettings,
     client: Option<Client>,
     shutdown: Option<Shutdown>,
+    /// Whether `build` binds the health address.
+    serve_health: bool,
 }
 
 impl WorkerBuilder {
@@ -81,6 +83,7 @@ impl WorkerBuilder {
             settings: PartialSettings::default(),
             client: None,
             shutdown: None,
+            serve_health: true,
         }
     }
 
@@ -135,6 +138,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// Serves no `/readyz` or `/healthz`, for many workers in one process (the operator
+    /// benchmark runs 10,000, and a socket each would exceed its file limit). Only where no
+    /// readiness probe runs: a probe of such a pod fails. [`Worker::health_addr`] is then the
+    /// address of the settings, bound by nothing.
+    pub fn without_health_server(mut self) -> Self {
+        self.serve_health = false;
+        self
+    }
+
     /// Sets how long a terminating worker waits to acknowledge a version without jobs
     /// (`SWARM_TERMINATION_SECONDS`, default 25 s); keep it below the pod's grace period.
     pub fn termination_deadline(mut self, deadline: Duration) -> Self {
@@ -167,7 +179,10 @@ impl WorkerBuilder {
             Some(shutdown) => shutdown,
             None => Box::pin(terminate_signal()?),
         };
-        let health = Health::serve(settings.health_addr).await?;
+        let health = match self.serve_health {
+            true => Health::serve(settings.health_addr).await?,
+            false => Health::unserved(settings.health_addr),
+        };
         Ok(Worker {
             settings,
             client,
@@ -195,7 +210,8 @@ struct Health {
     addr: SocketAddr,
     /// Until when the worker answers ready: the fence's [`Fence::ready_until`].
     ready: Permit,
-    server: JoinHandle<()>,
+    /// `None` when built [`WorkerBuilder::without_health_server`].
+    server: Option<JoinHandle<()>>,
 }
 
 impl Health {
@@ -213,8 +229,17 @@ impl Health {
         Ok(Self {
             addr,
             ready,
-            server,
+            server: Some(server),
         })
+    }
+
+    /// Readiness kept but served nowhere.
+    fn unserved(addr: SocketAddr) -> Self {
+        Self {
+            addr,
+            ready: Permit::default(),
+            server: None,
+        }
     }
 }
 
@@ -228,7 +253,9 @@ pub struct Worker {
 
 impl Drop for Health {
     fn drop(&mut self) {
-        self.server.abort();
+        if let Some(server) = &self.server {
+            server.abort();
+        }
     }
 }
 
@@ -263,7 +290,7 @@ impl Worker {
     }
 
     /// Where `/readyz` and `/healthz` are served: the bound address, so with port 0 the port
-    /// picked.
+    /// picked (built [`WorkerBuilder::without_health_server`]: the address of the settings).
     pub fn health_addr(&self) -> SocketAddr {
         self.health.addr
     }

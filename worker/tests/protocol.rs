@@ -778,6 +778,30 @@ async fn a_job_granted_through_the_watch_starts_only_once_a_fence_read_shows_it(
     sim.shutdown().await;
 }
 
+/// Thousands of workers in one process (the operator benchmark's load driver) cannot each
+/// hold a port: without its health server a worker binds nothing, even an address in use, and
+/// still reads and acknowledges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_without_a_health_server_binds_nothing_and_still_acknowledges() {
+    let (sim, client, uid) = sim_with(Some(config(1, &["a"], &[]))).await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let taken = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = taken.local_addr().unwrap();
+    let app = Recorder::new();
+    let worker = worker_of(&uid, client.clone())
+        .health_addr(addr)
+        .without_health_server()
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .expect("an address in use is not bound");
+    assert_eq!(worker.health_addr(), addr);
+    let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
+    acknowledged(&leases, 1).await;
+    assert_eq!(app.calls(), ["start a"]);
+    sim.shutdown().await;
+}
+
 /// A worker that starts before its pool's ConfigMap exists runs nothing, answers ready, and runs
 /// its entry as soon as the ConfigMap comes (the watch's event brings a read), not at its next
 /// scheduled read.

@@ -1,5 +1,8 @@
 //! The model cluster: a StatefulSet or a Deployment (with its ReplicaSet controller), pods that
-//! start late and terminate slowly, the ConfigMap, and what every pod instance runs.
+//! start late and terminate slowly, the ConfigMaps, the workers' Leases, the nodes and their
+//! kubelets, and what every pod instance runs. Under `Acknowledge` each pod runs a worker
+//! [`Process`] in real time (see [`super::events`]); otherwise a worker runs its entry of the
+//! file it read at start.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,7 +10,9 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, ReplicaSet, StatefulSet, StatefulSetSpec,
 };
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerState, ContainerStateRunning, ContainerStatus, Pod, PodSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, MicroTime, ObjectMeta, OwnerReference, Time,
 };
@@ -19,14 +24,17 @@ use swarm_protocol::config::WorkerConfig;
 use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
 use swarm_protocol::names::{DEPLOYMENT_POD_LABEL, STATEFULSET_POD_LABEL};
 use swarm_protocol::slices::slice_name;
+use swarm_worker::handoff::Entry;
 
-use super::process::{self, LEASE_DURATION, Process};
+use super::process::{self, PERMIT, Process, WorkerBugs};
 use crate::fixtures::{owner, ready_status};
 
 pub const NS: &str = "sim";
 pub const STS: &str = "w";
 pub const STS_UID: &str = "sts-uid";
 pub const DEPLOYMENT_UID: &str = "deployment-uid";
+/// The nodes pods are spread over (by ordinal): a cut node takes every pod on it along.
+pub const NODES: usize = 3;
 
 /// The kind of workload the pool's workers belong to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +46,17 @@ pub enum Kind {
     Deployment,
 }
 
+/// How a worker reaches the API server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Link {
+    #[default]
+    Up,
+    /// Requests are refused at once.
+    Fail,
+    /// Requests hang: no answer until the worker's own timeout.
+    Hang,
+}
+
 /// One pod instance as the API server has it, and what its worker runs.
 #[derive(Clone, Debug)]
 pub struct PodInstance {
@@ -47,20 +66,26 @@ pub struct PodInstance {
     /// The ReplicaSet revision of a Deployment's pod.
     pub revision: usize,
     pub uid: String,
-    /// The step at which its containers start and mount the ConfigMap.
+    pub node: String,
+    /// The step at which its containers start.
     pub starts_at: u64,
-    /// The jobs its worker runs: its own entry of the `config.yml` it last read; `None` until
-    /// it has started.
+    /// Without `Acknowledge`: the jobs its worker runs, its own entry of the `config.yml` it
+    /// last read; `None` until it has started. Under `Acknowledge`: `Some` once started (what
+    /// runs is its process's).
     pub runs: Option<BTreeSet<String>>,
     /// Deleted: gone from the API at this step (it keeps running until then).
     pub gone_at: Option<u64>,
     /// Termination grace, in steps.
     pub grace: u64,
-    /// Under `Acknowledge`: the config version its worker applied last, and that version's
-    /// entry for it (the config may have moved on since).
-    pub applied: Option<(u64, BTreeSet<String>)>,
-    /// Under Lease faults: its worker process, once started.
+    /// Under `Acknowledge`: its worker process, once started.
     pub process: Option<Process>,
+    /// Under `Acknowledge`: how its worker reaches the API server.
+    pub link: Link,
+    /// Its status as the kubelet last wrote it: Ready, since when (real ms), and when its
+    /// container started.
+    pub ready: bool,
+    pub ready_since: u64,
+    pub started: Option<u64>,
 }
 
 impl PodInstance {
@@ -68,9 +93,24 @@ impl PodInstance {
         self.name.clone()
     }
 
-    fn uid_number(&self) -> u64 {
+    pub fn uid_number(&self) -> u64 {
         self.uid.rsplit('-').next().unwrap().parse().unwrap()
     }
+
+    /// The jobs that do work on this instance at real millisecond `millis`.
+    pub fn running(&self, millis: u64) -> Vec<&str> {
+        match &self.process {
+            Some(process) => process.running(millis).iter().map(String::as_str).collect(),
+            None => self.runs.iter().flatten().map(String::as_str).collect(),
+        }
+    }
+}
+
+/// A node: when its kubelet last renewed the node's Lease, and whether it is cut off.
+#[derive(Clone, Debug, Default)]
+pub struct Node {
+    pub renewed: u64,
+    pub cut: bool,
 }
 
 /// The model cluster.
@@ -85,23 +125,29 @@ pub struct Cluster {
     pub config_map: Option<ConfigMap>,
     /// The workers' own ConfigMaps (the per-worker layout of `Acknowledge`).
     pub slices: Vec<ConfigMap>,
-    /// Workers follow `rollout.policy: Acknowledge`: they read the ConfigMap through the API
-    /// (each when its watch delivers, see [`Cluster::sync`]) and acknowledge what they run in
-    /// a Lease per pod name (see [`Cluster::ack`]).
+    /// Workers follow `rollout.policy: Acknowledge`: each pod runs a [`Process`].
     pub acknowledge: bool,
     /// The workers' Leases, by pod name.
     pub leases: BTreeMap<String, LeaseRecord>,
-    /// Workers renew their Lease on their own clock, fence themselves, pause and lose the API
-    /// server (see [`Process`]); their Leases carry a duration, so the operator judges expiry.
-    pub lease_faults: bool,
-    /// Under Lease faults, whether workers fence themselves (false: a deliberately wrong
-    /// worker, to show the simulation notices).
-    pub fencing: bool,
-    /// Under Lease faults, a deliberately wrong worker process that runs its entry as soon as
-    /// it starts, its start counting as a renewal.
-    pub starts_live: bool,
+    pub nodes: BTreeMap<String, Node>,
+    /// The API server cannot reach etcd: every request hangs until it can.
+    pub etcd_down: bool,
+    pub bugs: WorkerBugs,
     /// Real time, in milliseconds: a tick is a second, and time also passes between ticks.
     pub millis: u64,
+    /// Draws the delays of requests: the schedule's seed.
+    pub rng: u64,
+    /// Some requests are slow (up to 12 s): under faults, until they end.
+    pub slow: bool,
+    /// Whether two instances running one job is a failure (`Exclusive`).
+    pub exclusive: bool,
+    /// The first duplicate seen: when, and what.
+    pub duplicate: Option<String>,
+    /// Real milliseconds during which some job ran on two instances.
+    pub duplicate_millis: u64,
+    pub(super) duplicated_since: Option<u64>,
+    /// The kubelets' next instant to act on.
+    pub(super) kubelet_from: u64,
     next_uid: u64,
 }
 
@@ -128,10 +174,19 @@ impl Cluster {
             slices: Vec::new(),
             acknowledge: false,
             leases: BTreeMap::new(),
-            lease_faults: false,
-            fencing: true,
-            starts_live: false,
+            nodes: (0..NODES)
+                .map(|n| (node_name(n), Node::default()))
+                .collect(),
+            etcd_down: false,
+            bugs: WorkerBugs::default(),
             millis: 0,
+            rng: 0,
+            slow: false,
+            exclusive: true,
+            duplicate: None,
+            duplicate_millis: 0,
+            duplicated_since: None,
+            kubelet_from: 0,
             next_uid: 0,
         };
         cluster.controller();
@@ -139,203 +194,76 @@ impl Cluster {
     }
 
     pub fn now(&self) -> Timestamp {
-        Timestamp::from_second(1_700_000_000).unwrap()
-            + SignedDuration::from_millis(self.millis as i64)
+        at_millis(self.millis)
     }
 
-    /// Time passes one step (a second): pods start (mounting the ConfigMap as it is now),
-    /// grace periods run out, and the StatefulSet controller acts.
+    /// A delay in milliseconds drawn from the schedule's seed: mostly short, now and then
+    /// up to `slow`.
+    pub fn draw(&mut self, fast: u64, slow: u64) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        if self.slow && z % 8 == 0 {
+            (z >> 3) % (slow + 1)
+        } else {
+            (z >> 3) % (fast + 1)
+        }
+    }
+
+    /// Time passes one step (a second): pods start, grace periods run out, and the workload's
+    /// controller acts.
     pub fn tick(&mut self) {
         self.step += 1;
-        self.elapse(1000);
+        self.advance(1000);
         let step = self.step;
         self.pods.retain(|p| p.gone_at.is_none_or(|at| at > step));
         let configs = self.configs();
-        let (lease_faults, millis) = (self.lease_faults, self.millis);
-        let starts_live = self.starts_live;
+        let (acknowledge, millis, bugs) = (self.acknowledge, self.millis, self.bugs);
         for pod in &mut self.pods {
             if pod.runs.is_none() && pod.gone_at.is_none() && pod.starts_at <= step {
-                if lease_faults && starts_live {
+                pod.started = Some(millis);
+                if acknowledge {
+                    // It starts fenced: nothing runs before its first read.
                     let rate = process::rate(pod.uid_number());
-                    pod.process = Some(Process::start_live(rate, millis));
-                } else if lease_faults {
-                    // It starts fenced: nothing runs before its first renewal and a read.
-                    let rate = process::rate(pod.uid_number());
-                    pod.process = Some(Process::start(rate, millis));
+                    pod.process = Some(Process::start(rate, millis, bugs));
                     pod.runs = Some(BTreeSet::new());
                     continue;
                 }
-                let config = &configs[&pod.name()];
-                let entry = own_jobs(config.as_ref(), &pod.name());
-                pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
-                pod.runs = Some(entry);
+                pod.runs = Some(own_jobs(configs[&pod.name()].as_ref(), &pod.name()));
             }
         }
         self.controller();
+        self.advance(0);
     }
 
-    /// `ms` milliseconds of real time pass: each running worker process checks its fence.
-    pub fn elapse(&mut self, ms: u64) {
-        self.millis += ms;
-        self.check_fences();
-    }
-
-    /// Every worker process that is not paused fences itself if its last renewal is too old.
-    fn check_fences(&mut self) {
-        let (fencing, millis) = (self.fencing, self.millis);
-        for pod in &mut self.pods {
-            let Some(process) = pod.process.as_mut().filter(|p| !p.paused && fencing) else {
-                continue;
-            };
-            if process.fence.check(process.now(millis)) {
-                pod.runs = Some(BTreeSet::new());
-            }
-        }
-    }
-
-    /// SIGSTOP of the worker process of pod `index`.
-    pub fn pause(&mut self, index: usize) {
-        if let Some(process) = self.process_at(index) {
-            process.paused = true;
-        }
-    }
-
-    /// SIGCONT of the worker process of pod `index`: its fence is checked before it runs
-    /// anything again.
-    pub fn resume(&mut self, index: usize) {
-        if let Some(process) = self.process_at(index) {
-            process.paused = false;
-        }
-        self.check_fences();
-    }
-
-    /// The worker process of pod `index` loses (`true`) or regains the API server.
-    pub fn partition(&mut self, index: usize, cut: bool) {
-        if let Some(process) = self.process_at(index) {
-            process.partitioned = cut;
-        }
-    }
-
-    /// Every fault ends: paused processes resume, partitions heal.
-    pub fn heal(&mut self) {
-        for process in self.pods.iter_mut().filter_map(|p| p.process.as_mut()) {
-            process.paused = false;
-            process.partitioned = false;
-        }
-        self.check_fences();
-    }
-
-    fn process_at(&mut self, index: usize) -> Option<&mut Process> {
-        let uid = self.pod_at(index)?.uid.clone();
-        let pod = self.pods.iter_mut().find(|p| p.uid == uid)?;
-        pod.process.as_mut()
+    /// Every worker's entry in its own ConfigMap as the API server has it now (what a quorum
+    /// read shows).
+    pub fn entry(&self, pod: &str) -> Entry {
+        let name = slice_name("pool-config", pod);
+        self.slices
+            .iter()
+            .find(|cm| cm.metadata.name.as_deref() == Some(name.as_str()))
+            .and_then(|cm| cm.data.as_ref()?.get(CONFIG_KEY))
+            .and_then(|text| swarm_worker::source::parse(text, pod).ok())
+            .unwrap_or_default()
     }
 
     /// The workers' Leases as the API server serves them.
     pub fn lease_objects(&self) -> Vec<Lease> {
         self.leases
             .iter()
-            .map(|(pod, record)| lease_object(pod, record, self.lease_faults))
+            .map(|(pod, record)| lease_object(pod, record))
             .collect()
     }
 
-    /// Under `Acknowledge`, the ConfigMap watch of the workers in `mask` delivers: each applies
-    /// its entry of the current version (a terminating one only stops jobs, it starts none).
-    pub fn sync(&mut self, mask: u8) {
-        self.sync_where(|i| i < 8 && mask & (1 << i) != 0);
-    }
-
-    fn sync_where(&mut self, synced: impl Fn(usize) -> bool) {
-        if !self.acknowledge {
-            return;
-        }
-        let configs = self.configs();
-        let (fencing, millis) = (self.fencing, self.millis);
-        for (i, pod) in self.pods.iter_mut().enumerate() {
-            if pod.runs.is_none() || !synced(i) {
-                continue;
-            }
-            let mut config = configs[&pod.name].clone();
-            if pod.process.as_ref().is_some_and(|p| !p.connected()) {
-                continue;
-            }
-            if let Some(process) = pod.process.as_mut().filter(|_| fencing) {
-                // The answer to the fence's read: it lifts the fence if it came in time, and
-                // the worker applies what it read (the watch may deliver newer later).
-                if let Some((tag, read)) = process.read.take()
-                    && process.fence.read(tag, process.now(millis))
-                {
-                    config = read;
-                }
-                if !process.fence.is_live() {
-                    continue;
-                }
-            }
-            let Some(config) = config else { continue };
-            let entry = own_jobs(Some(&config), &pod.name);
-            let runs = pod.runs.as_mut().expect("started");
-            if pod.gone_at.is_some() {
-                runs.retain(|job| entry.contains(job));
-            } else {
-                runs.clone_from(&entry);
-            }
-            pod.applied = Some((config.version, entry));
-        }
-    }
-
-    /// Under `Acknowledge`, the workers in `mask` write their Lease: the version they applied,
-    /// if they run exactly its entry (a terminating worker that still runs jobs its entry no
-    /// longer lists, or that waits for jobs it will not start, acknowledges nothing).
-    pub fn ack(&mut self, mask: u8) {
-        self.ack_where(|i| i < 8 && mask & (1 << i) != 0);
-    }
-
-    fn ack_where(&mut self, acked: impl Fn(usize) -> bool) {
-        if !self.acknowledge {
-            return;
-        }
-        let configs = self.configs();
-        let (fencing, millis) = (self.fencing, self.millis);
-        for (i, pod) in self.pods.iter_mut().enumerate() {
-            let config = &configs[&pod.name];
-            let Some(runs) = pod.runs.as_mut() else {
-                continue;
-            };
-            if !acked(i) || pod.process.as_ref().is_some_and(|p| !p.connected()) {
-                continue;
-            }
-            let live = !fencing || pod.process.as_ref().is_none_or(|p| p.fence.is_live());
-            // The version it applied, though the config may have moved on since.
-            let acks = pod
-                .applied
-                .as_ref()
-                .filter(|(_, entry)| live && runs == entry)
-                .map(|(version, _)| *version);
-            let previous = self.leases.get(&pod.name).filter(|l| l.holder == pod.uid);
-            let record = LeaseRecord {
-                holder: pod.uid.clone(),
-                acked: acks.or_else(|| previous.and_then(|l| l.acked)),
-                renewed: millis,
-            };
-            // Without Lease faults a worker writes only to acknowledge; with them, every write
-            // renews.
-            let Some(process) = pod.process.as_mut() else {
-                if acks.is_some() {
-                    self.leases.insert(pod.name.clone(), record);
-                }
-                continue;
-            };
-            self.leases.insert(pod.name.clone(), record);
-            if process.renewed(millis, config.clone()) && fencing {
-                runs.clear();
-            }
-        }
-    }
-
-    /// Every worker reads the current version and acknowledges it (settling).
-    pub fn sync_and_ack_all(&mut self) {
-        self.sync_where(|_| true);
-        self.ack_where(|_| true);
+    /// The nodes' Leases as the API server serves them: (node, renewTime).
+    pub fn node_leases(&self) -> Vec<(String, Timestamp)> {
+        self.nodes
+            .iter()
+            .map(|(name, node)| (name.clone(), at_millis(node.renewed)))
+            .collect()
     }
 
     fn controller(&mut self) {
@@ -352,12 +280,16 @@ impl Cluster {
             name,
             revision: self.revision,
             uid: format!("00000000-0000-4000-8000-{:012}", self.next_uid),
+            node: node_name(ordinal % NODES),
             starts_at: self.step + self.next_uid % 2,
             runs: None,
             gone_at: None,
             grace: 1 + self.next_uid % 3,
-            applied: None,
             process: None,
+            link: Link::Up,
+            ready: false,
+            ready_since: self.millis,
+            started: None,
         }
     }
 
@@ -468,22 +400,24 @@ impl Cluster {
         self.pods.sort_by_key(|p| p.ordinal);
     }
 
-    /// A graceful delete of the instance `uid`; false when no such instance exists.
+    /// A graceful delete of the instance `uid`; false when no such instance exists. Its
+    /// worker gets SIGTERM.
     pub fn delete(&mut self, uid: &str) -> bool {
-        let step = self.step;
-        match self.pods.iter_mut().find(|p| p.uid == uid) {
-            Some(pod) => {
-                if pod.gone_at.is_none() {
-                    pod.gone_at = Some(step + pod.grace);
-                }
-                true
+        let (step, millis) = (self.step, self.millis);
+        let Some(pod) = self.pods.iter_mut().find(|p| p.uid == uid) else {
+            return false;
+        };
+        if pod.gone_at.is_none() {
+            pod.gone_at = Some(step + pod.grace);
+            if let Some(process) = &mut pod.process {
+                process.terminate(millis);
             }
-            None => false,
         }
+        true
     }
 
-    /// The instance of pod `index` ([`Cluster::pod_at`]) disappears at once (its node is lost
-    /// and it is removed).
+    /// The instance of pod `index` ([`Cluster::pod_at`]) disappears at once with its worker
+    /// (its node is lost and it is removed).
     pub fn lose(&mut self, index: usize) {
         if let Some(uid) = self.pod_at(index).map(|p| p.uid.clone()) {
             self.pods.retain(|p| p.uid != uid);
@@ -491,41 +425,30 @@ impl Cluster {
         self.controller();
     }
 
-    /// The worker process of pod `index` restarts inside its pod and reads the mounted file
-    /// again, which the kubelet may have refreshed to the newest content.
+    /// The worker process of pod `index` crashes and the kubelet restarts its container in the
+    /// same pod (same uid). Without `Acknowledge` it reads the mounted file again, which the
+    /// kubelet may have refreshed to the newest content; under it, the new process starts
+    /// fenced and runs nothing before its first read.
     pub fn restart_container(&mut self, index: usize) {
         let configs = self.configs();
-        let uid = self.pod_at(index).map(|p| p.uid.clone());
-        let (millis, starts_live) = (self.millis, self.starts_live);
-        for pod in self
-            .pods
-            .iter_mut()
-            .filter(|p| Some(&p.uid) == uid.as_ref())
-        {
-            if pod.runs.is_none() {
-                continue;
-            }
-            // A new process, on the same network: it starts fenced, so it runs nothing before
-            // its first renewal and a read after it (the worker library's rule).
-            if let Some(process) = &mut pod.process {
-                let cut = process.partitioned;
-                *process = if starts_live {
-                    Process::start_live(process.rate, millis)
-                } else {
-                    Process::start(process.rate, millis)
-                };
-                process.partitioned = cut;
-                if !starts_live || cut {
-                    pod.runs = Some(BTreeSet::new());
-                    pod.applied = None;
-                    continue;
-                }
-            }
-            let config = &configs[&pod.name];
-            let entry = own_jobs(config.as_ref(), &pod.name());
-            pod.applied = config.as_ref().map(|c| (c.version, entry.clone()));
-            pod.runs = Some(entry);
+        let Some(uid) = self.pod_at(index).map(|p| p.uid.clone()) else {
+            return;
+        };
+        let (millis, bugs) = (self.millis, self.bugs);
+        let pod = self.pods.iter_mut().find(|p| p.uid == uid).unwrap();
+        if pod.runs.is_none() {
+            return;
         }
+        pod.started = Some(millis);
+        if let Some(process) = &mut pod.process {
+            let terminating = pod.gone_at.is_some();
+            *process = Process::start(process.rate, millis, bugs);
+            if terminating {
+                process.terminate(millis);
+            }
+            return;
+        }
+        pod.runs = Some(own_jobs(configs[&pod.name].as_ref(), &pod.name()));
     }
 
     /// The pool's config as the operator wrote it, in either layout.
@@ -534,40 +457,25 @@ impl Cluster {
         pool_config(self.config_map.as_ref()?, &slices)
     }
 
-    /// What each pod reads: under `Acknowledge` its own ConfigMap, else the pool's `config.yml`.
+    /// What each pod reads without `Acknowledge`: the pool's `config.yml`.
     fn configs(&self) -> BTreeMap<String, Option<WorkerConfig>> {
+        let config = self
+            .config_map
+            .as_ref()
+            .and_then(|cm| cm.data.as_ref()?.get(CONFIG_KEY))
+            .and_then(|text| WorkerConfig::parse(text).ok());
         self.pods
             .iter()
-            .map(|pod| {
-                let config = if self.acknowledge {
-                    let name = slice_name("pool-config", &pod.name);
-                    self.slices
-                        .iter()
-                        .find(|cm| cm.metadata.name.as_deref() == Some(name.as_str()))
-                        .and_then(|cm| cm.data.as_ref()?.get(CONFIG_KEY))
-                        .and_then(|text| WorkerConfig::parse(text).ok())
-                } else {
-                    self.config_map
-                        .as_ref()
-                        .and_then(|cm| cm.data.as_ref()?.get(CONFIG_KEY))
-                        .and_then(|text| WorkerConfig::parse(text).ok())
-                };
-                (pod.name.clone(), config)
-            })
+            .map(|pod| (pod.name.clone(), config.clone()))
             .collect()
     }
 
-    /// What every pod of the API runs, for pods that started: job -> pod instances. A paused
-    /// process runs nothing until it resumes (and checks its fence first).
+    /// What runs now: job -> the pod instances that do work on it.
     pub fn holders(&self) -> BTreeMap<&str, Vec<&PodInstance>> {
         let mut by_job: BTreeMap<&str, Vec<&PodInstance>> = BTreeMap::new();
-        for pod in self
-            .pods
-            .iter()
-            .filter(|p| p.process.as_ref().is_none_or(|p| !p.paused))
-        {
-            for job in pod.runs.iter().flatten() {
-                by_job.entry(job.as_str()).or_default().push(pod);
+        for pod in &self.pods {
+            for job in pod.running(self.millis) {
+                by_job.entry(job).or_default().push(pod);
             }
         }
         by_job
@@ -664,6 +572,23 @@ impl Cluster {
         };
         // Pods are created in ordinal order: a Deployment gives the oldest the first slots.
         let created = Time(t0.0 + SignedDuration::from_secs(pod.ordinal as i64));
+        let mut status = if self.acknowledge {
+            ready_status(pod.ready, at_millis(pod.ready_since))
+        } else {
+            ready_status(pod.runs.is_some(), t0.0)
+        };
+        status.container_statuses = pod.started.filter(|_| self.acknowledge).map(|started| {
+            vec![ContainerStatus {
+                name: "worker".into(),
+                state: Some(ContainerState {
+                    running: Some(ContainerStateRunning {
+                        started_at: Some(Time(at_millis(started))),
+                    }),
+                    ..ContainerState::default()
+                }),
+                ..ContainerStatus::default()
+            }]
+        });
         Pod {
             metadata: ObjectMeta {
                 name: Some(pod.name()),
@@ -675,14 +600,26 @@ impl Cluster {
                 owner_references: Some(vec![owner]),
                 ..ObjectMeta::default()
             },
-            spec: None,
-            status: Some(ready_status(pod.runs.is_some(), t0.0)),
+            spec: Some(PodSpec {
+                node_name: Some(pod.node.clone()),
+                ..PodSpec::default()
+            }),
+            status: Some(status),
         }
     }
 }
 
 fn replica_set_name(revision: usize) -> String {
     format!("{STS}-rs{revision}")
+}
+
+pub fn node_name(index: usize) -> String {
+    format!("node-{index}")
+}
+
+/// The wall clock at real millisecond `millis` (offsets do not matter, only rates).
+pub fn at_millis(millis: u64) -> Timestamp {
+    Timestamp::from_second(1_700_000_000).unwrap() + SignedDuration::from_millis(millis as i64)
 }
 
 pub fn labels() -> BTreeMap<String, String> {
@@ -696,10 +633,8 @@ fn own_jobs(config: Option<&WorkerConfig>, pod: &str) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// A worker's Lease as the API server serves it; with `expiring`, it carries a duration.
-fn lease_object(pod: &str, record: &LeaseRecord, expiring: bool) -> Lease {
-    let renewed = Timestamp::from_second(1_700_000_000).unwrap()
-        + SignedDuration::from_millis(record.renewed as i64);
+/// A worker's Lease as the API server serves it, declaring the workers' permit.
+fn lease_object(pod: &str, record: &LeaseRecord) -> Lease {
     Lease {
         metadata: ObjectMeta {
             name: Some(pod.to_owned()),
@@ -712,8 +647,8 @@ fn lease_object(pod: &str, record: &LeaseRecord, expiring: bool) -> Lease {
         },
         spec: Some(LeaseSpec {
             holder_identity: Some(record.holder.clone()),
-            lease_duration_seconds: expiring.then_some(LEASE_DURATION.as_secs() as i32),
-            renew_time: Some(MicroTime(renewed)),
+            lease_duration_seconds: Some(PERMIT.as_secs() as i32),
+            renew_time: Some(MicroTime(at_millis(record.renewed))),
             ..LeaseSpec::default()
         }),
     }

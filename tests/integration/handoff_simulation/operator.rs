@@ -1,28 +1,32 @@
-//! The operator: a pod cache that lags, loses and repeats watch events, a memory of the pods it
-//! asked to delete, and the operator's own round protocol (`drive`) around the real pure
-//! planner. It can crash after any number of its writes and restart with empty memory.
+//! The operator: a pod cache that lags, loses and repeats watch events, Lease caches (the
+//! workers' and the nodes') that can stall, a memory of the pods it asked to delete and of when
+//! it first knew each worker's ConfigMap to show each version (the revoke log, on its own
+//! monotonic clock), and the operator's own round protocol (`drive`) around the real pure
+//! planner. It can crash after any number of its writes, or hand over to another replica,
+//! and starts again with empty memory.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::Timestamp;
 use swarm_operator::api::crd::SwarmPool;
-use swarm_operator::controller::lease_clock::{ClockReading, LeaseClock};
 use swarm_operator::drive::memory::{MemoryCluster, MemoryError, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::planner::Observed;
 use swarm_operator::state::cached::CachedPod;
 use swarm_operator::state::lease::Acks;
 use swarm_operator::state::lease_summary::LeaseSummary;
+use swarm_operator::state::node_leases::NodeLeases;
 use swarm_operator::state::pod_summary::PodSummary;
+use swarm_operator::state::revokes::{RevokeLog, RevokeWaits};
 use swarm_operator::state::slice_summary::SliceSummary;
 use swarm_protocol::names::ACKED_VERSION_ANNOTATION;
 use swarm_protocol::names::VERSION_ANNOTATION;
 
 use super::cluster::{Cluster, NS};
 use super::process;
-use crate::fixtures;
 
 /// What the operator did, for the invariants.
 #[derive(Clone, Debug, Default)]
@@ -31,11 +35,25 @@ pub struct Record {
     pub deletes: BTreeMap<String, usize>,
     /// The config version of every ConfigMap write, in order.
     pub versions: Vec<u64>,
-    /// Reconciles that found some worker's Lease expired.
-    pub expiries: usize,
+    /// Reconciles that found some worker out of the pool.
+    pub unavailable: usize,
     /// Reconciles whose plan did not settle within `drive::MAX_ROUNDS` rounds.
     pub unsettled: usize,
 }
+
+/// A deliberately wrong operator, fed wrong through what the simulation hands the real one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OperatorBugs {
+    /// Every acknowledged version it reads is this much higher (0: the real protocol).
+    pub ack_skew: u64,
+    /// Its revoke waits run on a clock three times too fast: each is a third as long.
+    pub short_revoke_wait: bool,
+    /// A new operator process counts every wait as started well before its own start.
+    pub takeover_keeps_waits: bool,
+}
+
+/// How far back a deliberately wrong new operator dates what it first sees.
+const PREDATED: Duration = Duration::from_secs(60);
 
 /// The operator process.
 #[derive(Debug)]
@@ -45,33 +63,35 @@ pub struct Operator {
     cache: BTreeMap<String, Pod>,
     /// Uids this process asked to delete.
     deleting: BTreeSet<String>,
-    /// The Lease cache: the workers' Leases as the watch delivered them, by name.
+    /// The workers' Leases as the watch delivered them, by name.
     leases: BTreeMap<String, Lease>,
-    /// The Lease watch is stalled: it delivers nothing, and reports no error, until a relist.
+    /// The nodes' Leases as the watch delivered them: (node, renewTime).
+    node_leases: Vec<(String, Timestamp)>,
+    /// The Lease watches are stalled: they deliver nothing, and report no error, until a
+    /// relist.
     pub leases_stalled: bool,
-    /// When this process saw each Lease renewed, on its own clock (empty after a crash).
-    clock: LeaseClock,
-    /// The rate of this operator's clock, in thousandths of real time.
+    /// Since when this process has known each worker's ConfigMap to show each version.
+    revokes: RevokeLog,
+    /// The rate of this process's clock, in millionths of real time.
     pub clock_rate: u64,
-    /// Added to every acknowledged version the operator reads: 0 for the real protocol; 1 for
-    /// a deliberately wrong operator that grants on the acknowledgement of the version before.
-    pub ack_skew: u64,
-    /// A deliberately wrong operator whose live Lease reads return its cache.
-    pub trusts_lease_cache: bool,
+    pub bugs: OperatorBugs,
+    /// Processes started so far (crashes and failovers).
+    pub processes: u64,
 }
 
 impl Operator {
-    pub fn start(pool: SwarmPool, cluster: &Cluster) -> Operator {
+    pub fn start(pool: SwarmPool, cluster: &Cluster, clock_rate: u64) -> Operator {
         let mut operator = Operator {
             pool,
             cache: BTreeMap::new(),
             deleting: BTreeSet::new(),
             leases: BTreeMap::new(),
+            node_leases: Vec::new(),
             leases_stalled: false,
-            clock: LeaseClock::default(),
-            clock_rate: 1000,
-            ack_skew: 0,
-            trusts_lease_cache: false,
+            revokes: RevokeLog::default(),
+            clock_rate,
+            bugs: OperatorBugs::default(),
+            processes: 1,
         };
         operator.relist(cluster);
         operator
@@ -109,6 +129,7 @@ impl Operator {
                 self.leases.insert(name, lease);
             }
         }
+        self.node_leases = cluster.node_leases();
     }
 
     /// A fresh list and watch: the caches equal the API.
@@ -123,92 +144,86 @@ impl Operator {
             .into_iter()
             .map(|l| (l.metadata.name.clone().unwrap(), l))
             .collect();
+        self.node_leases = cluster.node_leases();
         self.leases_stalled = false;
     }
 
-    /// The process dies and a new one starts: no memory, a cold cache that lists everything,
-    /// a clock that has seen no Lease renewed.
-    pub fn crash(&mut self, cluster: &Cluster) {
+    /// The process dies and a new one starts (or another replica takes over, on a clock of
+    /// rate `clock_rate`): no memory, a cold cache that lists everything.
+    pub fn crash(&mut self, cluster: &Cluster, clock_rate: u64) {
+        self.processes += 1;
+        self.clock_rate = clock_rate;
         self.deleting.clear();
-        self.clock = LeaseClock::default();
+        self.revokes = RevokeLog::default();
+        if self.bugs.takeover_keeps_waits {
+            let slices: Vec<SliceSummary> = cluster.slices.iter().map(SliceSummary::from).collect();
+            let before = self.instant(cluster.millis).checked_sub(PREDATED).unwrap();
+            self.revokes.note(&slices, before);
+        }
         self.relist(cluster);
     }
 
-    /// What the Lease cache acknowledges, and which Leases expired on this operator's clock,
-    /// as the controller judges them.
-    fn acks(&self, cluster: &Cluster) -> Acks {
+    /// This process's monotonic clock at real millisecond `millis`, as fed to the planner.
+    fn instant(&self, millis: u64) -> std::time::Instant {
+        let rate = if self.bugs.short_revoke_wait {
+            3 * self.clock_rate
+        } else {
+            self.clock_rate
+        };
+        process::instant(rate, millis).into_std()
+    }
+
+    /// What the Lease cache acknowledges, as the controller reads it.
+    fn acks(&self) -> Acks {
         let leases: Vec<LeaseSummary> = self
             .leases
             .values()
             .map(|l| LeaseSummary::from(&self.skewed(l)))
             .collect();
-        let mut acks = Acks::from_leases(&leases);
-        let grace = Duration::from_secs(self.pool.spec.rollout.lease_grace_seconds as u64);
-        let now = ClockReading {
-            monotonic: process::instant(self.clock_rate, cluster.millis).into_std(),
-            wall: cluster.now(),
-        };
-        self.clock.judge(NS, "pool", &leases, grace, now, &mut acks);
-        acks
+        Acks::from_leases(&leases)
     }
 
-    /// `lease` with [`Operator::ack_skew`] added to its acknowledged version.
+    /// `lease` with the skew of a deliberately wrong operator added to its acknowledged
+    /// version.
     fn skewed(&self, lease: &Lease) -> Lease {
         let mut lease = lease.clone();
         if let Some(annotations) = lease.metadata.annotations.as_mut()
             && let Some(version) = annotations.get_mut(ACKED_VERSION_ANNOTATION)
         {
-            *version = (version.parse::<u64>().unwrap() + self.ack_skew).to_string();
+            *version = (version.parse::<u64>().unwrap() + self.bugs.ack_skew).to_string();
         }
         lease
     }
 
-    /// One reconcile through the operator's own round protocol ([`drive`]). With
-    /// `crash_after = Some(k)` the process dies right after its k-th write (ConfigMap apply, pod
-    /// delete or status patch). Returns the phase it reported, if it got that far.
+    /// One reconcile through the operator's own round protocol ([`drive`]), its writes taking
+    /// effect now. With `crash_after = Some(k)` the process dies right after its k-th write
+    /// (ConfigMap apply, pod delete or status patch). Returns the phase it reported, if it got
+    /// that far; nothing while the API server cannot reach etcd (its first request fails).
     pub fn reconcile(
         &mut self,
         cluster: &mut Cluster,
         record: &mut Record,
         crash_after: Option<usize>,
     ) -> Option<String> {
+        let restart_rate = process::rate(self.processes * 7 + cluster.millis);
         if crash_after == Some(0) {
-            self.crash(cluster);
+            self.crash(cluster, restart_rate);
             return None;
         }
-        let statefulset = cluster.statefulset();
-        let deployment = cluster.deployment();
-        let replica_sets = cluster.replica_sets();
-        let cached: Vec<CachedPod> = self.cache.values().map(CachedPod::from).collect();
-        // The API server's side, in memory for the length of this reconcile (no time passes).
-        let acks = self.acks(cluster);
+        if cluster.etcd_down {
+            return None;
+        }
         let mut api = MemoryCluster {
             config_map: cluster.config_map.clone(),
             slices: cluster.slices.clone(),
             pods: cluster.api_pods().iter().map(PodSummary::from).collect(),
-            leases: if self.trusts_lease_cache {
-                self.leases.values().cloned().collect()
-            } else {
-                cluster.lease_objects()
-            },
             crash_after,
+            instant: Some(self.instant(cluster.millis)),
+            revokes: std::mem::take(&mut self.revokes),
             ..MemoryCluster::new(cluster.now())
         };
-        let cached_slices: Vec<SliceSummary> =
-            cluster.slices.iter().map(SliceSummary::from).collect();
-        let driven = block_on(drive(
-            &mut api,
-            &Observed {
-                statefulsets: statefulset.iter().collect(),
-                deployments: deployment.iter().collect(),
-                replica_sets: replica_sets.iter().collect(),
-                pods: cached.iter().collect(),
-                config_map: cluster.config_map.as_ref(),
-                worker_config_maps: cached_slices.iter().collect(),
-                ..fixtures::observed(&self.pool, &acks, &self.deleting, cluster.now())
-            },
-            &mut Journal::default(),
-        ));
+        let driven = self.drive(cluster, &mut api);
+        self.revokes = std::mem::take(&mut api.revokes);
         for written in &api.written {
             let version = written.metadata.annotations.as_ref().unwrap()[VERSION_ANNOTATION]
                 .parse()
@@ -226,7 +241,7 @@ impl Operator {
         let outcome = match driven {
             Ok(Driven::Done(outcome)) => outcome,
             Err(MemoryError::Crashed) => {
-                self.crash(cluster);
+                self.crash(cluster, restart_rate);
                 return None;
             }
             // The controller reports the error and reconciles again later; the writes made
@@ -239,12 +254,47 @@ impl Operator {
         };
         let writes = api.written.len() + api.delete_requests.len();
         let phase = outcome.status.phase.map(|p| p.to_string());
-        record.expiries += usize::from(!outcome.status.expired_workers.is_empty());
+        record.unavailable += usize::from(!outcome.status.unavailable_workers.is_empty());
         self.pool.status = Some(outcome.status);
         if crash_after == Some(writes + 1) {
-            self.crash(cluster);
+            self.crash(cluster, restart_rate);
         }
         debug_assert_eq!(self.pool.metadata.namespace.as_deref(), Some(NS));
         phase
+    }
+
+    /// The rounds of one reconcile on what the caches hold.
+    fn drive(&self, cluster: &Cluster, api: &mut MemoryCluster) -> Result<Driven, MemoryError> {
+        let statefulset = cluster.statefulset();
+        let deployment = cluster.deployment();
+        let replica_sets = cluster.replica_sets();
+        let cached: Vec<CachedPod> = self.cache.values().map(CachedPod::from).collect();
+        let cached_slices: Vec<SliceSummary> =
+            cluster.slices.iter().map(SliceSummary::from).collect();
+        let acks = self.acks();
+        let node_leases = NodeLeases::new(self.node_leases.iter().cloned());
+        let revokes = RevokeWaits::default();
+        block_on(drive(
+            api,
+            &Observed {
+                pool: &self.pool,
+                jobs_unresolved: None,
+                statefulsets: statefulset.iter().collect(),
+                deployments: deployment.iter().collect(),
+                replica_sets: replica_sets.iter().collect(),
+                pods: cached.iter().collect(),
+                other_pools: Vec::new(),
+                pods_are_live: false,
+                config_map: cluster.config_map.as_ref(),
+                worker_config_maps: cached_slices.iter().collect(),
+                slices_are_live: false,
+                deleting: &self.deleting,
+                acks: &acks,
+                revokes: &revokes,
+                node_leases: &node_leases,
+                now: cluster.now(),
+            },
+            &mut Journal::default(),
+        ))
     }
 }
