@@ -205,7 +205,7 @@ impl Cluster {
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^= z >> 31;
-        if self.slow && z % 8 == 0 {
+        if self.slow && z.is_multiple_of(8) {
             (z >> 3) % (slow + 1)
         } else {
             (z >> 3) % (fast + 1)
