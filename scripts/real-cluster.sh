@@ -340,6 +340,7 @@ EOF
     start "${dir}" kwok "${kwok_bin}/kwok" \
         --kubeconfig="${dir}/kubeconfig" --config="${repo_root}/hack/kwok/stages.yaml" \
         --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+        --node-lease-duration-seconds=40 \
         --server-address="127.0.0.1:${kwok_port}" --node-ip=10.1.0.1 --cidr=10.2.0.0/16
 
     local node

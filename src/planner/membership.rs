@@ -23,6 +23,10 @@ use crate::state::node_leases::NodeLeases;
 /// kubelet restarts a crashed container at once, and its worker is ready after its first read.
 pub const RESTART_WINDOW: SignedDuration = SignedDuration::from_secs(30);
 
+/// How long before the pod turned NotReady its container may have started again and still
+/// count as that restart: the kubelet writes the two in one status, a moment apart.
+const RESTART_SLACK: SignedDuration = SignedDuration::from_secs(5);
+
 /// Who takes part in this plan's assignment and handoff.
 pub(super) struct Membership {
     /// Whether the pool runs under `rollout.policy: Acknowledge`; nothing else applies if not.
@@ -124,7 +128,12 @@ impl Judge<'_> {
             return (None, node_change.and_then(positive));
         };
         let grace_ends = since + self.grace;
-        let restarted_ends = pod.started.map(|started| started + RESTART_WINDOW);
+        // A restart's window: the container started again about when the pod turned NotReady
+        // (a pod that was Ready after its restart and then failed gets the grace alone).
+        let restarted_ends = pod
+            .started
+            .filter(|started| *started + RESTART_SLACK >= since)
+            .map(|started| started + RESTART_WINDOW);
         let ends = restarted_ends.map_or(grace_ends, |r| r.max(grace_ends));
         if self.now < ends {
             let left = positive(ends.duration_since(self.now));

@@ -1,10 +1,10 @@
 //! A lost node under `rollout.policy: Acknowledge`: kwok stops playing one node (no heartbeats,
-//! its pods left as they are, as when a node loses power) and the worker processes of its pods
-//! die with it. Their pods stay Running in the API, and would until taint eviction minutes
-//! later; their jobs move to the workers on the other nodes once their Leases expire, on the
-//! workers' default timing within the documented bound (40 s + the 2 s grace + 2 s). The
-//! scenario takes the cluster to itself (it changes a node). Only a real control plane has
-//! nodes to lose.
+//! no node Lease renewals, its pods left Ready as they are, as when a node loses power) and the
+//! worker processes of its pods die with it. Their pods stay Running and Ready in the API, and
+//! would until taint eviction minutes later; their jobs move to the workers on the other nodes
+//! once the node's Lease has been silent for 20 s and the revoke wait has passed, within the
+//! documented failover bound. The scenario takes the cluster to itself (it changes a node).
+//! Only a real control plane has nodes to lose.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -41,7 +41,7 @@ impl Drop for RestoreNode {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_jobs_of_workers_on_a_lost_node_move_once_their_leases_expire() {
+async fn the_jobs_of_workers_on_a_lost_node_move_once_its_node_lease_goes_silent() {
     if std::env::var_os("SWARM_E2E_KUBECONFIG").is_none() {
         eprintln!("note: node-loss skipped on kube-sim: it has no nodes to lose");
         return;
