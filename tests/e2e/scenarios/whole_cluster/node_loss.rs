@@ -22,22 +22,52 @@ use crate::scenarios::scale;
 /// The annotation by which kwok picks the nodes it plays (scripts/real-cluster.sh).
 const KWOK_NODE: &str = "kwok.x-k8s.io/node";
 
-/// Gives the node back to kwok when the scenario ends, passed or failed.
+/// Where kubelets (and kwok) keep their nodes' Leases.
+const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// Gives the node back to kwok when the scenario ends, passed or failed: its annotation, and its
+/// Lease deleted, which kwok then creates and renews again.
 struct RestoreNode(Kubectl, String);
 
 impl Drop for RestoreNode {
     fn drop(&mut self) {
         let annotation = format!("{KWOK_NODE}=fake");
-        let out = self
-            .0
-            .run_blocking(&["annotate", "node", &self.1, &annotation, "--overwrite"]);
-        if !out.success {
-            eprintln!(
-                "note: could not give node {} back to kwok: {}",
-                self.1, out.stderr
-            );
+        let lease = ["-n", NODE_LEASE_NAMESPACE, "delete", "lease", &self.1];
+        for args in [
+            &["annotate", "node", &self.1, &annotation, "--overwrite"][..],
+            &lease[..],
+        ] {
+            let out = self.0.run_blocking(args);
+            if !out.success {
+                eprintln!(
+                    "note: could not give node {} back to kwok: {}",
+                    self.1, out.stderr
+                );
+            }
         }
     }
+}
+
+/// Stops the renewals of `node`'s Lease as a dead kubelet would: kwok keeps renewing the
+/// Leases of nodes it no longer plays, but never one another holder took (for an hour here).
+async fn silence_node_lease(kubectl: &Kubectl, node: &str) {
+    let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%6fZ");
+    let patch = format!(
+        r#"{{"spec":{{"holderIdentity":"lost-node","leaseDurationSeconds":3600,"renewTime":"{now}"}}}}"#
+    );
+    kubectl
+        .ok(&[
+            "-n",
+            NODE_LEASE_NAMESPACE,
+            "patch",
+            "lease",
+            node,
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ])
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -76,6 +106,7 @@ async fn the_jobs_of_workers_on_a_lost_node_move_once_its_node_lease_goes_silent
     env.kubectl
         .ok(&["annotate", "node", &node, &annotation, "--overwrite"])
         .await;
+    silence_node_lease(&env.kubectl, &node).await;
     for pod in &lost {
         env.fleet().signal(pod, "KILL");
     }
