@@ -2034,8 +2034,9 @@ fn under_acknowledge_a_worker_on_a_node_whose_lease_is_silent_is_taken_out_of_th
     );
 }
 
-#[test]
-fn under_acknowledge_a_revoke_is_freed_by_the_holders_acknowledgement_at_once() {
+/// A pool of 3 acknowledging workers whose swarm-worker-1 has been NotReady for the grace: its
+/// jobs revoked (in transit from it). Returns the world, those jobs and the revoking config.
+fn revoked_from_a_not_ready_worker() -> (World, BTreeSet<String>, WorkerConfig) {
     let mut world = acknowledging(3);
     let held = jobs_of(&world.config(), "swarm-worker-1");
     ready_from_now(&mut world, 1, false);
@@ -2043,6 +2044,12 @@ fn under_acknowledge_a_revoke_is_freed_by_the_holders_acknowledgement_at_once() 
     world.reconcile();
     let revoked = world.config();
     assert_eq!(in_transit_from(&revoked, "swarm-worker-1"), held);
+    (world, held, revoked)
+}
+
+#[test]
+fn under_acknowledge_a_revoke_is_freed_by_the_holders_acknowledgement_at_once() {
+    let (mut world, held, revoked) = revoked_from_a_not_ready_worker();
 
     // Still reading though the kubelet says NotReady: it saw the revoke and acknowledges it.
     world.ack(1, revoked.version);
@@ -2052,13 +2059,7 @@ fn under_acknowledge_a_revoke_is_freed_by_the_holders_acknowledgement_at_once() 
 
 #[test]
 fn under_acknowledge_a_revoke_is_never_granted_before_the_wait_even_across_operator_restarts() {
-    let mut world = acknowledging(3);
-    let held = jobs_of(&world.config(), "swarm-worker-1");
-    ready_from_now(&mut world, 1, false);
-    world.now += SignedDuration::from_secs(2);
-    world.reconcile();
-    let revoked = world.config();
-    assert_eq!(in_transit_from(&revoked, "swarm-worker-1"), held);
+    let (mut world, held, revoked) = revoked_from_a_not_ready_worker();
 
     // Just short of the wait (33.2 s): nothing is granted; an older acknowledgement frees
     // nothing either.
