@@ -15,6 +15,7 @@
 //! [`fence::revoke_wait`]: swarm_protocol::fence::revoke_wait
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::state::slice_summary::SliceSummary;
@@ -32,23 +33,29 @@ struct Shown {
     since: BTreeMap<u64, Instant>,
 }
 
-/// The workers' ConfigMaps of one pool as this operator came to know them.
+/// The workers' ConfigMaps of one pool as this operator came to know them. Shared with the
+/// readings taken of it ([`RevokeLog::at`]), copied only if one is still held when it changes:
+/// the drive reads it every round of every reconcile.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RevokeLog {
-    by_pod: BTreeMap<String, Shown>,
+    by_pod: Arc<BTreeMap<String, Shown>>,
 }
 
 impl RevokeLog {
     /// Notes that at `now` the workers' ConfigMaps `slices` (written, read or cached copies:
     /// all of the pool's) showed what they show, and forgets the workers without one.
     pub fn note<'a>(&mut self, slices: impl IntoIterator<Item = &'a SliceSummary>, now: Instant) {
+        let by_pod = Arc::make_mut(&mut self.by_pod);
         let mut seen = std::collections::BTreeSet::new();
         for cm in slices {
             let Some(pod) = cm.worker.as_deref() else {
                 continue;
             };
             seen.insert(pod);
-            let shown = self.by_pod.entry(pod.to_owned()).or_default();
+            if !by_pod.contains_key(pod) {
+                by_pod.insert(pod.to_owned(), Shown::default());
+            }
+            let shown = by_pod.get_mut(pod).expect("inserted above");
             if cm.metadata.resource_version.is_some()
                 && shown.resource_version == cm.metadata.resource_version
             {
@@ -65,7 +72,7 @@ impl RevokeLog {
                 shown.since.pop_first();
             }
         }
-        self.by_pod.retain(|pod, _| seen.contains(pod.as_str()));
+        by_pod.retain(|pod, _| seen.contains(pod.as_str()));
     }
 
     /// What the planner reads, at `now`.

@@ -81,11 +81,12 @@ pub struct PodInstance {
     pub process: Option<Process>,
     /// Under `Acknowledge`: how its worker reaches the API server.
     pub link: Link,
-    /// Its status as the kubelet last wrote it: Ready, since when (real ms), and when its
-    /// container started.
+    /// Its status as the kubelet last wrote it: Ready, since when (real ms), when its
+    /// container started and how often it was restarted.
     pub ready: bool,
     pub ready_since: u64,
     pub started: Option<u64>,
+    pub restarts: i32,
 }
 
 impl PodInstance {
@@ -290,6 +291,7 @@ impl Cluster {
             ready: false,
             ready_since: self.millis,
             started: None,
+            restarts: 0,
         }
     }
 
@@ -440,6 +442,7 @@ impl Cluster {
             return;
         }
         pod.started = Some(millis);
+        pod.restarts += 1;
         if let Some(process) = &mut pod.process {
             let terminating = pod.gone_at.is_some();
             *process = Process::start(process.rate, millis, bugs);
@@ -580,6 +583,7 @@ impl Cluster {
         status.container_statuses = pod.started.filter(|_| self.acknowledge).map(|started| {
             vec![ContainerStatus {
                 name: "worker".into(),
+                restart_count: pod.restarts,
                 state: Some(ContainerState {
                     running: Some(ContainerStateRunning {
                         started_at: Some(Time(at_millis(started))),
