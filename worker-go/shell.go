@@ -57,12 +57,12 @@ func (s *shell) spawn(task func()) {
 
 // send sends a fence read: a GET with no resourceVersion, which the API server answers from
 // etcd with a quorum read. The permit counts from the send, taken before the request so that
-// client-side delays only shorten it. A read is given up after F/4, which leaves a quarter of
-// the permit to retry in when a read sent on time hangs.
+// client-side delays only shorten it. A read is given up only once its answer could renew
+// nothing (ReadTimeout): a slow API server gets no more reads than a quick one.
 func (s *shell) send(ctx context.Context) {
 	s.inFlight = true
 	s.spawn(func() {
-		get, cancel := context.WithTimeout(ctx, s.settings.Permit/4)
+		get, cancel := context.WithTimeout(ctx, ReadTimeout(s.settings.Permit))
 		defer cancel()
 		sent := time.Now()
 		configMap, err := s.configMaps.Get(get, s.settings.OwnConfigMap(), metav1.GetOptions{})

@@ -24,6 +24,14 @@ func ReadInterval(permit time.Duration) time.Duration {
 	return permit / 2
 }
 
+// ReadTimeout is how long a worker waits for the answer to a fence read before it gives the read
+// up: the permit, after which its answer could renew nothing. A read is never abandoned sooner:
+// each worker has one read in flight and sends the next only once it has ended, so an API
+// server slow to answer gets fewer reads, never more.
+func ReadTimeout(permit time.Duration) time.Duration {
+	return permit
+}
+
 // ReadyWithin is how long after the send of its last successful read a worker answers ready:
 // three fifths of the permit, so one read may be late by a fifth of it before the kubelet marks
 // the pod NotReady.

@@ -240,6 +240,7 @@ type fenceVectors struct {
 	Timing               []struct {
 		PermitSeconds      int64
 		ReadEverySeconds   float64
+		ReadTimeoutSeconds float64
 		ReadyWithinSeconds float64
 		RetrySeconds       []float64
 		GraceSeconds       int64
@@ -280,6 +281,9 @@ func TestVectorFenceTiming(t *testing.T) {
 		permit := time.Duration(c.PermitSeconds) * time.Second
 		if got := ReadInterval(permit); !closeTo(got, c.ReadEverySeconds) {
 			t.Errorf("permit %v: reads every %v, want %vs", permit, got, c.ReadEverySeconds)
+		}
+		if got := ReadTimeout(permit); !closeTo(got, c.ReadTimeoutSeconds) {
+			t.Errorf("permit %v: read given up after %v, want %vs", permit, got, c.ReadTimeoutSeconds)
 		}
 		if got := ReadyWithin(permit); !closeTo(got, c.ReadyWithinSeconds) {
 			t.Errorf("permit %v: ready within %v, want %vs", permit, got, c.ReadyWithinSeconds)

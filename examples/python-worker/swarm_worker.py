@@ -80,6 +80,13 @@ def read_interval(permit):
     return permit / 2
 
 
+def read_timeout(permit):
+    """How long a fence read may take before the worker gives it up: the permit, after which
+    its answer could renew nothing. Never sooner: one read is in flight at a time and the next
+    is sent only once it has ended, so a slow API server gets fewer reads, never more."""
+    return permit
+
+
 def ready_within(permit):
     """How long after the send of its last successful read the worker answers ready: three
     fifths of the permit, so one read may be late by a fifth before the pod turns NotReady."""
@@ -614,8 +621,9 @@ def read_config_map(core, env, permit_seconds):
     try:
         response = core.read_namespaced_config_map(
             worker_config_map(env), env["POD_NAMESPACE"], _preload_content=False,
-            # An answer after the permit gives none: give up on it and retry.
-            _request_timeout=(min(REQUEST_TIMEOUT[0], permit_seconds / 2), permit_seconds))
+            # An answer after the permit gives none: give up on it then, never sooner.
+            _request_timeout=(min(REQUEST_TIMEOUT[0], permit_seconds / 2),
+                              read_timeout(permit_seconds)))
     except ApiException as error:
         if error.status == 404:
             return None, None

@@ -66,6 +66,7 @@ class ProtocolVectorsTest(unittest.TestCase):
             permit = case["permitSeconds"]
             with self.subTest(permit=permit):
                 self.assertAlmostEqual(sw.read_interval(permit), case["readEverySeconds"])
+                self.assertAlmostEqual(sw.read_timeout(permit), case["readTimeoutSeconds"])
                 self.assertAlmostEqual(sw.ready_within(permit), case["readyWithinSeconds"])
                 delays = [sw.retry_delay(failures, permit)
                           for failures in range(1, len(case["retrySeconds"]) + 1)]

@@ -29,6 +29,15 @@ pub fn read_interval(permit: Duration) -> Duration {
     permit / 2
 }
 
+/// How long a worker waits for the answer to a fence read before it gives the read up: the
+/// permit, after which its answer could renew nothing. A read is never abandoned sooner: each
+/// worker has one read in flight and sends the next only once it has ended, so an API server
+/// slow to answer gets fewer reads, never more (no retry, no new connection, while one may still
+/// serve), and a closed connection is not replaced in a burst of TLS handshakes.
+pub fn read_timeout(permit: Duration) -> Duration {
+    permit
+}
+
 /// How long after the send of its last successful read a worker answers ready: three fifths of
 /// the permit (18 s by default), so one read may be late by a fifth of the permit before the
 /// kubelet marks the pod NotReady.
@@ -67,6 +76,7 @@ mod tests {
     fn the_defaults() {
         assert_eq!(read_interval(DEFAULT_PERMIT), Duration::from_secs(15));
         assert_eq!(ready_within(DEFAULT_PERMIT), Duration::from_secs(18));
+        assert_eq!(read_timeout(DEFAULT_PERMIT), Duration::from_secs(30));
         assert_eq!(retry_cap(DEFAULT_PERMIT), Duration::from_millis(3750));
         let wait = revoke_wait(DEFAULT_PERMIT, Duration::from_secs(2));
         assert!(wait > Duration::from_millis(33_220) && wait < Duration::from_millis(33_230));

@@ -210,6 +210,7 @@ struct FenceVectors {
 struct TimingCase {
     permit_seconds: u64,
     read_every_seconds: f64,
+    read_timeout_seconds: f64,
     ready_within_seconds: f64,
     retry_seconds: Vec<f64>,
     grace_seconds: u64,
@@ -234,6 +235,10 @@ fn the_fence_timing() {
         let name = format!("permit {permit:?}");
         assert!(
             seconds(fence::read_interval(permit), case.read_every_seconds),
+            "{name}"
+        );
+        assert!(
+            seconds(fence::read_timeout(permit), case.read_timeout_seconds),
             "{name}"
         );
         assert!(

@@ -97,8 +97,9 @@ pub fn content<K: Resource + Serialize + Clone>(obj: &K) -> u64 {
     hash_json(&obj)
 }
 
-/// The fingerprint of a pod summary: its metadata but the resourceVersion, its Ready condition
-/// and whether it has finished.
+/// The fingerprint of a pod summary: its metadata but the resourceVersion, its Ready condition,
+/// when its container last started (a worker starting or restarted is judged from then) and
+/// whether it has finished.
 pub fn pod(pod: &PodSummary) -> u64 {
     let mut meta = pod.metadata.clone();
     meta.resource_version = None;
@@ -107,7 +108,8 @@ pub fn pod(pod: &PodSummary) -> u64 {
         .as_ref()
         .map(|r| (r.is_true, hash_json(&r.last_transition_time)));
     let mut hasher = DefaultHasher::new();
-    (hash_json(&meta), ready, pod.finished).hash(&mut hasher);
+    let started = hash_json(&pod.started);
+    (hash_json(&meta), ready, started, pod.ran, pod.finished).hash(&mut hasher);
     hasher.finish()
 }
 

@@ -129,6 +129,14 @@ pub(super) struct StatusWrite {
     pub(super) status: SwarmPoolStatus,
 }
 
+/// The status this operator last wrote for `pool`, while the cache still holds the very version
+/// that write was based on (the watch has not delivered the write yet): it, not the cached
+/// status, is the pool's status now.
+fn own_status<'a>(pool: &SwarmPool, last: Option<&'a StatusWrite>) -> Option<&'a SwarmPoolStatus> {
+    last.filter(|last| last.based_on.is_some() && last.based_on == pool.metadata.resource_version)
+        .map(|last| &last.status)
+}
+
 /// Whether `desired` is already the pool's status. The cached pool may predate this operator's
 /// own last write (a reconcile can run before the watch delivers it): while the cache still
 /// holds the very version that write was based on, the write stands for the status. A newer
@@ -257,6 +265,24 @@ impl Context {
         status_is_reported(pool, desired, last.status.as_ref())
     }
 
+    /// `pool` with the status this operator last wrote for it when the cache has not caught up
+    /// with that write, so that a reconcile compares what it decides with what it reported
+    /// (a worker reported unavailable is not reported again, nor its event published twice).
+    pub(super) fn with_own_status(&self, pool: Arc<SwarmPool>) -> Arc<SwarmPool> {
+        let written = self.written.lock().expect("written lock poisoned");
+        let last = written
+            .get(&ObjectRef::from_obj(pool.as_ref()))
+            .and_then(|last| last.status.as_ref());
+        match own_status(&pool, last) {
+            Some(status) if pool.status.as_ref() != Some(status) => {
+                let mut own = pool.as_ref().clone();
+                own.status = Some(status.clone());
+                Arc::new(own)
+            }
+            _ => pool,
+        }
+    }
+
     /// Remembers a status written for `pool`, decided on the pool as the cache held it.
     pub(super) fn remember_status(&self, pool: &SwarmPool, status: &SwarmPoolStatus) {
         self.last_writes(&ObjectRef::from_obj(pool), |last| {
@@ -307,6 +333,14 @@ mod tests {
             based_on: Some(based_on.into()),
             status: status(sts),
         };
+
+        assert_eq!(own_status(&cached, None), None);
+        assert_eq!(
+            own_status(&cached, Some(&wrote("7", "new"))),
+            Some(&status("new")),
+            "the write stands for the status until the cache catches up"
+        );
+        assert_eq!(own_status(&cached, Some(&wrote("6", "new"))), None);
 
         assert!(status_is_reported(&cached, &status("old"), None));
         assert!(!status_is_reported(&cached, &status("new"), None));

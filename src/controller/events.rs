@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::Context;
 use crate::api::conditions;
@@ -71,8 +71,9 @@ pub(super) async fn publish_events(ctx: &Context, pool: &SwarmPool, events: Vec<
                 &reference,
             )
             .await;
-        if let Err(error) = result {
-            warn!(%error, reason = event.reason, "failed to publish event");
+        match result {
+            Ok(()) => debug!(reason = event.reason, note = %event.note, "published event"),
+            Err(error) => warn!(%error, reason = event.reason, "failed to publish event"),
         }
     }
 }

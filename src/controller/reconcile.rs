@@ -75,6 +75,7 @@ pub(super) async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result
     let Some(pool) = ctx.pools.get(&ObjectRef::from_obj(pool.as_ref())) else {
         return Ok(Action::await_change());
     };
+    let pool = ctx.with_own_status(pool);
     let _timer = ctx.metrics.reconcile_started();
     let mut journal = Journal::default();
     let result = reconcile_pool(&pool, &ctx, &mut journal).await;

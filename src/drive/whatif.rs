@@ -326,6 +326,7 @@ impl WhatIf {
             },
             node: None,
             started: None,
+            ran: true,
             ready: Some(ReadyCondition {
                 is_true: true,
                 last_transition_time: Some(now),

@@ -5,8 +5,10 @@
 //! (its worker answers ready only while its reads of its ConfigMap succeed, and the kubelet
 //! writes the pod's status only when that changes) and its node's Lease. A worker is out of the
 //! pool, given no job and its jobs revoked, when its pod is terminating, has been NotReady for
-//! the pool's grace (unless its container has just started: a crashed worker restarted in the
-//! same pod takes its jobs back with its first read), or runs on a node whose Lease is silent.
+//! the pool's grace, or runs on a node whose Lease is silent. A worker that is starting is not
+//! failed: a pod none of whose containers has run yet (its image pulling) has no worker to judge,
+//! and a container that has just started (a new pod, or a crashed worker restarted in the same
+//! pod, which takes its jobs back with its first read) has [`START_WINDOW`] to turn Ready.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -19,13 +21,15 @@ use super::validate::Valid;
 use crate::api::crd::{RolloutPolicy, UnavailableReason, UnavailableWorker};
 use crate::state::node_leases::NodeLeases;
 
-/// How long after its container restarted a NotReady pod counts as starting, not failed: the
-/// kubelet restarts a crashed container at once, and its worker is ready after its first read.
-pub const RESTART_WINDOW: SignedDuration = SignedDuration::from_secs(30);
+/// How long after its container started a pod NotReady since then counts as starting, not
+/// failed: its worker answers ready after its first read, and the kubelet sees it at its next
+/// probe (every 5 s). Short enough that a worker that freezes as it starts still fails over
+/// within the documented bound: this window, then the revoke wait (33.2 s on defaults).
+pub const START_WINDOW: SignedDuration = SignedDuration::from_secs(15);
 
-/// How long before the pod turned NotReady its container may have started again and still
-/// count as that restart: the kubelet writes the two in one status, a moment apart.
-const RESTART_SLACK: SignedDuration = SignedDuration::from_secs(5);
+/// How long before the pod turned NotReady its container may have started and still count as
+/// that start: the kubelet writes the two in one status, a moment apart.
+const START_SLACK: SignedDuration = SignedDuration::from_secs(5);
 
 /// Who takes part in this plan's assignment and handoff.
 pub(super) struct Membership {
@@ -40,7 +44,7 @@ pub(super) struct Membership {
     /// Workers not ready for jobs: their pod is not Ready, or its instance acknowledged no
     /// version yet (its worker process is not up, or does not speak the protocol).
     pub unready: BTreeSet<String>,
-    /// When a worker's membership changes with no event to tell: a grace or a restart window
+    /// When a worker's membership changes with no event to tell: a grace or a start window
     /// ends, a node's Lease turns silent.
     pub next_change: Option<Duration>,
 }
@@ -121,20 +125,20 @@ impl Judge<'_> {
             .node
             .as_deref()
             .and_then(|node| self.nodes.silent_in(node, self.now));
-        if pod.ready {
+        if pod.ready || !pod.ran {
             return (None, node_change.and_then(positive));
         }
         let Some(since) = pod.not_ready_since else {
             return (None, node_change.and_then(positive));
         };
         let grace_ends = since + self.grace;
-        // A restart's window: the container started again about when the pod turned NotReady
-        // (a pod that was Ready after its restart and then failed gets the grace alone).
-        let restarted_ends = pod
+        // A start's window: the container started about when the pod turned NotReady (a pod
+        // that was Ready after its start and then failed gets the grace alone).
+        let start_ends = pod
             .started
-            .filter(|started| *started + RESTART_SLACK >= since)
-            .map(|started| started + RESTART_WINDOW);
-        let ends = restarted_ends.map_or(grace_ends, |r| r.max(grace_ends));
+            .filter(|started| *started + START_SLACK >= since)
+            .map(|started| started + START_WINDOW);
+        let ends = start_ends.map_or(grace_ends, |r| r.max(grace_ends));
         if self.now < ends {
             let left = positive(ends.duration_since(self.now));
             return (None, earliest(left, node_change.and_then(positive)));
@@ -169,6 +173,7 @@ mod tests {
             terminating: false,
             not_ready_since: not_ready_since.map(at),
             started: started.map(at),
+            ran: true,
             node: Some("n".into()),
         }
     }
@@ -192,17 +197,31 @@ mod tests {
         let (out, _) = judge(2, &nodes).out(&frozen);
         assert_eq!(out, Some((UnavailableReason::NotReady, Some(at(0)))));
 
-        // A crashed container restarted in the same pod: not Ready until its first read.
+        // A crashed container restarted in the same pod, or a new pod's: not Ready until its
+        // worker's first read and the kubelet's next probe.
         let restarted = pod(false, Some(0), Some(1));
         let (out, change) = judge(5, &nodes).out(&restarted);
-        assert_eq!(out, None, "within the restart window");
-        assert_eq!(change, Some(Duration::from_secs(26)));
-        let (out, _) = judge(31, &nodes).out(&restarted);
+        assert_eq!(out, None, "within the start window");
+        assert_eq!(change, Some(Duration::from_secs(11)));
+        let (out, _) = judge(16, &nodes).out(&restarted);
         assert_eq!(
             out,
             Some((UnavailableReason::NotReady, Some(at(0)))),
-            "crash-looping"
+            "never turned Ready, or crash-looping"
         );
+
+        // Ready after its start, then NotReady: the grace alone.
+        let failed_later = pod(false, Some(10), Some(1));
+        let (out, _) = judge(12, &nodes).out(&failed_later);
+        assert_eq!(out, Some((UnavailableReason::NotReady, Some(at(10)))));
+
+        // No container has run yet (its image is pulling): there is no worker to judge.
+        let pulling = WorkerPod {
+            started: None,
+            ran: false,
+            ..pod(false, Some(0), None)
+        };
+        assert_eq!(judge(600, &nodes).out(&pulling), (None, None));
 
         assert_eq!(
             judge(100, &nodes).out(&pod(true, None, Some(0))),

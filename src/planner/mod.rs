@@ -61,7 +61,7 @@ pub const STARTUP_GRACE: SignedDuration = SignedDuration::from_mins(5);
 pub const REQUEUE_IDLE: Duration = Duration::from_secs(300);
 /// Requeue while a rollout waits on pods (watch events normally come first).
 pub const REQUEUE_ROLLING: Duration = Duration::from_secs(15);
-/// How long after a revoke wait, a grace or a restart window ends the pool is looked at again,
+/// How long after a revoke wait, a grace or a start window ends the pool is looked at again,
 /// so it is past it.
 pub const EXPIRY_SLACK: Duration = Duration::from_millis(200);
 /// Requeue for a ConfigMap conflict, whose resolution (deleting the other ConfigMap) is not

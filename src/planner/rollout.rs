@@ -30,8 +30,10 @@ pub struct WorkerPod {
     pub terminating: bool,
     /// Since when the pod has not been Ready (Ready condition transition, else creation).
     pub not_ready_since: Option<Timestamp>,
-    /// When its most recently restarted container started again, if one runs.
+    /// When its most recently started container started, if one runs.
     pub started: Option<Timestamp>,
+    /// Some container of the pod has run: before that no worker in it has read anything.
+    pub ran: bool,
     /// The node it runs on, once scheduled.
     pub node: Option<String>,
 }
@@ -318,6 +320,7 @@ mod tests {
             terminating,
             not_ready_since: None,
             started: None,
+            ran: true,
             node: None,
         }
     }

@@ -209,6 +209,8 @@ pub struct CachedPod {
     pub node: Option<Box<str>>,
     /// See [`PodSummary::started`].
     pub started: Option<Timestamp>,
+    /// See [`PodSummary::ran`].
+    pub ran: bool,
     /// See [`PodSummary::finished`].
     pub finished: bool,
 }
@@ -234,6 +236,7 @@ impl Cacheable for PodSummary {
             ready: self.ready.clone(),
             node: self.node.as_deref().map(Into::into),
             started: self.started.as_ref().map(|t| t.0),
+            ran: self.ran,
             finished: self.finished,
         }
     }

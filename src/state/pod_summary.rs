@@ -25,10 +25,12 @@ pub struct PodSummary {
     pub ready: Option<ReadyCondition>,
     /// `spec.nodeName`: the node it runs on, once scheduled.
     pub node: Option<String>,
-    /// When its most recently restarted container started again (`state.running.startedAt` of
-    /// a running container whose `restartCount` is not 0): a container the kubelet restarted
-    /// is not Ready until its worker has read its entry.
+    /// When its most recently started container started (`state.running.startedAt` of a
+    /// running container): a new or restarted worker is not Ready until it has read its entry.
     pub started: Option<Time>,
+    /// Some container of the pod has run: one runs, has terminated or has restarted. Until
+    /// then (its image still pulling, say) no worker in it can have read anything.
+    pub ran: bool,
     /// The pod's phase is `Failed` or `Succeeded` (evicted, say): every container has stopped
     /// and the kubelet never starts one again, so the pod runs nothing though it stays in the
     /// API until it is deleted.
@@ -56,20 +58,27 @@ impl From<&Pod> for PodSummary {
                 last_transition_time: c.last_transition_time.clone(),
             });
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        let started = pod
+        let containers = pod
             .status
             .as_ref()
             .and_then(|s| s.container_statuses.as_ref())
             .into_iter()
-            .flatten()
-            .filter(|c| c.restart_count > 0)
+            .flatten();
+        let started = containers
+            .clone()
             .filter_map(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone())
             .max_by_key(|t| t.0);
+        let ran = containers.clone().any(|c| {
+            let state = c.state.as_ref();
+            c.restart_count > 0
+                || state.is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+        });
         PodSummary {
             metadata: read_meta(&pod.metadata),
             ready,
             node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
             started,
+            ran,
             finished: is_finished(phase),
         }
     }
@@ -126,6 +135,8 @@ struct ContainerStatusFields {
 struct ContainerStateFields {
     #[serde(default)]
     running: Option<RunningFields>,
+    #[serde(default)]
+    terminated: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -151,16 +162,21 @@ impl From<PodFields> for PodSummary {
             .status
             .map(|s| (s.phase, s.conditions, s.container_statuses))
             .unwrap_or_default();
+        let containers = containers.unwrap_or_default();
+        let ran = containers.iter().any(|c| {
+            let state = c.state.as_ref();
+            c.restart_count > 0
+                || state.is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+        });
         let started = containers
             .into_iter()
-            .flatten()
-            .filter(|c| c.restart_count > 0)
             .filter_map(|c| c.state?.running?.started_at)
             .max_by_key(|t| t.0);
         PodSummary {
             metadata: pod.metadata,
             node: pod.spec.and_then(|s| s.node_name),
             started,
+            ran,
             ready: conditions
                 .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
                 .map(|c| ReadyCondition {
@@ -227,9 +243,10 @@ mod tests {
         assert_eq!(summary.node.as_deref(), Some("node-a"));
         assert_eq!(
             summary.started,
-            Some(Time("2026-01-01T00:00:03Z".parse().expect("time"))),
-            "the latest start of a running container that restarted"
+            Some(Time("2026-01-01T00:00:04Z".parse().expect("time"))),
+            "the latest start of a running container"
         );
+        assert!(summary.ran);
 
         crate::state::trim::pod(&mut summary);
         assert_eq!(summary.metadata.labels, None);

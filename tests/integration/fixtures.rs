@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{ConfigMap, PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerState, ContainerStateRunning, ContainerStatus, PodCondition, PodStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use swarm_operator::api::crd::{SwarmPool, SwarmPoolSpec};
@@ -75,7 +77,8 @@ pub fn owner(kind: &str, name: &str, uid: &str) -> OwnerReference {
     }
 }
 
-/// A pod's status with its `Ready` condition, last changed at `since`.
+/// A pod's status with its `Ready` condition, last changed at `since`, and its one container
+/// running since then.
 pub fn ready_status(ready: bool, since: Timestamp) -> PodStatus {
     PodStatus {
         conditions: Some(vec![PodCondition {
@@ -83,6 +86,16 @@ pub fn ready_status(ready: bool, since: Timestamp) -> PodStatus {
             status: if ready { "True" } else { "False" }.into(),
             last_transition_time: Some(Time(since)),
             ..PodCondition::default()
+        }]),
+        container_statuses: Some(vec![ContainerStatus {
+            name: "worker".into(),
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(Time(since)),
+                }),
+                ..ContainerState::default()
+            }),
+            ..ContainerStatus::default()
         }]),
         ..PodStatus::default()
     }

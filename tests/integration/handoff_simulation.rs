@@ -517,7 +517,9 @@ fn the_simulation_catches_the_duplicates_of_the_overlap_handoff() {
 fn a_restarted_worker_process_runs_nothing_before_its_first_read_and_keeps_its_jobs() {
     use Step::*;
     let mut steps = vec![Tick, Tick, Reconcile(None)];
-    for _ in 0..4 {
+    // A new worker is Ready only after its first read and the kubelet's next probe, and its
+    // jobs come to it only once revoked from the worker that took them meanwhile: 12 s.
+    for _ in 0..6 {
         steps.extend([Sync(255), Elapse(2_000), Relist, Reconcile(None)]);
     }
     let schedule = Schedule {

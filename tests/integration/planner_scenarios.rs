@@ -2109,12 +2109,12 @@ fn under_acknowledge_a_not_ready_pod_whose_container_just_restarted_keeps_its_jo
         }),
         ..ContainerStatus::default()
     }]);
-    world.now += SignedDuration::from_secs(29);
+    world.now += SignedDuration::from_secs(14);
     world.reconcile();
     assert_eq!(
         world.config(),
         before,
-        "within 30 s of its start it counts as starting"
+        "within 15 s of its start it counts as starting"
     );
 
     world.now += SignedDuration::from_secs(1);

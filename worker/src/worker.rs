@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, Client};
-use swarm_protocol::fence::read_interval;
+use swarm_protocol::fence;
 use swarm_protocol::lease::Holder;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc, watch};
@@ -523,15 +523,15 @@ impl Shell {
         }
     }
 
-    /// Sends a fence read now: a GET with no resourceVersion, one at a time, given up after
-    /// half a permit (its answer could then renew no permit in time).
+    /// Sends a fence read now: a GET with no resourceVersion, one at a time, given up only once
+    /// its answer could renew nothing ([`fence::read_timeout`]).
     fn send_read(&mut self, tasks: &mut Tasks) {
         self.reading = true;
         let sent = Instant::now();
         let api = self.config_maps.clone();
         let name = self.settings.own_config_map();
         let pod = self.settings.pod_name.clone();
-        let timeout = read_interval(self.settings.permit);
+        let timeout = fence::read_timeout(self.settings.permit);
         let answers = self.answers.clone();
         tasks.spawn(async move {
             let result = source::read(&api, &name, &pod, timeout).await;

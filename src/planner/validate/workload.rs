@@ -175,6 +175,7 @@ pub(super) fn worker_pod(pod: &CachedPod, deleting: &BTreeSet<String>) -> Worker
         terminating,
         not_ready_since,
         started: pod.started,
+        ran: pod.ran,
         node: pod.node.as_deref().map(str::to_owned),
     }
 }

@@ -152,7 +152,7 @@ impl Cluster {
             return;
         }
         let sent = process.now(at);
-        let timeout_at = process::real_at(process.rate, sent + fence::read_interval(PERMIT));
+        let timeout_at = process::real_at(process.rate, sent + fence::read_timeout(PERMIT));
         let (delay, answer_after) = (self.draw(FAST, SLOW), self.draw(FAST, SLOW));
         let linearize_at = match link {
             Link::Up | Link::Fail => at + delay,

@@ -70,7 +70,7 @@ pub struct Read {
     pub answer_after: u64,
     /// The entry it showed, once it took effect.
     pub shown: Option<Entry>,
-    /// When the worker gives up on it (half a permit after the send, on its clock).
+    /// When the worker gives up on it (a permit after the send, on its clock).
     pub timeout_at: u64,
     /// It failed (a refused connection): the failure arrives at `linearize_at`.
     pub fails: bool,

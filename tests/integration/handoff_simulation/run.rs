@@ -45,9 +45,9 @@ fn failover_bound(probe: Probe) -> Duration {
     Duration::from_secs(table + 1)
 }
 
-/// The operator's restart window: a NotReady pod whose container started less than this long
-/// ago is starting, not failed (docs/worker-protocol.md, the safety rule).
-const RESTART_WINDOW_SECONDS: u64 = 30;
+/// The operator's start window: a NotReady pod whose container started less than this long ago
+/// is starting, not failed (docs/worker-protocol.md, the safety rule).
+const START_WINDOW_SECONDS: u64 = 15;
 
 /// A pool under `rollout.policy: Acknowledge`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -355,13 +355,13 @@ impl Run {
     /// its jobs must run elsewhere within the bound of the doc's table, whenever another
     /// member can take them; then the fault ends and the pool settles again.
     fn probe_failover(&mut self, (probe, index): (Probe, usize)) -> Result<(), String> {
-        // The table's bounds are for workers whose container is older than the restart
-        // window (a NotReady pod that started less than 30 s ago counts as starting).
-        for _ in 0..RESTART_WINDOW_SECONDS + 1 {
+        // The table's bounds are for workers whose container is older than the start window
+        // (a NotReady pod that started less than 15 s ago counts as starting).
+        for _ in 0..START_WINDOW_SECONDS + 1 {
             let millis = self.cluster.millis;
             let young = |p: &cluster::PodInstance| {
                 p.started
-                    .is_none_or(|s| s + RESTART_WINDOW_SECONDS * 1000 > millis)
+                    .is_none_or(|s| s + START_WINDOW_SECONDS * 1000 > millis)
             };
             if !self.cluster.pods.iter().any(young) {
                 break;
