@@ -28,6 +28,33 @@ pub const USER_AGENT: &str = "swarm-operator-bench-workers";
 /// The label naming a worker pod's StatefulSet, which is also its pool's name.
 const POOL_LABEL: &str = "app";
 
+/// Idle connections the driver's client keeps for its workers' reads. Each worker process of a
+/// real pool keeps one of its own; all of them in one process would hold a connection per worker
+/// beside its watch, and 10,000 workers would then exceed this process's file limit and the API
+/// server's (20,000 each here). The API server's work per read is the same either way.
+const IDLE_CONNECTIONS: usize = 256;
+
+/// The one client of every worker in the driver: kube's default stack (TLS, the kubeconfig's
+/// credentials and headers) over a connection pool that keeps at most [`IDLE_CONNECTIONS`]
+/// idle, counting each request in `counter`.
+fn shared_client(config: kube::Config, counter: RequestCounter) -> Client {
+    use kube::client::ConfigExt as _;
+    let connector = config
+        .rustls_https_connector()
+        .expect("the load driver's TLS connector");
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .pool_max_idle_per_host(IDLE_CONNECTIONS)
+        .build(connector);
+    let service = tower::ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer().expect("the kubeconfig's credentials"))
+        .layer(config.extra_headers_layer().expect("the driver's headers"))
+        .layer(counting_layer(counter))
+        .map_err(tower::BoxError::from)
+        .service(http);
+    Client::new(service, config.default_namespace)
+}
+
 /// Jobs that cost nothing: the driver measures the protocol, not an application.
 struct NoJobs;
 
@@ -79,10 +106,7 @@ impl LoadDriver {
             "requests of the load driver",
             counter.clone(),
         );
-        let client = kube::client::ClientBuilder::try_from(config)
-            .expect("the load driver's client")
-            .with_layer(&counting_layer(counter))
-            .build();
+        let client = shared_client(config, counter);
         let state = Arc::new(Mutex::new(State::default()));
         let pods = tokio::spawn(follow_pods(
             client,
