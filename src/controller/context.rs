@@ -146,14 +146,7 @@ fn status_is_reported(
     desired: &SwarmPoolStatus,
     last: Option<&StatusWrite>,
 ) -> bool {
-    if pool.status.as_ref() == Some(desired) {
-        return true;
-    }
-    last.is_some_and(|last| {
-        last.based_on.is_some()
-            && last.based_on == pool.metadata.resource_version
-            && last.status == *desired
-    })
+    own_status(pool, last).or(pool.status.as_ref()) == Some(desired)
 }
 
 impl Context {

@@ -19,7 +19,7 @@
 pub mod acknowledge;
 mod by_job;
 pub mod handoff;
-mod membership;
+pub mod membership;
 mod report;
 pub use report::{FAILOVER, coalesce_acknowledgements};
 pub mod rollout;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use swarm_assign::Qos;
 use swarm_operator::api::crd::{Handoff, RolloutPolicy, SwarmPool, WorkloadKind};
+use swarm_operator::planner::membership::START_WINDOW;
 
 use super::cluster::{self, Cluster, Kind, Link};
 use super::operator::{Operator, OperatorBugs, Record};
@@ -47,7 +48,7 @@ fn failover_bound(probe: Probe) -> Duration {
 
 /// The operator's start window: a NotReady pod whose container started less than this long ago
 /// is starting, not failed (docs/worker-protocol.md, the safety rule).
-const START_WINDOW_SECONDS: u64 = 15;
+const START_WINDOW_SECONDS: u64 = START_WINDOW.as_secs() as u64;
 
 /// A pool under `rollout.policy: Acknowledge`.
 #[derive(Clone, Copy, Debug, Default)]
