@@ -149,7 +149,8 @@ async fn killed_process(env: &Env, cluster: &Path, reports: &Reports, victim: &s
         .workload(victim)
         .map_or(0, |w| w.jobs.len());
     eprintln!(
-        "real-workers-faults: SIGKILL of {victim}'s process: running its {entry} jobs again in the same pod {:.1} s later",
+        "{}: SIGKILL of {victim}'s process: running its {entry} jobs again in the same pod {:.1} s later",
+        env.name(),
         back.as_secs_f64()
     );
     // Past the operator's start window its pod would count as failed and its jobs would move.
@@ -184,7 +185,8 @@ async fn frozen(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
         "thawed, it fenced itself first: {first:?}"
     );
     eprintln!(
-        "real-workers-faults: {victim} frozen: its jobs moved {:.1} s after the freeze (bound {:?}); thawed, it fenced itself and rejoined in {:.1} s",
+        "{}: {victim} frozen: its jobs moved {:.1} s after the freeze (bound {:?}); thawed, it fenced itself and rejoined in {:.1} s",
+        env.name(),
         moved.as_secs_f64(),
         failover_bound(),
         started.elapsed().as_secs_f64() - moved.as_secs_f64()
@@ -207,7 +209,8 @@ async fn cut_off(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
     let restored = Instant::now();
     settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
     eprintln!(
-        "real-workers-faults: {victim}'s network cut: its jobs moved {:.1} s later (bound {:?}); it rejoined {:.1} s after the route came back",
+        "{}: {victim}'s network cut: its jobs moved {:.1} s later (bound {:?}); it rejoined {:.1} s after the route came back",
+        env.name(),
         moved.as_secs_f64(),
         failover_bound(),
         restored.elapsed().as_secs_f64()
@@ -258,7 +261,8 @@ async fn kubelet_stopped(env: &Env, cluster: &Path, reports: &Reports, victim: &
     let back = Instant::now();
     settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
     eprintln!(
-        "real-workers-faults: kubelet stopped and {victim}'s container killed: every job of the node's workers revoked {:.1} s later (bound {:?}); kubelet continued: settled {:.1} s later",
+        "{}: kubelet stopped and {victim}'s container killed: every job of the node's workers revoked {:.1} s later (bound {:?}); kubelet continued: settled {:.1} s later",
+        env.name(),
         moved.as_secs_f64(),
         failover_bound(),
         back.elapsed().as_secs_f64()
