@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
+use swarm_operator::planner::membership::START_WINDOW;
 
 use super::pod_log::PodLog;
 use super::{acknowledging_workers, reports_dir, settle_acknowledged, worker_rbac};
@@ -155,7 +156,7 @@ async fn killed_process(env: &Env, cluster: &Path, reports: &Reports, victim: &s
     );
     // Past the operator's start window its pod would count as failed and its jobs would move.
     assert!(
-        back < Duration::from_secs(15),
+        back < START_WINDOW.unsigned_abs(),
         "{victim} took {back:?} to run its jobs again"
     );
 }
