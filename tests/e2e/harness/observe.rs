@@ -216,6 +216,7 @@ pub fn balanced(o: &Observed, replicas: usize, statefulset: &str) -> Result<(), 
     if config.pods() != ordinals {
         return Err(format!("ConfigMap names workers {:?}", config.pods()));
     }
+    status_of_config(o)?;
     pods_settled(o, &ordinals)
 }
 
@@ -232,6 +233,19 @@ pub fn status_current(o: &Observed) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The status describes the ConfigMap observed with it (`status.version` is its version).
+/// [`observe`] reads the pool before the ConfigMap, and the operator writes the status after
+/// the ConfigMap: without this a check may pair a new config with the status of the old one.
+pub fn status_of_config(o: &Observed) -> Result<(), String> {
+    let written = o.config.as_ref().ok_or("no ConfigMap yet")?.version;
+    match o.status_u64("version") {
+        Some(version) if version == written => Ok(()),
+        version => Err(format!(
+            "the status describes config version {version:?}, the ConfigMap holds {written}"
+        )),
+    }
 }
 
 /// Exactly the pods `names` exist, all Ready, none terminating.

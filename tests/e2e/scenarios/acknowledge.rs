@@ -12,7 +12,8 @@ use serde_json::{Value, json};
 use super::{kubectl_ns, scale};
 use crate::harness::manifests::documents_at;
 use crate::harness::observe::{
-    Observed, assert_invariants, balanced, operator_pod_deletes, pool_events, wait_for,
+    Observed, assert_invariants, balanced, operator_pod_deletes, pool_events, status_of_config,
+    wait_for,
 };
 use crate::harness::poll::eventually;
 use crate::harness::worker_fleet::{Program, Workers, with_readiness_probe};
@@ -493,6 +494,7 @@ async fn settle_deployment(env: &Env, pool: &str, old: &BTreeSet<String>) -> BTr
 /// Whether the config lists no job on `pods` and nothing is in transit: their jobs run on the
 /// other workers.
 pub(crate) fn jobs_moved_off(o: &Observed, pods: &[&str]) -> Result<(), String> {
+    status_of_config(o)?;
     let left: usize = pods
         .iter()
         .map(|pod| o.config().workload(pod).map_or(0, |w| w.jobs.len()))

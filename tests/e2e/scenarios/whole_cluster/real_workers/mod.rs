@@ -169,8 +169,6 @@ async fn settle_acknowledged(
             if o.status_u64("jobsInTransit") != Some(0) {
                 return Err(format!("jobsInTransit {:?}", o.status_u64("jobsInTransit")));
             }
-            // The status is written after the ConfigMap: a read between the two sees a Balanced
-            // status beside a config already moving jobs (a worker that just rejoined).
             let config = o.config();
             config
                 .check_exactly_once(sts, workers, &o.spec_jobs())
