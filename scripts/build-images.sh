@@ -41,9 +41,10 @@
 # whose libraries are not pinned (sqlite3, crypt, curses, readline, dbm.ndbm, nis). The wheels of
 # examples/python-worker/requirements.txt, the whole closure, go into
 # /usr/lib/python3/dist-packages with `pip install --no-deps --only-binary=:all:` for CPython 3.11
-# on glibc 2.36 (manylinux up to 2_36), without byte code (PYTHONDONTWRITEBYTECODE=1; the root
-# filesystem may be read-only), console scripts, kubernetes/aio (the asyncio client, 40 MB that
-# swarm_worker.py never imports) or the kubernetes package's *_test.py. The build fails when
+# on glibc 2.36 (manylinux up to 2_36), without console scripts, kubernetes/aio (the asyncio
+# client, 40 MB that swarm_worker.py never imports) or the kubernetes package's *_test.py; all
+# byte code is compiled at build time by the image's interpreter (the root filesystem may be
+# read-only: PYTHONDONTWRITEBYTECODE=1). The build fails when
 # any shared object in the image needs a library the image lacks. Packages and wheels are
 # downloaded once into ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}/python-image-<hash of the
 # pins> and python-wheels-<hash of the requirements>; apt-get, dpkg-deb and python3's pip are
@@ -273,6 +274,13 @@ stage_python() {
     find "${site}/kubernetes" -name '*_test.py' -delete
     find "${rootfs}" -name __pycache__ -prune -exec rm -rf {} +
     install -m 0644 "${python_worker}" "${rootfs}/app/swarm_worker.py"
+    # Byte code, compiled here by the image's own interpreter: on a read-only root filesystem a
+    # worker would otherwise compile the kubernetes client again at every start, seconds that a
+    # crashed worker's jobs wait. Unchecked hashes: the files never change, and the build stays
+    # reproducible (no timestamps).
+    chroot "${rootfs}" /usr/bin/python3.11 -m compileall -q --invalidation-mode unchecked-hash \
+        /usr/lib/python3.11 /usr/lib/python3/dist-packages /app >&2 ||
+        die "swarm-python-worker: cannot compile the image's Python modules"
     chmod -R u+w,a+rX "${site}" "${rootfs}/app"
 
     # Every shared object's libraries, looked up as the loader does (RPATH/RUNPATH with $ORIGIN,

@@ -262,7 +262,7 @@ async fn kubelet_stopped(env: &Env, cluster: &Path, reports: &Reports, victim: &
     let back = Instant::now();
     settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
     eprintln!(
-        "{}: kubelet stopped and {victim}'s container killed: every job of the node's workers revoked {:.1} s later (bound {:?}); kubelet continued: settled {:.1} s later",
+        "{}: kubelet stopped and {victim}'s container killed: every job off the node's workers {:.1} s later (bound {:?}); kubelet continued: settled {:.1} s later",
         env.name(),
         moved.as_secs_f64(),
         failover_bound(),
