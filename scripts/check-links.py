@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the links of the repository's documentation.
+"""Checks the links, cargo targets and repository paths of the documentation.
 
     scripts/check-links.py
 
@@ -17,14 +17,38 @@ definition `[label]: target` outside code blocks and inline code:
   repository path PATH; other URLs (http, https, mailto, ...) are not checked.
 
 The `runbook_url:` values of deploy/monitoring/*.yaml and deploy/monitoring/tests/*.yaml are
-checked the same way. Prints each broken link as `file:line: target (why)` and exits 1 if there
-is any; prints a one-line summary and exits 0 otherwise. Python 3 standard library only.
+checked the same way.
+
+Inline code spans and fenced code blocks of the same markdown files are checked for stale
+references too:
+
+- cargo targets: in a `cargo test|bench|run|build` command (in a span, or on a line of a fenced
+  block, `\\` continuing it), each `--test`, `--bench`, `--example` and `--bin NAME` before
+  `--` names a target of the packages the command selects (`-p`/`--package NAME`, which must
+  be a workspace member, or `--manifest-path DIR/Cargo.toml`; `--workspace` every member;
+  otherwise `workspace.default-members`, or the root package). A package's targets are its
+  Cargo.toml's `[[test]]`, `[[bench]]`, `[[example]]` and `[[bin]]` entries and what cargo
+  discovers (tests/, benches/, examples/ and src/bin/: `*.rs` and `*/main.rs`; src/main.rs);
+  the members are the root Cargo.toml's `workspace.members`;
+- repository paths, in inline code spans only: a span without spaces that holds a `/` and
+  starts with a top-level directory of the repository (`src/`, `sim/`, `.ci/`, ...) names a
+  file or directory, from the root or from the markdown file's directory; a `:LINE` or
+  `#anchor` suffix is ignored. Not checked: spans with `*`, `?`, `<`, `>`, `{`, `$`, `[`, `|`
+  or `...`, placeholders such as `DIR` or `NAME`, and paths under `target/`.
+
+Prints each problem as `file:line: reference (why)` and exits 1 if there is any; prints a
+one-line summary and exits 0 otherwise. `--self-test` runs the code checks on a few samples
+instead. Python 3.11 standard library only.
 """
 
+import bisect
+import fnmatch
+import glob
 import os
 import re
 import subprocess
 import sys
+import tomllib
 import unicodedata
 from urllib.parse import unquote
 
@@ -44,6 +68,33 @@ REFERENCE_DEFINITION = re.compile(r"^ {0,3}\[([^\]]+)\]:\s*(<[^<>\n]*>|\S+)", re
 RUNBOOK_URL = re.compile(r"^\s*runbook_url:\s*(\S+)")
 RUNBOOK_GLOBS = ("deploy/monitoring", "deploy/monitoring/tests")
 
+# The shell in code: a `\` line continuation, a comment, a line end, an operator, or a word.
+SHELL_TOKEN = re.compile(
+    r"(\\\n)|(#[^\n]*)|(\n)|(&&|\|\||[;&|()`])|((?:[^\s;&|()`\\]|\\.)+)"
+)
+CARGO_SUBCOMMANDS = {"test", "t", "bench", "run", "r", "build", "b"}
+TARGET_OPTIONS = {"--test": "test", "--bench": "bench", "--example": "example", "--bin": "bin"}
+PLURALS = {"test": "tests", "bench": "benches", "example": "examples", "bin": "bins"}
+VALUE_OPTIONS = {"-p", "--package", "--manifest-path", *TARGET_OPTIONS}
+# Where cargo discovers each kind of target, and the [package] key that turns that off.
+AUTO_TARGETS = {
+    "test": ("tests", "autotests"),
+    "bench": ("benches", "autobenches"),
+    "example": ("examples", "autoexamples"),
+    "bin": ("src/bin", "autobins"),
+}
+# Top-level directories a path in inline code may start with (with the repository's own).
+TOP_LEVEL_DIRS = {
+    "src", "tests", "sim", "scripts", "docs", "deploy", "charts", "crds", "examples",
+    "benches", "hack", "protocol", "assign", "worker", "worker-go", ".ci",
+}  # fmt: skip
+NOT_A_PATH = re.compile(r"[\s*?<>{}$\[\]|]|\.\.\.")
+PLACEHOLDER = re.compile(
+    r"(?<![A-Za-z0-9])(?:DIR|NAME|FILE|PATH|PKG|CRATE|TARGET|VERSION|ARCH|OS|TAG|N|X)"
+    r"(?![A-Za-z0-9])"
+)
+LOCATION_SUFFIX = re.compile(r"(?::\d+(?:[:-]\d+)?|#[^/]*)$")
+
 
 def git_files(root):
     """Tracked files and new ones that are not ignored, as paths relative to the root."""
@@ -56,36 +107,40 @@ def git_files(root):
     return sorted({p for p in out.split("\0") if p and os.path.isfile(os.path.join(root, p))})
 
 
+def closes(line, fence):
+    """Whether `line` closes the code block that `fence` (its opening backticks or tildes)
+    opened."""
+    stripped = line.strip()
+    return stripped.startswith(fence[0] * len(fence)) and stripped.strip(fence[0]) == ""
+
+
 def strip_fences(text):
-    """Blanks fenced code blocks (spaces, so that offsets stay); returns the text and the set
-    of their line numbers."""
+    """Blanks fenced code blocks (spaces, so that offsets stay); returns the text, the set of
+    their line numbers (0-based, fences included) and each block's body as a range of them."""
     lines = text.split("\n")
     fenced = set()
+    blocks = []
     fence = None
     for i, line in enumerate(lines):
         if fence is None:
             m = FENCE.match(line)
-            if m:
-                fence = m.group(1)
-                fenced.add(i)
-                lines[i] = " " * len(line)
-        else:
-            fenced.add(i)
-            stripped = line.strip()
-            if (
-                stripped.startswith(fence[0] * len(fence))
-                and stripped.strip(fence[0]) == ""
-            ):
-                fence = None
-            lines[i] = " " * len(line)
-    return "\n".join(lines), fenced
+            if not m:
+                continue
+            fence, body = m.group(1), i + 1
+        elif closes(line, fence):
+            fence = None
+            blocks.append(range(body, i))
+        fenced.add(i)
+        lines[i] = " " * len(line)
+    if fence is not None:
+        blocks.append(range(body, len(lines)))
+    return "\n".join(lines), fenced, blocks
 
 
-def strip_inline_code(text):
-    """Blanks inline code spans (a run of backticks up to the next run of the same length in
-    the same paragraph) but their backticks, which become `x`, so that link text made of
-    inline code still parses."""
-    out = list(text)
+def inline_code_spans(text):
+    """Yields each inline code span as (start, end, run): its opening backticks start at
+    `start`, its closing ones end at `end`, `run` backticks each (a run of backticks up to the
+    next run of the same length in the same paragraph)."""
     i = 0
     n = len(text)
     while i < n:
@@ -114,10 +169,18 @@ def strip_inline_code(text):
         if close < 0:
             i = j
             continue
-        for p in range(i, close + run):
+        yield i, close + run, run
+        i = close + run
+
+
+def strip_inline_code(text):
+    """Blanks inline code spans but their backticks, which become `x`, so that link text made
+    of inline code still parses."""
+    out = list(text)
+    for start, end, _ in inline_code_spans(text):
+        for p in range(start, end):
             if out[p] != "\n":
                 out[p] = "x"
-        i = close + run
     return "".join(out)
 
 
@@ -131,6 +194,7 @@ def heading_text(raw):
 
 
 def slug(text):
+    """A heading's anchor, from its text as `heading_text` gives it."""
     kept = []
     for ch in text.strip().lower():
         if ch in " -_" or unicodedata.category(ch)[0] in "LNM":
@@ -138,58 +202,249 @@ def slug(text):
     return "".join(kept).replace(" ", "-")
 
 
+def heading_anchors(text, fenced):
+    """The anchors of a markdown file's headings (outside the fenced lines), by GitHub's rules."""
+    anchors = set()
+    counts = {}
+    for number, line in enumerate(text.split("\n")):
+        if number in fenced:
+            continue
+        m = ATX_HEADING.match(line)
+        if not m:
+            continue
+        base = slug(heading_text(m.group(2) or ""))
+        n = counts.get(base, 0)
+        counts[base] = n + 1
+        anchors.add(base if n == 0 else f"{base}-{n}")
+    return anchors
+
+
 class Page:
-    """A markdown file: its anchors, and its links with their line numbers."""
+    """A markdown file: its anchors; its links with their line numbers; the offsets of the
+    contents of its inline code spans (`spans`) and of its fenced code blocks (`blocks`)."""
 
     def __init__(self, path, text):
         self.path = path
-        code_free, fenced = strip_fences(text)
-        self.anchors = set()
-        counts = {}
-        for number, line in enumerate(text.split("\n")):
-            if number in fenced:
-                continue
-            m = ATX_HEADING.match(line)
-            if not m:
-                continue
-            base = slug(heading_text(m.group(2) or ""))
-            n = counts.get(base, 0)
-            counts[base] = n + 1
-            self.anchors.add(base if n == 0 else f"{base}-{n}")
-        code_free = strip_inline_code(code_free)
+        self.text = text
+        self.line_starts = [0] + [m.end() for m in re.finditer(r"\n", text)]
+        fence_free, fenced, blocks = strip_fences(text)
+        self.blocks = [self.offsets(body) for body in blocks if body]
+        self.spans = [(start + run, end - run) for start, end, run in inline_code_spans(fence_free)]
+        code_free = strip_inline_code(fence_free)
+        self.anchors = heading_anchors(text, fenced)
         self.anchors.update(m.group(1) for m in EXPLICIT_ANCHOR.finditer(code_free))
         self.links = []
-        line_starts = [0] + [m.end() for m in re.finditer(r"\n", code_free)]
-
-        def line_of(offset):
-            lo, hi = 0, len(line_starts) - 1
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if line_starts[mid] <= offset:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            return lo + 1
-
         for m in INLINE_LINK.finditer(code_free):
             if re.search(r"\n[ \t]*\n", m.group(0)):
                 continue  # a bracket in one paragraph, a parenthesis in another
-            target = m.group(2)
-            self.links.append((line_of(m.start(2)), original(text, m.start(2), len(target))))
+            self.add_link(m.start(2), len(m.group(2)))
         for m in REFERENCE_DEFINITION.finditer(code_free):
-            target = m.group(2)
-            self.links.append((line_of(m.start(2)), original(text, m.start(2), len(target))))
+            self.add_link(m.start(2), len(m.group(2)))
+
+    def add_link(self, start, length):
+        """Records the link target at `start` as written (the code-free copy turned inline code
+        in it into x's)."""
+        target = self.text[start : start + length]
+        if target.startswith("<") and target.endswith(">"):
+            target = target[1:-1]
+        self.links.append((self.line_of(start), target))
+
+    def line_of(self, offset):
+        """The 1-based line number of an offset of the text."""
+        return bisect.bisect_right(self.line_starts, offset)
+
+    def offsets(self, lines):
+        """The (start, end) offsets of a range of 0-based line numbers."""
+        end = self.line_starts[lines.stop] - 1 if lines.stop < len(self.line_starts) else None
+        return self.line_starts[lines.start], len(self.text) if end is None else end
 
 
-def original(text, start, length):
-    """The target as written (the code-free copy turned inline code in it into x's)."""
-    target = text[start : start + length]
-    if target.startswith("<") and target.endswith(">"):
-        target = target[1:-1]
-    return target
+def shell_commands(text, start, end, lines_end_commands):
+    """Splits text[start:end] into shell commands, each a list of (word, offset); operators
+    (`&&`, `;`, `|`, ...) end a command, so does a line end when `lines_end_commands` unless a
+    `\\` continues the line. Comments are dropped, quotes taken off words."""
+    commands = [[]]
+    for m in SHELL_TOKEN.finditer(text, start, end):
+        _, _, newline, operator, word = m.groups()
+        if word is not None:
+            commands[-1].append((word.strip("'\""), m.start()))
+        elif operator or (newline and lines_end_commands):
+            commands.append([])
+    return [command for command in commands if command]
+
+
+def cargo_options(words):
+    """The options of a `cargo test|bench|run|build` command before `--`, as (option, value,
+    offset) with `--package` as `-p`, `--all` as `--workspace`; None for another command. An
+    option without its value (at the end, or before another option) is left out."""
+    names = [word for word, _ in words]
+    start = next((i for i, w in enumerate(names) if w == "cargo" or w.endswith("/cargo")), None)
+    if start is None:
+        return None
+    args = words[start + 1 :]
+    while args and args[0][0].startswith("+"):
+        args = args[1:]  # a toolchain: cargo +nightly test
+    if not args or args[0][0] not in CARGO_SUBCOMMANDS:
+        return None
+    options = []
+    i = 1
+    while i < len(args) and args[i][0] != "--":
+        word, offset = args[i]
+        option, equals, value = word.partition("=")
+        if word in ("--workspace", "--all"):
+            options.append(("--workspace", "", offset))
+        elif option in VALUE_OPTIONS and equals:
+            options.append((option, value, offset))
+        elif word in VALUE_OPTIONS and i + 1 < len(args) and not args[i + 1][0].startswith("-"):
+            i += 1
+            options.append((word, args[i][0], offset))
+        elif word.startswith("-p") and len(word) > 2 and not word.startswith("--"):
+            options.append(("-p", word[2:], offset))
+        i += 1
+    return [("-p" if o == "--package" else o, v, offset) for o, v, offset in options]
+
+
+def is_placeholder(value):
+    """Whether a name in code stands for any name: `NAME`, `<name>`, `...`, `$X`, `{a,b}`."""
+    return bool(PLACEHOLDER.search(value) or re.search(r"[<>{}$]|\.\.\.", value))
+
+
+def path_reference(span, top_dirs):
+    """The repository path an inline code span names, without a `:LINE` or `#anchor` suffix;
+    None when the span does not look like a repository path."""
+    if "/" not in span or NOT_A_PATH.search(span) or SCHEME.match(span):
+        return None
+    if PLACEHOLDER.search(span):
+        return None
+    path = LOCATION_SUFFIX.sub("", span)
+    top = path.split("/", 1)[0]
+    if top not in top_dirs or top == "target":
+        return None
+    return path
+
+
+def read_toml(root, path):
+    """The parsed TOML file at `path` (relative to the root)."""
+    with open(os.path.join(root, path), "rb") as f:
+        return tomllib.load(f)
+
+
+def discovered_targets(directory, name, files):
+    """{kind: {path: target name}} of the targets cargo discovers in the package `name` in
+    `directory` (relative to the root; "" for the root) among the repository's `files`:
+    src/main.rs, and `*.rs` and `*/main.rs` in tests/, benches/, examples/ and src/bin/."""
+    discovered = {kind: {} for kind in AUTO_TARGETS}
+    for path in files:
+        rel = os.path.relpath(path, directory or ".")
+        if rel == "src/main.rs":
+            discovered["bin"][path] = name
+        for kind, (folder, _) in AUTO_TARGETS.items():
+            if not rel.startswith(folder + "/"):
+                continue
+            parts = rel[len(folder) + 1 :].split("/")
+            if len(parts) == 1 and parts[0].endswith(".rs"):
+                discovered[kind][path] = parts[0][: -len(".rs")]
+            elif len(parts) == 2 and parts[1] == "main.rs":
+                discovered[kind][path] = parts[0]
+    return discovered
+
+
+def package_targets(directory, manifest, files):
+    """{kind: target names} of the package in `directory` whose Cargo.toml is `manifest`: its
+    explicit [[test]], [[bench]], [[example]] and [[bin]] entries, and the targets cargo
+    discovers (unless `autotests = false`, ...) in files that no explicit entry claims."""
+    package = manifest["package"]
+    discovered = discovered_targets(directory, package["name"], files)
+    targets = {kind: set() for kind in AUTO_TARGETS}
+    for kind, (folder, auto_key) in AUTO_TARGETS.items():
+        claimed = set()
+        for entry in manifest.get(kind, []):
+            name = entry.get("name")
+            targets[kind].add(name)
+            defaults = [f"{folder}/{name}.rs", f"{folder}/{name}/main.rs"]
+            if kind == "bin" and name == package["name"]:
+                defaults.append("src/main.rs")
+            for path in [entry["path"]] if "path" in entry else defaults:
+                claimed.add(os.path.normpath(os.path.join(directory, path)))
+        if package.get(auto_key, True):
+            targets[kind].update(n for p, n in discovered[kind].items() if p not in claimed)
+    return targets
+
+
+class Workspace:
+    """The cargo workspace: `targets` ({package: {kind: names}}), the packages of each member
+    directory (`by_dir`), and the ones a command without -p or --workspace selects
+    (`default`)."""
+
+    def __init__(self, root, files):
+        manifest = read_toml(root, "Cargo.toml")
+        workspace = manifest.get("workspace", {})
+        self.targets = {}
+        self.by_dir = {}
+        self.checked = 0  # target options checked
+        members = {"."} if "package" in manifest else set()
+        for pattern in workspace.get("members", []):
+            members.update(
+                os.path.relpath(d, root) for d in glob.glob(os.path.join(root, pattern))
+            )
+        for member in sorted(members):
+            directory = "" if member == "." else member
+            cargo_toml = os.path.join(directory, "Cargo.toml")
+            if os.path.isfile(os.path.join(root, cargo_toml)):
+                package = read_toml(root, cargo_toml)
+                name = package["package"]["name"]
+                self.targets[name] = package_targets(directory, package, files)
+                self.by_dir[directory] = name
+        default_dirs = [os.path.normpath(d) for d in workspace.get("default-members", [])]
+        self.default = [self.by_dir.get("" if d == "." else d) for d in default_dirs]
+        self.default = [name for name in self.default if name]
+        if not self.default:
+            self.default = [self.by_dir[""]] if "" in self.by_dir else sorted(self.targets)
+
+    def selected(self, options):
+        """The packages a cargo command's options select (None when one of them is not known:
+        a placeholder, a manifest outside the workspace), and a problem of each -p that names
+        no workspace member, as (offset, reference, why)."""
+        if any(option == "--workspace" for option, _, _ in options):
+            return sorted(self.targets), []
+        packages = []
+        problems = []
+        for option, value, offset in options:
+            if option == "--manifest-path":
+                directory = os.path.dirname(os.path.normpath(value))
+                packages.append(self.by_dir.get("" if directory == "." else directory))
+            elif option == "-p":
+                packages.append(value if value in self.targets else None)
+                if value not in self.targets and not is_placeholder(value):
+                    problems.append((offset, f"-p {value}", "not a package of the workspace"))
+        if None in packages:
+            return None, problems
+        return packages or self.default, problems
+
+    def problems(self, words):
+        """(offset, reference, why) of each stale reference of a shell command (its words)."""
+        options = cargo_options(words)
+        if not options:
+            return []
+        packages, problems = self.selected(options)
+        if packages is None:
+            return problems
+        for option, value, offset in options:
+            kind = TARGET_OPTIONS.get(option)
+            if not kind or is_placeholder(value):
+                continue
+            self.checked += 1
+            names = set().union(*(self.targets[p][kind] for p in packages))
+            if not any(fnmatch.fnmatchcase(name, value) for name in names):
+                known = ", ".join(sorted(names)) or "none"
+                why = f"no {kind} target {value} in {', '.join(packages)}; {PLURALS[kind]}: {known}"
+                problems.append((offset, f"{option} {value}", why))
+        return problems
 
 
 class Checker:
+    """The repository's files and directories, its markdown pages and its cargo workspace."""
+
     def __init__(self, root):
         self.root = root
         self.files = set(git_files(root))
@@ -199,9 +454,13 @@ class Checker:
             while parent not in self.dirs:
                 self.dirs.add(parent)
                 parent = os.path.dirname(parent)
+        self.top_dirs = TOP_LEVEL_DIRS | {d for d in self.dirs if d and "/" not in d}
         self.pages = {}
+        self.workspace = Workspace(root, sorted(self.files))
+        self.paths_checked = 0
 
     def page(self, path):
+        """The parsed markdown file `path`, read once."""
         if path not in self.pages:
             with open(os.path.join(self.root, path), encoding="utf-8") as f:
                 self.pages[path] = Page(path, f.read())
@@ -235,6 +494,7 @@ class Checker:
         return self.resolve(path, anchor, target)
 
     def resolve(self, path, anchor, target):
+        """Why the repository `path` (with `#anchor`, possibly empty) is broken, or None."""
         if path not in self.files and path not in self.dirs:
             return f"no such file or directory: {path or '.'}"
         if not anchor:
@@ -255,24 +515,59 @@ class Checker:
                 return f"{path} has {count} lines"
         return None
 
+    def path_problem(self, source, path):
+        """Why the repository path `path`, in inline code of `source`, names nothing, or None:
+        it may be relative to the root or to the directory of `source`."""
+        for base in ("", os.path.dirname(source)):
+            resolved = os.path.normpath(os.path.join(base, path)).replace("\\", "/")
+            if resolved in self.files or resolved in self.dirs:
+                return None
+        return f"no such file or directory: {os.path.normpath(path)}"
 
-def main():
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    checker = Checker(root)
-    broken = []
+    def code_problems(self, page):
+        """(line, reference, why) of each stale reference in the inline code spans and fenced
+        code blocks of a page: cargo targets in both, repository paths in spans."""
+        found = []
+        regions = [(start, end, False) for start, end in page.spans]
+        regions += [(start, end, True) for start, end in page.blocks]
+        for start, end, lines_end_commands in regions:
+            for words in shell_commands(page.text, start, end, lines_end_commands):
+                found += self.workspace.problems(words)
+        for start, end in page.spans:
+            span = page.text[start:end].strip()
+            path = path_reference(span, self.top_dirs)
+            if path is not None:
+                self.paths_checked += 1
+                why = self.path_problem(page.path, path)
+                if why:
+                    found.append((start, span, why))
+        return sorted((page.line_of(offset), reference, why) for offset, reference, why in found)
+
+
+def check_markdown(checker, markdown, broken):
+    """Checks the links and code of the markdown files; appends each problem to `broken`;
+    returns how many links there are."""
     links = 0
-    markdown = [p for p in sorted(checker.files) if p.endswith(".md")]
     for path in markdown:
-        for line, target in checker.page(path).links:
+        page = checker.page(path)
+        for line, target in page.links:
             links += 1
             why = checker.problem(path, target)
             if why:
                 broken.append(f"{path}:{line}: {target} ({why})")
+        for line, reference, why in checker.code_problems(page):
+            broken.append(f"{path}:{line}: {reference} ({why})")
+    return links
+
+
+def check_runbooks(checker, broken):
+    """Checks the runbook URLs of the alert rules; appends each broken one to `broken`;
+    returns how many there are."""
     runbooks = 0
     for path in sorted(checker.files):
         if os.path.dirname(path) not in RUNBOOK_GLOBS or not path.endswith((".yaml", ".yml")):
             continue
-        with open(os.path.join(root, path), encoding="utf-8") as f:
+        with open(os.path.join(checker.root, path), encoding="utf-8") as f:
             for number, text in enumerate(f, 1):
                 m = RUNBOOK_URL.match(text)
                 if not m:
@@ -282,19 +577,49 @@ def main():
                 why = checker.problem(path, target)
                 if why:
                     broken.append(f"{path}:{number}: {target} ({why})")
+    return runbooks
+
+
+def self_test(checker):
+    """`--self-test`: feeds a few samples through the code checks and asserts what they find."""
+    samples = [
+        ("`cargo test -p kube-sim --test integration stress:: -- --ignored`", []),
+        ("`cargo test -p kube-sim --release\n--test stress -- --ignored`", [(2, "--test stress")]),
+        ("`cargo bench --bench operator -- --test nothing`", []),
+        ("```sh\ncargo test --workspace \\\n  --test e2e && cargo run --example nothing\n```",
+         [(3, "--example nothing")]),
+        ("`sim/tests/integration/stress.rs:12`, `scripts/DIR/x.sh`", []),
+        ("see `sim/tests/stress.rs#L1`", [(1, "sim/tests/stress.rs#L1")]),
+    ]  # fmt: skip
+    for text, expected in samples:
+        found = [(line, ref) for line, ref, _ in checker.code_problems(Page("x.md", text))]
+        assert found == expected, f"{text!r}: found {found}, expected {expected}"
+    relative = Page("sim/README.md", "`tests/integration/stress.rs`")
+    assert checker.code_problems(relative) == [], "a path relative to sim/README.md"
+    print(f"check-links: self-test passed ({len(samples) + 1} samples)")
+    return 0
+
+
+def main():
+    """Checks the documentation (or runs the self-test); returns the exit status."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checker = Checker(root)
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test(checker)
+    broken = []
+    markdown = [p for p in sorted(checker.files) if p.endswith(".md")]
+    links = check_markdown(checker, markdown, broken)
+    runbooks = check_runbooks(checker, broken)
+    counts = (
+        f"{links} links, {checker.workspace.checked} cargo targets and {checker.paths_checked}"
+        f" repository paths in code in {len(markdown)} markdown files, and {runbooks} runbook URLs"
+    )
     for line in broken:
         print(line)
     if broken:
-        print(
-            f"check-links: {len(broken)} broken of {links} links in {len(markdown)} markdown"
-            f" files and {runbooks} runbook URLs",
-            file=sys.stderr,
-        )
+        print(f"check-links: {len(broken)} broken of {counts}", file=sys.stderr)
         return 1
-    print(
-        f"check-links: {links} links in {len(markdown)} markdown files and {runbooks} runbook"
-        " URLs, all resolve"
-    )
+    print(f"check-links: {counts}, all resolve")
     return 0
 
 

@@ -3,7 +3,7 @@
 //! It prints wall times per phase, the process RSS after each phase and request latencies.
 //!
 //! ```sh
-//! cargo test -p kube-sim --release --test stress -- --ignored --nocapture
+//! cargo test -p kube-sim --release --test integration stress:: -- --ignored --nocapture
 //! ```
 //!
 //! `STRESS_SETS` and `STRESS_REPLICAS` shrink it (defaults 100 and 100).
