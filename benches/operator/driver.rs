@@ -1,6 +1,7 @@
 //! The load driver of `:ack` cells: one `swarm-worker` [`Worker`] per worker pod, all in this
-//! process, sharing one client and the benchmark's tokio runtime. A worker starts once its
-//! pod is Ready, as that pod (its real name and uid), and stops when the pod is deleted (or
+//! process, sharing [`CONNECTIONS`] HTTP/2 connections and the benchmark's tokio runtime. A
+//! worker starts once its pod is Ready (the pods Ready when the driver starts, over one read
+//! interval), as that pod (its real name and uid), and stops when the pod is deleted (or
 //! terminating, or re-created with another uid) or the cell ends. Its jobs do nothing. It
 //! serves no readiness endpoint: 10,000 of them would exceed this process's file limit, and
 //! neither kwok nor the benchmark's kube-sim pods probe them.
@@ -16,6 +17,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
 use prometheus_client::registry::Registry;
 use swarm_operator::runtime::api_requests::{RequestCounter, counting_layer};
+use swarm_protocol::fence;
 use swarm_worker::{Jobs, Permit, WorkerBuilder};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -28,22 +30,58 @@ pub const USER_AGENT: &str = "swarm-operator-bench-workers";
 /// The label naming a worker pod's StatefulSet, which is also its pool's name.
 const POOL_LABEL: &str = "app";
 
-/// Idle connections the driver's client keeps for its workers' reads. Each worker process of a
-/// real pool keeps one of its own; all of them in one process would hold a connection per worker
-/// beside its watch, and 10,000 workers would then exceed this process's file limit and the API
-/// server's (20,000 each here). The API server's work per read is the same either way.
-const IDLE_CONNECTIONS: usize = 256;
+/// Connections the driver's workers share, each an HTTP/2 connection to the API server that
+/// carries the streams of the workers hashed to it. Each worker process of a real pool keeps a
+/// connection of its own; 10,000 workers in one process, each with its watch and reads on
+/// HTTP/1.1 connections, exceed this process's file limit and the API server's (20,000 each
+/// here), and a slow API server makes reads pile up into more connections still. The API
+/// server's work per request is the same either way.
+const CONNECTIONS: usize = 512;
 
-/// The one client of every worker in the driver: kube's default stack (TLS, the kubeconfig's
-/// credentials and headers) over a connection pool that keeps at most [`IDLE_CONNECTIONS`]
-/// idle, counting each request in `counter`.
-fn shared_client(config: kube::Config, counter: RequestCounter) -> Client {
+/// The driver's clients, one per connection: a worker's requests all go over the one its pod's
+/// name hashes to. At 10,000 workers about 20 share a connection, each with its watch, at most
+/// one read and one Lease write in flight: within the 100 concurrent streams kube-apiserver
+/// allows a connection (a request past them waits for a stream, it is not refused).
+struct Clients {
+    shards: Vec<Client>,
+}
+
+impl Clients {
+    fn new(config: &kube::Config, counter: &RequestCounter) -> Self {
+        let shards = (0..CONNECTIONS)
+            .map(|_| http2_client(config.clone(), counter.clone()))
+            .collect();
+        Clients { shards }
+    }
+
+    /// The client of the worker of pod `name`.
+    fn of(&self, name: &str) -> Client {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let mut hasher = DefaultHasher::new();
+        name.hash(&mut hasher);
+        let shard =
+            usize::try_from(hasher.finish() % CONNECTIONS as u64).expect("below CONNECTIONS");
+        self.shards[shard].clone()
+    }
+}
+
+/// A client over one HTTP/2 connection (offered in TLS with ALPN, which the API server accepts):
+/// kube's stack otherwise (TLS, the kubeconfig's credentials and headers), counting each request
+/// in `counter`.
+fn http2_client(config: kube::Config, counter: RequestCounter) -> Client {
     use kube::client::ConfigExt as _;
-    let connector = config
-        .rustls_https_connector()
-        .expect("the load driver's TLS connector");
+    let tls = config
+        .rustls_client_config()
+        .expect("the load driver's TLS configuration");
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http2()
+        .wrap_connector(http);
     let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .pool_max_idle_per_host(IDLE_CONNECTIONS)
+        .http2_only(true)
         .build(connector);
     let service = tower::ServiceBuilder::new()
         .layer(config.base_uri_layer())
@@ -106,10 +144,10 @@ impl LoadDriver {
             "requests of the load driver",
             counter.clone(),
         );
-        let client = shared_client(config, counter);
+        let clients = Clients::new(&config, &counter);
         let state = Arc::new(Mutex::new(State::default()));
         let pods = tokio::spawn(follow_pods(
-            client,
+            clients,
             namespace.to_owned(),
             permit,
             state.clone(),
@@ -175,47 +213,59 @@ impl LoadDriver {
 
 /// Watches the namespace's pods and keeps one worker per Ready pod.
 async fn follow_pods(
-    client: Client,
+    clients: Clients,
     namespace: String,
     permit: Option<Duration>,
     state: Arc<Mutex<State>>,
 ) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let pods: Api<Pod> = Api::namespaced(clients.of(""), &namespace);
     let mut events = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
-    let mut listed = HashSet::new();
+    let spread = fence::read_interval(permit.unwrap_or(fence::DEFAULT_PERMIT));
+    let mut listed = Vec::new();
     while let Some(event) = events.next().await {
         let Ok(event) = event else { continue };
         let mut state = state.lock().expect("driver state");
         match event {
             watcher::Event::Init => listed.clear(),
-            watcher::Event::InitApply(pod) => {
-                listed.insert(pod.name_any());
-                observe(&mut state, &pod, &client, &namespace, permit);
-            }
+            watcher::Event::InitApply(pod) => listed.push(pod),
             watcher::Event::InitDone => {
+                let names: HashSet<String> = listed.iter().map(ResourceExt::name_any).collect();
                 let gone: Vec<String> = state
                     .running
                     .keys()
-                    .filter(|name| !listed.contains(*name))
+                    .filter(|name| !names.contains(*name))
                     .cloned()
                     .collect();
                 for name in gone {
                     stop(&mut state, &name);
                 }
+                // The pods listed at once start their workers over one read interval, as a
+                // pool's worker processes started together spread their reads over it.
+                let count = u32::try_from(listed.len()).unwrap_or(u32::MAX).max(1);
+                for (i, pod) in (0..).zip(listed.drain(..)) {
+                    let delay = spread * i / count;
+                    observe(&mut state, &pod, &clients, &namespace, (permit, delay));
+                }
             }
-            watcher::Event::Apply(pod) => observe(&mut state, &pod, &client, &namespace, permit),
+            watcher::Event::Apply(pod) => observe(
+                &mut state,
+                &pod,
+                &clients,
+                &namespace,
+                (permit, Duration::ZERO),
+            ),
             watcher::Event::Delete(pod) => stop(&mut state, &pod.name_any()),
         }
     }
 }
 
-/// Starts or stops the worker of `pod` as its state says.
+/// Starts (after `delay`) or stops the worker of `pod` as its state says.
 fn observe(
     state: &mut State,
     pod: &Pod,
-    client: &Client,
+    clients: &Clients,
     namespace: &str,
-    permit: Option<Duration>,
+    (permit, delay): (Option<Duration>, Duration),
 ) {
     let name = pod.name_any();
     let uid = pod.uid().unwrap_or_default();
@@ -236,7 +286,7 @@ fn observe(
         .pod_uid(&uid)
         .config_map(format!("{pool}-config"))
         .pool(pool)
-        .client(client.clone())
+        .client(clients.of(&name))
         .without_health_server()
         .shutdown_on(async move {
             let _ = stop_rx.await;
@@ -245,6 +295,7 @@ fn observe(
         builder = builder.permit(permit);
     }
     let task = tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
         match builder.build().await {
             Ok(worker) => {
                 worker.run(NoJobs).await;
@@ -253,7 +304,9 @@ fn observe(
         }
     });
     state.starts += 1;
-    state.started_at.insert(name.clone(), Instant::now());
+    state
+        .started_at
+        .insert(name.clone(), Instant::now() + delay);
     state.running.insert(
         name,
         Running {

@@ -21,9 +21,9 @@
 //!
 //! A cell with the suffix `:ack` (`10x10x50:ack`) creates its pools under `rollout.policy:
 //! Acknowledge`, and this process runs the load driver of `driver.rs`: a `swarm-worker` Worker
-//! per worker pod, started once the pod is Ready, all sharing one client, with the library's
-//! permit (30 s: a fence read every 15 s, the Lease written only to acknowledge) unless
-//! `SWARM_BENCH_PERMIT_SECONDS` sets one. Nothing restarts: step 2 waits for every worker's
+//! per worker pod, started once every pod is Ready (spread over one read interval), sharing 512
+//! HTTP/2 connections, with the library's permit (30 s: a fence read every 15 s, the Lease
+//! written only to acknowledge) unless `SWARM_BENCH_PERMIT_SECONDS` sets one. Nothing restarts: step 2 waits for every worker's
 //! acknowledgement as well, and the cell also reports how long after the last worker pod was
 //! Ready every pool was Balanced, how many pods the operator deleted, the load driver's
 //! requests, and what the workers cost at rest: in the idle phase, per worker and 10 s, the
@@ -290,12 +290,6 @@ async fn run_cell(
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
 
-    let driver = if cell.ack {
-        let permit = permit_seconds.map(Duration::from_secs);
-        Some(LoadDriver::start(&cluster.kubeconfig, &cluster.namespace, permit).await)
-    } else {
-        None
-    };
     // 0. The control plane's own pod churn, the yardstick of the first rollout.
     let creating = Instant::now();
     for i in 0..cell.pools {
@@ -312,12 +306,24 @@ async fn run_cell(
         cell.pools * cell.workers,
         pods_created.as_secs_f64()
     );
+    // The workers start once their pods exist, spread over one read interval: creating 10,000
+    // pods takes the control plane minutes on its own, which is not what a cell measures.
+    let driver = if cell.ack {
+        let permit = permit_seconds.map(Duration::from_secs);
+        Some(LoadDriver::start(&cluster.kubeconfig, &cluster.namespace, permit).await)
+    } else {
+        None
+    };
     if let Some(driver) = &driver {
         let expected = cell.pools * cell.workers;
         wait_for("a worker for every pod", PHASE_LIMIT, || async {
             (driver.running() == expected).then_some(())
         })
         .await;
+        // Their starts are spread over a read interval: the operator starts after the last.
+        if let Some(last) = driver.last_start() {
+            tokio::time::sleep_until(last.into()).await;
+        }
         eprintln!("  {expected} workers running in the load driver");
     }
     let driver_started = driver.as_ref().map(LoadDriver::requests);
@@ -330,7 +336,8 @@ async fn run_cell(
         None => (dir.path().join("operator.log"), "warn"),
     };
     let mut operator = OperatorProcess::spawn(&cluster.kubeconfig, &log, level);
-    operator.wait_ready(&http).await;
+    let ready_after = operator.wait_ready(&http).await;
+    eprintln!("  operator ready after {:.1} s", ready_after.as_secs_f64());
     let started = operator.requests(&http).await;
     let cpu_start = operator.cpu_seconds();
 
