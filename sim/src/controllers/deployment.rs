@@ -551,49 +551,62 @@ fn status(deployment: &Value, sets: &[Value], spec: &Spec) -> Value {
         && !spec.paused;
     let new_name = new.map(|rs| meta::name(rs).to_string()).unwrap_or_default();
     let conditions = vec![
-        condition(
-            &previous,
-            "Available",
-            is_available,
-            if is_available {
-                "MinimumReplicasAvailable"
-            } else {
-                "MinimumReplicasUnavailable"
-            },
-            if is_available {
-                "Deployment has minimum availability.".to_string()
-            } else {
-                "Deployment does not have minimum availability.".to_string()
-            },
-        ),
-        if spec.paused {
-            condition(
-                &previous,
-                "Progressing",
-                false,
-                "DeploymentPaused",
-                "Deployment is paused".to_string(),
-            )
-        } else if complete {
-            condition(
-                &previous,
-                "Progressing",
-                true,
-                "NewReplicaSetAvailable",
-                format!("ReplicaSet \"{new_name}\" has successfully progressed."),
-            )
-        } else {
-            condition(
-                &previous,
-                "Progressing",
-                true,
-                "ReplicaSetUpdated",
-                format!("ReplicaSet \"{new_name}\" is progressing."),
-            )
-        },
+        available_condition(&previous, is_available),
+        progressing_condition(&previous, spec, complete, &new_name),
     ];
     status.insert("conditions".into(), Value::Array(conditions));
     Value::Object(status)
+}
+
+/// `Available`: whether at least `replicas - maxUnavailable` pods are available.
+fn available_condition(previous: &[Value], is_available: bool) -> Value {
+    if is_available {
+        condition(
+            previous,
+            "Available",
+            true,
+            "MinimumReplicasAvailable",
+            "Deployment has minimum availability.".to_string(),
+        )
+    } else {
+        condition(
+            previous,
+            "Available",
+            false,
+            "MinimumReplicasUnavailable",
+            "Deployment does not have minimum availability.".to_string(),
+        )
+    }
+}
+
+/// `Progressing`: false while paused, else true with whether the new ReplicaSet `new_name`
+/// has completed the rollout or is still progressing.
+fn progressing_condition(previous: &[Value], spec: &Spec, complete: bool, new_name: &str) -> Value {
+    if spec.paused {
+        condition(
+            previous,
+            "Progressing",
+            false,
+            "DeploymentPaused",
+            "Deployment is paused".to_string(),
+        )
+    } else if complete {
+        condition(
+            previous,
+            "Progressing",
+            true,
+            "NewReplicaSetAvailable",
+            format!("ReplicaSet \"{new_name}\" has successfully progressed."),
+        )
+    } else {
+        condition(
+            previous,
+            "Progressing",
+            true,
+            "ReplicaSetUpdated",
+            format!("ReplicaSet \"{new_name}\" is progressing."),
+        )
+    }
 }
 
 /// A condition, keeping its previous transition time while its status is unchanged.

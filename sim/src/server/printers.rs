@@ -206,17 +206,7 @@ fn event_count(o: &Value) -> Value {
 pub(crate) fn columns(rt: &ResourceType) -> Option<Vec<Column>> {
     let c = Column::computed;
     let cols = match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "pods") => vec![
-            name_column(),
-            c("Ready", "string", 0, pod_ready),
-            c("Status", "string", 0, pod_status),
-            c("Restarts", "integer", 0, pod_restarts),
-            age_column(),
-            c("IP", "string", 1, pod_ip),
-            c("Node", "string", 1, pod_node),
-            c("Nominated Node", "string", 1, none),
-            c("Readiness Gates", "string", 1, none),
-        ],
+        ("", "pods") => pod_columns(),
         ("apps", "statefulsets") => vec![
             name_column(),
             c("Ready", "string", 0, ready_of_replicas),
@@ -224,15 +214,7 @@ pub(crate) fn columns(rt: &ResourceType) -> Option<Vec<Column>> {
             c("Containers", "string", 1, containers),
             c("Images", "string", 1, images),
         ],
-        ("apps", "deployments") => vec![
-            name_column(),
-            c("Ready", "string", 0, ready_of_replicas),
-            c("Up-to-date", "integer", 0, updated),
-            c("Available", "integer", 0, available),
-            age_column(),
-            c("Containers", "string", 1, containers),
-            c("Images", "string", 1, images),
-        ],
+        ("apps", "deployments") => deployment_columns(),
         ("", "configmaps") => vec![
             name_column(),
             c("Data", "integer", 0, data_count),
@@ -245,14 +227,7 @@ pub(crate) fn columns(rt: &ResourceType) -> Option<Vec<Column>> {
             age_column(),
         ],
         ("", "namespaces") => vec![name_column(), c("Status", "string", 0, phase), age_column()],
-        ("", "services") => vec![
-            name_column(),
-            c("Type", "string", 0, svc_type),
-            c("Cluster-IP", "string", 0, cluster_ip),
-            c("External-IP", "string", 0, none),
-            c("Port(s)", "string", 0, ports),
-            age_column(),
-        ],
+        ("", "services") => service_columns(),
         ("coordination.k8s.io", "leases") => {
             vec![
                 name_column(),
@@ -271,19 +246,65 @@ pub(crate) fn columns(rt: &ResourceType) -> Option<Vec<Column>> {
                 age_column(),
             ]
         }
-        ("", "events") => vec![
-            c("Last Seen", "string", 0, event_last_seen),
-            c("Type", "string", 0, event_type),
-            c("Reason", "string", 0, event_reason),
-            c("Object", "string", 0, event_object),
-            c("Message", "string", 0, event_message),
-            c("Count", "integer", 1, event_count),
-            Column {
-                priority: 1,
-                ..name_column()
-            },
-        ],
+        ("", "events") => event_columns(),
         _ => return None,
     };
     Some(cols)
+}
+
+fn pod_columns() -> Vec<Column> {
+    let c = Column::computed;
+    vec![
+        name_column(),
+        c("Ready", "string", 0, pod_ready),
+        c("Status", "string", 0, pod_status),
+        c("Restarts", "integer", 0, pod_restarts),
+        age_column(),
+        c("IP", "string", 1, pod_ip),
+        c("Node", "string", 1, pod_node),
+        c("Nominated Node", "string", 1, none),
+        c("Readiness Gates", "string", 1, none),
+    ]
+}
+
+fn deployment_columns() -> Vec<Column> {
+    let c = Column::computed;
+    vec![
+        name_column(),
+        c("Ready", "string", 0, ready_of_replicas),
+        c("Up-to-date", "integer", 0, updated),
+        c("Available", "integer", 0, available),
+        age_column(),
+        c("Containers", "string", 1, containers),
+        c("Images", "string", 1, images),
+    ]
+}
+
+fn service_columns() -> Vec<Column> {
+    let c = Column::computed;
+    vec![
+        name_column(),
+        c("Type", "string", 0, svc_type),
+        c("Cluster-IP", "string", 0, cluster_ip),
+        c("External-IP", "string", 0, none),
+        c("Port(s)", "string", 0, ports),
+        age_column(),
+    ]
+}
+
+/// Events lead with when and what happened; their name comes last, and only with `-o wide`.
+fn event_columns() -> Vec<Column> {
+    let c = Column::computed;
+    vec![
+        c("Last Seen", "string", 0, event_last_seen),
+        c("Type", "string", 0, event_type),
+        c("Reason", "string", 0, event_reason),
+        c("Object", "string", 0, event_object),
+        c("Message", "string", 0, event_message),
+        c("Count", "integer", 1, event_count),
+        Column {
+            priority: 1,
+            ..name_column()
+        },
+    ]
 }

@@ -10,7 +10,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch as signal};
 use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -19,7 +19,8 @@ use super::resources::selectors;
 use super::table::{self, Mode};
 use super::{ApiServer, stream_body};
 use crate::store::{
-    ApiError, Change, EventType, FieldSelector, LabelSelector, ResourceType, meta, served_shared,
+    ApiError, Change, EventType, FieldSelector, LabelSelector, ResourceType, Store, WatchStart,
+    meta, served_shared,
 };
 
 /// How often a watch that allows bookmarks gets one.
@@ -130,6 +131,43 @@ fn event_for(filter: &Filter, enc: &mut Encoder, change: &Change) -> Option<Byte
     Some(enc.event(kind, &cur))
 }
 
+/// The query parameters of a watch request.
+struct Params {
+    /// `resourceVersion`: deliver the changes after it (none: the current objects first).
+    from: Option<u64>,
+    /// `sendInitialEvents`: the current objects as ADDED, then an initial-events-end bookmark.
+    send_initial: bool,
+    /// `allowWatchBookmarks`.
+    bookmarks: bool,
+    /// `timeoutSeconds`, else [`DEFAULT_TIMEOUT`].
+    timeout: Duration,
+}
+
+impl Params {
+    fn parse(ctx: &RequestContext) -> Result<Self, ApiError> {
+        let from =
+            match ctx.param("resourceVersion").filter(|s| !s.is_empty()) {
+                None => None,
+                Some(rv) => Some(rv.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version: {rv:?}"))
+                })?),
+            };
+        let timeout = match ctx.param("timeoutSeconds") {
+            Some(t) => Duration::from_secs(
+                t.parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+            ),
+            None => DEFAULT_TIMEOUT,
+        };
+        Ok(Self {
+            from,
+            send_initial: ctx.flag("sendInitialEvents"),
+            bookmarks: ctx.flag("allowWatchBookmarks"),
+            timeout,
+        })
+    }
+}
+
 /// Starts a watch response.
 pub(crate) fn serve(
     api: &ApiServer,
@@ -138,29 +176,14 @@ pub(crate) fn serve(
     ctx: &RequestContext,
 ) -> Result<Response, ApiError> {
     let (labels, fields) = selectors(rt, ctx)?;
-    let from = match ctx.param("resourceVersion").filter(|s| !s.is_empty()) {
-        None => None,
-        Some(rv) => Some(
-            rv.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))?,
-        ),
-    };
-    let send_initial = ctx.flag("sendInitialEvents");
-    let bookmarks = ctx.flag("allowWatchBookmarks");
-    let timeout = match ctx.param("timeoutSeconds") {
-        Some(t) => Duration::from_secs(
-            t.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
-        ),
-        None => DEFAULT_TIMEOUT,
-    };
+    let params = Params::parse(ctx)?;
     let filter = Filter {
         rt: rt.clone(),
         namespace: namespace.map(String::from),
         labels,
         fields,
     };
-    let mut enc = Encoder {
+    let enc = Encoder {
         rt: rt.clone(),
         mode: table::mode(&ctx.accept),
         include: ctx.param("includeObject").unwrap_or("Metadata").to_string(),
@@ -168,14 +191,13 @@ pub(crate) fn serve(
     };
     let start = {
         let state = api.store().lock();
-        if send_initial {
+        if params.send_initial {
             state.watch(rt, None)
         } else {
-            state.watch(rt, from)
+            state.watch(rt, params.from)
         }
     };
     let (tx, rx) = mpsc::channel::<Bytes>(1024);
-    let mut closing = api.closing();
     match start {
         Err(err) => {
             // A too-old resourceVersion is an ERROR event in a 200 stream, which makes
@@ -183,71 +205,13 @@ pub(crate) fn serve(
             let _ = tx.try_send(expired_event(&err));
         }
         Ok(start) => {
-            let store = api.store().clone();
-            tokio::spawn(async move {
-                let mut initial: Vec<Bytes> = start
-                    .initial
-                    .iter()
-                    .filter(|o| filter.matches(o))
-                    .map(|o| enc.event("ADDED", o))
-                    .collect();
-                if send_initial {
-                    initial.push(enc.bookmark(start.rv, true));
-                }
-                let mut last_rv = start.rv;
-                for change in &start.backlog {
-                    if let Some(ev) = event_for(&filter, &mut enc, change) {
-                        initial.push(ev);
-                    }
-                }
-                for ev in initial {
-                    if tx.send(ev).await.is_err() {
-                        return;
-                    }
-                }
-                let mut changed = start.rx;
-                let deadline = tokio::time::sleep(timeout);
-                tokio::pin!(deadline);
-                let mut ticker = tokio::time::interval(BOOKMARK_EVERY);
-                ticker.tick().await;
-                loop {
-                    tokio::select! {
-                        _ = &mut deadline => break,
-                        _ = closing.changed() => break,
-                        _ = ticker.tick(), if bookmarks => {
-                            if tx.send(enc.bookmark(last_rv, false)).await.is_err() {
-                                break;
-                            }
-                        }
-                        _ = tx.closed() => break,
-                        signal = changed.changed() => {
-                            if signal.is_err() {
-                                break;
-                            }
-                            // Read from the shared history, not a per-watch queue: a watch
-                            // falls behind only when changes age out of the history.
-                            let read = store.lock().watch_changes(&filter.rt, last_rv);
-                            match read {
-                                Ok((changes, rv)) => {
-                                    for change in &changes {
-                                        if let Some(ev) = event_for(&filter, &mut enc, change)
-                                            && tx.send(ev).await.is_err()
-                                        {
-                                            return;
-                                        }
-                                    }
-                                    last_rv = rv;
-                                }
-                                Err(_) => {
-                                    let err = ApiError::expired("the watch fell behind; relist");
-                                    let _ = tx.send(expired_event(&err)).await;
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                }
-            });
+            let watch = Watch {
+                filter,
+                enc,
+                tx,
+                store: api.store().clone(),
+            };
+            tokio::spawn(watch.run(start, params, api.closing()));
         }
     }
     let stream = ReceiverStream::new(rx).map(Ok::<Bytes, std::convert::Infallible>);
@@ -257,4 +221,106 @@ pub(crate) fn serve(
         .header(header::CACHE_CONTROL, "no-cache, private")
         .body(stream_body(stream))
         .expect("valid response"))
+}
+
+/// One open watch: what it selects, how it encodes, and where its events go.
+struct Watch {
+    filter: Filter,
+    enc: Encoder,
+    tx: mpsc::Sender<Bytes>,
+    store: Store,
+}
+
+impl Watch {
+    /// Sends the initial events, then follows the history until the client goes, the
+    /// timeout passes, the server closes or the watch falls behind.
+    async fn run(mut self, start: WatchStart, params: Params, closing: signal::Receiver<bool>) {
+        let initial = self.initial_events(&start, params.send_initial);
+        for ev in initial {
+            if self.tx.send(ev).await.is_err() {
+                return;
+            }
+        }
+        self.follow(start.rx, start.rv, &params, closing).await;
+    }
+
+    /// The current objects (with their end bookmark, when asked for) or the backlog after
+    /// the requested resourceVersion.
+    fn initial_events(&mut self, start: &WatchStart, send_initial: bool) -> Vec<Bytes> {
+        let mut initial: Vec<Bytes> = start
+            .initial
+            .iter()
+            .filter(|o| self.filter.matches(o))
+            .map(|o| self.enc.event("ADDED", o))
+            .collect();
+        if send_initial {
+            initial.push(self.enc.bookmark(start.rv, true));
+        }
+        for change in &start.backlog {
+            if let Some(ev) = event_for(&self.filter, &mut self.enc, change) {
+                initial.push(ev);
+            }
+        }
+        initial
+    }
+
+    /// Live changes and bookmarks until the watch ends.
+    async fn follow(
+        &mut self,
+        mut changed: signal::Receiver<u64>,
+        mut last_rv: u64,
+        params: &Params,
+        mut closing: signal::Receiver<bool>,
+    ) {
+        let deadline = tokio::time::sleep(params.timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(BOOKMARK_EVERY);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut deadline => break,
+                _ = closing.changed() => break,
+                _ = ticker.tick(), if params.bookmarks => {
+                    if self.tx.send(self.enc.bookmark(last_rv, false)).await.is_err() {
+                        break;
+                    }
+                }
+                _ = self.tx.closed() => break,
+                notified = changed.changed() => {
+                    if notified.is_err() {
+                        break;
+                    }
+                    match self.forward(last_rv).await {
+                        Some(rv) => last_rv = rv,
+                        None => break,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends the changes after `last_rv`; returns the resourceVersion reached, or `None`
+    /// when the watch ends (the client went, or the changes aged out of the history).
+    async fn forward(&mut self, last_rv: u64) -> Option<u64> {
+        // Read from the shared history, not a per-watch queue: a watch falls behind only
+        // when changes age out of the history.
+        let read = self.store.lock().watch_changes(&self.filter.rt, last_rv);
+        match read {
+            Ok((changes, rv)) => {
+                for change in &changes {
+                    if let Some(ev) = event_for(&self.filter, &mut self.enc, change)
+                        && self.tx.send(ev).await.is_err()
+                    {
+                        return None;
+                    }
+                }
+                Some(rv)
+            }
+            Err(_) => {
+                let err = ApiError::expired("the watch fell behind; relist");
+                let _ = self.tx.send(expired_event(&err)).await;
+                None
+            }
+        }
+    }
 }

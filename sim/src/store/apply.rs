@@ -185,6 +185,19 @@ fn conflict_error(conflicts: &[(Entry, Vec<Vec<String>>)]) -> ApiError {
     err
 }
 
+/// The identity of the applying manager: its Apply entry through one subresource.
+#[derive(Clone, Copy)]
+struct Applier<'a> {
+    manager: &'a str,
+    subresource: Option<&'a str>,
+}
+
+impl Applier<'_> {
+    fn owns(&self, e: &Entry) -> bool {
+        e.same_identity(self.manager, "Apply", self.subresource)
+    }
+}
+
 /// Applies `config` (already checked for apiVersion, kind and name) over `live` (Null when
 /// the object does not exist yet) on behalf of `manager`.
 #[allow(clippy::too_many_arguments)]
@@ -199,9 +212,12 @@ pub(crate) fn apply(
     rt: &ResourceType,
     force: bool,
 ) -> Result<Outcome, ApiError> {
-    let subresource = sub.name();
+    let me = Applier {
+        manager,
+        subresource: sub.name(),
+    };
     let config = strip_nulls(config);
-    let tracked_cfg = fields::tracked_part(&config, subresource, hints);
+    let tracked_cfg = fields::tracked_part(&config, me.subresource, hints);
     let mut causes = Vec::new();
     check_config(&tracked_cfg, hints, &mut Vec::new(), &mut causes);
     if !causes.is_empty() {
@@ -210,76 +226,107 @@ pub(crate) fn apply(
     let cfg_set = fields::object_fields(&tracked_cfg, hints);
 
     let live_obj = if live.is_null() {
-        let mut base = Map::new();
-        for k in ["apiVersion", "kind", "metadata"] {
-            if let Some(v) = config.get(k) {
-                base.insert(k.into(), v.clone());
-            }
-        }
-        Value::Object(base)
+        identity_of(&config)
     } else {
         live.clone()
     };
-    let mut merged = live_obj.clone();
-    // Merge only what this endpoint may touch; the rest of the live object stays.
-    let tracked_for_merge = if subresource == Some("status") {
-        let mut m = Map::new();
-        if let Some(s) = tracked_cfg.get("status") {
-            m.insert("status".into(), s.clone());
-        }
-        Value::Object(m)
-    } else {
-        tracked_cfg.clone()
-    };
-    merged = merge(&merged, &tracked_for_merge, hints, &mut Vec::new());
-
+    let mut merged = merge(
+        &live_obj,
+        &mergeable_part(&tracked_cfg, me.subresource),
+        hints,
+        &mut Vec::new(),
+    );
     let mut list = fields::entries(managed);
+    fields::remove_paths(&mut merged, &no_longer_applied(&list, me, &cfg_set));
+
+    let live_t = fields::tracked_part(&live_obj, me.subresource, hints);
+    let merged_t = fields::tracked_part(&merged, me.subresource, hints);
+    let (changed, removed) = fields::object_diff(&live_t, &merged_t, hints);
+    let conflicts = conflicts_with_others(&list, me, &changed);
+    if !conflicts.is_empty() && !force {
+        return Err(conflict_error(&conflicts));
+    }
+    for e in list.iter_mut().filter(|e| !me.owns(e)) {
+        e.set = e.set.difference(&changed).difference(&removed);
+    }
+    record_apply(&mut list, me, cfg_set, live_t != merged_t, api_version);
+    Ok(Outcome {
+        object: merged,
+        managed: fields::encode(list),
+    })
+}
+
+/// The object an apply creates starts from the configuration's apiVersion, kind and
+/// metadata.
+fn identity_of(config: &Value) -> Value {
+    let mut base = Map::new();
+    for k in ["apiVersion", "kind", "metadata"] {
+        if let Some(v) = config.get(k) {
+            base.insert(k.into(), v.clone());
+        }
+    }
+    Value::Object(base)
+}
+
+/// Merge only what this endpoint may touch; the rest of the live object stays.
+fn mergeable_part(tracked_cfg: &Value, subresource: Option<&str>) -> Value {
+    if subresource != Some("status") {
+        return tracked_cfg.clone();
+    }
+    let mut m = Map::new();
+    if let Some(s) = tracked_cfg.get("status") {
+        m.insert("status".into(), s.clone());
+    }
+    Value::Object(m)
+}
+
+/// What the applier applied last time and leaves out now, unless someone else owns it.
+///
+/// Like structured-merge-diff's prune: what this manager applied last time, minus what
+/// anyone (itself now included) owns, with fields that have owned children counting as
+/// owned; the object's identity is never removed.
+fn no_longer_applied(list: &[Entry], me: Applier, cfg_set: &FieldSet) -> FieldSet {
     let last_set: FieldSet = list
         .iter()
-        .find(|e| e.same_identity(manager, "Apply", subresource))
+        .find(|e| me.owns(e))
         .map(|e| e.set.clone())
         .unwrap_or_default();
     let others_set = list
         .iter()
-        .filter(|e| !e.same_identity(manager, "Apply", subresource))
+        .filter(|e| !me.owns(e))
         .fold(FieldSet::default(), |acc, e| acc.union(&e.set));
-    // Like structured-merge-diff's prune: what this manager applied last time, minus what
-    // anyone (itself now included) owns, with fields that have owned children counting as
-    // owned; the object's identity is never removed.
     let owned = cfg_set.union(&others_set).with_parents_as_members();
-    let to_remove = last_set
+    last_set
         .with_parents_as_members()
         .difference(&owned)
-        .without_top_level_members(&["f:metadata", "f:apiVersion", "f:kind"]);
-    fields::remove_paths(&mut merged, &to_remove);
+        .without_top_level_members(&["f:metadata", "f:apiVersion", "f:kind"])
+}
 
-    let live_t = fields::tracked_part(&live_obj, subresource, hints);
-    let merged_t = fields::tracked_part(&merged, subresource, hints);
-    let (changed, removed) = fields::object_diff(&live_t, &merged_t, hints);
+/// The other managers' fields this apply changes, with the paths of each.
+fn conflicts_with_others(
+    list: &[Entry],
+    me: Applier,
+    changed: &FieldSet,
+) -> Vec<(Entry, Vec<Vec<String>>)> {
+    list.iter()
+        .filter(|e| !me.owns(e))
+        .filter_map(|e| {
+            let c = e.set.intersection(changed);
+            (!c.is_empty()).then(|| (e.clone(), c.paths()))
+        })
+        .collect()
+}
 
-    let mut conflicts = Vec::new();
-    for e in &list {
-        if e.same_identity(manager, "Apply", subresource) {
-            continue;
-        }
-        let c = e.set.intersection(&changed);
-        if !c.is_empty() {
-            conflicts.push((e.clone(), c.paths()));
-        }
-    }
-    if !conflicts.is_empty() && !force {
-        return Err(conflict_error(&conflicts));
-    }
-    for e in list.iter_mut() {
-        if !e.same_identity(manager, "Apply", subresource) {
-            e.set = e.set.difference(&changed).difference(&removed);
-        }
-    }
-    let object_changed = live_t != merged_t;
-    match list
-        .iter_mut()
-        .find(|e| e.same_identity(manager, "Apply", subresource))
-    {
+/// The applier now owns exactly what it applied; its entry's time moves only when
+/// something changed.
+fn record_apply(
+    list: &mut Vec<Entry>,
+    me: Applier,
+    cfg_set: FieldSet,
+    object_changed: bool,
+    api_version: &str,
+) {
+    match list.iter_mut().find(|e| me.owns(e)) {
         Some(own) => {
             if own.set != cfg_set || object_changed || own.api_version != api_version {
                 own.time = Some(meta::now());
@@ -288,18 +335,14 @@ pub(crate) fn apply(
             own.api_version = api_version.to_string();
         }
         None => list.push(Entry {
-            manager: manager.to_string(),
+            manager: me.manager.to_string(),
             operation: "Apply".into(),
             api_version: api_version.to_string(),
             time: Some(meta::now()),
-            subresource: subresource.map(String::from),
+            subresource: me.subresource.map(String::from),
             set: cfg_set,
         }),
     }
-    Ok(Outcome {
-        object: merged,
-        managed: fields::encode(list),
-    })
 }
 
 #[cfg(test)]

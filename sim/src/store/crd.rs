@@ -35,7 +35,17 @@ fn versions(crd: &Value) -> Vec<Value> {
 
 /// The resource types a CRD serves, one per served version.
 pub(crate) fn resource_types(crd: &Value) -> Vec<Arc<ResourceType>> {
-    let name = meta::name(crd).to_string();
+    let base = common_type(crd);
+    versions(crd)
+        .iter()
+        .filter(|v| v.get("served").and_then(Value::as_bool) == Some(true))
+        .map(|v| Arc::new(version_type(&base, v)))
+        .collect()
+}
+
+/// What every version of a CRD serves alike: names, scope and storage; the per-version
+/// parts left empty for [`version_type`].
+fn common_type(crd: &Value) -> ResourceType {
     let group = s(crd, &["spec", "group"]).to_string();
     let names = meta::at(crd, &["spec", "names"])
         .cloned()
@@ -46,111 +56,99 @@ pub(crate) fn resource_types(crd: &Value) -> Vec<Arc<ResourceType>> {
         "" => kind.to_lowercase(),
         other => other.to_string(),
     };
-    let strings = |key: &str| -> Vec<String> {
-        names
-            .get(key)
+    ResourceType {
+        storage: format!("{group}/{plural}"),
+        group,
+        version: String::new(),
+        kind,
+        plural,
+        namespaced: s(crd, &["spec", "scope"]) != "Cluster",
+        singular,
+        short_names: strings(&names, "shortNames"),
+        categories: strings(&names, "categories"),
+        status_subresource: false,
+        scale: None,
+        printer_columns: Vec::new(),
+        has_generation: true,
+        selectable_fields: Vec::new(),
+        crd: Some(meta::name(crd).to_string()),
+        storage_version: storage_version(crd).unwrap_or_default(),
+        schema: None,
+    }
+}
+
+/// The type one served version `v` of a CRD serves: `base` with that version's
+/// subresources, printer columns, selectable fields and schema.
+fn version_type(base: &ResourceType, v: &Value) -> ResourceType {
+    let subresources = v.get("subresources").cloned().unwrap_or(json!({}));
+    ResourceType {
+        version: s(v, &["name"]).to_string(),
+        status_subresource: subresources.get("status").is_some(),
+        scale: subresources.get("scale").map(|sc| ScaleSubresource {
+            spec_replicas_path: s(sc, &["specReplicasPath"]).to_string(),
+            status_replicas_path: s(sc, &["statusReplicasPath"]).to_string(),
+            label_selector_path: sc
+                .get("labelSelectorPath")
+                .and_then(Value::as_str)
+                .map(String::from),
+        }),
+        printer_columns: printer_columns(v),
+        selectable_fields: v
+            .get("selectableFields")
             .and_then(Value::as_array)
             .map(|a| {
                 a.iter()
-                    .filter_map(|v| v.as_str().map(String::from))
+                    .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
+                    .map(|p| p.trim_start_matches('.').to_string())
                     .collect()
             })
-            .unwrap_or_default()
-    };
-    let namespaced = s(crd, &["spec", "scope"]) != "Cluster";
-    let vs = versions(crd);
-    let storage_version = vs
-        .iter()
-        .find(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-        .and_then(|v| v.get("name").and_then(Value::as_str))
-        .unwrap_or("")
-        .to_string();
-    vs.iter()
-        .filter(|v| v.get("served").and_then(Value::as_bool) == Some(true))
-        .map(|v| {
-            let version = s(v, &["name"]).to_string();
-            let subresources = v.get("subresources").cloned().unwrap_or(json!({}));
-            let scale = subresources.get("scale").map(|sc| ScaleSubresource {
-                spec_replicas_path: s(sc, &["specReplicasPath"]).to_string(),
-                status_replicas_path: s(sc, &["statusReplicasPath"]).to_string(),
-                label_selector_path: sc
-                    .get("labelSelectorPath")
-                    .and_then(Value::as_str)
-                    .map(String::from),
-            });
-            let printer_columns = v
-                .get("additionalPrinterColumns")
-                .and_then(Value::as_array)
-                .map(|cols| {
-                    cols.iter()
-                        .map(|c| PrinterColumn {
-                            name: s(c, &["name"]).to_string(),
-                            type_: s(c, &["type"]).to_string(),
-                            format: s(c, &["format"]).to_string(),
-                            description: s(c, &["description"]).to_string(),
-                            json_path: s(c, &["jsonPath"]).to_string(),
-                            priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let selectable_fields = v
-                .get("selectableFields")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|f| f.get("jsonPath").and_then(Value::as_str))
-                        .map(|p| p.trim_start_matches('.').to_string())
-                        .collect()
-                })
-                .unwrap_or_default();
-            Arc::new(ResourceType {
-                group: group.clone(),
-                version,
-                kind: kind.clone(),
-                plural: plural.clone(),
-                namespaced,
-                singular: singular.clone(),
-                short_names: strings("shortNames"),
-                categories: strings("categories"),
-                status_subresource: subresources.get("status").is_some(),
-                scale,
-                printer_columns,
-                has_generation: true,
-                selectable_fields,
-                crd: Some(name.clone()),
-                storage_version: storage_version.clone(),
-                storage: format!("{group}/{plural}"),
-                schema: v
-                    .get("schema")
-                    .and_then(|s| s.get("openAPIV3Schema"))
-                    .cloned()
-                    .map(Arc::new),
-            })
-        })
-        .collect()
+            .unwrap_or_default(),
+        schema: v
+            .get("schema")
+            .and_then(|s| s.get("openAPIV3Schema"))
+            .cloned()
+            .map(Arc::new),
+        ..base.clone()
+    }
 }
 
+/// The string list at `key` of the CRD's `names` (short names, categories).
+fn strings(names: &Value, key: &str) -> Vec<String> {
+    names
+        .get(key)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A version's `additionalPrinterColumns`.
+fn printer_columns(v: &Value) -> Vec<PrinterColumn> {
+    v.get("additionalPrinterColumns")
+        .and_then(Value::as_array)
+        .map(|cols| {
+            cols.iter()
+                .map(|c| PrinterColumn {
+                    name: s(c, &["name"]).to_string(),
+                    type_: s(c, &["type"]).to_string(),
+                    format: s(c, &["format"]).to_string(),
+                    description: s(c, &["description"]).to_string(),
+                    json_path: s(c, &["jsonPath"]).to_string(),
+                    priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Checks a CRD's names, scope and versions; every violation is one cause (422).
 fn validate(rt: &ResourceType, crd: &Value) -> Result<(), ApiError> {
     let name = meta::name(crd);
     let mut causes = Vec::new();
-    let mut require = |path: &[&str], field: &str| {
-        if s(crd, path).is_empty() {
-            causes.push(Cause::new("FieldValueRequired", field, "Required value"));
-        }
-    };
-    require(&["spec", "group"], "spec.group");
-    require(&["spec", "names", "plural"], "spec.names.plural");
-    require(&["spec", "names", "kind"], "spec.names.kind");
-    let group = s(crd, &["spec", "group"]);
-    let plural = s(crd, &["spec", "names", "plural"]);
-    if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
-        causes.push(Cause::new(
-            "FieldValueInvalid",
-            "metadata.name",
-            format!("Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"),
-        ));
-    }
+    check_names(crd, &mut causes);
     let scope = s(crd, &["spec", "scope"]);
     if scope != "Namespaced" && scope != "Cluster" {
         causes.push(Cause::new(
@@ -161,7 +159,39 @@ fn validate(rt: &ResourceType, crd: &Value) -> Result<(), ApiError> {
             ),
         ));
     }
-    let vs = versions(crd);
+    check_versions(&versions(crd), &mut causes);
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(rt, name, causes))
+    }
+}
+
+/// Group, plural and kind are required, and the CRD is named `<plural>.<group>`.
+fn check_names(crd: &Value, causes: &mut Vec<Cause>) {
+    let mut require = |path: &[&str], field: &str| {
+        if s(crd, path).is_empty() {
+            causes.push(Cause::new("FieldValueRequired", field, "Required value"));
+        }
+    };
+    require(&["spec", "group"], "spec.group");
+    require(&["spec", "names", "plural"], "spec.names.plural");
+    require(&["spec", "names", "kind"], "spec.names.kind");
+    let name = meta::name(crd);
+    let group = s(crd, &["spec", "group"]);
+    let plural = s(crd, &["spec", "names", "plural"]);
+    if !group.is_empty() && !plural.is_empty() && name != format!("{plural}.{group}") {
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            "metadata.name",
+            format!("Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"),
+        ));
+    }
+}
+
+/// At least one version, exactly one of them the storage version, and each with an object
+/// schema and its `served` and `storage` flags.
+fn check_versions(vs: &[Value], causes: &mut Vec<Cause>) {
     if vs.is_empty() {
         causes.push(Cause::new(
             "FieldValueRequired",
@@ -206,11 +236,6 @@ fn validate(rt: &ResourceType, crd: &Value) -> Result<(), ApiError> {
                 ));
             }
         }
-    }
-    if causes.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(rt, name, causes))
     }
 }
 

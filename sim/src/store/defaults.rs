@@ -125,111 +125,17 @@ pub(crate) fn apply(rt: &ResourceType, obj: &mut Value, old: Option<&Value>) {
         return;
     }
     match (rt.group.as_str(), rt.plural.as_str()) {
-        ("", "pods") => {
-            let spec = obj_mut(obj, "spec");
-            pod_spec_defaults(spec);
-            default(spec, "serviceAccountName", json!("default"));
-            default(spec, "serviceAccount", json!("default"));
-            default(spec, "enableServiceLinks", json!(true));
-            default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-            default(spec, "priority", json!(0));
-            if old.is_none() {
-                let qos = qos_class(&obj["spec"]);
-                obj["status"] = json!({"phase": "Pending", "qosClass": qos});
-            }
-        }
-        ("apps", "statefulsets") => {
-            template_defaults(obj);
-            let spec = obj_mut(obj, "spec");
-            default(spec, "replicas", json!(1));
-            default(spec, "podManagementPolicy", json!("OrderedReady"));
-            default(spec, "revisionHistoryLimit", json!(10));
-            default(
-                spec,
-                "updateStrategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
-            );
-            default(
-                spec,
-                "persistentVolumeClaimRetentionPolicy",
-                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
-            );
-        }
-        ("apps", "deployments") => {
-            template_defaults(obj);
-            let spec = obj_mut(obj, "spec");
-            default(spec, "replicas", json!(1));
-            default(spec, "revisionHistoryLimit", json!(10));
-            default(spec, "progressDeadlineSeconds", json!(600));
-            default(
-                spec,
-                "strategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
-            );
-        }
+        ("", "pods") => pod(obj, old),
+        ("apps", "statefulsets") => statefulset(obj),
+        ("apps", "deployments") => deployment(obj),
         ("apps", "replicasets") => {
             template_defaults(obj);
             default(obj_mut(obj, "spec"), "replicas", json!(1));
         }
-        ("apps", "daemonsets") => {
-            template_defaults(obj);
-            let spec = obj_mut(obj, "spec");
-            default(spec, "revisionHistoryLimit", json!(10));
-            default(
-                spec,
-                "updateStrategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
-            );
-        }
-        ("batch", "jobs") => {
-            template_defaults(obj);
-            let spec = obj_mut(obj, "spec");
-            default(spec, "backoffLimit", json!(6));
-            default(spec, "completionMode", json!("NonIndexed"));
-            default(spec, "suspend", json!(false));
-        }
-        ("", "services") => {
-            let old_spec = old
-                .and_then(|o| o.get("spec"))
-                .cloned()
-                .unwrap_or(json!({}));
-            let name = meta::name(obj).to_string();
-            let spec = obj_mut(obj, "spec");
-            default(spec, "type", json!("ClusterIP"));
-            default(spec, "sessionAffinity", json!("None"));
-            if spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
-                let ip = old_spec
-                    .get("clusterIP")
-                    .cloned()
-                    .unwrap_or_else(|| json!(cluster_ip(&name)));
-                default(spec, "clusterIP", ip.clone());
-                let ip = spec.get("clusterIP").cloned().unwrap_or(ip);
-                default(spec, "clusterIPs", json!([ip]));
-                default(spec, "ipFamilies", json!(["IPv4"]));
-                default(spec, "ipFamilyPolicy", json!("SingleStack"));
-                default(spec, "internalTrafficPolicy", json!("Cluster"));
-            }
-            if let Some(Value::Array(ports)) = spec.get_mut("ports") {
-                for p in ports.iter_mut().filter_map(Value::as_object_mut) {
-                    default(p, "protocol", json!("TCP"));
-                    if let Some(port) = p.get("port").cloned() {
-                        default(p, "targetPort", port);
-                    }
-                }
-            }
-        }
-        ("", "namespaces") => {
-            let name = meta::name(obj).to_string();
-            let m = meta::meta_mut(obj);
-            let labels = m.entry("labels").or_insert_with(|| json!({}));
-            if let Some(l) = labels.as_object_mut() {
-                l.insert("kubernetes.io/metadata.name".into(), json!(name));
-            }
-            let spec = obj_mut(obj, "spec");
-            default(spec, "finalizers", json!(["kubernetes"]));
-            let status = obj_mut(obj, "status");
-            default(status, "phase", json!("Active"));
-        }
+        ("apps", "daemonsets") => daemonset(obj),
+        ("batch", "jobs") => job(obj),
+        ("", "services") => service(obj, old),
+        ("", "namespaces") => namespace(obj),
         ("", "secrets") => {
             if let Some(map) = obj.as_object_mut() {
                 default(map, "type", json!("Opaque"));
@@ -237,6 +143,117 @@ pub(crate) fn apply(rt: &ResourceType, obj: &mut Value, old: Option<&Value>) {
         }
         _ => {}
     }
+}
+
+/// A new pod also gets its initial status: Pending, with its QoS class.
+fn pod(obj: &mut Value, old: Option<&Value>) {
+    let spec = obj_mut(obj, "spec");
+    pod_spec_defaults(spec);
+    default(spec, "serviceAccountName", json!("default"));
+    default(spec, "serviceAccount", json!("default"));
+    default(spec, "enableServiceLinks", json!(true));
+    default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    default(spec, "priority", json!(0));
+    if old.is_none() {
+        let qos = qos_class(&obj["spec"]);
+        obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+    }
+}
+
+fn statefulset(obj: &mut Value) {
+    template_defaults(obj);
+    let spec = obj_mut(obj, "spec");
+    default(spec, "replicas", json!(1));
+    default(spec, "podManagementPolicy", json!("OrderedReady"));
+    default(spec, "revisionHistoryLimit", json!(10));
+    default(
+        spec,
+        "updateStrategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+    );
+    default(
+        spec,
+        "persistentVolumeClaimRetentionPolicy",
+        json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+    );
+}
+
+fn deployment(obj: &mut Value) {
+    template_defaults(obj);
+    let spec = obj_mut(obj, "spec");
+    default(spec, "replicas", json!(1));
+    default(spec, "revisionHistoryLimit", json!(10));
+    default(spec, "progressDeadlineSeconds", json!(600));
+    default(
+        spec,
+        "strategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}),
+    );
+}
+
+fn daemonset(obj: &mut Value) {
+    template_defaults(obj);
+    let spec = obj_mut(obj, "spec");
+    default(spec, "revisionHistoryLimit", json!(10));
+    default(
+        spec,
+        "updateStrategy",
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}),
+    );
+}
+
+fn job(obj: &mut Value) {
+    template_defaults(obj);
+    let spec = obj_mut(obj, "spec");
+    default(spec, "backoffLimit", json!(6));
+    default(spec, "completionMode", json!("NonIndexed"));
+    default(spec, "suspend", json!(false));
+}
+
+/// A service keeps the cluster IP it was given; a new one gets one derived from its name.
+fn service(obj: &mut Value, old: Option<&Value>) {
+    let old_spec = old
+        .and_then(|o| o.get("spec"))
+        .cloned()
+        .unwrap_or(json!({}));
+    let name = meta::name(obj).to_string();
+    let spec = obj_mut(obj, "spec");
+    default(spec, "type", json!("ClusterIP"));
+    default(spec, "sessionAffinity", json!("None"));
+    if spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
+        let ip = old_spec
+            .get("clusterIP")
+            .cloned()
+            .unwrap_or_else(|| json!(cluster_ip(&name)));
+        default(spec, "clusterIP", ip.clone());
+        let ip = spec.get("clusterIP").cloned().unwrap_or(ip);
+        default(spec, "clusterIPs", json!([ip]));
+        default(spec, "ipFamilies", json!(["IPv4"]));
+        default(spec, "ipFamilyPolicy", json!("SingleStack"));
+        default(spec, "internalTrafficPolicy", json!("Cluster"));
+    }
+    if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            default(p, "protocol", json!("TCP"));
+            if let Some(port) = p.get("port").cloned() {
+                default(p, "targetPort", port);
+            }
+        }
+    }
+}
+
+/// A namespace is labelled with its name, finalized by `kubernetes` and `Active`.
+fn namespace(obj: &mut Value) {
+    let name = meta::name(obj).to_string();
+    let m = meta::meta_mut(obj);
+    let labels = m.entry("labels").or_insert_with(|| json!({}));
+    if let Some(l) = labels.as_object_mut() {
+        l.insert("kubernetes.io/metadata.name".into(), json!(name));
+    }
+    let spec = obj_mut(obj, "spec");
+    default(spec, "finalizers", json!(["kubernetes"]));
+    let status = obj_mut(obj, "status");
+    default(status, "phase", json!("Active"));
 }
 
 /// A stable cluster IP in 10.96.0.0/12 derived from the service name.

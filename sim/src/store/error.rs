@@ -275,4 +275,38 @@ impl ApiError {
         }
         status
     }
+
+    /// Fills in the details of a patch or apply error that lacked the object's identity.
+    pub(crate) fn about_object(mut self, rt: &ResourceType, name: &str) -> Self {
+        if self.details.as_ref().is_none_or(|d| d.name.is_empty()) {
+            let kind = if self.code == 422 {
+                rt.kind.clone()
+            } else {
+                rt.plural.clone()
+            };
+            let d = self.details_mut();
+            d.name = name.to_string();
+            d.group = rt.group.clone();
+            d.kind = kind;
+        }
+        if self.code == 422 && !self.message.contains(" is invalid: ") {
+            self.message = format!(
+                "{} \"{name}\" is invalid: {}",
+                qualified_kind(rt),
+                self.message
+            );
+        }
+        if self.code == 409
+            && self.reason == "Conflict"
+            && !self.message.starts_with("Apply failed")
+            && !self.message.starts_with("Operation cannot")
+        {
+            self.message = format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {}",
+                qualified_resource(rt),
+                self.message
+            );
+        }
+        self
+    }
 }

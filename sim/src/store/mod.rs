@@ -33,7 +33,7 @@ pub use types::{PrinterColumn, ResourceType, ScaleSubresource};
 pub(crate) use events::served_shared;
 pub(crate) use patch::PatchKind;
 pub(crate) use state::{FieldValidation, ScaleUpdate, Sub, WriteOptions};
-pub(crate) use watch::Change;
+pub(crate) use watch::{Change, WatchStart};
 
 use state::State;
 

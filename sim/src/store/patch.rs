@@ -136,6 +136,36 @@ fn strategic(
         }
     }
     let mut out = orig.as_object().cloned().unwrap_or_default();
+    merge_fields(&mut out, pm, hints, path)?;
+    for (k, pv) in pm {
+        if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/")
+            && let (Some(Value::Array(list)), Some(del)) = (out.get_mut(field), pv.as_array())
+        {
+            list.retain(|i| !del.contains(i));
+        }
+    }
+    for (k, pv) in pm {
+        if let Some(field) = k.strip_prefix("$setElementOrder/")
+            && let Some(order) = pv.as_array()
+        {
+            set_element_order(&mut out, field, order, hints, path);
+        }
+    }
+    if let Some(retain) = pm.get("$retainKeys").and_then(Value::as_array) {
+        let keep: Vec<&str> = retain.iter().filter_map(Value::as_str).collect();
+        out.retain(|k, _| keep.contains(&k.as_str()));
+    }
+    Ok(Some(Value::Object(out)))
+}
+
+/// Merges every field of the patch map `pm` into `out`: null deletes, maps and lists merge
+/// strategically, anything else replaces.
+fn merge_fields(
+    out: &mut Map<String, Value>,
+    pm: &Map<String, Value>,
+    hints: &Hints,
+    path: &mut Vec<String>,
+) -> Result<(), ApiError> {
     for (k, pv) in pm {
         if is_directive(k) {
             continue;
@@ -162,46 +192,43 @@ fn strategic(
             }
         }
     }
-    for (k, pv) in pm {
-        if let Some(field) = k.strip_prefix("$deleteFromPrimitiveList/")
-            && let (Some(Value::Array(list)), Some(del)) = (out.get_mut(field), pv.as_array())
-        {
-            list.retain(|i| !del.contains(i));
-        }
-    }
-    for (k, pv) in pm {
-        if let Some(field) = k.strip_prefix("$setElementOrder/") {
-            path.push(field.to_string());
-            let key = match hints.smp_list(path) {
-                SmpList::MergeByKey(key) => Some(key),
-                _ => None,
-            };
-            path.pop();
-            if let (Some(Value::Array(list)), Some(order)) = (out.get_mut(field), pv.as_array()) {
-                let rank = |item: &Value| {
-                    order
-                        .iter()
-                        .position(|o| match &key {
-                            Some(key) => o.get(key) == item.get(key),
-                            None => o == item,
-                        })
-                        .unwrap_or(usize::MAX)
-                };
-                let mut indexed: Vec<(usize, usize, Value)> = list
-                    .drain(..)
-                    .enumerate()
-                    .map(|(i, v)| (rank(&v), i, v))
-                    .collect();
-                indexed.sort_by_key(|(r, i, _)| (*r, *i));
-                list.extend(indexed.into_iter().map(|(_, _, v)| v));
-            }
-        }
-    }
-    if let Some(retain) = pm.get("$retainKeys").and_then(Value::as_array) {
-        let keep: Vec<&str> = retain.iter().filter_map(Value::as_str).collect();
-        out.retain(|k, _| keep.contains(&k.as_str()));
-    }
-    Ok(Some(Value::Object(out)))
+    Ok(())
+}
+
+/// `$setElementOrder/<field>`: sorts the list `field` of `out` as `order` lists its items
+/// (by merge key, or by value for primitives); items `order` lacks go last, in their order.
+fn set_element_order(
+    out: &mut Map<String, Value>,
+    field: &str,
+    order: &[Value],
+    hints: &Hints,
+    path: &mut Vec<String>,
+) {
+    path.push(field.to_string());
+    let key = match hints.smp_list(path) {
+        SmpList::MergeByKey(key) => Some(key),
+        _ => None,
+    };
+    path.pop();
+    let Some(Value::Array(list)) = out.get_mut(field) else {
+        return;
+    };
+    let rank = |item: &Value| {
+        order
+            .iter()
+            .position(|o| match &key {
+                Some(key) => o.get(key) == item.get(key),
+                None => o == item,
+            })
+            .unwrap_or(usize::MAX)
+    };
+    let mut indexed: Vec<(usize, usize, Value)> = list
+        .drain(..)
+        .enumerate()
+        .map(|(i, v)| (rank(&v), i, v))
+        .collect();
+    indexed.sort_by_key(|(r, i, _)| (*r, *i));
+    list.extend(indexed.into_iter().map(|(_, _, v)| v));
 }
 
 fn merge_list(

@@ -203,14 +203,45 @@ fn number(v: &Value) -> Option<f64> {
     v.as_f64()
 }
 
+/// Where a checked value sits: its path for child paths, and the field its causes name
+/// (`<root>` for the object itself).
+struct At<'a> {
+    path: &'a str,
+    field: String,
+}
+
+impl<'a> At<'a> {
+    fn new(path: &'a str) -> Self {
+        let field = if path.is_empty() {
+            "<root>".to_string()
+        } else {
+            path.to_string()
+        };
+        Self { path, field }
+    }
+
+    /// `<field> in body <msg>`, as kube-apiserver words schema violations.
+    fn in_body(&self, msg: &str) -> String {
+        format!("{} in body {msg}", self.field)
+    }
+
+    /// The path of the property `key` below this value.
+    fn child(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+}
+
 /// The `max*`/`min*` bounds on the number of items or properties of a list or object, with
 /// kube-apiserver's messages; `bounds` is (max keyword, min keyword, what is counted).
 fn check_count(
     schema: &Value,
     (max_key, min_key, counted): (&str, &str, &str),
     len: usize,
-    field: &str,
-    in_body: &dyn Fn(&str) -> String,
+    at: &At,
     causes: &mut Vec<Cause>,
 ) {
     if let Some(max) = schema.get(max_key).and_then(Value::as_u64)
@@ -218,7 +249,7 @@ fn check_count(
     {
         causes.push(Cause::new(
             "FieldValueTooMany",
-            field,
+            &at.field,
             format!("Too many: {len}: must have at most {max} items"),
         ));
     }
@@ -227,73 +258,25 @@ fn check_count(
     {
         causes.push(Cause::new(
             "FieldValueInvalid",
-            field,
+            &at.field,
             format!(
                 "Invalid value: {len}: {}",
-                in_body(&format!("should have at least {min} {counted}"))
+                at.in_body(&format!("should have at least {min} {counted}"))
             ),
         ));
     }
 }
 
+/// Checks `v` at `path` against `schema`, recursing into lists and objects.
 fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
-    let field = if path.is_empty() {
-        "<root>".to_string()
-    } else {
-        path.to_string()
-    };
-    let in_body = |msg: &str| format!("{field} in body {msg}");
+    let at = At::new(path);
     if v.is_null() {
-        if schema.get("nullable").and_then(Value::as_bool) != Some(true)
-            && schema.get("type").is_some()
-        {
-            let t = schema["type"].as_str().unwrap_or("");
-            causes.push(Cause::new(
-                "FieldValueTypeInvalid",
-                &field,
-                format!(
-                    "Invalid value: \"null\": {}",
-                    in_body(&format!("must be of type {t}: \"null\""))
-                ),
-            ));
-        }
+        check_null(schema, &at, causes);
         return;
     }
-    let int_or_string = schema
-        .get("x-kubernetes-int-or-string")
-        .and_then(Value::as_bool)
-        == Some(true);
-    if int_or_string {
-        if !matches!(type_name(v), "integer" | "string") {
-            causes.push(Cause::new(
-                "FieldValueTypeInvalid",
-                &field,
-                format!(
-                    "Invalid value: {}: {}",
-                    show(v),
-                    in_body(&format!(
-                        "must be of type integer,string: {:?}",
-                        type_name(v)
-                    ))
-                ),
-            ));
-            return;
-        }
-    } else if let Some(t) = schema.get("type").and_then(Value::as_str) {
-        let actual = type_name(v);
-        let ok = actual == t || (t == "number" && actual == "integer");
-        if !ok {
-            causes.push(Cause::new(
-                "FieldValueTypeInvalid",
-                &field,
-                format!(
-                    "Invalid value: {}: {}",
-                    show(v),
-                    in_body(&format!("must be of type {t}: {actual:?}"))
-                ),
-            ));
-            return;
-        }
+    // A value of the wrong type gets no further checks.
+    if !check_type(schema, v, &at, causes) {
+        return;
     }
     if let Some(options) = schema.get("enum").and_then(Value::as_array)
         && !options.contains(v)
@@ -301,7 +284,7 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
         let supported = options.iter().map(show).collect::<Vec<_>>().join(", ");
         causes.push(Cause::new(
             "FieldValueNotSupported",
-            &field,
+            &at.field,
             format!(
                 "Unsupported value: {}: supported values: {supported}",
                 show(v)
@@ -309,156 +292,213 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<Cause>) {
         ));
     }
     match v {
-        Value::Number(_) => {
-            let n = number(v).unwrap_or(0.0);
-            let excl_min = schema.get("exclusiveMinimum").and_then(Value::as_bool) == Some(true);
-            let excl_max = schema.get("exclusiveMaximum").and_then(Value::as_bool) == Some(true);
-            if let Some(min) = schema.get("minimum").and_then(number)
-                && (n < min || (excl_min && n == min))
-            {
-                let rel = if excl_min {
-                    "greater than"
-                } else {
-                    "greater than or equal to"
-                };
-                causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    &field,
-                    format!(
-                        "Invalid value: {v}: {}",
-                        in_body(&format!("should be {rel} {}", schema["minimum"]))
-                    ),
-                ));
-            }
-            if let Some(max) = schema.get("maximum").and_then(number)
-                && (n > max || (excl_max && n == max))
-            {
-                let rel = if excl_max {
-                    "less than"
-                } else {
-                    "less than or equal to"
-                };
-                causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    &field,
-                    format!(
-                        "Invalid value: {v}: {}",
-                        in_body(&format!("should be {rel} {}", schema["maximum"]))
-                    ),
-                ));
-            }
-        }
-        Value::String(s) => {
-            let len = s.chars().count() as u64;
-            if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
-                && len > max
-            {
-                causes.push(Cause::new(
-                    "FieldValueTooLong",
-                    &field,
-                    format!("Too long: may not be more than {max} bytes"),
-                ));
-            }
-            if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
-                && len < min
-            {
-                causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    &field,
-                    format!(
-                        "Invalid value: {}: {}",
-                        show(v),
-                        in_body(&format!("should be at least {min} chars long"))
-                    ),
-                ));
-            }
-            if let Some(p) = schema.get("pattern").and_then(Value::as_str)
-                && let Ok(re) = regex::Regex::new(p)
-                && !re.is_match(s)
-            {
-                causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    &field,
-                    format!(
-                        "Invalid value: {}: {}",
-                        show(v),
-                        in_body(&format!("should match '{p}'"))
-                    ),
-                ));
-            }
-        }
-        Value::Array(items) => {
-            let bounds = ("maxItems", "minItems", "items");
-            check_count(schema, bounds, items.len(), &field, &in_body, causes);
-            let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
-            let unique = schema.get("uniqueItems").and_then(Value::as_bool) == Some(true);
-            if list_type == Some("set") || unique {
-                for (i, item) in items.iter().enumerate() {
-                    if items[..i].contains(item) {
-                        causes.push(Cause::new(
-                            "FieldValueDuplicate",
-                            format!("{field}[{i}]"),
-                            format!("Duplicate value: {}", show(item)),
-                        ));
-                    }
-                }
-            }
-            if list_type == Some("map") {
-                let keys: Vec<&str> = schema
-                    .get("x-kubernetes-list-map-keys")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                for (i, item) in items.iter().enumerate() {
-                    let same = |o: &Value| keys.iter().all(|k| o.get(k) == item.get(k));
-                    if items[..i].iter().any(same) {
-                        let key: Map<String, Value> = keys
-                            .iter()
-                            .filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone())))
-                            .collect();
-                        causes.push(Cause::new(
-                            "FieldValueDuplicate",
-                            format!("{field}[{i}]"),
-                            format!("Duplicate value: {}", json!(key)),
-                        ));
-                    }
-                }
-            }
-            if let Some(is) = schema.get("items") {
-                for (i, item) in items.iter().enumerate() {
-                    check(is, item, &format!("{path}[{i}]"), causes);
-                }
-            }
-        }
-        Value::Object(map) => {
-            if let Some(req) = schema.get("required").and_then(Value::as_array) {
-                for r in req.iter().filter_map(Value::as_str) {
-                    if !map.contains_key(r) {
-                        let f = if path.is_empty() {
-                            r.to_string()
-                        } else {
-                            format!("{path}.{r}")
-                        };
-                        causes.push(Cause::new("FieldValueRequired", f, "Required value"));
-                    }
-                }
-            }
-            let bounds = ("maxProperties", "minProperties", "properties");
-            check_count(schema, bounds, map.len(), &field, &in_body, causes);
-            let props = schema.get("properties").and_then(Value::as_object);
-            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
-            for (k, cv) in map {
-                let child = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                if let Some(ps) = props.and_then(|p| p.get(k)).or(additional) {
-                    check(ps, cv, &child, causes);
-                }
-            }
-        }
+        Value::Number(_) => check_number(schema, v, &at, causes),
+        Value::String(s) => check_string(schema, v, s, &at, causes),
+        Value::Array(items) => check_array(schema, items, &at, causes),
+        Value::Object(map) => check_object(schema, map, &at, causes),
         _ => {}
+    }
+}
+
+/// A null is valid only where the schema is `nullable` or names no type.
+fn check_null(schema: &Value, at: &At, causes: &mut Vec<Cause>) {
+    if schema.get("nullable").and_then(Value::as_bool) != Some(true) && schema.get("type").is_some()
+    {
+        let t = schema["type"].as_str().unwrap_or("");
+        causes.push(Cause::new(
+            "FieldValueTypeInvalid",
+            &at.field,
+            format!(
+                "Invalid value: \"null\": {}",
+                at.in_body(&format!("must be of type {t}: \"null\""))
+            ),
+        ));
+    }
+}
+
+/// Whether `v` has the schema's type (an integer is a number; int-or-string takes either);
+/// records the cause when not.
+fn check_type(schema: &Value, v: &Value, at: &At, causes: &mut Vec<Cause>) -> bool {
+    let int_or_string = schema
+        .get("x-kubernetes-int-or-string")
+        .and_then(Value::as_bool)
+        == Some(true);
+    let (ok, expected) = if int_or_string {
+        let ok = matches!(type_name(v), "integer" | "string");
+        (ok, "integer,string")
+    } else if let Some(t) = schema.get("type").and_then(Value::as_str) {
+        let actual = type_name(v);
+        (actual == t || (t == "number" && actual == "integer"), t)
+    } else {
+        (true, "")
+    };
+    if !ok {
+        causes.push(Cause::new(
+            "FieldValueTypeInvalid",
+            &at.field,
+            format!(
+                "Invalid value: {}: {}",
+                show(v),
+                at.in_body(&format!("must be of type {expected}: {:?}", type_name(v)))
+            ),
+        ));
+    }
+    ok
+}
+
+/// `minimum` and `maximum`, exclusive or not.
+fn check_number(schema: &Value, v: &Value, at: &At, causes: &mut Vec<Cause>) {
+    let n = number(v).unwrap_or(0.0);
+    let excl_min = schema.get("exclusiveMinimum").and_then(Value::as_bool) == Some(true);
+    let excl_max = schema.get("exclusiveMaximum").and_then(Value::as_bool) == Some(true);
+    if let Some(min) = schema.get("minimum").and_then(number)
+        && (n < min || (excl_min && n == min))
+    {
+        let rel = if excl_min {
+            "greater than"
+        } else {
+            "greater than or equal to"
+        };
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            &at.field,
+            format!(
+                "Invalid value: {v}: {}",
+                at.in_body(&format!("should be {rel} {}", schema["minimum"]))
+            ),
+        ));
+    }
+    if let Some(max) = schema.get("maximum").and_then(number)
+        && (n > max || (excl_max && n == max))
+    {
+        let rel = if excl_max {
+            "less than"
+        } else {
+            "less than or equal to"
+        };
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            &at.field,
+            format!(
+                "Invalid value: {v}: {}",
+                at.in_body(&format!("should be {rel} {}", schema["maximum"]))
+            ),
+        ));
+    }
+}
+
+/// `maxLength`, `minLength` (in characters) and `pattern`.
+fn check_string(schema: &Value, v: &Value, s: &str, at: &At, causes: &mut Vec<Cause>) {
+    let len = s.chars().count() as u64;
+    if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+        && len > max
+    {
+        causes.push(Cause::new(
+            "FieldValueTooLong",
+            &at.field,
+            format!("Too long: may not be more than {max} bytes"),
+        ));
+    }
+    if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+        && len < min
+    {
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            &at.field,
+            format!(
+                "Invalid value: {}: {}",
+                show(v),
+                at.in_body(&format!("should be at least {min} chars long"))
+            ),
+        ));
+    }
+    if let Some(p) = schema.get("pattern").and_then(Value::as_str)
+        && let Ok(re) = regex::Regex::new(p)
+        && !re.is_match(s)
+    {
+        causes.push(Cause::new(
+            "FieldValueInvalid",
+            &at.field,
+            format!(
+                "Invalid value: {}: {}",
+                show(v),
+                at.in_body(&format!("should match '{p}'"))
+            ),
+        ));
+    }
+}
+
+/// Item counts, uniqueness of sets and of list-map keys, then every item.
+fn check_array(schema: &Value, items: &[Value], at: &At, causes: &mut Vec<Cause>) {
+    let bounds = ("maxItems", "minItems", "items");
+    check_count(schema, bounds, items.len(), at, causes);
+    let list_type = schema.get("x-kubernetes-list-type").and_then(Value::as_str);
+    let unique = schema.get("uniqueItems").and_then(Value::as_bool) == Some(true);
+    if list_type == Some("set") || unique {
+        for (i, item) in items.iter().enumerate() {
+            if items[..i].contains(item) {
+                causes.push(Cause::new(
+                    "FieldValueDuplicate",
+                    format!("{}[{i}]", at.field),
+                    format!("Duplicate value: {}", show(item)),
+                ));
+            }
+        }
+    }
+    if list_type == Some("map") {
+        check_map_keys(schema, items, at, causes);
+    }
+    if let Some(is) = schema.get("items") {
+        for (i, item) in items.iter().enumerate() {
+            check(is, item, &format!("{}[{i}]", at.path), causes);
+        }
+    }
+}
+
+/// No two items of a list-map may share their `x-kubernetes-list-map-keys` values.
+fn check_map_keys(schema: &Value, items: &[Value], at: &At, causes: &mut Vec<Cause>) {
+    let keys: Vec<&str> = schema
+        .get("x-kubernetes-list-map-keys")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (i, item) in items.iter().enumerate() {
+        let same = |o: &Value| keys.iter().all(|k| o.get(k) == item.get(k));
+        if items[..i].iter().any(same) {
+            let key: Map<String, Value> = keys
+                .iter()
+                .filter_map(|k| item.get(*k).map(|v| (k.to_string(), v.clone())))
+                .collect();
+            causes.push(Cause::new(
+                "FieldValueDuplicate",
+                format!("{}[{i}]", at.field),
+                format!("Duplicate value: {}", json!(key)),
+            ));
+        }
+    }
+}
+
+/// Required properties, property counts, then every property the schema describes.
+fn check_object(schema: &Value, map: &Map<String, Value>, at: &At, causes: &mut Vec<Cause>) {
+    if let Some(req) = schema.get("required").and_then(Value::as_array) {
+        for r in req.iter().filter_map(Value::as_str) {
+            if !map.contains_key(r) {
+                causes.push(Cause::new(
+                    "FieldValueRequired",
+                    at.child(r),
+                    "Required value",
+                ));
+            }
+        }
+    }
+    let bounds = ("maxProperties", "minProperties", "properties");
+    check_count(schema, bounds, map.len(), at, causes);
+    let props = schema.get("properties").and_then(Value::as_object);
+    let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+    for (k, cv) in map {
+        if let Some(ps) = props.and_then(|p| p.get(k)).or(additional) {
+            check(ps, cv, &at.child(k), causes);
+        }
     }
 }
 

@@ -27,31 +27,9 @@ fn is_qualified_name(s: &str) -> bool {
     }
 }
 
+/// Labels, annotations and owner references of any object.
 fn metadata(obj: &Value, causes: &mut Vec<Cause>) {
-    if let Some(labels) = meta::labels(obj) {
-        for (k, v) in labels {
-            if !is_qualified_name(k) {
-                causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    "metadata.labels",
-                    format!("Invalid value: {k:?}: {LABEL_KEY_MSG}"),
-                ));
-            }
-            match v.as_str() {
-                Some(v) if v.is_empty() || is_label_name(v) => {}
-                Some(v) if v.len() > 63 => causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    "metadata.labels",
-                    format!("Invalid value: {v:?}: must be no more than 63 characters"),
-                )),
-                _ => causes.push(Cause::new(
-                    "FieldValueInvalid",
-                    "metadata.labels",
-                    format!("Invalid value: {v}: {LABEL_VALUE_MSG}"),
-                )),
-            }
-        }
-    }
+    labels(obj, causes);
     if let Some(annotations) =
         meta::at(obj, &["metadata", "annotations"]).and_then(Value::as_object)
     {
@@ -65,6 +43,40 @@ fn metadata(obj: &Value, causes: &mut Vec<Cause>) {
             }
         }
     }
+    owner_references(obj, causes);
+}
+
+/// Label keys are qualified names; values empty or label names of at most 63 characters.
+fn labels(obj: &Value, causes: &mut Vec<Cause>) {
+    let Some(labels) = meta::labels(obj) else {
+        return;
+    };
+    for (k, v) in labels {
+        if !is_qualified_name(k) {
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                "metadata.labels",
+                format!("Invalid value: {k:?}: {LABEL_KEY_MSG}"),
+            ));
+        }
+        match v.as_str() {
+            Some(v) if v.is_empty() || is_label_name(v) => {}
+            Some(v) if v.len() > 63 => causes.push(Cause::new(
+                "FieldValueInvalid",
+                "metadata.labels",
+                format!("Invalid value: {v:?}: must be no more than 63 characters"),
+            )),
+            _ => causes.push(Cause::new(
+                "FieldValueInvalid",
+                "metadata.labels",
+                format!("Invalid value: {v}: {LABEL_VALUE_MSG}"),
+            )),
+        }
+    }
+}
+
+/// Every owner reference names its owner fully, and at most one is the controller.
+fn owner_references(obj: &Value, causes: &mut Vec<Cause>) {
     let owners = meta::at(obj, &["metadata", "ownerReferences"])
         .and_then(Value::as_array)
         .cloned()

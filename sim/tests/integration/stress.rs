@@ -286,59 +286,55 @@ fn phase(name: &str, started: Instant) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a measurement of several minutes; run it by name with --ignored"]
-async fn ten_thousand_pods_restart_under_client_load() {
-    let sets = env_usize("STRESS_SETS", 100);
-    let replicas = env_usize("STRESS_REPLICAS", 100);
-    let total = sets * replicas;
-    let run = Instant::now();
-    let sim = Sim::start(SimConfig {
-        time_scale: 0.02,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("sim starts");
-    let client = Arc::new(Client {
-        http: reqwest::Client::new(),
-        base: sim.url(),
-    });
-    phase("start", run);
+/// The client load that runs while the pods start and restart: a pod and a ConfigMap watch,
+/// and rounds of a LIST of every pod then an apply of each set's ConfigMap.
+struct Load {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    pod_events: Arc<AtomicU64>,
+    cm_events: Arc<AtomicU64>,
+    list_latency: Arc<Latencies>,
+    apply_latency: Arc<Latencies>,
+    list_bytes: Arc<AtomicU64>,
+}
 
-    client
-        .post(
-            "/api/v1/namespaces",
-            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
-        )
-        .await;
-    for set in 0..sets {
-        client.apply_config_map(set, 0).await;
-    }
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let pod_events = Arc::new(AtomicU64::new(0));
-    let cm_events = Arc::new(AtomicU64::new(0));
-    let mut background = vec![
-        tokio::spawn(follow(
-            client.clone(),
-            format!("/api/v1/namespaces/{NS}/pods?labelSelector={POD_NAME_LABEL}"),
-            stop.clone(),
-            pod_events.clone(),
-        )),
-        tokio::spawn(follow(
-            client.clone(),
-            format!("/api/v1/namespaces/{NS}/configmaps"),
-            stop.clone(),
-            cm_events.clone(),
-        )),
-    ];
-    let list_latency = Arc::new(Latencies::default());
-    let apply_latency = Arc::new(Latencies::default());
-    let list_bytes = Arc::new(AtomicU64::new(0));
-    {
-        let (client, stop, list_bytes) = (client.clone(), stop.clone(), list_bytes.clone());
-        let (list_latency, apply_latency) = (list_latency.clone(), apply_latency.clone());
-        background.push(tokio::spawn(async move {
+impl Load {
+    fn start(client: &Arc<Client>, sets: usize) -> Self {
+        let load = Self {
+            stop: Arc::new(AtomicBool::new(false)),
+            tasks: Vec::new(),
+            pod_events: Arc::new(AtomicU64::new(0)),
+            cm_events: Arc::new(AtomicU64::new(0)),
+            list_latency: Arc::new(Latencies::default()),
+            apply_latency: Arc::new(Latencies::default()),
+            list_bytes: Arc::new(AtomicU64::new(0)),
+        };
+        let watches = [
+            (
+                format!("/api/v1/namespaces/{NS}/pods?labelSelector={POD_NAME_LABEL}"),
+                &load.pod_events,
+            ),
+            (
+                format!("/api/v1/namespaces/{NS}/configmaps"),
+                &load.cm_events,
+            ),
+        ];
+        let mut tasks: Vec<_> = watches
+            .into_iter()
+            .map(|(path, events)| {
+                tokio::spawn(follow(
+                    client.clone(),
+                    path,
+                    load.stop.clone(),
+                    events.clone(),
+                ))
+            })
+            .collect();
+        let (client, stop, list_bytes) =
+            (client.clone(), load.stop.clone(), load.list_bytes.clone());
+        let (list_latency, apply_latency) = (load.list_latency.clone(), load.apply_latency.clone());
+        // Until stopped, once a second: a LIST of every pod, then an apply of each ConfigMap.
+        tasks.push(tokio::spawn(async move {
             let mut round = 0;
             while !stop.load(Ordering::Relaxed) {
                 round += 1;
@@ -356,20 +352,35 @@ async fn ten_thousand_pods_restart_under_client_load() {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }));
+        Self { tasks, ..load }
     }
 
-    let started = Instant::now();
-    for set in 0..sets {
-        client
-            .post(
-                &format!("/apis/apps/v1/namespaces/{NS}/statefulsets"),
-                &stateful_set(set, replicas),
-            )
+    /// Stops the load and prints what it measured.
+    async fn stop_and_report(self, sim: &Sim) {
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.abort();
+        }
+        self.list_latency
+            .report("LIST pods (no limit, body received)")
             .await;
+        println!(
+            "LIST pods body: {:.1} MiB",
+            self.list_bytes.load(Ordering::Relaxed) as f64 / 1048576.0
+        );
+        self.apply_latency.report("ConfigMap apply").await;
+        println!(
+            "watch events: pods {}, configmaps {}; resourceVersion {}",
+            self.pod_events.load(Ordering::Relaxed),
+            self.cm_events.load(Ordering::Relaxed),
+            sim.store().resource_version()
+        );
     }
-    wait_ready(&client, total, &HashSet::new(), Duration::from_secs(900)).await;
-    phase("create (all pods Ready)", started);
+}
 
+/// Deletes every pod (`CONCURRENCY` at a time) and waits until all `total` are Ready again
+/// as new instances.
+async fn restart_every_pod(client: &Arc<Client>, total: usize) {
     let started = Instant::now();
     let list = client.get(&format!("/api/v1/namespaces/{NS}/pods")).await;
     let pods: Vec<(String, String)> = list["items"]
@@ -400,27 +411,54 @@ async fn ten_thousand_pods_restart_under_client_load() {
         })
         .await;
     phase("delete every pod (requests)", started);
-    wait_ready(&client, total, &old, Duration::from_secs(900)).await;
+    wait_ready(client, total, &old, Duration::from_secs(900)).await;
     phase("restart (all pods Ready again)", started);
+}
 
-    stop.store(true, Ordering::Relaxed);
-    for task in background {
-        task.abort();
-    }
-    list_latency
-        .report("LIST pods (no limit, body received)")
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement of several minutes; run it by name with --ignored"]
+async fn ten_thousand_pods_restart_under_client_load() {
+    let sets = env_usize("STRESS_SETS", 100);
+    let replicas = env_usize("STRESS_REPLICAS", 100);
+    let total = sets * replicas;
+    let run = Instant::now();
+    let sim = Sim::start(SimConfig {
+        time_scale: 0.02,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("sim starts");
+    let client = Arc::new(Client {
+        http: reqwest::Client::new(),
+        base: sim.url(),
+    });
+    phase("start", run);
+
+    client
+        .post(
+            "/api/v1/namespaces",
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
+        )
         .await;
-    println!(
-        "LIST pods body: {:.1} MiB",
-        list_bytes.load(Ordering::Relaxed) as f64 / 1048576.0
-    );
-    apply_latency.report("ConfigMap apply").await;
-    println!(
-        "watch events: pods {}, configmaps {}; resourceVersion {}",
-        pod_events.load(Ordering::Relaxed),
-        cm_events.load(Ordering::Relaxed),
-        sim.store().resource_version()
-    );
+    for set in 0..sets {
+        client.apply_config_map(set, 0).await;
+    }
+    let load = Load::start(&client, sets);
+
+    let started = Instant::now();
+    for set in 0..sets {
+        client
+            .post(
+                &format!("/apis/apps/v1/namespaces/{NS}/statefulsets"),
+                &stateful_set(set, replicas),
+            )
+            .await;
+    }
+    wait_ready(&client, total, &HashSet::new(), Duration::from_secs(900)).await;
+    phase("create (all pods Ready)", started);
+
+    restart_every_pod(&client, total).await;
+    load.stop_and_report(&sim).await;
     phase("total", run);
     sim.shutdown().await;
 }
