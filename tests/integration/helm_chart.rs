@@ -570,57 +570,35 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {kind} {name}"))
 }
 
+/// Every value of the operator's Deployment set to something other than its default.
+const OPERATOR_VALUES: &[&str] = &[
+    "--set",
+    "image.repository=registry.example/swarm-operator,image.tag=v9,image.pullPolicy=Always",
+    "--set",
+    "replicas=3,logFormat=text,logLevel=debug,maxConcurrentReconciles=4",
+    "--set",
+    "leaderElection.namespace=leases,leaderElection.leaseName=ops-lease",
+    "--set",
+    "leaderElection.leaseDurationSeconds=30",
+    "--set",
+    "nodeSelector.pool=system,priorityClassName=system-cluster-critical",
+    "--set",
+    "tolerations[0].key=dedicated,tolerations[0].operator=Exists",
+    "--set",
+    "commonLabels.team=platform,commonAnnotations.owner=platform",
+    "--set",
+    "podLabels.tier=control,podAnnotations.scrape=yes",
+    "--set",
+    "podDisruptionBudget.enabled=false",
+];
+
 #[test]
 fn the_values_reach_the_operator() {
-    let docs = render(
-        "ops",
-        &[
-            "--set",
-            "image.repository=registry.example/swarm-operator,image.tag=v9,image.pullPolicy=Always",
-            "--set",
-            "replicas=3,logFormat=text,logLevel=debug,maxConcurrentReconciles=4",
-            "--set",
-            "leaderElection.namespace=leases,leaderElection.leaseName=ops-lease",
-            "--set",
-            "leaderElection.leaseDurationSeconds=30",
-            "--set",
-            "nodeSelector.pool=system,priorityClassName=system-cluster-critical",
-            "--set",
-            "tolerations[0].key=dedicated,tolerations[0].operator=Exists",
-            "--set",
-            "commonLabels.team=platform,commonAnnotations.owner=platform",
-            "--set",
-            "podLabels.tier=control,podAnnotations.scrape=yes",
-            "--set",
-            "podDisruptionBudget.enabled=false",
-        ],
-    );
+    let docs = render("ops", OPERATOR_VALUES);
     let deployment = find(&docs, "Deployment", "swarm-operator");
     let pod = &deployment["spec"]["template"];
-    let container = &pod["spec"]["containers"][0];
-    assert_eq!(container["image"], "registry.example/swarm-operator:v9");
-    assert_eq!(container["imagePullPolicy"], "Always");
+    the_container_has_the_values(&pod["spec"]["containers"][0]);
     assert_eq!(deployment["spec"]["replicas"], 3);
-    let args: Vec<&str> = container["args"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
-    assert_eq!(
-        args,
-        [
-            "run",
-            "--log-format=text",
-            "--leader-elect",
-            "--leader-elect-namespace=leases",
-            "--leader-elect-lease-name=ops-lease",
-            "--leader-elect-lease-duration=30",
-            "--max-concurrent-reconciles=4",
-        ]
-    );
-    assert_eq!(container["env"][1]["name"], "RUST_LOG");
-    assert_eq!(container["env"][1]["value"], "debug");
     assert_eq!(pod["spec"]["nodeSelector"]["pool"], "system");
     assert_eq!(pod["spec"]["tolerations"][0]["key"], "dedicated");
     assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
@@ -653,6 +631,33 @@ fn the_values_reach_the_operator() {
     let binding = find(&docs, "RoleBinding", "swarm-operator-leader-election");
     assert_eq!(binding["metadata"]["namespace"], "leases");
     assert_eq!(binding["subjects"][0]["namespace"], "ops");
+}
+
+/// The operator's container as [`OPERATOR_VALUES`] render it: its image, its arguments and its
+/// log level.
+fn the_container_has_the_values(container: &Value) {
+    assert_eq!(container["image"], "registry.example/swarm-operator:v9");
+    assert_eq!(container["imagePullPolicy"], "Always");
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--log-format=text",
+            "--leader-elect",
+            "--leader-elect-namespace=leases",
+            "--leader-elect-lease-name=ops-lease",
+            "--leader-elect-lease-duration=30",
+            "--max-concurrent-reconciles=4",
+        ]
+    );
+    assert_eq!(container["env"][1]["name"], "RUST_LOG");
+    assert_eq!(container["env"][1]["value"], "debug");
 }
 
 #[test]

@@ -26,7 +26,7 @@ use crate::cargo_env;
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
 /// What the Dockerfile says of one image: its stage's instructions.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Stage {
     /// The destinations of the stage's COPY instructions, in order.
     copies: Vec<String>,
@@ -41,8 +41,38 @@ struct Stage {
 
 /// Parses the stage named `name` (`FROM ... AS <name>`) of the Dockerfile.
 fn dockerfile_stage(name: &str) -> Stage {
+    let instructions = dockerfile_instructions();
+    let mut stage = Stage::default();
+    let mut current: Option<&str> = None;
+    for instruction in &instructions {
+        let (keyword, args) = instruction
+            .split_once(char::is_whitespace)
+            .unwrap_or((instruction, ""));
+        let args = args.trim();
+        if keyword.eq_ignore_ascii_case("FROM") {
+            current = stage_name(args);
+            continue;
+        }
+        if current == Some(name) {
+            stage.read(name, keyword, args);
+        }
+    }
+    assert!(
+        instructions.iter().any(|i| {
+            let words: Vec<&str> = i.split_whitespace().collect();
+            words
+                .first()
+                .is_some_and(|w| w.eq_ignore_ascii_case("FROM"))
+                && words.last() == Some(&name)
+        }),
+        "the Dockerfile has no stage {name}"
+    );
+    stage
+}
+
+/// The Dockerfile's instructions, with continuation lines joined and comments dropped.
+fn dockerfile_instructions() -> Vec<String> {
     let text = std::fs::read_to_string(Path::new(REPO).join("Dockerfile")).unwrap();
-    // Instructions, with continuation lines joined and comments dropped.
     let mut instructions = Vec::new();
     let mut current = String::new();
     for line in text.lines() {
@@ -61,77 +91,54 @@ fn dockerfile_stage(name: &str) -> Stage {
             }
         }
     }
+    instructions
+}
 
-    let mut stage: Option<&str> = None;
-    let (mut copies, mut env) = (Vec::new(), Vec::new());
-    let (mut user, mut exposed, mut entrypoint, mut cmd) = (None, BTreeSet::new(), None, None);
-    for instruction in &instructions {
-        let (keyword, args) = instruction
-            .split_once(char::is_whitespace)
-            .unwrap_or((instruction, ""));
-        let args = args.trim();
-        if keyword.eq_ignore_ascii_case("FROM") {
-            let words: Vec<&str> = args.split_whitespace().collect();
-            stage = match words.as_slice() {
-                [_, as_, stage_name] if as_.eq_ignore_ascii_case("AS") => Some(stage_name),
-                _ => None,
-            };
-            continue;
-        }
-        if stage != Some(name) {
-            continue;
-        }
+/// The stage a `FROM` instruction's arguments name (`<image> AS <name>`), if any.
+fn stage_name(args: &str) -> Option<&str> {
+    let words: Vec<&str> = args.split_whitespace().collect();
+    match words.as_slice() {
+        [_, as_, stage_name] if as_.eq_ignore_ascii_case("AS") => Some(stage_name),
+        _ => None,
+    }
+}
+
+impl Stage {
+    /// Takes in one instruction, `keyword` with `args`, of the stage `name`.
+    fn read(&mut self, name: &str, keyword: &str, args: &str) {
         let exec_form = |what: &str| -> Vec<String> {
             serde_json::from_str(args).unwrap_or_else(|e| {
                 panic!("the {name} stage's {what} is not in exec form (a JSON array): {args} ({e})")
             })
         };
         match keyword.to_ascii_uppercase().as_str() {
-            "COPY" => copies.push(args.split_whitespace().last().unwrap().to_owned()),
-            "ENV" => env.extend(args.split_whitespace().map(|pair| {
+            "COPY" => self
+                .copies
+                .push(args.split_whitespace().last().unwrap().to_owned()),
+            "ENV" => self.env.extend(args.split_whitespace().map(|pair| {
                 assert!(
                     pair.contains('=') && !pair.contains(['"', '\'']),
                     "the {name} stage's ENV is not in the unquoted NAME=value form: {args}"
                 );
                 pair.to_owned()
             })),
-            "USER" => user = Some(args.to_owned()),
-            "EXPOSE" => exposed.extend(args.split_whitespace().map(|port| {
+            "USER" => self.user = Some(args.to_owned()),
+            "EXPOSE" => self.exposed.extend(args.split_whitespace().map(|port| {
                 if port.contains('/') {
                     port.to_owned()
                 } else {
                     format!("{port}/tcp")
                 }
             })),
-            "ENTRYPOINT" => entrypoint = Some(exec_form("ENTRYPOINT")),
-            "CMD" => cmd = Some(exec_form("CMD")),
+            "ENTRYPOINT" => self.entrypoint = Some(exec_form("ENTRYPOINT")),
+            "CMD" => self.cmd = Some(exec_form("CMD")),
             other => panic!(
                 "the Dockerfile's {name} stage has a {other} instruction that this test does \
                  not compare with scripts/build-images.sh: teach both about it"
             ),
         }
     }
-    assert!(
-        instructions.iter().any(|i| {
-            let words: Vec<&str> = i.split_whitespace().collect();
-            words
-                .first()
-                .is_some_and(|w| w.eq_ignore_ascii_case("FROM"))
-                && words.last() == Some(&name)
-        }),
-        "the Dockerfile has no stage {name}"
-    );
-    Stage {
-        copies,
-        env,
-        user,
-        exposed,
-        entrypoint,
-        cmd,
-    }
-}
 
-impl Stage {
     /// The destination of a binary stage's one COPY: where the binary goes.
     fn binary(&self, name: &str) -> &str {
         let [binary] = self.copies.as_slice() else {

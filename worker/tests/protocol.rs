@@ -3,403 +3,49 @@
 //! resourceVersion) that listed it, stops its jobs when its reads fail, writes its Lease only to
 //! acknowledge, serves readiness, and on SIGTERM starts nothing and exits once a version
 //! without jobs for it is acknowledged.
+//!
+//! The sim's side is in `protocol/sim.rs`, the worker's and its application's in
+//! `protocol/worker.rs`.
+
+#[path = "protocol/sim.rs"]
+mod sim;
+#[path = "protocol/worker.rs"]
+mod worker;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
-use kube::client::{Body, ClientBuilder};
 use kube::{Client, Config};
-use kube_sim::{Sim, SimConfig};
-use swarm_protocol::config::{WorkerConfig, Workload};
 use swarm_protocol::lease::acked_version;
 use swarm_protocol::names::{ACKED_VERSION_ANNOTATION, POOL_LABEL};
-use swarm_worker::{Exit, Jobs, Permit, WorkerBuilder};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, oneshot, watch};
+use swarm_worker::Exit;
+use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
-use tower::Service;
 
-const POD: &str = "w-0";
-const CONFIG_MAP: &str = "pool-config";
-/// The ConfigMap the worker of `POD` reads: its own slice of the pool's config.
-const OWN_CONFIG_MAP: &str = "pool-config.w-0";
-
-/// The application: records every call; each stop waits for a permit, so the test decides when
-/// a stop has finished.
-#[derive(Clone)]
-struct Recorder {
-    calls: Arc<Mutex<Vec<String>>>,
-    stop_permits: Arc<Semaphore>,
-}
-
-impl Recorder {
-    fn new() -> Self {
-        Self {
-            calls: Arc::default(),
-            stop_permits: Arc::new(Semaphore::new(0)),
-        }
-    }
-
-    fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap().clone()
-    }
-
-    fn record(&self, call: String) {
-        self.calls.lock().unwrap().push(call);
-    }
-}
-
-impl Jobs for Recorder {
-    async fn start(&mut self, job: &str, permit: Permit) {
-        // A job starts only within the permit of a fence read that listed it.
-        assert!(permit.holds(), "{job} started without a permit");
-        self.record(format!("start {job}"));
-    }
-
-    async fn stop(&mut self, job: &str) {
-        self.record(format!("stopping {job}"));
-        self.stop_permits.acquire().await.unwrap().forget();
-        self.record(format!("stopped {job}"));
-    }
-}
-
-/// `config.yml` at `version` with `jobs` for this pod and `others` for another.
-fn config(version: u64, jobs: &[&str], others: &[&str]) -> ConfigMap {
-    let workload = |jobs: &[&str]| Workload {
-        version,
-        jobs: jobs.iter().map(|job| job.to_string()).collect(),
-    };
-    let text = WorkerConfig::new(
-        version,
-        [
-            (POD.to_string(), workload(jobs)),
-            ("w-1".to_string(), workload(others)),
-        ],
-    )
-    .render();
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(OWN_CONFIG_MAP.into()),
-            ..ObjectMeta::default()
-        },
-        data: Some(BTreeMap::from([("config.yml".to_string(), text)])),
-        ..ConfigMap::default()
-    }
-}
-
-async fn write_config(api: &Api<ConfigMap>, desired: ConfigMap) {
-    let mut current = api.get(OWN_CONFIG_MAP).await.unwrap();
-    current.data = desired.data;
-    api.replace(OWN_CONFIG_MAP, &PostParams::default(), &current)
-        .await
-        .unwrap();
-}
-
-/// Polls `check` every 20 ms for up to 10 s.
-async fn eventually<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// Creates this test's Pod, the Lease's owner (the sim collects a Lease whose owner is
-/// missing); returns its uid.
-async fn create_pod(pods: &Api<Pod>) -> String {
-    let pod = Pod {
-        metadata: ObjectMeta {
-            name: Some(POD.into()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "worker".into(),
-                image: Some("swarm-worker:latest".into()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    };
-    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
-    pod.metadata.uid.unwrap()
-}
-
-fn spec(lease: &Lease) -> &LeaseSpec {
-    lease.spec.as_ref().unwrap()
-}
-
-fn report_lines(path: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap())
-        .collect()
-}
-
-/// What the report says the worker ran, a line per change: the lines a fence read adds (the same
-/// jobs, a later `until`) are left out once checked.
-fn reported(path: &Path) -> Vec<(Option<u64>, Vec<String>)> {
-    let mut changes: Vec<(Option<u64>, Vec<String>)> = Vec::new();
-    let mut until = None;
-    for line in report_lines(path) {
-        let running: Vec<String> = line["running"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|job| job.as_str().unwrap().to_string())
-            .collect();
-        let this = (line["version"].as_u64(), running);
-        let this_until = line["until"].as_str().map(str::to_owned);
-        if changes.last() == Some(&this) {
-            assert!(
-                this_until > until,
-                "a repeated line extends the permit: {line}"
-            );
-        } else {
-            changes.push(this);
-        }
-        until = this_until;
-    }
-    changes
-}
-
-fn strings(jobs: &[&str]) -> Vec<String> {
-    jobs.iter().map(|job| job.to_string()).collect()
-}
-
-/// Every request the sim served: (verb, path, query), a watch as `WATCH`.
-async fn requests(sim: &Sim) -> Vec<(String, String, String)> {
-    let log: Vec<serde_json::Value> = reqwest::get(format!("{}/kube-sim/v1/requests", sim.url()))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    log.iter()
-        .map(|request| {
-            let query = request["query"].as_str().unwrap().to_string();
-            let verb = match query.contains("watch=true") {
-                true => "WATCH".to_string(),
-                false => request["method"].as_str().unwrap().to_string(),
-            };
-            (verb, request["path"].as_str().unwrap().to_string(), query)
-        })
-        .collect()
-}
-
-/// How many requests of `verbs` on paths containing `path` the sim served.
-async fn count(sim: &Sim, verbs: &[&str], path: &str) -> usize {
-    requests(sim)
-        .await
-        .iter()
-        .filter(|(verb, at, _)| verbs.contains(&verb.as_str()) && at.contains(path))
-        .count()
-}
-
-/// The status `/readyz` answers on the worker's health address.
-async fn readyz(addr: SocketAddr) -> u16 {
-    let url = format!("http://{addr}/readyz");
-    reqwest::get(url).await.unwrap().status().as_u16()
-}
-
-/// Whether the fence reads (GETs of one ConfigMap) answer: a test holds their answers back to
-/// show that nothing but an answer lets a job start.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Reads {
-    Answer,
-    Hold,
-}
-
-/// A client layer that holds back the answers of ConfigMap GETs while `reads` says so; watches
-/// and every other request pass.
-struct Gate<S> {
-    inner: S,
-    reads: watch::Receiver<Reads>,
-}
-
-impl<S> Service<http::Request<Body>> for Gate<S>
-where
-    S: Service<http::Request<Body>>,
-    S::Future: Send + 'static,
-    S::Response: Send + 'static,
-    S::Error: Send + 'static,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        let uri = request.uri();
-        let read = request.method() == http::Method::GET
-            && uri.path().contains("/configmaps/")
-            && !uri.query().unwrap_or_default().contains("watch");
-        let mut reads = self.reads.clone();
-        let answer = self.inner.call(request);
-        Box::pin(async move {
-            let answer = answer.await;
-            if read {
-                let _ = reads.wait_for(|reads| *reads == Reads::Answer).await;
-            }
-            answer
-        })
-    }
-}
-
-/// A client of `sim` whose fence reads answer only while `reads` says so.
-fn gated_client(sim: &Sim, reads: watch::Receiver<Reads>) -> Client {
-    let config = Config::new(sim.url().parse().unwrap());
-    let layer = tower::layer::layer_fn(move |inner| Gate {
-        inner,
-        reads: reads.clone(),
-    });
-    ClientBuilder::try_from(config)
-        .unwrap()
-        .with_layer(&layer)
-        .build()
-}
-
-/// A sim with this test's Pod (the Lease's owner: the sim collects a Lease whose owner is
-/// missing) and, unless `None`, the pod's ConfigMap; returns the sim, a client and the uid.
-async fn sim_with(config_map: Option<ConfigMap>) -> (Sim, Client, String) {
-    let sim = Sim::start(SimConfig::default()).await.unwrap();
-    let client = Client::try_from(Config::new(sim.url().parse().unwrap())).unwrap();
-    let uid = create_pod(&Api::namespaced(client.clone(), "default")).await;
-    if let Some(config_map) = config_map {
-        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        config_maps
-            .create(&PostParams::default(), &config_map)
-            .await
-            .unwrap();
-    }
-    (sim, client, uid)
-}
-
-/// Waits until the Lease acknowledges `version`, and returns it.
-async fn acknowledged(leases: &Api<Lease>, version: u64) -> Lease {
-    eventually(&format!("version {version} acknowledged"), async || {
-        let lease = leases.get(POD).await.ok()?;
-        (acked_version(&lease) == Some(version)).then_some(lease)
-    })
-    .await
-}
-
-/// A TCP proxy in front of the sim that the test can cut: cut, it breaks every open connection
-/// and refuses new ones, as a network partition that resets would.
-struct Proxy {
-    url: String,
-    open: watch::Sender<bool>,
-}
-
-impl Proxy {
-    async fn start(upstream: std::net::SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (open, _) = watch::channel(true);
-        let state = open.clone();
-        tokio::spawn(async move {
-            while let Ok((mut downstream, _)) = listener.accept().await {
-                let mut open = state.subscribe();
-                if !*open.borrow_and_update() {
-                    continue; // dropped: refused
-                }
-                tokio::spawn(async move {
-                    let Ok(mut upstream) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream) => {}
-                        _ = open.wait_for(|open| !open) => {}
-                    }
-                });
-            }
-        });
-        Self { url, open }
-    }
-
-    fn cut(&self) {
-        self.open.send_replace(false);
-    }
-
-    fn restore(&self) {
-        self.open.send_replace(true);
-    }
-}
-
-/// The worker of `POD` in namespace `default`, for pod instance `uid`, in pool `pool` (whose
-/// ConfigMap is `CONFIG_MAP`), on `client`, serving readiness on a free port; each test adds
-/// its timing and shutdown.
-fn worker_of(uid: &str, client: Client) -> WorkerBuilder {
-    WorkerBuilder::empty()
-        .health_addr("127.0.0.1:0".parse().unwrap())
-        .pod_name(POD)
-        .namespace("default")
-        .pod_uid(uid)
-        .pool("pool")
-        .config_map(CONFIG_MAP)
-        .client(client)
-}
-
-/// Aborts a task when the test ends, even on a failed assertion.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// How many WATCH requests of ConfigMaps the sim has answered.
-async fn config_map_watches(sim: &Sim) -> usize {
-    requests(sim)
-        .await
-        .iter()
-        .filter(|(verb, path, _)| verb == "WATCH" && path.contains("/configmaps"))
-        .count()
-}
+use sim::{Proxy, Reads, config_map_watches, count, gated_client, requests, sim_with};
+use worker::{
+    AbortOnDrop, CONFIG_MAP, POD, Recorder, acknowledged, config, eventually, readyz, report_lines,
+    reported, spec, strings, worker_of, write_config,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stops() {
     let (sim, client, uid) = sim_with(Some(config(1, &["a", "b"], &["x"]))).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
-    // The previous pod of this name left its Lease, acknowledging a version of its own.
-    let left = Lease {
-        metadata: ObjectMeta {
-            name: Some(POD.into()),
-            annotations: Some(BTreeMap::from([(
-                ACKED_VERSION_ANNOTATION.to_string(),
-                "9".to_string(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some("uid-of-the-previous-pod".into()),
-            lease_duration_seconds: Some(10),
-            renew_time: Some(MicroTime(Timestamp::now())),
-            ..LeaseSpec::default()
-        }),
-    };
-    leases.create(&PostParams::default(), &left).await.unwrap();
+    leases
+        .create(&PostParams::default(), &left_by_the_previous_pod())
+        .await
+        .unwrap();
 
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("report.jsonl");
@@ -421,20 +67,7 @@ async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stop
 
     // Version 1: taken over, started, acknowledged.
     let lease = acknowledged(&leases, 1).await;
-    assert_eq!(spec(&lease).holder_identity.as_deref(), Some(uid.as_str()));
-    assert_eq!(spec(&lease).lease_duration_seconds, Some(6), "the permit");
-    assert_eq!(spec(&lease).lease_transitions, Some(1));
-    assert_eq!(
-        lease.metadata.labels.as_ref().unwrap()[POOL_LABEL],
-        "pool".to_string()
-    );
-    let owners = lease.metadata.owner_references.clone().unwrap();
-    assert_eq!(owners.len(), 1);
-    assert_eq!(
-        (owners[0].kind.as_str(), owners[0].name.as_str()),
-        ("Pod", POD)
-    );
-    assert_eq!(owners[0].uid, uid);
+    taken_over_by(&lease, &uid);
     assert_eq!(app.calls(), strings(&["start a", "start b"]));
     assert_eq!(readyz(health).await, 200);
 
@@ -460,44 +93,13 @@ async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stop
 
     app.stop_permits.add_permits(1);
     acknowledged(&leases, 2).await;
-    assert_eq!(
-        app.calls(),
-        strings(&["start a", "start b", "stopping b", "stopped b", "start c"])
-    );
-    assert_eq!(
-        reported(&report),
-        vec![
-            (None, vec![]),
-            (Some(1), strings(&["a", "b"])),
-            (Some(2), strings(&["a"])),
-            (Some(2), strings(&["a", "c"])),
-        ],
-        "the stop is reported after b stopped, the start before c started"
-    );
-    let first = &report_lines(&report)[0];
-    assert_eq!(first["pod"], POD);
-    assert_eq!(first["uid"], uid.as_str());
+    stop_reported_after_it_ended(&app, &report, &uid);
 
     // SIGTERM: not ready, every job stops; a version that still lists jobs is neither run nor
     // acknowledged; the first version without jobs for this pod is, and the worker exits.
     app.stop_permits.add_permits(2);
     terminate.send(()).unwrap();
-    eventually("every job stopped", async || {
-        let calls = app.calls();
-        (calls.contains(&"stopped a".to_string()) && calls.contains(&"stopped c".to_string()))
-            .then_some(())
-    })
-    .await;
-    assert_eq!(readyz(health).await, 503);
-    write_config(&config_maps, config(3, &["a", "d"], &["x", "b", "c"])).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(2));
-    assert!(!run.is_finished());
-    write_config(&config_maps, config(4, &[], &["x", "b", "a", "c", "d"])).await;
-    let exit = tokio::time::timeout(Duration::from_secs(10), run)
-        .await
-        .expect("the worker exits once a version without its jobs is acknowledged")
-        .unwrap();
+    let exit = exit_on_a_version_without_jobs(&app, health, &config_maps, &leases, run).await;
     assert_eq!(exit, Exit::Acknowledged { version: 4 });
     assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(4));
     let calls = app.calls();
@@ -510,10 +112,101 @@ async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stop
         Some(vec![]),
         "the last line shows nothing running"
     );
+    only_what_the_rbac_allows(&requests(&sim).await);
+    sim.shutdown().await;
+}
 
-    // Only what the protocol's RBAC allows: get and watch of the ConfigMap by name, every GET
-    // a quorum read (no resourceVersion); get, create and update of Leases.
-    let requests = requests(&sim).await;
+/// The Lease the previous pod of this name left, acknowledging a version of its own.
+fn left_by_the_previous_pod() -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(POD.into()),
+            annotations: Some(BTreeMap::from([(
+                ACKED_VERSION_ANNOTATION.to_string(),
+                "9".to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("uid-of-the-previous-pod".into()),
+            lease_duration_seconds: Some(10),
+            renew_time: Some(MicroTime(Timestamp::now())),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+/// The Lease is this pod instance's: held with the permit, taken over once, labelled with the
+/// pool and owned by the Pod.
+fn taken_over_by(lease: &Lease, uid: &str) {
+    assert_eq!(spec(lease).holder_identity.as_deref(), Some(uid));
+    assert_eq!(spec(lease).lease_duration_seconds, Some(6), "the permit");
+    assert_eq!(spec(lease).lease_transitions, Some(1));
+    assert_eq!(
+        lease.metadata.labels.as_ref().unwrap()[POOL_LABEL],
+        "pool".to_string()
+    );
+    let owners = lease.metadata.owner_references.clone().unwrap();
+    assert_eq!(owners.len(), 1);
+    assert_eq!(
+        (owners[0].kind.as_str(), owners[0].name.as_str()),
+        ("Pod", POD)
+    );
+    assert_eq!(owners[0].uid, uid);
+}
+
+/// Once b's stop ended: c started after it, and the report says so in that order, each line
+/// naming this pod instance.
+fn stop_reported_after_it_ended(app: &Recorder, report: &Path, uid: &str) {
+    assert_eq!(
+        app.calls(),
+        strings(&["start a", "start b", "stopping b", "stopped b", "start c"])
+    );
+    assert_eq!(
+        reported(report),
+        vec![
+            (None, vec![]),
+            (Some(1), strings(&["a", "b"])),
+            (Some(2), strings(&["a"])),
+            (Some(2), strings(&["a", "c"])),
+        ],
+        "the stop is reported after b stopped, the start before c started"
+    );
+    let first = &report_lines(report)[0];
+    assert_eq!(first["pod"], POD);
+    assert_eq!(first["uid"], uid);
+}
+
+/// After SIGTERM: every job stops and readiness fails; version 3, which still lists jobs, is
+/// not acknowledged; version 4, without any, is, and the worker exits with it.
+async fn exit_on_a_version_without_jobs(
+    app: &Recorder,
+    health: SocketAddr,
+    config_maps: &Api<ConfigMap>,
+    leases: &Api<Lease>,
+    run: JoinHandle<Exit>,
+) -> Exit {
+    eventually("every job stopped", async || {
+        let calls = app.calls();
+        (calls.contains(&"stopped a".to_string()) && calls.contains(&"stopped c".to_string()))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(readyz(health).await, 503);
+    write_config(config_maps, config(3, &["a", "d"], &["x", "b", "c"])).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(acked_version(&leases.get(POD).await.unwrap()), Some(2));
+    assert!(!run.is_finished());
+    write_config(config_maps, config(4, &[], &["x", "b", "a", "c", "d"])).await;
+    tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the worker exits once a version without its jobs is acknowledged")
+        .unwrap()
+}
+
+/// Only what the protocol's RBAC allows: get and watch of the ConfigMap by name, every GET a
+/// quorum read (no resourceVersion); get, create and update of Leases.
+fn only_what_the_rbac_allows(requests: &[(String, String, String)]) {
     let config_map_calls: Vec<_> = requests
         .iter()
         .filter(|(_, path, _)| path.contains("/configmaps"))
@@ -552,7 +245,6 @@ async fn a_version_is_acknowledged_only_after_the_application_confirmed_its_stop
             "{verb} {path}"
         );
     }
-    sim.shutdown().await;
 }
 
 #[tokio::test]
