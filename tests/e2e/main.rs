@@ -12,8 +12,11 @@
 //! that namespace as a ServiceAccount of it; the scenarios under `scenarios::whole_cluster`
 //! take the cluster to themselves (namespace `swarm`). The operator runs out of cluster (but in
 //! `scenarios::whole_cluster::real_node`, which installs its image, `SWARM_E2E_OPERATOR_IMAGE`,
-//! on the cluster's real node), and the simulation-only assertions are skipped with a note. `--test-threads` bounds how many
-//! run at once.
+//! on the cluster's real node), and the simulation-only assertions are skipped with a note.
+//! `--test-threads` bounds how many run at once.
+//!
+//! Every scenario starts the same way, `scenario!(name).<options>.run(async |env| { ... })`
+//! (see `harness` and docs/testing.md), and ends with the checks every scenario gets.
 //!
 //! kubectl is taken from `KUBECTL`, then `.tools/bin/kubectl`, then `PATH`;
 //! `scripts/install-kubectl.sh` installs the pinned one.

@@ -110,21 +110,11 @@ pub async fn inject(soak: &Soak, fault: &Fault) {
     });
 }
 
+/// Injects `fault` and undoes it once it has lasted; what was done, in a few words.
 async fn run(soak: &Soak, fault: &Fault) -> Result<String, String> {
-    let secs = |d: &Duration| d.as_secs().to_string();
     match fault {
-        Fault::ApiserverRestart { down } => {
-            soak.cluster
-                .script("restart", &["kube-apiserver", &secs(down)])
-                .await?;
-            Ok(format!("down {} s", down.as_secs()))
-        }
-        Fault::EtcdRestart { down } => {
-            soak.cluster
-                .script("restart", &["etcd", &secs(down)])
-                .await?;
-            Ok(format!("down {} s", down.as_secs()))
-        }
+        Fault::ApiserverRestart { down } => restart(soak, "kube-apiserver", *down).await,
+        Fault::EtcdRestart { down } => restart(soak, "etcd", *down).await,
         Fault::EtcdFreeze { frozen } => {
             soak.cluster.script("signal", &["etcd", "STOP"]).await?;
             tokio::time::sleep(*frozen).await;
@@ -180,36 +170,50 @@ async fn run(soak: &Soak, fault: &Fault) -> Result<String, String> {
             }
             Ok(replica.name.clone())
         }
-        Fault::LeaderFreeze { frozen } => {
-            let replica = resolve(soak, Target::Leader)?;
-            if !replica.signal("STOP") {
-                return Err(format!("{} was not running", replica.name));
-            }
-            tokio::time::sleep(*frozen).await;
-            replica.signal("CONT");
-            Ok(format!("{} for {} s", replica.name, frozen.as_secs()))
-        }
-        Fault::WorkerDelete { pick } => {
-            let pods: Api<Pod> = Api::namespaced(soak.cluster.client.clone(), NAMESPACE);
-            let live: Vec<String> = pods
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| format!("list pods: {e}"))?
-                .items
-                .into_iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none())
-                .filter_map(|p| p.metadata.name)
-                .collect();
-            if live.is_empty() {
-                return Err("no worker pod".into());
-            }
-            let name = &live[*pick as usize % live.len()];
-            pods.delete(name, &DeleteParams::default())
-                .await
-                .map_err(|e| format!("delete pod {name}: {e}"))?;
-            Ok(name.clone())
-        }
+        Fault::LeaderFreeze { frozen } => freeze_leader(soak, *frozen).await,
+        Fault::WorkerDelete { pick } => delete_worker(soak, *pick).await,
     }
+}
+
+/// SIGKILLs the control plane's `component`, keeps it down for `down`, starts it again.
+async fn restart(soak: &Soak, component: &str, down: Duration) -> Result<String, String> {
+    soak.cluster
+        .script("restart", &[component, &down.as_secs().to_string()])
+        .await?;
+    Ok(format!("down {} s", down.as_secs()))
+}
+
+/// SIGSTOPs the leader for `frozen`, then SIGCONTs it.
+async fn freeze_leader(soak: &Soak, frozen: Duration) -> Result<String, String> {
+    let replica = resolve(soak, Target::Leader)?;
+    if !replica.signal("STOP") {
+        return Err(format!("{} was not running", replica.name));
+    }
+    tokio::time::sleep(frozen).await;
+    replica.signal("CONT");
+    Ok(format!("{} for {} s", replica.name, frozen.as_secs()))
+}
+
+/// Deletes the `pick`th (modulo their number) of the live worker pods; its name.
+async fn delete_worker(soak: &Soak, pick: u64) -> Result<String, String> {
+    let pods: Api<Pod> = Api::namespaced(soak.cluster.client.clone(), NAMESPACE);
+    let live: Vec<String> = pods
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| format!("list pods: {e}"))?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    if live.is_empty() {
+        return Err("no worker pod".into());
+    }
+    let name = &live[pick as usize % live.len()];
+    pods.delete(name, &DeleteParams::default())
+        .await
+        .map_err(|e| format!("delete pod {name}: {e}"))?;
+    Ok(name.clone())
 }
 
 /// The replica a per-replica fault hits: the lease holder, or another one.

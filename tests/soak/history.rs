@@ -50,95 +50,119 @@ impl History {
     pub fn start(client: kube::Client, clock: Clock, violations: Violations) -> History {
         let history = History::default();
         let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
-        let this = history.clone();
-        tokio::spawn(async move {
-            let mut events = watcher::watcher(config_maps, watcher::Config::default())
-                .default_backoff()
-                .boxed();
-            // When the watch last delivered anything, and, while it re-lists, when it did
-            // before the re-list began.
-            let mut last_event = clock.now();
-            let mut relisting_since: Option<f64> = None;
-            while let Some(event) = events.next().await {
-                let now = clock.now();
-                let (cm, earliest) = match event {
-                    Ok(Event::Apply(cm)) => (cm, now - WATCH_LAG),
-                    Ok(Event::InitApply(cm)) => (cm, relisting_since.unwrap_or(last_event)),
-                    Ok(Event::Init) => {
-                        relisting_since = Some(last_event);
-                        continue;
-                    }
-                    Ok(Event::InitDone) => {
-                        relisting_since = None;
-                        last_event = now;
-                        continue;
-                    }
-                    Ok(Event::Delete(_)) => {
-                        last_event = now;
-                        continue;
-                    }
-                    Err(_) => continue,
-                };
-                last_event = now;
-                let Some(version) = config_version(&cm) else {
-                    continue;
-                };
-                let name = cm.metadata.name.clone().unwrap_or_default();
-                let mut inner = this.lock();
-                let seen = inner.versions.entry(name.clone()).or_default();
-                if let Some(max) = seen.iter().map(|s| s.version).max()
-                    && version < max
-                {
-                    violations.add(
-                        &format!("version-back-{name}-{version}"),
-                        now,
-                        format!(
-                            "ConfigMap {name}: config version went back from {max} to {version}"
-                        ),
-                    );
-                }
-                if seen.last().is_none_or(|last| last.version != version) {
-                    seen.push(Seen {
-                        earliest: earliest.min(now),
-                        seen: now,
-                        version,
-                    });
-                }
-            }
-        });
+        tokio::spawn(
+            history
+                .clone()
+                .watch_config_maps(config_maps, clock, violations),
+        );
         let leases: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
-        let this = history.clone();
-        tokio::spawn(async move {
-            let config = watcher::Config::default().fields(&format!("metadata.name={LEASE_NAME}"));
-            let mut events = watcher::watcher(leases, config).default_backoff().boxed();
-            while let Some(event) = events.next().await {
-                let (Ok(Event::Apply(lease)) | Ok(Event::InitApply(lease))) = event else {
-                    continue;
-                };
-                let spec = lease.spec.unwrap_or_default();
-                // An identity is `<replica>_<suffix drawn at each start>`.
-                let holder = spec.holder_identity.map(|identity| {
-                    identity
-                        .rsplit_once('_')
-                        .map_or(identity.as_str(), |(replica, _)| replica)
-                        .to_owned()
-                });
-                let since = match (&holder, spec.acquire_time) {
-                    (Some(_), Some(acquired)) => clock.at_timestamp(acquired.0),
-                    _ => clock.now(),
-                };
-                let mut inner = this.lock();
-                if inner.holders.last().is_none_or(|(_, h)| *h != holder) {
-                    // The watch delivers changes in order: a change seen late (a cleared
-                    // holder, stamped when seen) cannot outlast the acquisition after it.
-                    for (at, _) in inner.holders.iter_mut().filter(|(at, _)| *at > since) {
-                        *at = since;
-                    }
-                    inner.holders.push((since, holder));
-                }
-            }
-        });
+        tokio::spawn(history.clone().watch_lease(leases, clock));
         history
+    }
+
+    /// Records every config version the pools' ConfigMaps show, and since when each may have.
+    async fn watch_config_maps(
+        self,
+        config_maps: Api<ConfigMap>,
+        clock: Clock,
+        violations: Violations,
+    ) {
+        let mut events = watcher::watcher(config_maps, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        // When the watch last delivered anything, and, while it re-lists, when it did
+        // before the re-list began.
+        let mut last_event = clock.now();
+        let mut relisting_since: Option<f64> = None;
+        while let Some(event) = events.next().await {
+            let now = clock.now();
+            let (cm, earliest) = match event {
+                Ok(Event::Apply(cm)) => (cm, now - WATCH_LAG),
+                Ok(Event::InitApply(cm)) => (cm, relisting_since.unwrap_or(last_event)),
+                Ok(Event::Init) => {
+                    relisting_since = Some(last_event);
+                    continue;
+                }
+                Ok(Event::InitDone) => {
+                    relisting_since = None;
+                    last_event = now;
+                    continue;
+                }
+                Ok(Event::Delete(_)) => {
+                    last_event = now;
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            last_event = now;
+            let Some(version) = config_version(&cm) else {
+                continue;
+            };
+            let name = cm.metadata.name.clone().unwrap_or_default();
+            self.saw_version(name, version, earliest, now, &violations);
+        }
+    }
+
+    /// ConfigMap `name` shows `version` at `now`, written since `earliest`: a version lower
+    /// than one seen before is a violation, a new one is recorded.
+    fn saw_version(
+        &self,
+        name: String,
+        version: u64,
+        earliest: f64,
+        now: f64,
+        violations: &Violations,
+    ) {
+        let mut inner = self.lock();
+        let seen = inner.versions.entry(name.clone()).or_default();
+        if let Some(max) = seen.iter().map(|s| s.version).max()
+            && version < max
+        {
+            violations.add(
+                &format!("version-back-{name}-{version}"),
+                now,
+                format!("ConfigMap {name}: config version went back from {max} to {version}"),
+            );
+        }
+        if seen.last().is_none_or(|last| last.version != version) {
+            seen.push(Seen {
+                earliest: earliest.min(now),
+                seen: now,
+                version,
+            });
+        }
+    }
+
+    /// Records who holds the leader Lease, and since when.
+    async fn watch_lease(self, leases: Api<Lease>, clock: Clock) {
+        let config = watcher::Config::default().fields(&format!("metadata.name={LEASE_NAME}"));
+        let mut events = watcher::watcher(leases, config).default_backoff().boxed();
+        while let Some(event) = events.next().await {
+            let (Ok(Event::Apply(lease)) | Ok(Event::InitApply(lease))) = event else {
+                continue;
+            };
+            let spec = lease.spec.unwrap_or_default();
+            // An identity is `<replica>_<suffix drawn at each start>`.
+            let holder = spec.holder_identity.map(|identity| {
+                identity
+                    .rsplit_once('_')
+                    .map_or(identity.as_str(), |(replica, _)| replica)
+                    .to_owned()
+            });
+            let since = match (&holder, spec.acquire_time) {
+                (Some(_), Some(acquired)) => clock.at_timestamp(acquired.0),
+                _ => clock.now(),
+            };
+            let mut inner = self.lock();
+            if inner.holders.last().is_none_or(|(_, h)| *h != holder) {
+                // The watch delivers changes in order: a change seen late (a cleared
+                // holder, stamped when seen) cannot outlast the acquisition after it.
+                for (at, _) in inner.holders.iter_mut().filter(|(at, _)| *at > since) {
+                    *at = since;
+                }
+                inner.holders.push((since, holder));
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

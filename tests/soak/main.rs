@@ -13,7 +13,7 @@
 //! note and exits 0, so `cargo test --workspace` stays quick.
 
 #[path = "../e2e/harness/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(dead_code, unused_imports, unused_macros)]
 mod harness;
 
 mod audit;
@@ -159,17 +159,10 @@ async fn run(dir: PathBuf, minutes: u64, seed: u64) -> Result<bool, String> {
     outcome
 }
 
+/// The soak proper: the standing pools, the plan's three tracks side by side, the final
+/// settle, the checks at the end and the report. Whether no guarantee failed.
 async fn soak_with(soak: &Arc<Soak>, minutes: u64, seed: u64) -> Result<bool, String> {
-    wait_replicas_ready(soak).await?;
-    let standing = pools::standing();
-    for def in &standing {
-        soak.cluster
-            .apply(&format!("{}.yaml", def.name), &def.manifests())
-            .await?;
-        soak.pools.add(PoolEntry::watch(soak, def.clone(), false));
-    }
-    wait_settled(soak, standing.len()).await?;
-
+    let standing = start_standing_pools(soak).await?;
     let total = Duration::from_secs(minutes * 60);
     let shapes: Vec<_> = standing.iter().map(|d| d.shape()).collect();
     let schedule = Schedule::generate(seed, total, &shapes, replicas::LEASE);
@@ -183,51 +176,9 @@ async fn soak_with(soak: &Arc<Soak>, minutes: u64, seed: u64) -> Result<bool, St
         let soak = soak.clone();
         async move { checks::watch_status(&soak).await }
     });
-    let compactor = tokio::spawn({
-        let soak = soak.clone();
-        let gaps = schedule.compactions.clone();
-        async move {
-            for gap in gaps {
-                tokio::time::sleep(gap).await;
-                let ok = soak.cluster.compact_etcd().await.is_ok();
-                let mut counts = soak.compactions.lock().unwrap_or_else(|p| p.into_inner());
-                if ok { counts.0 += 1 } else { counts.1 += 1 }
-            }
-        }
-    });
-    let loads = tokio::spawn({
-        let soak = soak.clone();
-        let actions = schedule.loads.clone();
-        async move {
-            for (gap, action) in actions {
-                tokio::time::sleep(gap).await;
-                let (kind, result) = load::perform(&soak, &action).await;
-                eprintln!(
-                    "soak: t={:.1}s load {kind}: {}",
-                    soak.clock.now(),
-                    result
-                        .as_ref()
-                        .map_or_else(|e| format!("FAILED: {e}"), String::clone)
-                );
-                let mut loads = soak.loads.lock().unwrap_or_else(|p| p.into_inner());
-                let entry = loads.entry(kind).or_default();
-                if result.is_ok() {
-                    entry.0 += 1
-                } else {
-                    entry.1 += 1
-                }
-            }
-        }
-    });
-    let deadline = start + total.as_secs_f64();
-    for step in &schedule.steps {
-        if soak.clock.now() >= deadline {
-            break;
-        }
-        tokio::time::sleep(step.before_fault).await;
-        faults::inject(soak, &step.fault).await;
-        tokio::time::sleep(step.after_fault).await;
-    }
+    let compactor = tokio::spawn(compact_etcd(soak.clone(), schedule.compactions.clone()));
+    let loads = tokio::spawn(perform_loads(soak.clone(), schedule.loads.clone()));
+    inject_faults(soak, &schedule, start + total.as_secs_f64()).await;
     // A load action cut short may leave a kubectl half-done; what it did is what a user's
     // interrupted command would have done.
     loads.abort();
@@ -236,24 +187,13 @@ async fn soak_with(soak: &Arc<Soak>, minutes: u64, seed: u64) -> Result<bool, St
     let cleanup_errors = faults::clear_all(soak).await;
     eprintln!("soak: t={schedule_end:.1}s schedule over; waiting for the pools to settle");
 
-    let mut last = String::new();
-    let mut finals = None;
-    while soak.clock.now() < schedule_end + FINAL_SETTLE.as_secs_f64() {
-        match checks::final_state(soak).await {
-            Ok(pools) => {
-                finals = Some(pools);
-                break;
-            }
-            Err(e) => last = e,
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let settled = final_settle(soak, schedule_end).await;
     let settled_at = soak.clock.now();
     soak.faults.all_settled(settled_at);
     status.abort();
-    let finals = match finals {
-        Some(finals) => finals,
-        None => {
+    let finals = match settled {
+        Ok(finals) => finals,
+        Err(last) => {
             dump_state(soak).await;
             soak.violations.add(
                 "final-settle",
@@ -266,30 +206,9 @@ async fn soak_with(soak: &Arc<Soak>, minutes: u64, seed: u64) -> Result<bool, St
             checks::final_counts(soak).await
         }
     };
-    // A duplicate seen since the last status sample, or on a pool deleted since.
-    for (pool, stats) in soak.pools.stats() {
-        if let (Some(first), false) = (&stats.first_duplicate, stats.overlap) {
-            soak.violations.add(
-                &format!("duplicate-{pool}"),
-                settled_at,
-                format!("pool {pool}: a job ran on two live pods; first seen: {first}"),
-            );
-        }
-    }
+    check_duplicates(soak, settled_at);
     check_crash_loop(soak);
-    let workloads: BTreeMap<String, String> = soak
-        .pools
-        .defs()
-        .into_values()
-        .map(|d| (d.workload_name, d.config_map))
-        .collect();
-    let audit = audit::analyse(
-        &soak.cluster.dir.join("logs/audit.log"),
-        &soak.clock,
-        &soak.history,
-        &workloads,
-        &soak.violations,
-    );
+    let audit = analyse_audit(soak);
     let report = report::Report {
         seed,
         minutes,
@@ -302,6 +221,108 @@ async fn soak_with(soak: &Arc<Soak>, minutes: u64, seed: u64) -> Result<bool, St
     print!("{}", report.render());
     eprintln!("soak: t={:.1}s report done", soak.clock.now());
     Ok(soak.violations.all().is_empty())
+}
+
+/// Once both replicas are ready, creates the standing pools and waits for them to settle.
+async fn start_standing_pools(soak: &Arc<Soak>) -> Result<Vec<pools::PoolDef>, String> {
+    wait_replicas_ready(soak).await?;
+    let standing = pools::standing();
+    for def in &standing {
+        soak.cluster
+            .apply(&format!("{}.yaml", def.name), &def.manifests())
+            .await?;
+        soak.pools.add(PoolEntry::watch(soak, def.clone(), false));
+    }
+    wait_settled(soak, standing.len()).await?;
+    Ok(standing)
+}
+
+/// The compaction track: compacts etcd after each of `gaps`, counting what worked.
+async fn compact_etcd(soak: Arc<Soak>, gaps: Vec<Duration>) {
+    for gap in gaps {
+        tokio::time::sleep(gap).await;
+        let ok = soak.cluster.compact_etcd().await.is_ok();
+        let mut counts = soak.compactions.lock().unwrap_or_else(|p| p.into_inner());
+        if ok { counts.0 += 1 } else { counts.1 += 1 }
+    }
+}
+
+/// The load track: a user's changes, each after its pause, counted by kind.
+async fn perform_loads(soak: Arc<Soak>, actions: Vec<(Duration, schedule::Load)>) {
+    for (gap, action) in actions {
+        tokio::time::sleep(gap).await;
+        let (kind, result) = load::perform(&soak, &action).await;
+        eprintln!(
+            "soak: t={:.1}s load {kind}: {}",
+            soak.clock.now(),
+            result
+                .as_ref()
+                .map_or_else(|e| format!("FAILED: {e}"), String::clone)
+        );
+        let mut loads = soak.loads.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = loads.entry(kind).or_default();
+        if result.is_ok() {
+            entry.0 += 1
+        } else {
+            entry.1 += 1
+        }
+    }
+}
+
+/// The fault track: each step's fault between its pauses, none started after `deadline`.
+async fn inject_faults(soak: &Soak, schedule: &Schedule, deadline: f64) {
+    for step in &schedule.steps {
+        if soak.clock.now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(step.before_fault).await;
+        faults::inject(soak, &step.fault).await;
+        tokio::time::sleep(step.after_fault).await;
+    }
+}
+
+/// The pools' final state once they have settled for good, within [`FINAL_SETTLE`] of
+/// `schedule_end`; else what was last wrong.
+async fn final_settle(soak: &Soak, schedule_end: f64) -> Result<Vec<checks::FinalPool>, String> {
+    let mut last = String::new();
+    while soak.clock.now() < schedule_end + FINAL_SETTLE.as_secs_f64() {
+        match checks::final_state(soak).await {
+            Ok(pools) => return Ok(pools),
+            Err(e) => last = e,
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Err(last)
+}
+
+/// A duplicate seen since the last status sample, or on a pool deleted since.
+fn check_duplicates(soak: &Soak, settled_at: f64) {
+    for (pool, stats) in soak.pools.stats() {
+        if let (Some(first), false) = (&stats.first_duplicate, stats.overlap) {
+            soak.violations.add(
+                &format!("duplicate-{pool}"),
+                settled_at,
+                format!("pool {pool}: a job ran on two live pods; first seen: {first}"),
+            );
+        }
+    }
+}
+
+/// The API server's audit log of the soak, read against the pools' workloads.
+fn analyse_audit(soak: &Soak) -> audit::Audit {
+    let workloads: BTreeMap<String, String> = soak
+        .pools
+        .defs()
+        .into_values()
+        .map(|d| (d.workload_name, d.config_map))
+        .collect();
+    audit::analyse(
+        &soak.cluster.dir.join("logs/audit.log"),
+        &soak.clock,
+        &soak.history,
+        &workloads,
+        &soak.violations,
+    )
 }
 
 /// Saves what the pools, pods and ConfigMaps look like, for a look after a failure.

@@ -16,6 +16,7 @@ use crate::harness::observe::{
     wait_for,
 };
 use crate::harness::poll::eventually;
+use crate::harness::scenario;
 use crate::harness::worker_fleet::{Program, Workers, with_readiness_probe};
 use crate::harness::{Env, SimSpeed};
 
@@ -43,43 +44,46 @@ pub(crate) fn assert_failover_within(worker: &str, moved: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledging_workers_take_a_scale_up_and_down_without_a_restart() {
-    let mut env = Env::start_with("acknowledge-scale", SimSpeed::SLOW).await;
-    let first = install_acknowledging(&mut env, Workers::Rust, None).await;
-    let mark = env.request_mark().await;
+    scenario!("acknowledge-scale")
+        .speed(SimSpeed::SLOW)
+        .run(async |env| {
+            let first = install_acknowledging(env, Workers::Rust, None).await;
+            let mark = env.request_mark().await;
 
-    scale(&env, 4).await;
-    let up = settle(&env, 4).await;
-    scale(&env, 2).await;
-    let down = settle(&env, 2).await;
+            scale(env, 4).await;
+            let up = settle(env, 4).await;
+            scale(env, 2).await;
+            let down = settle(env, 2).await;
 
-    for pod in first.pods.values() {
-        assert_eq!(
-            down.pods[&pod.name].uid, pod.uid,
-            "{} kept its pod instance: a worker reloads, it is not restarted",
-            pod.name
-        );
-    }
-    assert_no_pod_deleted(&env, mark).await;
-    assert!(up.config().version > first.config().version);
-    let reasons: Vec<String> = pool_events(&env, &env.example.pool_name())
-        .await
-        .into_iter()
-        .map(|e| e.reason)
-        .collect();
-    assert!(
-        reasons.iter().any(|r| r == "WorkerAcknowledged"),
-        "events: {reasons:?}"
-    );
-    let metrics = env.operator_metrics().await;
-    assert!(
-        metrics.lines().any(
-            |l| l.starts_with("swarm_operator_worker_acknowledgements_total{")
-                && !l.ends_with(" 0")
-        ),
-        "acknowledgements counted:\n{metrics}"
-    );
-    env.fleet().assert_no_crash();
-    env.assert_exclusive();
+            for pod in first.pods.values() {
+                assert_eq!(
+                    down.pods[&pod.name].uid, pod.uid,
+                    "{} kept its pod instance: a worker reloads, it is not restarted",
+                    pod.name
+                );
+            }
+            assert_no_pod_deleted(env, mark).await;
+            assert!(up.config().version > first.config().version);
+            let reasons: Vec<String> = pool_events(env, &env.example.pool_name())
+                .await
+                .into_iter()
+                .map(|e| e.reason)
+                .collect();
+            assert!(
+                reasons.iter().any(|r| r == "WorkerAcknowledged"),
+                "events: {reasons:?}"
+            );
+            let metrics = env.operator_metrics().await;
+            assert!(
+                metrics.lines().any(|l| l
+                    .starts_with("swarm_operator_worker_acknowledgements_total{")
+                    && !l.ends_with(" 0")),
+                "acknowledgements counted:\n{metrics}"
+            );
+            env.fleet().assert_no_crash();
+            env.assert_exclusive();
+        })
+        .await;
 }
 
 /// The longest a moved job may run nowhere in a calm step (no fault): its old worker's stop and
@@ -93,31 +97,35 @@ pub(crate) const MAX_UNHELD_SECONDS: f64 = 2.0;
 /// none runs twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_python_and_go_workers_share_one_acknowledging_pool() {
-    let mut env = Env::start_with("acknowledge-mixed", SimSpeed::SLOW).await;
-    let jobs = env.example.jobs();
-    install_acknowledging(&mut env, Workers::Mixed, None).await;
-    let mark = env.request_mark().await;
+    scenario!("acknowledge-mixed")
+        .speed(SimSpeed::SLOW)
+        .run(async |env| {
+            let jobs = env.example.jobs();
+            install_acknowledging(env, Workers::Mixed, None).await;
+            let mark = env.request_mark().await;
 
-    calm_step(&env, "scale to 3", 3, || scale(&env, 3)).await;
-    let mut edited = jobs.clone();
-    edited.drain(..4);
-    edited.extend((0..6).map(|i| format!("stream:mixed-{i}")));
-    let after_edit = calm_step(&env, "job edit", 3, || apply_pool(&env, &edited, None)).await;
-    assert_eq!(after_edit.spec_jobs().len(), edited.len());
-    calm_step(&env, "scale to 5", 5, || scale(&env, 5)).await;
-    let after = calm_step(&env, "scale to 2", 2, || scale(&env, 2)).await;
+            calm_step(env, "scale to 3", 3, || scale(env, 3)).await;
+            let mut edited = jobs.clone();
+            edited.drain(..4);
+            edited.extend((0..6).map(|i| format!("stream:mixed-{i}")));
+            let after_edit = calm_step(env, "job edit", 3, || apply_pool(env, &edited, None)).await;
+            assert_eq!(after_edit.spec_jobs().len(), edited.len());
+            calm_step(env, "scale to 5", 5, || scale(env, 5)).await;
+            let after = calm_step(env, "scale to 2", 2, || scale(env, 2)).await;
 
-    let started = env.fleet().started();
-    for program in ["rust", "python", "go"] {
-        assert!(
-            started.get(program).is_some_and(|n| *n >= 1),
-            "a {program} worker ran: {started:?}"
-        );
-    }
-    assert_eq!(after.pods.len(), 2);
-    assert_no_pod_deleted(&env, mark).await;
-    env.fleet().assert_no_crash();
-    env.assert_exclusive();
+            let started = env.fleet().started();
+            for program in ["rust", "python", "go"] {
+                assert!(
+                    started.get(program).is_some_and(|n| *n >= 1),
+                    "a {program} worker ran: {started:?}"
+                );
+            }
+            assert_eq!(after.pods.len(), 2);
+            assert_no_pod_deleted(env, mark).await;
+            env.fleet().assert_no_crash();
+            env.assert_exclusive();
+        })
+        .await;
 }
 
 /// Faults in a pool of the three implementations, on the default permit: the Go worker frozen
@@ -127,47 +135,51 @@ async fn rust_python_and_go_workers_share_one_acknowledging_pool() {
 /// without a pod deleted and without a job running twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_pool_survives_a_paused_go_worker_and_a_killed_python_worker() {
-    let mut env = Env::start_with("acknowledge-mixed-faults", SimSpeed::FAST).await;
-    install_acknowledging(&mut env, Workers::Mixed, None).await;
-    scale(&env, 3).await;
-    let before = settle(&env, 3).await;
-    let mark = env.request_mark().await;
-    let one_of = |program| {
-        let pods = env.fleet().pods_running(program);
-        pods.into_iter()
-            .next()
-            .unwrap_or_else(|| panic!("no {program:?} worker runs: {:?}", env.fleet().started()))
-    };
-    let (go, python) = (one_of(Program::Go), one_of(Program::Python));
+    scenario!("acknowledge-mixed-faults")
+        .run(async |env| {
+            install_acknowledging(env, Workers::Mixed, None).await;
+            scale(env, 3).await;
+            let before = settle(env, 3).await;
+            let mark = env.request_mark().await;
+            let one_of = |program| {
+                let pods = env.fleet().pods_running(program);
+                pods.into_iter().next().unwrap_or_else(|| {
+                    panic!("no {program:?} worker runs: {:?}", env.fleet().started())
+                })
+            };
+            let (go, python) = (one_of(Program::Go), one_of(Program::Python));
 
-    let paused = pause_past_failover(&env, &before, &go).await;
-    eprintln!(
-        "acknowledge-mixed-faults: the Go worker {go}'s jobs moved {:.1} s after SIGSTOP",
-        paused.as_secs_f64()
-    );
-    let stats_before = env.handoff_stats();
-    let killed = Instant::now();
-    env.fleet().signal(&python, "KILL");
-    wait_for(&env, &format!("{python}'s jobs on the others"), |o| {
-        jobs_moved_off(o, &[&python])
-    })
-    .await;
-    let moved = killed.elapsed();
-    assert_failover_within(&python, moved);
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let stats = env.handoff_stats();
-    eprintln!(
-        "acknowledge-mixed-faults: the Python worker {python}'s jobs moved {:.1} s after SIGKILL; {:.2} duplicate job-seconds in all",
-        moved.as_secs_f64(),
-        stats.duplicate_job_seconds
-    );
-    assert_eq!(
-        stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
-        0.0,
-        "{python}'s jobs ran twice"
-    );
-    assert_no_pod_deleted(&env, mark).await;
-    env.assert_exclusive();
+            let paused = pause_past_failover(env, &before, &go).await;
+            eprintln!(
+                "acknowledge-mixed-faults: the Go worker {go}'s jobs moved {:.1} s after SIGSTOP",
+                paused.as_secs_f64()
+            );
+            let stats_before = env.handoff_stats();
+            let killed = Instant::now();
+            env.fleet().signal(&python, "KILL");
+            wait_for(env, &format!("{python}'s jobs on the others"), |o| {
+                jobs_moved_off(o, &[&python])
+            })
+            .await;
+            let moved = killed.elapsed();
+            assert_failover_within(&python, moved);
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let stats = env.handoff_stats();
+            eprintln!(
+                "acknowledge-mixed-faults: the Python worker {python}'s jobs moved {:.1} s after \
+                    SIGKILL; {:.2} duplicate job-seconds in all",
+                moved.as_secs_f64(),
+                stats.duplicate_job_seconds
+            );
+            assert_eq!(
+                stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+                0.0,
+                "{python}'s jobs ran twice"
+            );
+            assert_no_pod_deleted(env, mark).await;
+            env.assert_exclusive();
+        })
+        .await;
 }
 
 /// Applies `change`, waits for the pool to settle over `workers`, and fails if a moved job ran
@@ -210,42 +222,47 @@ pub(crate) fn assert_no_long_gap(env: &Env, what: &str, started: Instant) {
 /// its jobs move only once that pod is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_never_acknowledges_has_its_pod_deleted_after_the_timeout() {
-    let mut env = Env::start_with("acknowledge-timeout", SimSpeed::SLOW).await;
-    let first = install_acknowledging(&mut env, Workers::Rust, Some(3)).await;
-    let sts = env.example.statefulset_name();
-    let frozen = format!("{sts}-1");
-    env.fleet().signal(&frozen, "STOP");
-    let mark = env.request_mark().await;
+    scenario!("acknowledge-timeout")
+        .speed(SimSpeed::SLOW)
+        .run(async |env| {
+            let first = install_acknowledging(env, Workers::Rust, Some(3)).await;
+            let sts = env.example.statefulset_name();
+            let frozen = format!("{sts}-1");
+            env.fleet().signal(&frozen, "STOP");
+            let mark = env.request_mark().await;
 
-    scale(&env, 3).await;
-    let after = settle(&env, 3).await;
-    assert_ne!(
-        after.pods[&frozen].uid, first.pods[&frozen].uid,
-        "the frozen worker's pod was replaced"
-    );
-    let deletes = operator_pod_deletes(&env, mark).await;
-    if let Some(deletes) = &deletes {
-        assert_eq!(
-            deletes.keys().collect::<Vec<_>>(),
-            [&frozen],
-            "only the frozen worker's pod is deleted: {deletes:?}"
-        );
-    }
-    let events = pool_events(&env, &env.example.pool_name()).await;
-    assert!(
-        events
-            .iter()
-            .any(|e| e.reason == "AckTimedOut" && e.type_ == "Warning" && e.note.contains(&frozen)),
-        "an AckTimedOut warning names {frozen}: {events:?}"
-    );
-    let metrics = env.operator_metrics().await;
-    assert!(
-        metrics.lines().any(
-            |l| l.starts_with("swarm_operator_worker_ack_timeouts_total{") && !l.ends_with(" 0")
-        ),
-        "ack timeouts counted:\n{metrics}"
-    );
-    env.assert_exclusive();
+            scale(env, 3).await;
+            let after = settle(env, 3).await;
+            assert_ne!(
+                after.pods[&frozen].uid, first.pods[&frozen].uid,
+                "the frozen worker's pod was replaced"
+            );
+            let deletes = operator_pod_deletes(env, mark).await;
+            if let Some(deletes) = &deletes {
+                assert_eq!(
+                    deletes.keys().collect::<Vec<_>>(),
+                    [&frozen],
+                    "only the frozen worker's pod is deleted: {deletes:?}"
+                );
+            }
+            let events = pool_events(env, &env.example.pool_name()).await;
+            assert!(
+                events.iter().any(|e| e.reason == "AckTimedOut"
+                    && e.type_ == "Warning"
+                    && e.note.contains(&frozen)),
+                "an AckTimedOut warning names {frozen}: {events:?}"
+            );
+            let metrics = env.operator_metrics().await;
+            assert!(
+                metrics.lines().any(
+                    |l| l.starts_with("swarm_operator_worker_ack_timeouts_total{")
+                        && !l.ends_with(" 0")
+                ),
+                "ack timeouts counted:\n{metrics}"
+            );
+            env.assert_exclusive();
+        })
+        .await;
 }
 
 /// A worker process SIGKILLed while its pod stays Running (as if it hung, or the kubelet had not
@@ -255,64 +272,71 @@ async fn a_worker_that_never_acknowledges_has_its_pod_deleted_after_the_timeout(
 /// without running twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_pod_is_not_ready() {
-    let mut env = Env::start_with("acknowledge-crash", SimSpeed::FAST).await;
-    install_acknowledging(&mut env, Workers::Rust, None).await;
-    scale(&env, 3).await;
-    let before = settle(&env, 3).await;
-    let sts = env.example.statefulset_name();
-    let crashed = format!("{sts}-1");
-    let mark = env.request_mark().await;
-    env.restart_longest_unheld();
-    let stats_before = env.handoff_stats();
-    let killed = Instant::now();
-    env.fleet().signal(&crashed, "KILL");
+    scenario!("acknowledge-crash")
+        .run(async |env| {
+            install_acknowledging(env, Workers::Rust, None).await;
+            scale(env, 3).await;
+            let before = settle(env, 3).await;
+            let sts = env.example.statefulset_name();
+            let crashed = format!("{sts}-1");
+            let mark = env.request_mark().await;
+            env.restart_longest_unheld();
+            let stats_before = env.handoff_stats();
+            let killed = Instant::now();
+            env.fleet().signal(&crashed, "KILL");
 
-    let after = wait_for(&env, &format!("{crashed}'s jobs on the others"), |o| {
-        let unavailable = &o.pool["status"]["unavailableWorkers"];
-        if unavailable[0]["pod"] != json!(crashed) || unavailable[0]["reason"] != "NotReady" {
-            return Err(format!("unavailableWorkers {unavailable}"));
-        }
-        jobs_moved_off(o, &[&crashed])
-    })
-    .await;
-    let moved_after = killed.elapsed();
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let stats = env.handoff_stats();
-    eprintln!(
-        "acknowledge-crash: {crashed}'s jobs moved {:.1} s after the kill (bound {:?}); the longest a job ran nowhere: {:.1} s ({}); {:.1} unheld job-seconds, {:.2} duplicate",
-        moved_after.as_secs_f64(),
-        failover_bound(),
-        stats.longest_unheld_seconds,
-        stats.longest_unheld_job,
-        stats.unheld_job_seconds - stats_before.unheld_job_seconds,
-        stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
-    );
-    assert_failover_within(&crashed, moved_after);
-    assert_eq!(
-        stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
-        0.0,
-        "{crashed}'s jobs ran twice"
-    );
-    assert_eq!(
-        after.pods[&crashed].uid, before.pods[&crashed].uid,
-        "its pod still runs"
-    );
-    assert_no_pod_deleted(&env, mark).await;
-    let events = pool_events(&env, &env.example.pool_name()).await;
-    assert!(
-        events.iter().any(|e| e.reason == "WorkerUnavailable"
-            && e.type_ == "Warning"
-            && e.note.contains(&crashed)),
-        "a WorkerUnavailable warning names {crashed}: {events:?}"
-    );
-    let metrics = env.operator_metrics().await;
-    assert!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("swarm_operator_worker_failovers_total{") && l.ends_with(" 1")),
-        "one failover counted:\n{metrics}"
-    );
-    env.assert_exclusive();
+            let after = wait_for(env, &format!("{crashed}'s jobs on the others"), |o| {
+                let unavailable = &o.pool["status"]["unavailableWorkers"];
+                if unavailable[0]["pod"] != json!(crashed) || unavailable[0]["reason"] != "NotReady"
+                {
+                    return Err(format!("unavailableWorkers {unavailable}"));
+                }
+                jobs_moved_off(o, &[&crashed])
+            })
+            .await;
+            let moved_after = killed.elapsed();
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let stats = env.handoff_stats();
+            eprintln!(
+                "acknowledge-crash: {crashed}'s jobs moved {:.1} s after the kill (bound {:?}); \
+                    the longest a job ran nowhere: {:.1} s ({}); {:.1} unheld job-seconds, {:.2} \
+                    duplicate",
+                moved_after.as_secs_f64(),
+                failover_bound(),
+                stats.longest_unheld_seconds,
+                stats.longest_unheld_job,
+                stats.unheld_job_seconds - stats_before.unheld_job_seconds,
+                stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+            );
+            assert_failover_within(&crashed, moved_after);
+            assert_eq!(
+                stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+                0.0,
+                "{crashed}'s jobs ran twice"
+            );
+            assert_eq!(
+                after.pods[&crashed].uid, before.pods[&crashed].uid,
+                "its pod still runs"
+            );
+            assert_no_pod_deleted(env, mark).await;
+            let events = pool_events(env, &env.example.pool_name()).await;
+            assert!(
+                events.iter().any(|e| e.reason == "WorkerUnavailable"
+                    && e.type_ == "Warning"
+                    && e.note.contains(&crashed)),
+                "a WorkerUnavailable warning names {crashed}: {events:?}"
+            );
+            let metrics = env.operator_metrics().await;
+            assert!(
+                metrics
+                    .lines()
+                    .any(|l| l.starts_with("swarm_operator_worker_failovers_total{")
+                        && l.ends_with(" 1")),
+                "one failover counted:\n{metrics}"
+            );
+            env.assert_exclusive();
+        })
+        .await;
 }
 
 /// A worker frozen with SIGSTOP (a long pause, or a process that hangs), on the default permit:
@@ -321,18 +345,21 @@ async fn a_crashed_worker_loses_its_jobs_to_the_others_once_its_pod_is_not_ready
 /// and is a member again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_worker_fences_itself_on_resume_and_becomes_a_member_again() {
-    let mut env = Env::start_with("acknowledge-partition", SimSpeed::FAST).await;
-    install_acknowledging(&mut env, Workers::Rust, None).await;
-    scale(&env, 3).await;
-    let before = settle(&env, 3).await;
-    let paused = format!("{}-1", env.example.statefulset_name());
-    let mark = env.request_mark().await;
-    let moved_after = pause_past_failover(&env, &before, &paused).await;
-    eprintln!(
-        "acknowledge-partition: {paused}'s jobs moved {:.1} s after SIGSTOP",
-        moved_after.as_secs_f64(),
-    );
-    assert_no_pod_deleted(&env, mark).await;
+    scenario!("acknowledge-partition")
+        .run(async |env| {
+            install_acknowledging(env, Workers::Rust, None).await;
+            scale(env, 3).await;
+            let before = settle(env, 3).await;
+            let paused = format!("{}-1", env.example.statefulset_name());
+            let mark = env.request_mark().await;
+            let moved_after = pause_past_failover(env, &before, &paused).await;
+            eprintln!(
+                "acknowledge-partition: {paused}'s jobs moved {:.1} s after SIGSTOP",
+                moved_after.as_secs_f64(),
+            );
+            assert_no_pod_deleted(env, mark).await;
+        })
+        .await;
 }
 
 /// Freezes the worker of `paused` (SIGSTOP) until its jobs moved and 5 s more, and continues
@@ -419,45 +446,50 @@ async fn a_deployment_pool_of_go_workers_takes_a_rollout_restart_without_running
 async fn rollout_restart(name: &str, workers: Workers) {
     const POOL: &str = "stream-pool";
     const DEPLOYMENT: &str = "stream-worker";
-    let mut env = Env::start_with(name, SimSpeed::SLOW).await;
-    env.install_crds().await;
-    env.start_operator().await;
-    env.run_workers_of(POOL, "stream-worker-config", "app=stream-worker", workers);
-    let documents: Vec<Value> = env
-        .example
-        .localize(documents_at(&[
-            "examples/namespace.yaml",
-            "examples/deployment/",
-        ]))
-        .into_iter()
-        .map(|doc| acknowledging(doc, None, None))
-        .collect();
-    env.apply("acknowledging-deployment.yaml", &documents).await;
-    let before = settle_deployment(&env, POOL, &BTreeSet::new()).await;
-    let mark = env.request_mark().await;
-    env.restart_longest_unheld();
-    let stats_before = env.handoff_stats();
+    scenario!(name)
+        .speed(SimSpeed::SLOW)
+        .run(async |env| {
+            env.install_crds().await;
+            env.start_operator().await;
+            env.run_workers_of(POOL, "stream-worker-config", "app=stream-worker", workers);
+            let documents: Vec<Value> = env
+                .example
+                .localize(documents_at(&[
+                    "examples/namespace.yaml",
+                    "examples/deployment/",
+                ]))
+                .into_iter()
+                .map(|doc| acknowledging(doc, None, None))
+                .collect();
+            env.apply("acknowledging-deployment.yaml", &documents).await;
+            let before = settle_deployment(env, POOL, &BTreeSet::new()).await;
+            let mark = env.request_mark().await;
+            env.restart_longest_unheld();
+            let stats_before = env.handoff_stats();
 
-    kubectl_ns(&env, &["rollout", "restart", "deployment", DEPLOYMENT]).await;
-    let after = settle_deployment(&env, POOL, &before).await;
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    let stats = env.handoff_stats();
-    eprintln!(
-        "{name}: rollout restart over {} pods: {:.2} unheld job-seconds, the longest {:.2} s ({}), {:.2} duplicate job-seconds",
-        after.len(),
-        stats.unheld_job_seconds - stats_before.unheld_job_seconds,
-        stats.longest_unheld_seconds,
-        stats.longest_unheld_job,
-        stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
-    );
-    assert_no_pod_deleted(&env, mark).await;
-    let started: usize = env.fleet().started().values().sum();
-    assert!(
-        started >= 4,
-        "a worker for each old and each new pod: {started}"
-    );
-    env.fleet().assert_no_crash();
-    env.assert_exclusive();
+            kubectl_ns(env, &["rollout", "restart", "deployment", DEPLOYMENT]).await;
+            let after = settle_deployment(env, POOL, &before).await;
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            let stats = env.handoff_stats();
+            eprintln!(
+                "{name}: rollout restart over {} pods: {:.2} unheld job-seconds, the longest \
+                    {:.2} s ({}), {:.2} duplicate job-seconds",
+                after.len(),
+                stats.unheld_job_seconds - stats_before.unheld_job_seconds,
+                stats.longest_unheld_seconds,
+                stats.longest_unheld_job,
+                stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
+            );
+            assert_no_pod_deleted(env, mark).await;
+            let started: usize = env.fleet().started().values().sum();
+            assert!(
+                started >= 4,
+                "a worker for each old and each new pod: {started}"
+            );
+            env.fleet().assert_no_crash();
+            env.assert_exclusive();
+        })
+        .await;
 }
 
 /// Waits until pool `pool` (over a Deployment) is Balanced with nothing in transit, every

@@ -14,195 +14,214 @@ use crate::harness::observe::{
     wait_event, wait_for, worker_pods,
 };
 use crate::harness::poll::eventually;
+use crate::harness::scenario;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selector_matching_no_statefulset_fails_with_statefulset_not_found_and_recovers() {
-    let mut env = Env::start("no-statefulset").await;
-    let workers = install_workers(&mut env).await;
-    let mut pool = env.example.pool().clone();
-    pool["spec"]["selector"] = json!({"matchLabels": {"app": "no-such-worker"}});
-    let mark = env.request_mark().await;
-    let failed = apply_failing(&env, "pool-no-match.yaml", &[pool], &workers).await;
+    scenario!("no-statefulset")
+        .run(async |env| {
+            let workers = install_workers(env).await;
+            let mut pool = env.example.pool().clone();
+            pool["spec"]["selector"] = json!({"matchLabels": {"app": "no-such-worker"}});
+            let mark = env.request_mark().await;
+            let failed = apply_failing(env, "pool-no-match.yaml", &[pool], &workers).await;
 
-    assert_failed(&env, &failed, "StatefulSetNotFound", mark).await;
-    assert!(
-        failed.config_map.is_none(),
-        "no ConfigMap is written for a failed pool"
-    );
+            assert_failed(env, &failed, "StatefulSetNotFound", mark).await;
+            assert!(
+                failed.config_map.is_none(),
+                "no ConfigMap is written for a failed pool"
+            );
 
-    // Fixing the selector is noticed at once.
-    env.apply_examples().await;
-    let settled = wait_balanced(&env, 2).await;
-    assert_invariants(&env, &settled).await;
+            // Fixing the selector is noticed at once.
+            env.apply_examples().await;
+            let settled = wait_balanced(env, 2).await;
+            assert_invariants(env, &settled).await;
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selector_matching_two_statefulsets_fails_with_ambiguous_selector_and_recovers() {
-    let mut env = Env::start("two-statefulsets").await;
-    let workers = install_workers(&mut env).await;
-    let twin_name = format!("{}-twin", env.example.statefulset_name());
-    let mut twin = env.example.statefulset().clone();
-    twin["metadata"]["name"] = Value::from(twin_name.clone());
-    let pool = env.example.pool().clone();
-    let mark = env.request_mark().await;
-    let failed = apply_failing(&env, "pool-ambiguous.yaml", &[twin, pool], &workers).await;
+    scenario!("two-statefulsets")
+        .run(async |env| {
+            let workers = install_workers(env).await;
+            let twin_name = format!("{}-twin", env.example.statefulset_name());
+            let mut twin = env.example.statefulset().clone();
+            twin["metadata"]["name"] = Value::from(twin_name.clone());
+            let pool = env.example.pool().clone();
+            let mark = env.request_mark().await;
+            let failed = apply_failing(env, "pool-ambiguous.yaml", &[twin, pool], &workers).await;
 
-    assert_failed(&env, &failed, "AmbiguousSelector", mark).await;
-    assert!(
-        failed.config_map.is_none(),
-        "no ConfigMap is written for a failed pool"
-    );
+            assert_failed(env, &failed, "AmbiguousSelector", mark).await;
+            assert!(
+                failed.config_map.is_none(),
+                "no ConfigMap is written for a failed pool"
+            );
 
-    // Removing the second StatefulSet resolves it.
-    kubectl_ns(&env, &["delete", "statefulset", &twin_name]).await;
-    let settled = wait_balanced(&env, 2).await;
-    assert_invariants(&env, &settled).await;
+            // Removing the second StatefulSet resolves it.
+            kubectl_ns(env, &["delete", "statefulset", &twin_name]).await;
+            let settled = wait_balanced(env, 2).await;
+            assert_invariants(env, &settled).await;
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_qos_naming_a_job_outside_the_spec_fails_with_invalid_qos_and_a_zero_weight_is_rejected()
 {
-    let mut env = Env::start("invalid-qos").await;
-    let workers = install_workers(&mut env).await;
-    let mut pool = env.example.pool().clone();
-    pool["spec"]["qos"] = json!({"dedicated": ["stream:no-such-job"]});
-    let mark = env.request_mark().await;
-    let failed = apply_failing(&env, "pool-invalid-qos.yaml", &[pool], &workers).await;
-    assert_failed(&env, &failed, "InvalidQoS", mark).await;
-    let ready = failed.condition("Ready").expect("a Ready condition");
-    assert!(
-        str_at(ready, "/message").contains("\"stream:no-such-job\""),
-        "the condition names the job: {ready}"
-    );
-    let warnings = wait_event(&env, &env.example.pool_name(), "Warning", "InvalidQoS").await;
-    assert!(warnings[0].note.contains("stream:no-such-job"));
-    assert!(failed.config_map.is_none(), "nothing is written");
+    scenario!("invalid-qos")
+        .run(async |env| {
+            let workers = install_workers(env).await;
+            let mut pool = env.example.pool().clone();
+            pool["spec"]["qos"] = json!({"dedicated": ["stream:no-such-job"]});
+            let mark = env.request_mark().await;
+            let failed = apply_failing(env, "pool-invalid-qos.yaml", &[pool], &workers).await;
+            assert_failed(env, &failed, "InvalidQoS", mark).await;
+            let ready = failed.condition("Ready").expect("a Ready condition");
+            assert!(
+                str_at(ready, "/message").contains("\"stream:no-such-job\""),
+                "the condition names the job: {ready}"
+            );
+            let warnings = wait_event(env, &env.example.pool_name(), "Warning", "InvalidQoS").await;
+            assert!(warnings[0].note.contains("stream:no-such-job"));
+            assert!(failed.config_map.is_none(), "nothing is written");
 
-    // The CRD's schema refuses a weight below 1 at apply, naming the field.
-    let mut zero = env.example.pool().clone();
-    zero["spec"]["qos"] = json!({"weights": {env.example.jobs()[0].clone(): 0}});
-    let out = env.apply_output("pool-zero-weight.yaml", &[zero]).await;
-    assert!(
-        !out.success && out.stderr.contains("spec.qos.weights") && out.stderr.contains("1"),
-        "a zero weight is a 422 naming the field: {}",
-        out.stderr
-    );
+            // The CRD's schema refuses a weight below 1 at apply, naming the field.
+            let mut zero = env.example.pool().clone();
+            zero["spec"]["qos"] = json!({"weights": {env.example.jobs()[0].clone(): 0}});
+            let out = env.apply_output("pool-zero-weight.yaml", &[zero]).await;
+            assert!(
+                !out.success && out.stderr.contains("spec.qos.weights") && out.stderr.contains("1"),
+                "a zero weight is a 422 naming the field: {}",
+                out.stderr
+            );
 
-    // Fixing the pool is noticed at once.
-    env.apply_examples().await;
-    let settled = wait_balanced(&env, 2).await;
-    assert_invariants(&env, &settled).await;
+            // Fixing the pool is noticed at once.
+            env.apply_examples().await;
+            let settled = wait_balanced(env, 2).await;
+            assert_invariants(env, &settled).await;
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_or_empty_jobs_are_rejected_by_the_api_server_at_apply() {
-    let mut env = Env::start("duplicate-jobs").await;
-    install_workers(&mut env).await;
-    let mark = env.request_mark().await;
-    let jobs = env.example.jobs();
+    scenario!("duplicate-jobs")
+        .run(async |env| {
+            install_workers(env).await;
+            let mark = env.request_mark().await;
+            let jobs = env.example.jobs();
 
-    let mut duplicate = env.example.pool().clone();
-    let mut twice = jobs.clone();
-    twice.push(jobs[3].clone());
-    duplicate["spec"]["jobs"] = Value::from(twice);
-    let out = env.apply_output("pool-duplicate.yaml", &[duplicate]).await;
-    assert!(
-        !out.success
-            && out.stderr.contains("is invalid")
-            && out.stderr.contains("Duplicate value")
-            && out.stderr.contains(&jobs[3]),
-        "a duplicate job is a 422 naming it: {}",
-        out.stderr
-    );
+            let mut duplicate = env.example.pool().clone();
+            let mut twice = jobs.clone();
+            twice.push(jobs[3].clone());
+            duplicate["spec"]["jobs"] = Value::from(twice);
+            let out = env.apply_output("pool-duplicate.yaml", &[duplicate]).await;
+            assert!(
+                !out.success
+                    && out.stderr.contains("is invalid")
+                    && out.stderr.contains("Duplicate value")
+                    && out.stderr.contains(&jobs[3]),
+                "a duplicate job is a 422 naming it: {}",
+                out.stderr
+            );
 
-    let mut empty = env.example.pool().clone();
-    let mut with_empty = jobs.clone();
-    with_empty.push(String::new());
-    empty["spec"]["jobs"] = Value::from(with_empty);
-    let out = env.apply_output("pool-empty-job.yaml", &[empty]).await;
-    assert!(
-        !out.success && out.stderr.contains("is invalid"),
-        "an empty job is a 422: {}",
-        out.stderr
-    );
+            let mut empty = env.example.pool().clone();
+            let mut with_empty = jobs.clone();
+            with_empty.push(String::new());
+            empty["spec"]["jobs"] = Value::from(with_empty);
+            let out = env.apply_output("pool-empty-job.yaml", &[empty]).await;
+            assert!(
+                !out.success && out.stderr.contains("is invalid"),
+                "an empty job is a 422: {}",
+                out.stderr
+            );
 
-    assert!(env.pool().await.is_none(), "a rejected pool is not stored");
-    let config_map = env.example.config_map_name();
-    assert!(env.config_map(&config_map).await.is_none());
-    assert_no_config_map_write_or_pod_delete(&env, mark).await;
-    env.assert_operator_running();
+            assert!(env.pool().await.is_none(), "a rejected pool is not stored");
+            let config_map = env.example.config_map_name();
+            assert!(env.config_map(&config_map).await.is_none());
+            assert_no_config_map_write_or_pod_delete(env, mark).await;
+            env.assert_operator_running();
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_map_controlled_by_another_owner_is_never_written_and_fails_with_conflict() {
-    let mut env = Env::start("config-map-conflict").await;
-    let workers = install_workers(&mut env).await;
-    let namespace = env.example.namespace();
-    let name = env.example.config_map_name();
-    // A ConfigMap of the pool's name, controlled by another (existing) object.
-    let owner = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "someone-else", "namespace": namespace},
-        "data": {"purpose": "owns the ConfigMap the pool wants"},
-    });
-    env.apply("owner.yaml", &[owner]).await;
-    let owner_uid = kubectl_ns(
-        &env,
-        &[
-            "get",
-            "configmap",
-            "someone-else",
-            "-o",
-            "jsonpath={.metadata.uid}",
-        ],
-    )
-    .await;
-    let foreign = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {
-            "name": name, "namespace": namespace,
-            "ownerReferences": [{
-                "apiVersion": "v1", "kind": "ConfigMap", "name": "someone-else",
-                "uid": owner_uid.trim(), "controller": true,
-            }],
-        },
-        "data": {"config.yml": "version: 7\nworkloads: {}\n"},
-    });
-    env.apply("foreign-config-map.yaml", &[foreign]).await;
-    let before = env.config_map(&name).await.expect("the foreign ConfigMap");
+    scenario!("config-map-conflict")
+        .run(async |env| {
+            let workers = install_workers(env).await;
+            let namespace = env.example.namespace();
+            let name = env.example.config_map_name();
+            // A ConfigMap of the pool's name, controlled by another (existing) object.
+            let owner = json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "someone-else", "namespace": namespace},
+                "data": {"purpose": "owns the ConfigMap the pool wants"},
+            });
+            env.apply("owner.yaml", &[owner]).await;
+            let owner_uid = kubectl_ns(
+                env,
+                &[
+                    "get",
+                    "configmap",
+                    "someone-else",
+                    "-o",
+                    "jsonpath={.metadata.uid}",
+                ],
+            )
+            .await;
+            let foreign = json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {
+                    "name": name, "namespace": namespace,
+                    "ownerReferences": [{
+                        "apiVersion": "v1", "kind": "ConfigMap", "name": "someone-else",
+                        "uid": owner_uid.trim(), "controller": true,
+                    }],
+                },
+                "data": {"config.yml": "version: 7\nworkloads: {}\n"},
+            });
+            env.apply("foreign-config-map.yaml", &[foreign]).await;
+            let before = env.config_map(&name).await.expect("the foreign ConfigMap");
 
-    let mark = env.request_mark().await;
-    let pool = env.example.pool().clone();
-    let failed = apply_failing(&env, "pool.yaml", &[pool], &workers).await;
-    assert_failed(&env, &failed, "ConfigMapConflict", mark).await;
+            let mark = env.request_mark().await;
+            let pool = env.example.pool().clone();
+            let failed = apply_failing(env, "pool.yaml", &[pool], &workers).await;
+            assert_failed(env, &failed, "ConfigMapConflict", mark).await;
 
-    let after = env
-        .config_map(&name)
-        .await
-        .expect("the foreign ConfigMap stays");
-    assert_eq!(
-        after.metadata.resource_version, before.metadata.resource_version,
-        "the foreign ConfigMap was modified"
-    );
-    assert_eq!(config_text(&after), config_text(&before));
+            let after = env
+                .config_map(&name)
+                .await
+                .expect("the foreign ConfigMap stays");
+            assert_eq!(
+                after.metadata.resource_version, before.metadata.resource_version,
+                "the foreign ConfigMap was modified"
+            );
+            assert_eq!(config_text(&after), config_text(&before));
+        })
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn placeholder_config_map_without_controller_is_adopted() {
-    let mut env = Env::start("config-map-adoption").await;
-    // The predecessor's install created the ConfigMap by hand, before the controller ran.
-    let placeholder = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": env.example.config_map_name(), "namespace": env.example.namespace()},
-        "data": {"config.yml": "workloads: {}\n"},
-    });
-    let mut documents = namespace_documents(&env);
-    documents.push(placeholder);
-    env.apply("placeholder.yaml", &documents).await;
+    scenario!("config-map-adoption")
+        .run(async |env| {
+            // The predecessor's install created the ConfigMap by hand, before the controller ran.
+            let placeholder = json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": env.example.config_map_name(), "namespace": env.example.namespace()},
+                "data": {"config.yml": "workloads: {}\n"},
+            });
+            let mut documents = namespace_documents(env);
+            documents.push(placeholder);
+            env.apply("placeholder.yaml", &documents).await;
 
-    let settled = env.install_example().await;
-    assert_config_map_metadata(&settled, &env.example.pool_name());
-    assert_eq!(settled.config().loads(), [14, 13]);
+            let settled = env.install_example().await;
+            assert_config_map_metadata(&settled, &env.example.pool_name());
+            assert_eq!(settled.config().loads(), [14, 13]);
+        })
+        .await;
 }
 
 /// The example's Namespace documents.
@@ -217,36 +236,39 @@ fn namespace_documents(env: &Env) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_policy_none_with_exclusive_handoff_is_refused_with_what_to_set() {
-    let mut env = Env::start("invalid-rollout").await;
-    let workers = install_workers(&mut env).await;
-    let mut pool = env.example.pool().clone();
-    pool["spec"]["rollout"] = json!({"policy": "None"});
-    let mark = env.request_mark().await;
-    if env.is_sim() {
-        // kube-sim does not evaluate the CRD's CEL rule (sim/README.md): the operator's own
-        // validation refuses the pool.
-        let failed = apply_failing(&env, "pool-policy-none.yaml", &[pool], &workers).await;
-        assert_failed(&env, &failed, "InvalidRollout", mark).await;
-        let ready = failed.condition("Ready").expect("Ready condition");
-        assert!(
-            str_at(ready, "/message").contains("Overlap"),
-            "the condition says what to set: {ready}"
-        );
-    } else {
-        // A real API server evaluates the CRD's CEL rule: the apply itself is refused.
-        let out = env.apply_output("pool-policy-none.yaml", &[pool]).await;
-        assert!(
-            !out.success
-                && out.stderr.contains("is invalid")
-                && out
-                    .stderr
-                    .contains("rollout.policy None needs rollout.handoff Overlap"),
-            "the CRD's validation rule refuses the pool and says what to set: {}",
-            out.stderr
-        );
-        assert!(env.pool().await.is_none(), "nothing was stored");
-        assert_no_config_map_write_or_pod_delete(&env, mark).await;
-    }
+    scenario!("invalid-rollout")
+        .run(async |env| {
+            let workers = install_workers(env).await;
+            let mut pool = env.example.pool().clone();
+            pool["spec"]["rollout"] = json!({"policy": "None"});
+            let mark = env.request_mark().await;
+            if env.is_sim() {
+                // kube-sim does not evaluate the CRD's CEL rule (sim/README.md): the operator's own
+                // validation refuses the pool.
+                let failed = apply_failing(env, "pool-policy-none.yaml", &[pool], &workers).await;
+                assert_failed(env, &failed, "InvalidRollout", mark).await;
+                let ready = failed.condition("Ready").expect("Ready condition");
+                assert!(
+                    str_at(ready, "/message").contains("Overlap"),
+                    "the condition says what to set: {ready}"
+                );
+            } else {
+                // A real API server evaluates the CRD's CEL rule: the apply itself is refused.
+                let out = env.apply_output("pool-policy-none.yaml", &[pool]).await;
+                assert!(
+                    !out.success
+                        && out.stderr.contains("is invalid")
+                        && out
+                            .stderr
+                            .contains("rollout.policy None needs rollout.handoff Overlap"),
+                    "the CRD's validation rule refuses the pool and says what to set: {}",
+                    out.stderr
+                );
+                assert!(env.pool().await.is_none(), "nothing was stored");
+                assert_no_config_map_write_or_pod_delete(env, mark).await;
+            }
+        })
+        .await;
 }
 
 /// Installs the CRDs, starts the operator, applies the example namespace and worker

@@ -13,6 +13,7 @@ use crate::harness::Env;
 use crate::harness::manifests::documents_at;
 use crate::harness::observe::pool_events;
 use crate::harness::poll::eventually;
+use crate::harness::scenario;
 use crate::harness::worker_config::WorkerConfig;
 
 const POOL: &str = "stream-pool";
@@ -21,20 +22,41 @@ const CONFIG_MAP: &str = "stream-worker-config";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts_and_edits() {
-    let mut env = Env::start("deployment_pool").await;
-    env.install_crds().await;
-    env.start_operator().await;
-    env.watch_waiting_workers(POOL);
-    env.apply_repo_manifests(&["examples/namespace.yaml", "examples/deployment/"])
-        .await;
+    scenario!("deployment_pool")
+        .run(async |env| {
+            env.install_crds().await;
+            env.start_operator().await;
+            env.watch_waiting_workers(POOL);
+            env.apply_repo_manifests(&["examples/namespace.yaml", "examples/deployment/"])
+                .await;
+            let first = settle_the_new_pool(env).await;
+            let up = scale_up_to_five(env, &first).await;
+            let down = scale_down_to_three(env, &up).await;
+            let restarted = rollout_restart(env, &down).await;
+            let recovered = evict_a_pod(env, &restarted).await;
+            edit_the_jobs(env, &recovered).await;
 
-    let first = settle(&env, 2, 0).await;
+            let stats = env.waiting_workers_stats();
+            assert!(
+                stats.iter().all(|s| s.samples > 10),
+                "the duplicate watch sampled throughout: {stats:?}"
+            );
+            env.assert_exclusive();
+            env.assert_operator_running();
+        })
+        .await;
+}
+
+/// The pool settles over the Deployment's two pods, reports the Deployment as its workload
+/// (in its status, `kubectl get` and `kubectl swarm status`).
+async fn settle_the_new_pool(env: &Env) -> Settled {
+    let first = settle(env, 2, 0).await;
     assert_eq!(first.pool["status"]["workload"], DEPLOYMENT);
     assert!(
         first.pool["status"].get("statefulSet").is_none(),
         "statefulSet is only reported for StatefulSet pools"
     );
-    let columns = kubectl_ns(&env, &["get", "swarmpools", POOL]).await;
+    let columns = kubectl_ns(env, &["get", "swarmpools", POOL]).await;
     assert!(
         columns
             .lines()
@@ -42,23 +64,25 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
             .is_some_and(|row| row.contains(DEPLOYMENT)),
         "kubectl get swarmpools shows the Deployment:\n{columns}"
     );
+    assert_plugin_status(env, &first).await;
+    first
+}
 
-    assert_plugin_status(&env, &first).await;
+/// Scale up: the two slots keep a balanced share of their own jobs, the three new slots get
+/// the rest, as the plan predicted. (Pods whose job set changed are replaced: in a Deployment
+/// that is a new name, so slots are compared by what they hold.)
+async fn scale_up_to_five(env: &Env, first: &Settled) -> Settled {
     let namespace = env.example.namespace();
-    let plan = swarm_json(&env, &["plan", POOL, "-n", &namespace, "--replicas", "5"]).await;
-    let refreshed = refreshed_pods(&env).await;
-
-    // Scale up: the two slots keep a balanced share of their own jobs, the three new slots get
-    // the rest. (Pods whose job set changed are replaced: in a Deployment that is a new name,
-    // so slots are compared by what they hold.)
-    scale(&env, 5).await;
-    let up = settle(&env, 5, first.config.version).await;
+    let plan = swarm_json(env, &["plan", POOL, "-n", &namespace, "--replicas", "5"]).await;
+    let refreshed = refreshed_pods(env).await;
+    scale(env, 5).await;
+    let up = settle(env, 5, first.config.version).await;
     assert_eq!(
         plan["jobsMoved"].as_u64(),
-        Some(moved(&first, &up) as u64),
+        Some(moved(first, &up) as u64),
         "{plan}"
     );
-    assert_plan_was_done(&env, &plan, &first, &up, &refreshed).await;
+    assert_plan_was_done(env, &plan, first, &up, &refreshed).await;
     for (pod, jobs) in first.config.job_sets() {
         assert!(
             up.config
@@ -69,13 +93,17 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
             up.config.job_sets()
         );
     }
+    up
+}
 
-    // Scale down: three slots keep every job they held, only the jobs of the two pods the
-    // ReplicaSet deleted move.
-    let plan = swarm_json(&env, &["plan", POOL, "-n", &namespace, "--replicas", "3"]).await;
-    let refreshed = refreshed_pods(&env).await;
-    scale(&env, 3).await;
-    let down = settle(&env, 3, up.config.version).await;
+/// Scale down: three slots keep every job they held, only the jobs of the two pods the
+/// ReplicaSet deleted move.
+async fn scale_down_to_three(env: &Env, up: &Settled) -> Settled {
+    let namespace = env.example.namespace();
+    let plan = swarm_json(env, &["plan", POOL, "-n", &namespace, "--replicas", "3"]).await;
+    let refreshed = refreshed_pods(env).await;
+    scale(env, 3).await;
+    let down = settle(env, 3, up.config.version).await;
     let intact = up
         .config
         .job_sets()
@@ -94,7 +122,7 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
         up.config.job_sets(),
         down.config.job_sets()
     );
-    assert_plan_was_done(&env, &plan, &up, &down, &refreshed).await;
+    assert_plan_was_done(env, &plan, up, &down, &refreshed).await;
     // Which two pods go is the ReplicaSet's choice (by readiness, node and age); the plan
     // assumes the newest. Either way the jobs that move are those of two of the five slots.
     let mut shares: Vec<usize> = up.config.job_sets().values().map(BTreeSet::len).collect();
@@ -106,31 +134,37 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
         (fewest..=most).contains(&predicted),
         "the plan moves the jobs of two slots ({fewest} to {most}): {plan}"
     );
-    let moved_down = moved(&up, &down) as u64;
+    let moved_down = moved(up, &down) as u64;
     assert!(
         (fewest..=most).contains(&moved_down),
         "the scale moved the jobs of two slots ({fewest} to {most}): {moved_down}"
     );
+    down
+}
 
-    // Rollout restart: every pod is replaced, each job moves only to the replacement of the
-    // pod that ran it, and after the rollout the slots hold what they held before.
+/// Rollout restart: every pod is replaced, each job moves only to the replacement of the pod
+/// that ran it, and after the rollout the slots hold what they held before.
+async fn rollout_restart(env: &Env, down: &Settled) -> Settled {
     kubectl_ns(
-        &env,
+        env,
         &["rollout", "restart", &format!("deployment/{DEPLOYMENT}")],
     )
     .await;
-    let restarted = settle_replaced(&env, 3, &down).await;
-    assert_plugin_status(&env, &restarted).await;
+    let restarted = settle_replaced(env, 3, down).await;
+    assert_plugin_status(env, &restarted).await;
     let before: BTreeSet<BTreeSet<String>> = down.config.job_sets().into_values().collect();
     let after: BTreeSet<BTreeSet<String>> = restarted.config.job_sets().into_values().collect();
     assert_eq!(
         after, before,
         "each job set moved whole to a replacement pod"
     );
+    restarted
+}
 
-    // Eviction: the kubelet marks a pod Failed and leaves it in the API. The ReplicaSet
-    // replaces it, and the replacement inherits exactly the evicted pod's jobs, with nobody
-    // deleting the evicted pod; no other job moves.
+/// Eviction: the kubelet marks a pod Failed and leaves it in the API. The ReplicaSet replaces
+/// it, and the replacement inherits exactly the evicted pod's jobs, with nobody deleting the
+/// evicted pod; no other job moves.
+async fn evict_a_pod(env: &Env, restarted: &Settled) -> Settled {
     let (victim, victim_jobs) = restarted
         .config
         .job_sets()
@@ -138,7 +172,7 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
         .next()
         .expect("a worker");
     kubectl_ns(
-        &env,
+        env,
         &[
             "patch",
             "pod",
@@ -150,7 +184,7 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
         ],
     )
     .await;
-    let recovered = settle(&env, 3, restarted.config.version).await;
+    let recovered = settle(env, 3, restarted.config.version).await;
     let after_eviction = recovered.config.job_sets();
     assert!(
         !after_eviction.contains_key(&victim),
@@ -166,7 +200,7 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
         }
     }
     let evicted = kubectl_ns(
-        &env,
+        env,
         &["get", "pod", &victim, "-o", "jsonpath={.status.phase}"],
     )
     .await;
@@ -174,8 +208,11 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
         evicted, "Failed",
         "granted while the evicted pod is still in the API"
     );
+    recovered
+}
 
-    // Job edits: two jobs go, one comes.
+/// Job edits: two jobs go, one comes.
+async fn edit_the_jobs(env: &Env, recovered: &Settled) {
     let mut manifest = env
         .example
         .localize(documents_at(&["examples/deployment/swarmpool.yaml"]))
@@ -185,7 +222,7 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
     jobs.push(json!("stream:news:live"));
     manifest["spec"]["jobs"] = Value::Array(jobs);
     env.apply("stream-pool.yaml", &[manifest]).await;
-    let edited = settle(&env, 3, recovered.config.version).await;
+    let edited = settle(env, 3, recovered.config.version).await;
     assert!(
         edited
             .config
@@ -194,14 +231,6 @@ async fn a_deployment_pool_stays_exclusive_and_balanced_through_scaling_restarts
             .flatten()
             .any(|j| j == "stream:news:live")
     );
-
-    let stats = env.waiting_workers_stats();
-    assert!(
-        stats.iter().all(|s| s.samples > 10),
-        "the duplicate watch sampled throughout: {stats:?}"
-    );
-    env.assert_exclusive();
-    env.assert_operator_running();
 }
 
 /// `kubectl swarm status` lists the settled pool's pods, each with the jobs of its entry, and

@@ -12,50 +12,56 @@ use super::{kubectl_ns, scale};
 use crate::harness::observe::{
     Observed, assert_invariants, balanced, operator_pod_deletes, wait_for,
 };
+use crate::harness::scenario;
 use crate::harness::worker_fleet::Workers;
 use crate::harness::worker_fleet::with_readiness_probe;
 use crate::harness::{Env, SimSpeed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_deleted_by_hand_mid_handoff_never_runs_a_job_twice_and_is_not_deleted_again() {
-    let mut env = Env::start_with("handoff-hand-delete", SimSpeed::SLOW).await;
-    let before = env.install_example().await;
-    let sts = env.example.statefulset_name();
-    let mark = env.request_mark().await;
+    scenario!("handoff-hand-delete")
+        .speed(SimSpeed::SLOW)
+        .run(async |env| {
+            let before = env.install_example().await;
+            let sts = env.example.statefulset_name();
+            let mark = env.request_mark().await;
 
-    scale(&env, 3).await;
-    let mid = wait_for(&env, "jobs in transit", |o| {
-        match o.config.as_ref().map(|c| c.in_transit().len()) {
-            Some(n) if n > 0 => Ok(()),
-            _ => Err("no job in transit yet".into()),
-        }
-    })
-    .await;
-    // The second giver: the operator refreshes one worker at a time, so it is still running.
-    let giver = format!("{sts}-1");
-    kubectl_ns(&env, &["delete", "pod", &giver, "--wait=false"]).await;
-    eprintln!(
-        "handoff-hand-delete: deleted {giver} by hand with {} jobs in transit",
-        mid.config().in_transit().len()
-    );
+            scale(env, 3).await;
+            let mid = wait_for(env, "jobs in transit", |o| {
+                match o.config.as_ref().map(|c| c.in_transit().len()) {
+                    Some(n) if n > 0 => Ok(()),
+                    _ => Err("no job in transit yet".into()),
+                }
+            })
+            .await;
+            // The second giver: the operator refreshes one worker at a time, so it is still
+            // running.
+            let giver = format!("{sts}-1");
+            kubectl_ns(env, &["delete", "pod", &giver, "--wait=false"]).await;
+            eprintln!(
+                "handoff-hand-delete: deleted {giver} by hand with {} jobs in transit",
+                mid.config().in_transit().len()
+            );
 
-    let after = wait_for(&env, "Balanced over 3 workers", |o| balanced(o, 3, &sts)).await;
-    assert_invariants(&env, &after).await;
-    assert_eq!(after.config().loads(), [9, 9, 9]);
-    assert_ne!(after.pods[&giver].uid, before.pods[&giver].uid);
-    match operator_pod_deletes(&env, mark).await {
-        Some(deletes) => {
-            for (pod, n) in &deletes {
-                assert!(
-                    *n <= 1,
-                    "{pod} deleted {n} times by the operator: {deletes:?}"
-                );
+            let after = wait_for(env, "Balanced over 3 workers", |o| balanced(o, 3, &sts)).await;
+            assert_invariants(env, &after).await;
+            assert_eq!(after.config().loads(), [9, 9, 9]);
+            assert_ne!(after.pods[&giver].uid, before.pods[&giver].uid);
+            match operator_pod_deletes(env, mark).await {
+                Some(deletes) => {
+                    for (pod, n) in &deletes {
+                        assert!(
+                            *n <= 1,
+                            "{pod} deleted {n} times by the operator: {deletes:?}"
+                        );
+                    }
+                }
+                None => env.note_skipped("pod deletions in the request log"),
             }
-        }
-        None => env.note_skipped("pod deletions in the request log"),
-    }
-    env.assert_exclusive();
-    env.assert_operator_running();
+            env.assert_exclusive();
+            env.assert_operator_running();
+        })
+        .await;
 }
 
 /// One step of the scripted sequence.
@@ -191,24 +197,31 @@ struct Report {
 /// prints the table; `None` for the restart-based modes against a real cluster (their numbers
 /// need kube-sim's mount records).
 async fn measure(run: Run) -> Option<Report> {
-    let name = run.name();
-    let mut env = if run.acknowledge {
-        Env::start_with(&name, run.speed()).await
-    } else {
-        Env::start_sim_only(&name, "the measurement needs the mount records").await?
-    };
+    let mut scenario = scenario!(run.name()).speed(run.speed());
+    if !run.acknowledge {
+        scenario = scenario.sim_only("the measurement needs the mount records");
+    }
+    scenario.run(async |env| measure_on(env, run).await).await
+}
+
+/// [`measure`] in the started scenario `env`.
+async fn measure_on(env: &mut Env, run: Run) -> Report {
     env.install_crds().await;
     env.start_operator().await;
     if run.acknowledge {
         env.run_workers(Workers::Rust);
     }
-    let sts = env.example.statefulset_name();
-    let mut jobs: Vec<String> = (0..40).map(|i| format!("stream:report-{i}")).collect();
-    let documents = report_documents(&env, run, &jobs);
+    let mut pool = Sequence {
+        run,
+        sts: env.example.statefulset_name(),
+        jobs: (0..40).map(|i| format!("stream:report-{i}")).collect(),
+        replicas: 3,
+        extra: 0,
+        chaos: run.kill_operator.then(Chaos::new),
+    };
+    let documents = report_documents(env, run, &pool.jobs);
     env.apply("report.yaml", &documents).await;
-    let mut replicas = 3;
-    let mut chaos = run.kill_operator.then(Chaos::new);
-    let mut settled = wait_settled(&mut env, &mut chaos, replicas, jobs.len(), &sts).await;
+    let mut settled = pool.wait_settled(env).await;
     // The watch's samples trail the clock (worker reports are read a moment late): let them
     // reach the settled pool before the first mark, and the last change before the end.
     tokio::time::sleep(WATCH_CATCH_UP).await;
@@ -216,66 +229,103 @@ async fn measure(run: Run) -> Option<Report> {
     let start = env.handoff_stats();
 
     let mut rows = Vec::new();
-    let mut extra = 0;
     for change in SEQUENCE {
+        let (row, next) = pool.measure_change(env, change, &settled).await;
+        rows.push(row);
+        settled = next;
+    }
+    let end = env.handoff_stats();
+    let kills = pool.chaos.as_ref().map_or(0, |c| c.kills);
+    print_table(&run.name(), run.speed(), &rows, &start, &end, kills);
+    if run.acknowledge {
+        env.fleet().assert_no_crash();
+    }
+    Report {
+        duplicate_job_seconds: end.duplicate_job_seconds - start.duplicate_job_seconds,
+        restarts: rows.iter().map(|r| r.restarts).sum(),
+        operator_kills: kills,
+    }
+}
+
+/// The measured pool as the sequence changes it.
+struct Sequence {
+    run: Run,
+    sts: String,
+    jobs: Vec<String>,
+    replicas: usize,
+    /// How many jobs the sequence added so far.
+    extra: usize,
+    chaos: Option<Chaos>,
+}
+
+impl Sequence {
+    /// Makes `change` to the pool settled as `settled`, waits for it to settle again and
+    /// measures what that cost; returns the row and the settled pool.
+    async fn measure_change(
+        &mut self,
+        env: &mut Env,
+        change: Change,
+        settled: &Observed,
+    ) -> (Row, Observed) {
         let mark = env.request_mark().await;
         let stats_before = env.handoff_stats();
         let begun = Instant::now();
-        match change {
-            Change::Scale(n) => {
-                replicas = n;
-                scale(&env, n).await;
-            }
-            Change::AddJobs(n) => {
-                jobs.extend((0..n).map(|i| format!("stream:report-extra-{}", extra + i)));
-                extra += n;
-            }
-            Change::RemoveJobs(n) => {
-                jobs.drain(..n);
-            }
-        }
-        if matches!(change, Change::AddJobs(_) | Change::RemoveJobs(_)) {
-            // Only the pool: re-applying the StatefulSet would undo the last scale.
-            let pool: Vec<Value> = report_documents(&env, run, &jobs)
-                .into_iter()
-                .filter(|d| d["kind"] == "SwarmPool")
-                .collect();
-            env.apply("report-pool.yaml", &pool).await;
-        }
-        let next = wait_settled(&mut env, &mut chaos, replicas, jobs.len(), &sts).await;
+        self.make(env, change).await;
+        let next = self.wait_settled(env).await;
         let seconds = begun.elapsed().as_secs_f64();
         tokio::time::sleep(WATCH_CATCH_UP).await;
         assert!(
             next.config().version > settled.config().version,
             "{change:?} made a version"
         );
-        assert_invariants(&env, &next).await;
+        assert_invariants(env, &next).await;
         let stats = env.handoff_stats();
-        let restarts: usize = operator_pod_deletes(&env, mark)
+        let restarts: usize = operator_pod_deletes(env, mark)
             .await
             .map(|d| d.values().sum())
             .unwrap_or_default();
-        rows.push(Row {
+        let row = Row {
             change,
             seconds,
             versions: next.config().version - settled.config().version,
             restarts,
             duplicate: stats.duplicate_job_seconds - stats_before.duplicate_job_seconds,
             unheld: stats.unheld_job_seconds - stats_before.unheld_job_seconds,
-        });
-        settled = next;
+        };
+        (row, next)
     }
-    let end = env.handoff_stats();
-    let kills = chaos.as_ref().map_or(0, |c| c.kills);
-    print_table(&name, run.speed(), &rows, &start, &end, kills);
-    if run.acknowledge {
-        env.fleet().assert_no_crash();
+
+    /// Scales the StatefulSet, or applies the pool with jobs added or removed.
+    async fn make(&mut self, env: &Env, change: Change) {
+        match change {
+            Change::Scale(n) => {
+                self.replicas = n;
+                scale(env, n).await;
+                return;
+            }
+            Change::AddJobs(n) => {
+                let extra = self.extra;
+                self.jobs
+                    .extend((0..n).map(|i| format!("stream:report-extra-{}", extra + i)));
+                self.extra += n;
+            }
+            Change::RemoveJobs(n) => {
+                self.jobs.drain(..n);
+            }
+        }
+        // Only the pool: re-applying the StatefulSet would undo the last scale.
+        let pool: Vec<Value> = report_documents(env, self.run, &self.jobs)
+            .into_iter()
+            .filter(|d| d["kind"] == "SwarmPool")
+            .collect();
+        env.apply("report-pool.yaml", &pool).await;
     }
-    Some(Report {
-        duplicate_job_seconds: end.duplicate_job_seconds - start.duplicate_job_seconds,
-        restarts: rows.iter().map(|r| r.restarts).sum(),
-        operator_kills: kills,
-    })
+
+    /// Waits until the pool is settled over the replicas and jobs of now (see [`wait_settled`]).
+    async fn wait_settled(&mut self, env: &mut Env) -> Observed {
+        let (replicas, jobs) = (self.replicas, self.jobs.len());
+        wait_settled(env, &mut self.chaos, replicas, jobs, &self.sts).await
+    }
 }
 
 struct Row {

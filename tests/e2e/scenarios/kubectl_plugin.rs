@@ -11,29 +11,71 @@ use serde_json::Value;
 use super::{scale, swarm_json};
 use crate::harness::kubectl::Kubectl;
 use crate::harness::observe::{
-    Observed, assert_invariants, balanced, observe, rollout_events, wait_rollout_events,
+    Observed, RolloutEvents, assert_invariants, balanced, observe, rollout_events,
+    wait_rollout_events,
 };
 use crate::harness::poll::eventually_within;
 use crate::harness::promtool;
+use crate::harness::scenario;
 use crate::harness::worker_config::moved_jobs;
 use crate::harness::{Env, SimSpeed};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_status_say() {
     // Slow enough that the handoff of the scale below lasts seconds, for samples taken in it.
-    let mut env = Env::start_with("kubectl-plugin", SimSpeed::SLOW).await;
-    let before = env.install_example().await;
+    scenario!("kubectl-plugin")
+        .speed(SimSpeed::SLOW)
+        .run(async |env| {
+            let before = env.install_example().await;
+            status_and_where_tell_the_settled_pool(env, &before).await;
+            let plan = plan(env, 3).await;
+            assert_eq!(plan["fromReplicas"], 2, "{plan}");
+            assert_eq!(plan["toReplicas"], 3, "{plan}");
+            let sts = env.example.statefulset_name();
+            assert_eq!(
+                plan["workersRestarted"],
+                serde_json::json!([format!("{sts}-0"), format!("{sts}-1"), format!("{sts}-2")]),
+                "both workers give jobs away, the new one restarts at the grant: {plan}"
+            );
+            let metrics = env.operator_metrics().await;
+            promtool::check_metrics(&metrics).unwrap_or_else(|why| panic!("{why}\n{metrics}"));
+            assert_metrics_match(&metrics, &before)
+                .unwrap_or_else(|why| panic!("{why}\n{metrics}"));
+            assert_allocator_stats(&metrics);
+
+            let workers: Vec<String> = (0..3).map(|i| format!("{sts}-{i}")).collect();
+            let events_before = rollout_events(env, &workers).await;
+            scale(env, 3).await;
+            let after = sample_through_the_rollout(env, &before).await;
+            // The plan said what the scale did. Its restarts and config writes are the
+            // operator's: one RefreshingWorker event per worker it named, one Rebalanced event
+            // per config version.
+            assert_plan_was_done(&plan, &before, &after);
+            wait_plan_events(env, &plan, &events_before).await;
+            let pool = env.example.pool_name();
+            let namespace = env.example.namespace();
+            let status = swarm_json(env, &["status", &pool, "-n", &namespace]).await;
+            assert_status_matches(&status, &after);
+
+            scale_down_as_planned(env, &after, &workers).await;
+            errors_a_script_can_use(env).await;
+            a_deleted_pool_is_a_series_gone(env).await;
+        })
+        .await;
+}
+
+/// `kubectl swarm status` (as JSON and as a table) and `kubectl swarm where` say what the
+/// ConfigMap and the status of the settled pool `before` say.
+async fn status_and_where_tell_the_settled_pool(env: &Env, before: &Observed) {
     let namespace = env.example.namespace();
     let pool = env.example.pool_name();
-    let sts = env.example.statefulset_name();
-
-    let status = swarm_json(&env, &["status", &pool, "-n", &namespace]).await;
-    assert_status_matches(&status, &before);
-    let table = swarm_ok(&env, &["status", &pool, "-n", &namespace]).await;
-    assert_table_matches(&table, &before);
+    let status = swarm_json(env, &["status", &pool, "-n", &namespace]).await;
+    assert_status_matches(&status, before);
+    let table = swarm_ok(env, &["status", &pool, "-n", &namespace]).await;
+    assert_table_matches(&table, before);
 
     for job in before.spec_jobs().iter().step_by(9) {
-        let found = swarm_json(&env, &["where", job, "-n", &namespace]).await;
+        let found = swarm_json(env, &["where", job, "-n", &namespace]).await;
         let holder = before
             .config()
             .job_sets()
@@ -48,32 +90,34 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
         let since = before.config().workload(&holder).map(|w| w.version);
         assert_eq!(found[0]["sinceVersion"].as_u64(), since, "{found}");
     }
+}
 
-    let plan = swarm_json(&env, &["plan", &pool, "-n", &namespace, "--replicas", "3"]).await;
-    assert_eq!(plan["fromReplicas"], 2, "{plan}");
-    assert_eq!(plan["toReplicas"], 3, "{plan}");
-    assert_eq!(
-        plan["workersRestarted"],
-        serde_json::json!([format!("{sts}-0"), format!("{sts}-1"), format!("{sts}-2")]),
-        "both workers give jobs away, the new one restarts at the grant: {plan}"
-    );
+/// `kubectl swarm plan <pool> --replicas <replicas> -o json`.
+async fn plan(env: &Env, replicas: usize) -> Value {
+    let pool = env.example.pool_name();
+    let namespace = env.example.namespace();
+    let replicas = replicas.to_string();
+    swarm_json(
+        env,
+        &["plan", &pool, "-n", &namespace, "--replicas", &replicas],
+    )
+    .await
+}
 
-    let metrics = env.operator_metrics().await;
-    promtool::check_metrics(&metrics).unwrap_or_else(|why| panic!("{why}\n{metrics}"));
-    assert_metrics_match(&metrics, &before).unwrap_or_else(|why| panic!("{why}\n{metrics}"));
-    assert_allocator_stats(&metrics);
-
-    // Through the rollout: samples of the metrics agree with the status read around them (the
-    // operator's pool cache may lag the API for a moment, so not every sample can).
-    let workers: Vec<String> = (0..3).map(|i| format!("{sts}-{i}")).collect();
-    let events_before = rollout_events(&env, &workers).await;
-    scale(&env, 3).await;
+/// Through the rollout of a scale to 3 from `before`: samples of the metrics agree with the
+/// status read around them (the operator's pool cache may lag the API for a moment, so not every
+/// sample can), and mid-handoff `kubectl swarm status` with the ConfigMap. Returns the settled
+/// pool, once the metrics show it.
+async fn sample_through_the_rollout(env: &Env, before: &Observed) -> Observed {
+    let pool = env.example.pool_name();
+    let namespace = env.example.namespace();
+    let sts = env.example.statefulset_name();
     let (mut agreed, mut reported_handoff) = (0, 0);
     let after = loop {
-        let observed = observe(&env).await.expect("the pool and its ConfigMap");
+        let observed = observe(env).await.expect("the pool and its ConfigMap");
         let metrics = env.operator_metrics().await;
-        let report = swarm_json(&env, &["status", &pool, "-n", &namespace]).await;
-        let again = observe(&env).await.expect("the pool and its ConfigMap");
+        let report = swarm_json(env, &["status", &pool, "-n", &namespace]).await;
+        let again = observe(env).await.expect("the pool and its ConfigMap");
         let pool_unchanged = again.pool_resource_version() == observed.pool_resource_version();
         let unchanged = pool_unchanged
             && again.config_map_resource_version() == observed.config_map_resource_version();
@@ -104,34 +148,35 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
         reported_handoff > 0,
         "no sample of kubectl swarm status agreed with the ConfigMap mid-handoff"
     );
-    assert_invariants(&env, &after).await;
+    assert_invariants(env, &after).await;
     eventually_within("the metrics to show the settled pool", WAIT, || {
-        let env = &env;
         let after = &after;
         async move { assert_metrics_match(&env.operator_metrics().await, after) }
     })
     .await;
+    after
+}
 
-    // The plan said what the scale did. Its restarts and config writes are the operator's: one
-    // RefreshingWorker event per worker it named, one Rebalanced event per config version.
-    assert_plan_was_done(&plan, &before, &after);
-    let restarted = restarted_by(&plan);
+/// Waits for the events of what `plan` said: one RefreshingWorker event per worker it names,
+/// one Rebalanced event per config write, since `events_before`.
+async fn wait_plan_events(env: &Env, plan: &Value, events_before: &RolloutEvents) {
+    let restarted = restarted_by(plan);
     let writes = plan["configWrites"].as_i64().expect("configWrites");
-    wait_rollout_events(&env, &events_before, writes as i32, &restarted).await;
-    let status = swarm_json(&env, &["status", &pool, "-n", &namespace]).await;
-    assert_status_matches(&status, &after);
+    wait_rollout_events(env, events_before, writes as i32, &restarted).await;
+}
 
-    // And back down: the plan of a scale-down is what the operator does too.
-    let plan = swarm_json(&env, &["plan", &pool, "-n", &namespace, "--replicas", "2"]).await;
-    let events_before = rollout_events(&env, &workers).await;
-    scale(&env, 2).await;
+/// And back down to 2 from `after`: the plan of a scale-down is what the operator does too.
+async fn scale_down_as_planned(env: &Env, after: &Observed, workers: &[String]) {
+    let plan = plan(env, 2).await;
+    let events_before = rollout_events(env, workers).await;
+    scale(env, 2).await;
+    let sts = env.example.statefulset_name();
+    let version = after.config().version;
     let down = eventually_within(
         "the pool to settle on 2 workers",
         Duration::from_secs(120),
         || {
-            let env = &env;
             let sts = &sts;
-            let version = after.config().version;
             async move {
                 let o = observe(env).await?;
                 balanced(&o, 2, sts)?;
@@ -144,12 +189,15 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
         },
     )
     .await;
-    assert_plan_was_done(&plan, &after, &down);
-    let restarted = restarted_by(&plan);
-    let writes = plan["configWrites"].as_i64().expect("configWrites");
-    wait_rollout_events(&env, &events_before, writes as i32, &restarted).await;
+    assert_plan_was_done(&plan, after, &down);
+    wait_plan_events(env, &plan, &events_before).await;
+}
 
-    // One-line errors and exit codes a script can use.
+/// One-line errors and exit codes a script can use: 1 for what is not there, 2 for a usage
+/// error, 3 for a cluster that does not answer.
+async fn errors_a_script_can_use(env: &Env) {
+    let namespace = env.example.namespace();
+    let pool = env.example.pool_name();
     let missing = env
         .kubectl
         .run(&["swarm", "status", "no-such-pool", "-n", &namespace])
@@ -182,7 +230,7 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
     );
     let usage = env.kubectl.run(&["swarm", "plan", &pool]).await;
     assert_eq!(usage.code, Some(2), "--replicas is required: {usage:?}");
-    let unreachable = unreachable_cluster(&env)
+    let unreachable = unreachable_cluster(env)
         .run(&["swarm", "status", &pool, "-n", &namespace])
         .await;
     assert_eq!(unreachable.code, Some(3), "{unreachable:?}");
@@ -193,14 +241,17 @@ async fn the_kubectl_plugin_and_the_pool_metrics_tell_what_the_config_map_and_st
             && unreachable.stderr.lines().count() == 1,
         "{unreachable:?}"
     );
+}
 
-    // A deleted pool is a series gone.
+/// A deleted pool is a series gone from the operator's metrics.
+async fn a_deleted_pool_is_a_series_gone(env: &Env) {
+    let namespace = env.example.namespace();
+    let pool = env.example.pool_name();
     env.kubectl
         .ok(&["-n", &namespace, "delete", "swarmpool", &pool])
         .await;
     let label = format!("pool=\"{pool}\"");
     eventually_within("the deleted pool's series to disappear", WAIT, || {
-        let env = &env;
         let label = &label;
         async move {
             let metrics = env.operator_metrics().await;

@@ -12,6 +12,7 @@ use crate::harness::manifests::documents_at;
 use crate::harness::observe::{
     Observed, assert_mounted_current_jobs, pods_settled, status_current, wait_event, wait_for,
 };
+use crate::harness::scenario;
 
 const DEDICATED: [&str; 2] = ["stream:xxrtve1", "stream:cars:new"];
 const WEIGHTS: [(&str, u64); 3] = [
@@ -22,58 +23,63 @@ const WEIGHTS: [(&str, u64); 3] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dedicated_jobs_run_alone_weights_balance_and_scaling_never_runs_a_job_twice() {
-    let mut env = Env::start("qos").await;
-    let start = env.install_example().await;
-    let pool = env.example.pool_name();
+    scenario!("qos")
+        .run(async |env| {
+            let start = env.install_example().await;
+            let pool = env.example.pool_name();
 
-    // The QoS example, applied over the example pool. Two workers: one dedicated worker, one
-    // shared; the second dedicated job has to share.
-    let manifest = env
-        .example
-        .localize(documents_at(&["examples/qos/swarmpool.yaml"]))
-        .remove(0);
-    let weights: BTreeMap<String, u64> = WEIGHTS.iter().map(|(j, w)| (j.to_string(), *w)).collect();
-    assert_eq!(
-        manifest["spec"]["qos"],
-        json!({"dedicated": DEDICATED, "weights": weights}),
-        "the scenario's qos is the example's"
-    );
-    assert_eq!(manifest["spec"]["jobs"], env.example.pool()["spec"]["jobs"]);
-    env.apply("pool-qos.yaml", &[manifest]).await;
-    let short = settle(&env, 2, start.config().version, 1).await;
-    assert_eq!(short.phase(), "Degraded");
-    let degraded = short.condition("Degraded").expect("a Degraded condition");
-    assert_eq!(degraded["status"], "True");
-    assert_eq!(degraded["reason"], "NotEnoughWorkers");
-    let warnings = wait_event(&env, &pool, "Warning", "NotEnoughWorkers").await;
-    assert!(
-        warnings[0].note.contains(DEDICATED[1]) && warnings[0].note.contains("3 would give"),
-        "the warning names the job left shared and the replicas needed: {}",
-        warnings[0].note
-    );
+            // The QoS example, applied over the example pool. Two workers: one dedicated worker,
+            // one shared; the second dedicated job has to share.
+            let manifest = env
+                .example
+                .localize(documents_at(&["examples/qos/swarmpool.yaml"]))
+                .remove(0);
+            let weights: BTreeMap<String, u64> =
+                WEIGHTS.iter().map(|(j, w)| (j.to_string(), *w)).collect();
+            assert_eq!(
+                manifest["spec"]["qos"],
+                json!({"dedicated": DEDICATED, "weights": weights}),
+                "the scenario's qos is the example's"
+            );
+            assert_eq!(manifest["spec"]["jobs"], env.example.pool()["spec"]["jobs"]);
+            env.apply("pool-qos.yaml", &[manifest]).await;
+            let short = settle(env, 2, start.config().version, 1).await;
+            assert_eq!(short.phase(), "Degraded");
+            let degraded = short.condition("Degraded").expect("a Degraded condition");
+            assert_eq!(degraded["status"], "True");
+            assert_eq!(degraded["reason"], "NotEnoughWorkers");
+            let warnings = wait_event(env, &pool, "Warning", "NotEnoughWorkers").await;
+            assert!(
+                warnings[0].note.contains(DEDICATED[1])
+                    && warnings[0].note.contains("3 would give"),
+                "the warning names the job left shared and the replicas needed: {}",
+                warnings[0].note
+            );
 
-    // Four workers: both dedicated jobs alone, two shared workers.
-    scale(&env, 4).await;
-    let roomy = settle(&env, 4, short.config().version, 0).await;
-    assert_eq!(roomy.phase(), "Balanced");
-    let dedicated_pods = alone(&roomy);
-    assert_eq!(dedicated_pods.len(), 2);
+            // Four workers: both dedicated jobs alone, two shared workers.
+            scale(env, 4).await;
+            let roomy = settle(env, 4, short.config().version, 0).await;
+            assert_eq!(roomy.phase(), "Balanced");
+            let dedicated_pods = alone(&roomy);
+            assert_eq!(dedicated_pods.len(), 2);
 
-    // Three workers: the second dedicated job shares again, the first keeps its pod.
-    scale(&env, 3).await;
-    let back = settle(&env, 3, roomy.config().version, 0).await;
-    assert_eq!(back.phase(), "Balanced", "3 workers: 2 dedicated, 1 shared");
-    scale(&env, 2).await;
-    let down = settle(&env, 2, back.config().version, 1).await;
-    assert_eq!(down.phase(), "Degraded");
-    assert_eq!(
-        alone(&down).get(DEDICATED[0]),
-        dedicated_pods.get(DEDICATED[0]),
-        "the first dedicated job keeps its pod through the scale-down"
-    );
+            // Three workers: the second dedicated job shares again, the first keeps its pod.
+            scale(env, 3).await;
+            let back = settle(env, 3, roomy.config().version, 0).await;
+            assert_eq!(back.phase(), "Balanced", "3 workers: 2 dedicated, 1 shared");
+            scale(env, 2).await;
+            let down = settle(env, 2, back.config().version, 1).await;
+            assert_eq!(down.phase(), "Degraded");
+            assert_eq!(
+                alone(&down).get(DEDICATED[0]),
+                dedicated_pods.get(DEDICATED[0]),
+                "the first dedicated job keeps its pod through the scale-down"
+            );
 
-    env.assert_exclusive();
-    env.assert_operator_running();
+            env.assert_exclusive();
+            env.assert_operator_running();
+        })
+        .await;
 }
 
 /// Waits until the pool has settled over `replicas` workers at a version above `after`, with

@@ -19,8 +19,9 @@ use crate::harness::observe::{
     CONFIG_KEY, assert_condition, assert_invariants, balanced, observe, wait_balanced, wait_for,
 };
 use crate::harness::poll::eventually_within;
+use crate::harness::scenario;
 use crate::harness::worker_config::WorkerConfig;
-use crate::harness::{Env, SimSpeed, repo_path};
+use crate::harness::{Env, repo_path};
 use crate::scenarios::scale;
 
 /// The issue's bound: settled this long after the API server is ready again.
@@ -31,86 +32,90 @@ const GONE_HOLDER_GRACE: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_server_restart_is_followed_within_seconds_and_never_hidden_behind_balanced() {
-    let mut env = Env::start_alone("api-server-restart", SimSpeed::FAST).await;
-    let Some(cluster) = env.real_cluster_dir() else {
-        env.note_skipped("restarting kube-apiserver (needs scripts/real-cluster.sh)");
-        return;
-    };
-    install_with_fast_pods(&mut env, 4).await;
-    let sts = env.example.statefulset_name();
+    scenario!("api-server-restart")
+        .run(async |env| {
+            let Some(cluster) = env.real_cluster_dir() else {
+                env.note_skipped("restarting kube-apiserver (needs scripts/real-cluster.sh)");
+                return;
+            };
+            install_with_fast_pods(env, 4).await;
+            let sts = env.example.statefulset_name();
 
-    // A cache that cannot list again after the restart (the operator may no longer list pods):
-    // the status, /readyz and /metrics name it, and nothing is decided on it.
-    revoke_pod_reads(&env).await;
-    restart(&cluster, "kube-apiserver", 3).await;
-    let unknown = wait_for(&env, "Ready Unknown naming the pod caches", |o| {
-        if o.phase() != "Degraded" {
-            return Err(format!("phase {}", o.phase()));
-        }
-        let ready = o.condition("Ready").ok_or("no Ready condition")?;
-        if ready["status"] != "Unknown" || ready["reason"] != "StaleCache" {
-            return Err(format!("Ready {ready}"));
-        }
-        // Other caches may fail too while the API server starts; the pod caches stay stale.
-        let message = ready["message"].as_str().unwrap_or_default();
-        if !(message.contains("statefulset-pods") && message.contains("forbidden")) {
-            return Err(format!(
-                "the message does not name the pod cache and why: {message}"
-            ));
-        }
-        Ok(())
-    })
-    .await;
-    assert_condition(&unknown, "Degraded", "True");
-    let (code, body) = env.operator_readyz().await;
-    assert_eq!(code, 503, "/readyz fails while a cache is stale: {body}");
-    assert!(body.contains("statefulset-pods"), "{body}");
-    let metrics = env.operator_metrics().await;
-    assert!(
-        metrics.contains("swarm_operator_cache_stale{cache=\"statefulset-pods\"} 1"),
-        "the stale gauge shows it:\n{metrics}"
-    );
-    // Reads allowed again: the watch lists, the pool is Balanced as before, ready again.
-    env.kubectl.ok(&["apply", "-k", "deploy/rbac"]).await;
-    wait_balanced(&env, 4).await;
-    let (code, body) = env.operator_readyz().await;
-    assert_eq!(code, 200, "{body}");
+            // A cache that cannot list again after the restart (the operator may no longer list
+            // pods): the status, /readyz and /metrics name it, and nothing is decided on it.
+            revoke_pod_reads(env).await;
+            restart(&cluster, "kube-apiserver", 3).await;
+            let unknown = wait_for(env, "Ready Unknown naming the pod caches", |o| {
+                if o.phase() != "Degraded" {
+                    return Err(format!("phase {}", o.phase()));
+                }
+                let ready = o.condition("Ready").ok_or("no Ready condition")?;
+                if ready["status"] != "Unknown" || ready["reason"] != "StaleCache" {
+                    return Err(format!("Ready {ready}"));
+                }
+                // Other caches may fail too while the API server starts; the pod caches stay stale.
+                let message = ready["message"].as_str().unwrap_or_default();
+                if !(message.contains("statefulset-pods") && message.contains("forbidden")) {
+                    return Err(format!(
+                        "the message does not name the pod cache and why: {message}"
+                    ));
+                }
+                Ok(())
+            })
+            .await;
+            assert_condition(&unknown, "Degraded", "True");
+            let (code, body) = env.operator_readyz().await;
+            assert_eq!(code, 503, "/readyz fails while a cache is stale: {body}");
+            assert!(body.contains("statefulset-pods"), "{body}");
+            let metrics = env.operator_metrics().await;
+            assert!(
+                metrics.contains("swarm_operator_cache_stale{cache=\"statefulset-pods\"} 1"),
+                "the stale gauge shows it:\n{metrics}"
+            );
+            // Reads allowed again: the watch lists, the pool is Balanced as before, ready again.
+            env.kubectl.ok(&["apply", "-k", "deploy/rbac"]).await;
+            wait_balanced(env, 4).await;
+            let (code, body) = env.operator_readyz().await;
+            assert_eq!(code, 200, "{body}");
 
-    // The reported case: the API server down 15 s, then a scale-down as soon as it is back.
-    let sampler = StatusSampler::start(&env);
-    restart(&cluster, "kube-apiserver", 15).await;
-    let ready_at = Instant::now();
-    // With their default leader election, kube-scheduler and kube-controller-manager exit when
-    // they cannot renew their lease for 10 s, and start afresh: so do they here (run without
-    // leader election, they keep caches that miss the outage, and the scheduler can lose
-    // track of a pod for minutes).
-    restart(&cluster, "kube-scheduler", 0).await;
-    restart(&cluster, "kube-controller-manager", 0).await;
-    // The scheduler and kwok follow the API server again with their own backoffs; until they
-    // do, no restarted worker could start, whatever the operator does. Scale at once, as the
-    // user did, and count the 30 s from when a new pod can start again.
-    scale(&env, 3).await;
-    let serving_at = wait_pods_start_again(&env).await;
-    let settled = eventually_within(
-        "Balanced at 3 workers, within 30 s of the control plane serving again",
-        SETTLE_AFTER_READY.saturating_sub(serving_at.elapsed()),
-        || async {
-            let o = observe(&env).await?;
-            balanced(&o, 3, &sts)?;
-            Ok(o)
-        },
-    )
-    .await;
-    eprintln!(
-        "api-server-restart: settled {:.1} s after the API server was ready, {:.1} s after a new pod could start again",
-        ready_at.elapsed().as_secs_f64(),
-        serving_at.elapsed().as_secs_f64()
-    );
-    assert_invariants(&env, &settled).await;
-    sampler.assert_never_balanced_with_a_gone_holder();
-    // Refused on purpose above, and by an API server whose authorizer had not synced yet.
-    env.expect_refusals_so_far().await;
-    env.assert_exclusive();
+            // The reported case: the API server down 15 s, then a scale-down as soon as it is back.
+            let sampler = StatusSampler::start(env);
+            restart(&cluster, "kube-apiserver", 15).await;
+            let ready_at = Instant::now();
+            // With their default leader election, kube-scheduler and kube-controller-manager exit
+            // when they cannot renew their lease for 10 s, and start afresh: so do they here (run
+            // without leader election, they keep caches that miss the outage, and the scheduler can
+            // lose track of a pod for minutes).
+            restart(&cluster, "kube-scheduler", 0).await;
+            restart(&cluster, "kube-controller-manager", 0).await;
+            // The scheduler and kwok follow the API server again with their own backoffs; until
+            // they do, no restarted worker could start, whatever the operator does. Scale at once,
+            // as the user did, and count the 30 s from when a new pod can start again.
+            scale(env, 3).await;
+            let serving_at = wait_pods_start_again(env).await;
+            let settled = eventually_within(
+                "Balanced at 3 workers, within 30 s of the control plane serving again",
+                SETTLE_AFTER_READY.saturating_sub(serving_at.elapsed()),
+                || async {
+                    let o = observe(env).await?;
+                    balanced(&o, 3, &sts)?;
+                    Ok(o)
+                },
+            )
+            .await;
+            eprintln!(
+                "api-server-restart: settled {:.1} s after the API server was ready, {:.1} s \
+                    after a new pod could start again",
+                ready_at.elapsed().as_secs_f64(),
+                serving_at.elapsed().as_secs_f64()
+            );
+            assert_invariants(env, &settled).await;
+            sampler.assert_never_balanced_with_a_gone_holder();
+            // Refused on purpose above, and by an API server whose authorizer had not synced yet.
+            env.expect_refusals_so_far().await;
+            env.assert_exclusive();
+        })
+        .await;
 }
 
 /// Waits until a new pod is scheduled and running again (the scheduler and kwok follow the

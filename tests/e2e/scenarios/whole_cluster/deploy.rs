@@ -9,69 +9,77 @@ use serde_json::Value;
 
 use crate::harness::manifests::{parse_yaml_stream, str_at};
 use crate::harness::observe::{balanced, wait_for};
+use crate::harness::scenario;
 use crate::harness::sim_inspect::RequestRecord;
-use crate::harness::{Env, SimSpeed, repo_path};
+use crate::harness::{Env, repo_path};
 use crate::scenarios::scale;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_deploy_installs_every_object_with_a_restricted_operator_pod() {
-    let env = Env::start_alone("deploy-base", SimSpeed::FAST).await;
-    let objects = apply_kustomization(&env, "deploy/").await;
-    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
-    for kind in [
-        "CustomResourceDefinition",
-        "Namespace",
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Deployment",
-    ] {
-        assert!(
-            kinds.contains(&kind),
-            "deploy/ installs a {kind}: {kinds:?}"
-        );
-    }
-    env.kubectl
-        .ok(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/swarmpools.swarm.io",
-        ])
-        .await;
-    let deployment = only(&objects, "Deployment");
-    let namespace = str_at(deployment, "/metadata/namespace");
-    assert_eq!(namespace, "swarm-system");
-    assert_restricted(deployment);
-    // Its pod runs no process here (no image, no kubelet): leave no stand-in operator behind
-    // on a cluster the next scenarios share.
-    env.kubectl
-        .ok(&["-n", &namespace, "delete", "deployment", "swarm-operator"])
+    scenario!("deploy-base")
+        .run(async |env| {
+            let objects = apply_kustomization(env, "deploy/").await;
+            let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+            for kind in [
+                "CustomResourceDefinition",
+                "Namespace",
+                "ServiceAccount",
+                "ClusterRole",
+                "ClusterRoleBinding",
+                "Deployment",
+            ] {
+                assert!(
+                    kinds.contains(&kind),
+                    "deploy/ installs a {kind}: {kinds:?}"
+                );
+            }
+            env.kubectl
+                .ok(&[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "crd/swarmpools.swarm.io",
+                ])
+                .await;
+            let deployment = only(&objects, "Deployment");
+            let namespace = str_at(deployment, "/metadata/namespace");
+            assert_eq!(namespace, "swarm-system");
+            assert_restricted(deployment);
+            // Its pod runs no process here (no image, no kubelet): leave no stand-in operator
+            // behind on a cluster the next scenarios share.
+            env.kubectl
+                .ok(&["-n", &namespace, "delete", "deployment", "swarm-operator"])
+                .await;
+        })
         .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_role_grants_every_request_the_operator_makes() {
-    let mut env = Env::start_alone("deploy-rbac", SimSpeed::FAST).await;
-    // Only this scenario's: on a real cluster the audit log also holds the requests of earlier
-    // operators of the same account (real_node's, in a pod, hold leader election's Role too).
-    let mark = env.request_mark().await;
-    // Exercise the paths of a healthy pool: first write, refreshes, a scale-up.
-    env.install_example().await;
-    scale(&env, 3).await;
-    let sts = env.example.statefulset_name();
-    wait_for(&env, "Balanced over 3 workers", |o| balanced(o, 3, &sts)).await;
-    let Some(requests) = env.operator_requests_since(mark).await else {
-        env.note_skipped("the operator's requests (no audit log)");
-        return;
-    };
-    let rendered = env.kubectl.ok(&["kustomize", "deploy/"]).await;
-    let objects = parse_yaml_stream(&rendered, "kubectl kustomize deploy/");
-    assert_rules_allow(
-        &requests,
-        operator_cluster_role(&objects)["rules"].as_array(),
-        "ClusterRole",
-    );
+    scenario!("deploy-rbac")
+        .run(async |env| {
+            // Only this scenario's: on a real cluster the audit log also holds the requests of
+            // earlier operators of the same account (real_node's, in a pod, hold leader election's
+            // Role too).
+            let mark = env.request_mark().await;
+            // Exercise the paths of a healthy pool: first write, refreshes, a scale-up.
+            env.install_example().await;
+            scale(env, 3).await;
+            let sts = env.example.statefulset_name();
+            wait_for(env, "Balanced over 3 workers", |o| balanced(o, 3, &sts)).await;
+            let Some(requests) = env.operator_requests_since(mark).await else {
+                env.note_skipped("the operator's requests (no audit log)");
+                return;
+            };
+            let rendered = env.kubectl.ok(&["kustomize", "deploy/"]).await;
+            let objects = parse_yaml_stream(&rendered, "kubectl kustomize deploy/");
+            assert_rules_allow(
+                &requests,
+                operator_cluster_role(&objects)["rules"].as_array(),
+                "ClusterRole",
+            );
+        })
+        .await;
 }
 
 /// The ClusterRole that deploy/'s ClusterRoleBinding grants the operator's ServiceAccount
@@ -145,79 +153,83 @@ pub(crate) fn assert_rules_allow(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_apply_k_monitoring_overlay_passes_the_prometheus_operator_schemas() {
-    let env = Env::start_alone("deploy-monitoring", SimSpeed::FAST).await;
-    // The Prometheus Operator's own CRDs, so the API server validates the ServiceMonitor and
-    // the PrometheusRule against their schemas (kubectl asks for strict field validation:
-    // an unknown or misspelt field is an error, not silently dropped).
-    let crds = prometheus_operator_crds();
-    let crd = |kind: &str| {
-        crds.join(format!("monitoring.coreos.com_{kind}.yaml"))
-            .to_string_lossy()
-            .into_owned()
-    };
-    let (service_monitors, prometheus_rules) = (crd("servicemonitors"), crd("prometheusrules"));
-    env.kubectl
-        .ok(&[
-            "apply",
-            "--server-side",
-            "-f",
-            &service_monitors,
-            "-f",
-            &prometheus_rules,
-        ])
-        .await;
-    env.kubectl
-        .ok(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/servicemonitors.monitoring.coreos.com",
-            "crd/prometheusrules.monitoring.coreos.com",
-        ])
-        .await;
-    let objects = apply_kustomization(&env, "deploy/overlays/monitoring").await;
-    let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
-    for kind in ["ServiceMonitor", "PrometheusRule", "Service", "ConfigMap"] {
-        assert!(
-            kinds.contains(&kind),
-            "the overlay installs a {kind}: {kinds:?}"
-        );
-    }
-    // What the API server stored is what the manifests say: no field was pruned as unknown.
-    for kind in ["ServiceMonitor", "PrometheusRule"] {
-        let manifest = only(&objects, kind);
-        let name = str_at(manifest, "/metadata/name");
-        let namespace = str_at(manifest, "/metadata/namespace");
-        let stored = env
-            .kubectl
-            .ok(&[
-                "-n",
-                &namespace,
-                "get",
-                &kind.to_lowercase(),
-                &name,
-                "-o",
-                "json",
-            ])
-            .await;
-        let stored: Value = serde_json::from_str(&stored).expect("kubectl get -o json");
-        assert_eq!(stored["spec"], manifest["spec"], "{kind} {name} as stored");
-    }
-    // A field the schema does not know is refused, so the check above has teeth.
-    let mut bad = only(&objects, "ServiceMonitor").clone();
-    bad["metadata"]["name"] = "swarm-operator-misspelt".into();
-    bad["spec"]["endpoints"][0]["intervall"] = "30s".into();
-    let refused = env
-        .apply_output("misspelt-service-monitor.yaml", &[bad])
-        .await;
-    assert!(
-        !refused.success && refused.stderr.contains("intervall"),
-        "an unknown ServiceMonitor field is refused: {refused:?}"
-    );
-    let deployment = only(&objects, "Deployment");
-    let namespace = str_at(deployment, "/metadata/namespace");
-    env.kubectl
-        .ok(&["-n", &namespace, "delete", "deployment", "swarm-operator"])
+    scenario!("deploy-monitoring")
+        .run(async |env| {
+            // The Prometheus Operator's own CRDs, so the API server validates the ServiceMonitor
+            // and the PrometheusRule against their schemas (kubectl asks for strict field
+            // validation: an unknown or misspelt field is an error, not silently dropped).
+            let crds = prometheus_operator_crds();
+            let crd = |kind: &str| {
+                crds.join(format!("monitoring.coreos.com_{kind}.yaml"))
+                    .to_string_lossy()
+                    .into_owned()
+            };
+            let (service_monitors, prometheus_rules) =
+                (crd("servicemonitors"), crd("prometheusrules"));
+            env.kubectl
+                .ok(&[
+                    "apply",
+                    "--server-side",
+                    "-f",
+                    &service_monitors,
+                    "-f",
+                    &prometheus_rules,
+                ])
+                .await;
+            env.kubectl
+                .ok(&[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "crd/servicemonitors.monitoring.coreos.com",
+                    "crd/prometheusrules.monitoring.coreos.com",
+                ])
+                .await;
+            let objects = apply_kustomization(env, "deploy/overlays/monitoring").await;
+            let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+            for kind in ["ServiceMonitor", "PrometheusRule", "Service", "ConfigMap"] {
+                assert!(
+                    kinds.contains(&kind),
+                    "the overlay installs a {kind}: {kinds:?}"
+                );
+            }
+            // What the API server stored is what the manifests say: no field was pruned as unknown.
+            for kind in ["ServiceMonitor", "PrometheusRule"] {
+                let manifest = only(&objects, kind);
+                let name = str_at(manifest, "/metadata/name");
+                let namespace = str_at(manifest, "/metadata/namespace");
+                let stored = env
+                    .kubectl
+                    .ok(&[
+                        "-n",
+                        &namespace,
+                        "get",
+                        &kind.to_lowercase(),
+                        &name,
+                        "-o",
+                        "json",
+                    ])
+                    .await;
+                let stored: Value = serde_json::from_str(&stored).expect("kubectl get -o json");
+                assert_eq!(stored["spec"], manifest["spec"], "{kind} {name} as stored");
+            }
+            // A field the schema does not know is refused, so the check above has teeth.
+            let mut bad = only(&objects, "ServiceMonitor").clone();
+            bad["metadata"]["name"] = "swarm-operator-misspelt".into();
+            bad["spec"]["endpoints"][0]["intervall"] = "30s".into();
+            let refused = env
+                .apply_output("misspelt-service-monitor.yaml", &[bad])
+                .await;
+            assert!(
+                !refused.success && refused.stderr.contains("intervall"),
+                "an unknown ServiceMonitor field is refused: {refused:?}"
+            );
+            let deployment = only(&objects, "Deployment");
+            let namespace = str_at(deployment, "/metadata/namespace");
+            env.kubectl
+                .ok(&["-n", &namespace, "delete", "deployment", "swarm-operator"])
+                .await;
+        })
         .await;
 }
 

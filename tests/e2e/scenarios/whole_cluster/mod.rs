@@ -1,10 +1,12 @@
 //! Scenarios that need a real cluster to themselves ([`Share::Cluster`]): they restart
 //! control-plane components, install `deploy/` (cluster-scoped RBAC, the operator's namespace;
 //! in `real_node`, the operator image running on the cluster's real node) or run the operator
-//! over all namespaces. The harness runs them one at a time and alone; `scripts/test.sh` runs them first (`scenarios::whole_cluster::`),
-//! then the others side by side.
+//! over all namespaces. Being in this module is what makes a scenario take the cluster alone:
+//! the harness decides it from the module path ([`WHOLE_CLUSTER`]), and `scripts/test.sh` runs
+//! the tests of that path first, one at a time, then the others side by side.
 //!
-//! [`Share::Cluster`]: crate::harness::Share::Cluster
+//! [`Share::Cluster`]: crate::harness::env::Share::Cluster
+//! [`WHOLE_CLUSTER`]: crate::harness::env::builder::WHOLE_CLUSTER
 
 mod control_plane;
 pub(crate) mod deploy;

@@ -11,8 +11,8 @@ use std::time::Instant;
 
 use crate::harness::kubectl::Kubectl;
 use crate::harness::observe::wait_for;
+use crate::harness::scenario;
 use crate::harness::worker_fleet::Workers;
-use crate::harness::{Env, SimSpeed};
 use crate::scenarios::acknowledge::{
     assert_failover_within, assert_no_pod_deleted, failover_bound, install_acknowledging,
     jobs_moved_off, settle,
@@ -76,69 +76,73 @@ async fn the_jobs_of_workers_on_a_lost_node_move_once_its_node_lease_goes_silent
         eprintln!("note: node-loss skipped on kube-sim: it has no nodes to lose");
         return;
     }
-    let mut env = Env::start_alone("node-loss", SimSpeed::FAST).await;
-    install_acknowledging(&mut env, Workers::Rust, None).await;
-    scale(&env, 3).await;
-    let before = settle(&env, 3).await;
+    scenario!("node-loss")
+        .run(async |env| {
+            install_acknowledging(env, Workers::Rust, None).await;
+            scale(env, 3).await;
+            let before = settle(env, 3).await;
 
-    // The node of worker 1, and every worker pod on it.
-    let pods = env.pods().await;
-    let node_of = |name: &str| {
-        pods.iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name))
-            .and_then(|p| p.spec.as_ref()?.node_name.clone())
-            .expect("a scheduled worker pod")
-    };
-    let sts = env.example.statefulset_name();
-    let node = node_of(&format!("{sts}-1"));
-    let lost: BTreeSet<String> = before
-        .pods
-        .keys()
-        .filter(|pod| node_of(pod) == node)
-        .cloned()
-        .collect();
-    assert!(lost.len() < 3, "some worker runs elsewhere: all on {node}");
-    let mark = env.request_mark().await;
-    env.restart_longest_unheld();
+            // The node of worker 1, and every worker pod on it.
+            let pods = env.pods().await;
+            let node_of = |name: &str| {
+                pods.iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(name))
+                    .and_then(|p| p.spec.as_ref()?.node_name.clone())
+                    .expect("a scheduled worker pod")
+            };
+            let sts = env.example.statefulset_name();
+            let node = node_of(&format!("{sts}-1"));
+            let lost: BTreeSet<String> = before
+                .pods
+                .keys()
+                .filter(|pod| node_of(pod) == node)
+                .cloned()
+                .collect();
+            assert!(lost.len() < 3, "some worker runs elsewhere: all on {node}");
+            let mark = env.request_mark().await;
+            env.restart_longest_unheld();
 
-    let _restore = RestoreNode(env.kubectl.clone(), node.clone());
-    let annotation = format!("{KWOK_NODE}=lost");
-    env.kubectl
-        .ok(&["annotate", "node", &node, &annotation, "--overwrite"])
+            let _restore = RestoreNode(env.kubectl.clone(), node.clone());
+            let annotation = format!("{KWOK_NODE}=lost");
+            env.kubectl
+                .ok(&["annotate", "node", &node, &annotation, "--overwrite"])
+                .await;
+            silence_node_lease(&env.kubectl, &node).await;
+            for pod in &lost {
+                env.fleet().signal(pod, "KILL");
+            }
+            let lost_at = Instant::now();
+
+            let lost_pods: Vec<&str> = lost.iter().map(String::as_str).collect();
+            let after = wait_for(
+                env,
+                &format!("the jobs of {lost:?} on the other nodes"),
+                |o| jobs_moved_off(o, &lost_pods),
+            )
+            .await;
+            let moved_after = lost_at.elapsed();
+            for pod in &lost {
+                assert_eq!(
+                    after.pods.get(pod).map(|p| &p.uid),
+                    Some(&before.pods[pod].uid),
+                    "{pod} is still there (no eviction yet)"
+                );
+            }
+            let stats = env.handoff_stats();
+            eprintln!(
+                "node-loss: {node} lost with {lost:?}; their jobs moved {:.1} s later (bound \
+                    {:?}); the longest a job ran nowhere: {:.1} s; {:.2} duplicate job-seconds",
+                moved_after.as_secs_f64(),
+                failover_bound(),
+                stats.longest_unheld_seconds,
+                stats.duplicate_job_seconds
+            );
+            for pod in &lost {
+                assert_failover_within(pod, moved_after);
+            }
+            assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
+            assert_no_pod_deleted(env, mark).await;
+            env.assert_exclusive();
+        })
         .await;
-    silence_node_lease(&env.kubectl, &node).await;
-    for pod in &lost {
-        env.fleet().signal(pod, "KILL");
-    }
-    let lost_at = Instant::now();
-
-    let lost_pods: Vec<&str> = lost.iter().map(String::as_str).collect();
-    let after = wait_for(
-        &env,
-        &format!("the jobs of {lost:?} on the other nodes"),
-        |o| jobs_moved_off(o, &lost_pods),
-    )
-    .await;
-    let moved_after = lost_at.elapsed();
-    for pod in &lost {
-        assert_eq!(
-            after.pods.get(pod).map(|p| &p.uid),
-            Some(&before.pods[pod].uid),
-            "{pod} is still there (no eviction yet)"
-        );
-    }
-    let stats = env.handoff_stats();
-    eprintln!(
-        "node-loss: {node} lost with {lost:?}; their jobs moved {:.1} s later (bound {:?}); the longest a job ran nowhere: {:.1} s; {:.2} duplicate job-seconds",
-        moved_after.as_secs_f64(),
-        failover_bound(),
-        stats.longest_unheld_seconds,
-        stats.duplicate_job_seconds
-    );
-    for pod in &lost {
-        assert_failover_within(pod, moved_after);
-    }
-    assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
-    assert_no_pod_deleted(&env, mark).await;
-    env.assert_exclusive();
 }

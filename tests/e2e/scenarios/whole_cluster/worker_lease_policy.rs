@@ -10,11 +10,12 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::harness::Env;
 use crate::harness::kubectl::{Kubectl, Output};
 use crate::harness::manifests::{parse_yaml_stream, str_at, write_manifest};
 use crate::harness::poll::eventually;
-use crate::harness::real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, RealCluster};
-use crate::harness::{Env, SimSpeed};
+use crate::harness::real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE};
+use crate::harness::scenario;
 use crate::scenarios::scale;
 
 pub(super) const POLICY_DIR: &str = "deploy/worker-lease-policy";
@@ -23,7 +24,7 @@ const POLICY: &str = "swarm-worker-lease";
 pub(super) const WORKER_ACCOUNT: &str = "swarm-worker";
 
 /// Unbinds the policy when the scenario ends, passed or failed, before the cluster is shared
-/// again (declared after the environment, so dropped before it lets the cluster go).
+/// again (held by the scenario's body, so dropped before its environment lets the cluster go).
 pub(super) struct RemovePolicy(pub(super) Kubectl);
 
 impl Drop for RemovePolicy {
@@ -39,18 +40,58 @@ impl Drop for RemovePolicy {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_cannot_forge_another_pods_lease_under_the_worker_lease_policy() {
-    if RealCluster::from_env().is_none() {
-        eprintln!(
-            "note: worker-lease-policy skipped on kube-sim, which evaluates no admission policies"
-        );
-        return;
-    }
-    let env = Env::start_alone("worker-lease-policy", SimSpeed::FAST).await;
+    scenario!("worker-lease-policy")
+        .real_cluster_only("kube-sim evaluates no admission policies")
+        .run(async |env| {
+            let namespace = env.example.namespace();
+            let ns = namespace.as_str();
+            let (a, b) = two_worker_pods(env).await;
+            let _remove = RemovePolicy(env.kubectl.clone());
+            env.kubectl.ok(&["apply", "-k", POLICY_DIR]).await;
+            assert_type_checked(env).await;
+            let writers = Writers::of(env, &a).await;
+            wait_enforced(env, &writers, &lease(ns, &b.0, &b.1, 1)).await;
+            a_pod_writes_its_own_lease_only(env, &writers, &a, &b).await;
+
+            // The garbage collector deletes B's Lease once pod B is gone.
+            scale(env, 1).await;
+            eventually("the garbage collector to delete B's Lease", || async {
+                let out = env
+                    .kubectl
+                    .run(&[
+                        "-n",
+                        ns,
+                        "get",
+                        "lease",
+                        &b.0,
+                        "--ignore-not-found",
+                        "-o",
+                        "name",
+                    ])
+                    .await;
+                if out.success && out.stdout.trim().is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{out:?}"))
+                }
+            })
+            .await;
+
+            // The namespace controller deletes A's Lease with the namespace.
+            env.kubectl
+                .ok(&["delete", "namespace", ns, "--wait=true", "--timeout=90s"])
+                .await;
+        })
+        .await;
+}
+
+/// Two worker pods, A and B (name, uid), running as deploy/worker-rbac's ServiceAccount (a
+/// token is bound only to a pod of its own account); the operator's ServiceAccount may write
+/// Leases there too (deploy/ lets it only read them), so that its writes get as far as the
+/// policy.
+async fn two_worker_pods(env: &Env) -> ((String, String), (String, String)) {
     let namespace = env.example.namespace();
     let ns = namespace.as_str();
-
-    // Two worker pods, A and B, running as deploy/worker-rbac's ServiceAccount (a token is
-    // bound only to a pod of its own account).
     let mut documents = vec![env.example.namespace_manifest().clone()];
     let rendered = env.kubectl.ok(&["kustomize", "deploy/worker-rbac"]).await;
     for mut doc in parse_yaml_stream(&rendered, "kubectl kustomize deploy/worker-rbac") {
@@ -60,13 +101,13 @@ async fn a_worker_cannot_forge_another_pods_lease_under_the_worker_lease_policy(
         }
         documents.push(doc);
     }
-    // deploy/ lets the operator only read Leases; here it may write them too, so that its
-    // writes get as far as the policy.
     documents.push(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": {"name": "swarm-operator-writes-leases", "namespace": ns},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": WORKER_ACCOUNT},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": WORKER_ACCOUNT,
+        },
         "subjects": [{
             "kind": "ServiceAccount",
             "name": OPERATOR_ACCOUNT,
@@ -80,31 +121,41 @@ async fn a_worker_cannot_forge_another_pods_lease_under_the_worker_lease_policy(
     env.apply("workers.yaml", &documents).await;
     let sts_name = env.example.statefulset_name();
     let (a, b) = (format!("{sts_name}-0"), format!("{sts_name}-1"));
-    let uid_a = pod_uid(&env, ns, &a).await;
-    let uid_b = pod_uid(&env, ns, &b).await;
+    let uid_a = pod_uid(env, ns, &a).await;
+    let uid_b = pod_uid(env, ns, &b).await;
+    ((a, uid_a), (b, uid_b))
+}
 
-    let _remove = RemovePolicy(env.kubectl.clone());
-    env.kubectl.ok(&["apply", "-k", POLICY_DIR]).await;
-    assert_type_checked(&env).await;
+/// kubectl as pod A's worker (a token bound to the pod) and as the operator's ServiceAccount.
+struct Writers {
+    worker: Kubectl,
+    operator: Kubectl,
+}
 
-    let worker = Kubectl::new(
-        &env.pod_bound_kubeconfig(ns, WORKER_ACCOUNT, &a, &uid_a)
-            .await
-            .expect("a real cluster"),
-        &env.scratch("worker-kube-cache"),
-    );
-    let operator = Kubectl::new(
-        &env.service_account_kubeconfig(OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
-            .await,
-        &env.scratch("operator-kube-cache"),
-    );
-    let lease_a = lease(ns, &a, &uid_a, 1);
-    let lease_b = lease(ns, &b, &uid_b, 1);
+impl Writers {
+    async fn of(env: &Env, (a, uid_a): &(String, String)) -> Writers {
+        let ns = env.example.namespace();
+        let worker = Kubectl::new(
+            &env.pod_bound_kubeconfig(&ns, WORKER_ACCOUNT, a, uid_a)
+                .await
+                .expect("a real cluster"),
+            &env.scratch("worker-kube-cache"),
+        );
+        let operator = Kubectl::new(
+            &env.service_account_kubeconfig(OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
+                .await,
+            &env.scratch("operator-kube-cache"),
+        );
+        Writers { worker, operator }
+    }
+}
 
-    // The API server enforces a new policy once its informer has it: until a forged write,
-    // dry run, is refused.
+/// The API server enforces a new policy once its informer has it: until a forged write of
+/// `forged`, dry run, is refused.
+async fn wait_enforced(env: &Env, writers: &Writers, forged: &Value) {
     let dry_run = env.scratch("dry-run-lease.yaml");
-    write_manifest(&dry_run, std::slice::from_ref(&lease_b));
+    write_manifest(&dry_run, std::slice::from_ref(forged));
+    let worker = &writers.worker;
     eventually("the policy to refuse a forged Lease", || async {
         let out = worker
             .run(&["create", "--dry-run=server", "-f", path(&dry_run)])
@@ -116,19 +167,34 @@ async fn a_worker_cannot_forge_another_pods_lease_under_the_worker_lease_policy(
         }
     })
     .await;
+}
+
+/// Pod A writes its own Lease, and no other: not B's (which the operator may write), not by
+/// removing its label, not claiming another pod instance; nor does a credential bound to no
+/// pod, a cluster admin's included. Unlabelled Leases are not the policy's business.
+async fn a_pod_writes_its_own_lease_only(
+    env: &Env,
+    writers: &Writers,
+    (a, uid_a): &(String, String),
+    (b, uid_b): &(String, String),
+) {
+    let namespace = env.example.namespace();
+    let ns = namespace.as_str();
+    let (worker, operator) = (&writers.worker, &writers.operator);
+    let lease_b = lease(ns, b, uid_b, 1);
 
     // A writes its own Lease: create, then update (the worker's read-modify-write).
     assert_allowed(
-        &write(&env, &worker, "create", &lease_a).await,
+        &write(env, worker, "create", &lease(ns, a, uid_a, 1)).await,
         "A creates its Lease",
     );
     assert_allowed(
-        &write(&env, &worker, "replace", &lease(ns, &a, &uid_a, 2)).await,
+        &write(env, worker, "replace", &lease(ns, a, uid_a, 2)).await,
         "A updates its Lease",
     );
 
     // A cannot write B's Lease, and says what to fix.
-    let forged = write(&env, &worker, "create", &lease_b).await;
+    let forged = write(env, worker, "create", &lease_b).await;
     assert_refused(
         &forged,
         &[
@@ -139,27 +205,27 @@ async fn a_worker_cannot_forge_another_pods_lease_under_the_worker_lease_policy(
 
     // The operator's ServiceAccount may.
     assert_allowed(
-        &write(&env, &operator, "create", &lease_b).await,
+        &write(env, operator, "create", &lease_b).await,
         "the operator creates B's Lease",
     );
 
     // A cannot update B's Lease, nor remove its label to escape the policy.
-    let forged = write(&env, &worker, "replace", &lease(ns, &b, &uid_b, 2)).await;
+    let forged = write(env, worker, "replace", &lease(ns, b, uid_b, 2)).await;
     assert_refused(&forged, &[&format!("only the pod named {b} may write it")]);
-    let mut unlabelled = lease(ns, &b, &uid_b, 2);
+    let mut unlabelled = lease(ns, b, uid_b, 2);
     unlabelled["metadata"]
         .as_object_mut()
         .expect("metadata")
         .remove("labels");
-    let escape = write(&env, &worker, "replace", &unlabelled).await;
+    let escape = write(env, worker, "replace", &unlabelled).await;
     assert_refused(&escape, &[&format!("only the pod named {b} may write it")]);
 
     // Nor does a credential bound to no pod write it, a cluster admin's included.
-    let admin = write(&env, &env.kubectl, "replace", &lease(ns, &b, &uid_b, 2)).await;
+    let admin = write(env, &env.kubectl, "replace", &lease(ns, b, uid_b, 2)).await;
     assert_refused(&admin, &["presented no pod-bound token"]);
 
     // On its own Lease, A claims no other pod instance.
-    let impostor = write(&env, &worker, "replace", &lease(ns, &a, &uid_b, 3)).await;
+    let impostor = write(env, worker, "replace", &lease(ns, a, uid_b, 3)).await;
     assert_refused(
         &impostor,
         &[&format!(
@@ -168,44 +234,15 @@ async fn a_worker_cannot_forge_another_pods_lease_under_the_worker_lease_policy(
     );
 
     // Leases without the label are not the policy's business.
-    let mut other = lease(ns, "not-a-worker", &uid_a, 1);
+    let mut other = lease(ns, "not-a-worker", uid_a, 1);
     other["metadata"]
         .as_object_mut()
         .expect("metadata")
         .remove("labels");
     assert_allowed(
-        &write(&env, &worker, "create", &other).await,
+        &write(env, worker, "create", &other).await,
         "an unlabelled Lease",
     );
-
-    // The garbage collector deletes B's Lease once pod B is gone.
-    scale(&env, 1).await;
-    eventually("the garbage collector to delete B's Lease", || async {
-        let out = env
-            .kubectl
-            .run(&[
-                "-n",
-                ns,
-                "get",
-                "lease",
-                &b,
-                "--ignore-not-found",
-                "-o",
-                "name",
-            ])
-            .await;
-        if out.success && out.stdout.trim().is_empty() {
-            Ok(())
-        } else {
-            Err(format!("{out:?}"))
-        }
-    })
-    .await;
-
-    // The namespace controller deletes A's Lease with the namespace.
-    env.kubectl
-        .ok(&["delete", "namespace", ns, "--wait=true", "--timeout=90s"])
-        .await;
 }
 
 /// The uid of pod `name`, once the StatefulSet controller has created it.

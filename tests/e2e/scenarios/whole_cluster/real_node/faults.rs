@@ -14,10 +14,10 @@ use serde_json::json;
 use super::overlay;
 use super::replicas::{self, LeaderWatch, container_id, name, pod_of, uid};
 use super::{assert_no_pod_deleted_twice, with_fast_pods};
-use crate::harness::Env;
 use crate::harness::observe::{Observed, assert_invariants, balanced, observe, wait_balanced};
 use crate::harness::poll::eventually_within;
 use crate::harness::real_cluster::ctr;
+use crate::harness::{Env, OPERATOR_IMAGE_ENV, scenario};
 use crate::scenarios::{kubectl_ns, scale};
 
 /// The job the rollout's change adds.
@@ -25,39 +25,41 @@ const ADDED_JOB: &str = "stream:real-node-rollout:new";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_and_a_rollout_restart_hand_the_pool_over_without_a_duplicate() {
-    let Some((env, image)) = Env::start_alone_with_operator_image("real-node-faults").await else {
-        return;
-    };
-    let cluster = env
-        .real_cluster_dir()
-        .expect("the real node's cluster is one of scripts/real-cluster.sh");
-    let install = overlay::install(&env, "deploy", &image).await;
-    let namespace = install.namespace.clone();
-    let pods = replicas::wait_ready(
-        &env,
-        &namespace,
-        "both replicas Ready on the real node",
-        |_| Ok(()),
-    )
-    .await;
-    let leader = replicas::wait_one_leader(&env, &namespace, &pods).await;
-    let bound = replicas::lease_duration(&env, &namespace).await + Duration::from_secs(10);
-    env.apply(
-        "examples-fast.yaml",
-        &with_fast_pods(env.example.documents.clone()),
-    )
-    .await;
-    let settled = wait_balanced(&env, env.example.replicas()).await;
-    assert_invariants(&env, &settled).await;
-    let watch = LeaderWatch::start(&env, &namespace);
+    scenario!("real-node-faults")
+        .image(OPERATOR_IMAGE_ENV)
+        .run(async |env| {
+            let cluster = env
+                .real_cluster_dir()
+                .expect("the real node's cluster is one of scripts/real-cluster.sh");
+            let install = overlay::install(env, "deploy", env.image(OPERATOR_IMAGE_ENV)).await;
+            let namespace = install.namespace.clone();
+            let pods = replicas::wait_ready(
+                env,
+                &namespace,
+                "both replicas Ready on the real node",
+                |_| Ok(()),
+            )
+            .await;
+            let leader = replicas::wait_one_leader(env, &namespace, &pods).await;
+            let bound = replicas::lease_duration(env, &namespace).await + Duration::from_secs(10);
+            env.apply(
+                "examples-fast.yaml",
+                &with_fast_pods(env.example.documents.clone()),
+            )
+            .await;
+            let settled = wait_balanced(env, env.example.replicas()).await;
+            assert_invariants(env, &settled).await;
+            let watch = LeaderWatch::start(env, &namespace);
 
-    let leader = kill_the_leader(&env, &cluster, &pods, &leader, &watch, bound).await;
-    rollout_restart(&env, &namespace, &leader, &watch, bound).await;
+            let leader = kill_the_leader(env, &cluster, &pods, &leader, &watch, bound).await;
+            rollout_restart(env, &namespace, &leader, &watch, bound).await;
 
-    let stats = env.handoff_stats();
-    assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
-    env.assert_exclusive();
-    install.remove().await;
+            let stats = env.handoff_stats();
+            assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
+            env.assert_exclusive();
+            install.remove().await;
+        })
+        .await;
 }
 
 /// SIGKILL to the leader's process through containerd, and a scale-up at once: the kubelet
@@ -140,8 +142,8 @@ async fn kill_the_leader(
 /// `kubectl rollout restart`: a new pod at a time, each old one sent SIGTERM and its grace
 /// period, the leader releasing the lease as it stops (a standby takes it when it next reads
 /// the Lease: kube-lease-manager sleeps until the expiry it last read, so up to the lease
-/// duration); a job added as soon as another replica holds it. Then the new pods are Ready, the old ones gone, one of the new ones leads, and it
-/// follows a scale.
+/// duration); a job added as soon as another replica holds it. Then the new pods are Ready, the
+/// old ones gone, one of the new ones leads, and it follows a scale.
 async fn rollout_restart(
     env: &Env,
     namespace: &str,
@@ -164,6 +166,52 @@ async fn rollout_restart(
             "deployment/swarm-operator",
         ])
         .await;
+    let settle = add_a_job_once_handed_over(env, namespace, leader, bound).await;
+    let new_names = wait_the_new_replicas(env, namespace, &old).await;
+    let rolled = restarted.elapsed();
+    let holder = replicas::wait_holder(
+        env,
+        namespace,
+        "a new replica leading",
+        Duration::from_secs(60),
+        |h| new_names.iter().any(|n| n == pod_of(h)),
+    )
+    .await;
+    for (from, to, took) in watch.handovers(restarted) {
+        eprintln!(
+            "real-node-faults: rollout restart: lease from {from} to {to} {:.1} s after {}'s pod \
+             began to terminate",
+            took.as_secs_f64(),
+            pod_of(&from)
+        );
+        assert!(took <= bound, "a handover took {took:?}, over {bound:?}");
+    }
+    eprintln!(
+        "real-node-faults: rollout restart: the job added after the first handover placed and \
+         Balanced {:.1} s later (bound {:.0} s); both new replicas Ready and the old ones gone \
+         {:.1} s after the restart; {holder} leads",
+        settle.as_secs_f64(),
+        bound.as_secs_f64(),
+        rolled.as_secs_f64()
+    );
+
+    // The last leader follows a change too.
+    let mark = env.request_mark().await;
+    scale(env, 2).await;
+    let settled = wait_balanced(env, 2).await;
+    assert_invariants(env, &settled).await;
+    assert_no_pod_deleted_twice(env, mark).await;
+}
+
+/// Once a replica other than `leader` holds the lease in the rollout, adds a job to the pool:
+/// it is placed and the pool Balanced within `bound`, no pod deleted twice. Returns how long
+/// that took.
+async fn add_a_job_once_handed_over(
+    env: &Env,
+    namespace: &str,
+    leader: &str,
+    bound: Duration,
+) -> Duration {
     replicas::wait_holder(
         env,
         namespace,
@@ -197,7 +245,12 @@ async fn rollout_restart(
     let settle = edited.elapsed();
     assert_invariants(env, &settled).await;
     assert_no_pod_deleted_twice(env, mark).await;
+    settle
+}
 
+/// Waits for the rollout to finish: the new replicas Ready, the pods of `old` (uids) gone.
+/// Returns the new pods' names.
+async fn wait_the_new_replicas(env: &Env, namespace: &str, old: &[String]) -> Vec<String> {
     env.kubectl
         .ok(&[
             "-n",
@@ -221,37 +274,7 @@ async fn rollout_restart(
         },
     )
     .await;
-    let rolled = restarted.elapsed();
-    let new_names: Vec<String> = new.iter().map(name).collect();
-    let holder = replicas::wait_holder(
-        env,
-        namespace,
-        "a new replica leading",
-        Duration::from_secs(60),
-        |h| new_names.iter().any(|n| n == pod_of(h)),
-    )
-    .await;
-    for (from, to, took) in watch.handovers(restarted) {
-        eprintln!(
-            "real-node-faults: rollout restart: lease from {from} to {to} {:.1} s after {}'s pod began to terminate",
-            took.as_secs_f64(),
-            pod_of(&from)
-        );
-        assert!(took <= bound, "a handover took {took:?}, over {bound:?}");
-    }
-    eprintln!(
-        "real-node-faults: rollout restart: the job added after the first handover placed and Balanced {:.1} s later (bound {:.0} s); both new replicas Ready and the old ones gone {:.1} s after the restart; {holder} leads",
-        settle.as_secs_f64(),
-        bound.as_secs_f64(),
-        rolled.as_secs_f64()
-    );
-
-    // The last leader follows a change too.
-    let mark = env.request_mark().await;
-    scale(env, 2).await;
-    let settled = wait_balanced(env, 2).await;
-    assert_invariants(env, &settled).await;
-    assert_no_pod_deleted_twice(env, mark).await;
+    new.iter().map(name).collect()
 }
 
 /// Waits until `check` accepts the pool, at most `bound` after `since`.

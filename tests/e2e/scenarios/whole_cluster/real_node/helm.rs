@@ -24,7 +24,7 @@ use crate::harness::observe::{assert_invariants, balanced, wait_balanced, wait_f
 use crate::harness::poll::eventually_within;
 use crate::harness::real_cluster::OPERATOR_NAMESPACE;
 use crate::harness::sim_inspect::RequestRecord;
-use crate::harness::{Env, repo_path};
+use crate::harness::{Env, OPERATOR_IMAGE_ENV, repo_path, scenario};
 use crate::scenarios::scale;
 
 const RELEASE: &str = "swarm-operator";
@@ -37,32 +37,57 @@ async fn helm_installs_upgrades_and_uninstalls_the_operator_leaving_the_crd_and_
         );
         return;
     };
-    let Some((mut env, image)) = Env::start_alone_with_operator_image("real-node-helm").await
-    else {
-        return;
-    };
-    let kubeconfig = env
-        .real_cluster_dir()
-        .expect("the real node's cluster is one of scripts/real-cluster.sh")
-        .join("kubeconfig");
-    let helm = Helm {
-        binary: PathBuf::from(helm),
-        kubeconfig,
-    };
-    // The harness applied deploy/rbac for an operator of its own (none runs here), and the
-    // kustomize installs before this one left their cluster-scoped objects: Helm adopts no
-    // object it did not create, so they go first.
-    env.kubectl
-        .ok(&[
-            "delete",
-            "-k",
-            "deploy/rbac",
-            "--ignore-not-found",
-            "--wait",
-        ])
+    scenario!("real-node-helm")
+        .image(OPERATOR_IMAGE_ENV)
+        .run(async |env| {
+            let kubeconfig = env
+                .real_cluster_dir()
+                .expect("the real node's cluster is one of scripts/real-cluster.sh")
+                .join("kubeconfig");
+            let helm = Helm {
+                binary: PathBuf::from(helm),
+                kubeconfig,
+            };
+            // The harness applied deploy/rbac for an operator of its own (none runs here), and
+            // the kustomize installs before this one left their cluster-scoped objects: Helm
+            // adopts no object it did not create, so they go first.
+            env.kubectl
+                .ok(&[
+                    "delete",
+                    "-k",
+                    "deploy/rbac",
+                    "--ignore-not-found",
+                    "--wait",
+                ])
+                .await;
+            let _uninstall = Uninstall(&helm);
+            let pods = helm_install(env, &helm).await;
+            env.apply_examples().await;
+            let settled = wait_balanced(env, env.example.replicas()).await;
+            assert_invariants(env, &settled).await;
+            helm_upgrade_rolls_while_the_pool_stays_balanced(env, &helm, &pods).await;
+
+            // The new leader works: it takes a scale.
+            let sts = env.example.statefulset_name();
+            scale(env, 3).await;
+            let settled = wait_for(env, "Balanced over 3 workers after the upgrade", |o| {
+                balanced(o, 3, &sts)
+            })
+            .await;
+            assert_invariants(env, &settled).await;
+            let stats = env.handoff_stats();
+            assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
+            env.assert_exclusive();
+            helm_uninstall_leaves_the_crd_and_the_pool(env, &helm).await;
+        })
         .await;
-    let _uninstall = Uninstall(&helm);
-    let (repository, tag) = image.rsplit_once(':').unwrap_or((&image, "latest"));
+}
+
+/// `helm install` with the image built for this run and the pods on the real node, until both
+/// replicas are Ready and one leads; returns the replicas' pods.
+async fn helm_install(env: &Env, helm: &Helm) -> Vec<Pod> {
+    let image = env.image(OPERATOR_IMAGE_ENV);
+    let (repository, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
     let placement = [
         "--set-json".to_owned(),
         json!({"nodeSelector": {REAL_NODE: "true"}}).to_string(),
@@ -84,18 +109,18 @@ async fn helm_installs_upgrades_and_uninstalls_the_operator_leaving_the_crd_and_
     let started = Instant::now();
     helm.ok(&install);
     let pods =
-        replicas::wait_ready(&env, OPERATOR_NAMESPACE, "both replicas Ready", |_| Ok(())).await;
-    let leader = replicas::wait_one_leader(&env, OPERATOR_NAMESPACE, &pods).await;
+        replicas::wait_ready(env, OPERATOR_NAMESPACE, "both replicas Ready", |_| Ok(())).await;
+    let leader = replicas::wait_one_leader(env, OPERATOR_NAMESPACE, &pods).await;
     eprintln!(
         "real-node-helm: helm install to both replicas Ready and {leader} leading: {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    pods
+}
 
-    env.apply_examples().await;
-    let settled = wait_balanced(&env, env.example.replicas()).await;
-    assert_invariants(&env, &settled).await;
-
-    // An upgrade that changes a value of the pod template: the Deployment rolls both replicas.
+/// An upgrade that changes a value of the pod template: the Deployment rolls both replicas
+/// (`pods` before it) while the pool, sampled meanwhile, stays Balanced.
+async fn helm_upgrade_rolls_while_the_pool_stays_balanced(env: &Env, helm: &Helm, pods: &[Pod]) {
     let before: Vec<String> = pods.iter().map(name).collect();
     let started = Instant::now();
     let upgrade = vec![
@@ -115,7 +140,7 @@ async fn helm_installs_upgrades_and_uninstalls_the_operator_leaving_the_crd_and_
             .await
             .expect("helm upgrade ran");
         let rolled =
-            replicas::wait_ready(&env, OPERATOR_NAMESPACE, "two new replicas Ready", |pods| {
+            replicas::wait_ready(env, OPERATOR_NAMESPACE, "two new replicas Ready", |pods| {
                 match pods
                     .iter()
                     .find(|pod| before.contains(&name(pod)) || !logs_debug(pod))
@@ -125,7 +150,7 @@ async fn helm_installs_upgrades_and_uninstalls_the_operator_leaving_the_crd_and_
                 }
             })
             .await;
-        let leader = replicas::wait_one_leader(&env, OPERATOR_NAMESPACE, &rolled).await;
+        let leader = replicas::wait_one_leader(env, OPERATOR_NAMESPACE, &rolled).await;
         rolling.store(false, Ordering::Relaxed);
         leader
     };
@@ -146,7 +171,8 @@ async fn helm_installs_upgrades_and_uninstalls_the_operator_leaving_the_crd_and_
     };
     let (leader, phases) = tokio::join!(rolled, phases);
     eprintln!(
-        "real-node-helm: helm upgrade to two new replicas Ready and {leader} leading: {:.1} s; the pool meanwhile: {phases:?}",
+        "real-node-helm: helm upgrade to two new replicas Ready and {leader} leading: {:.1} s; \
+         the pool meanwhile: {phases:?}",
         started.elapsed().as_secs_f64()
     );
     assert_eq!(
@@ -154,22 +180,12 @@ async fn helm_installs_upgrades_and_uninstalls_the_operator_leaving_the_crd_and_
         BTreeSet::from(["Balanced".to_owned()]),
         "the pool's phases while the operator rolled"
     );
-    // The new leader works: it takes a scale.
-    let sts = env.example.statefulset_name();
-    scale(&env, 3).await;
-    let settled = wait_for(&env, "Balanced over 3 workers after the upgrade", |o| {
-        balanced(o, 3, &sts)
-    })
-    .await;
-    assert_invariants(&env, &settled).await;
-    let stats = env.handoff_stats();
-    assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
-    env.assert_exclusive();
+}
 
-    // Uninstalled: the operator goes; the CRD and the pool stay. Helm deletes the RBAC with
-    // the Deployment, not after its pods are gone, so a replica releasing its leader Lease on
-    // SIGTERM may be refused: those refusals, and no other, are expected (the Lease then
-    // expires unused).
+/// Uninstalled: the operator goes; the CRD and the pool stay. Helm deletes the RBAC with the
+/// Deployment, not after its pods are gone, so a replica releasing its leader Lease on SIGTERM
+/// may be refused: those refusals, and no other, are expected (the Lease then expires unused).
+async fn helm_uninstall_leaves_the_crd_and_the_pool(env: &mut Env, helm: &Helm) {
     let forbidden = |requests: &[RequestRecord], lease_too: bool| -> Vec<String> {
         requests
             .iter()
@@ -195,7 +211,7 @@ async fn helm_installs_upgrades_and_uninstalls_the_operator_leaving_the_crd_and_
         "the operator's pods gone",
         Duration::from_secs(120),
         || async {
-            match replicas::operator_pods(&env, OPERATOR_NAMESPACE).await {
+            match replicas::operator_pods(env, OPERATOR_NAMESPACE).await {
                 pods if pods.is_empty() => Ok(()),
                 pods => Err(format!("{:?}", pods.iter().map(name).collect::<Vec<_>>())),
             }

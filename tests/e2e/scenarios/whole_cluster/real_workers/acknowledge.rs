@@ -14,7 +14,7 @@
 //! to write another pod's Lease: the policy refuses it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -26,7 +26,9 @@ use super::{acknowledging_workers, reports_dir, settle_acknowledged, worker_rbac
 use crate::harness::kubectl::Kubectl;
 use crate::harness::poll::CONVERGE;
 use crate::harness::worker_fleet::Reports;
-use crate::harness::{Env, GO_WORKER_IMAGE_ENV, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV};
+use crate::harness::{
+    Env, GO_WORKER_IMAGE_ENV, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV, scenario,
+};
 use crate::scenarios::acknowledge::{assert_no_long_gap, assert_no_pod_deleted};
 use crate::scenarios::whole_cluster::worker_lease_policy::{
     POLICY_DIR, RemovePolicy, assert_refused, assert_type_checked, write,
@@ -41,61 +43,95 @@ const ADDED_JOB: &str = "stream:real-ack:new";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rust_python_and_go_workers_in_real_pods_hand_jobs_over_without_a_restart() {
-    let Some((mut env, images)) = Env::start_alone_with_images(
-        "real-workers-acknowledge",
-        &[
-            WORKER_IMAGE_ENV,
-            PYTHON_WORKER_IMAGE_ENV,
-            GO_WORKER_IMAGE_ENV,
-        ],
-    )
-    .await
-    else {
-        return;
-    };
-    let (rust_image, python_image, go_image) =
-        (images[0].clone(), images[1].clone(), images[2].clone());
-    let cluster = env
-        .real_cluster_dir()
-        .expect("the real node's cluster is one of scripts/real-cluster.sh");
-    let namespace = env.example.namespace();
-    let reports = reports_dir(&env);
-    let pods = PodLog::start(&env, "app=swarm-worker");
-    env.install_crds().await;
-    env.start_operator().await;
-    env.watch_reports(&env.example.pool_name(), reports.clone());
+    scenario!("real-workers-acknowledge")
+        .image(WORKER_IMAGE_ENV)
+        .image(PYTHON_WORKER_IMAGE_ENV)
+        .image(GO_WORKER_IMAGE_ENV)
+        .run(async |env| {
+            let cluster = env
+                .real_cluster_dir()
+                .expect("the real node's cluster is one of scripts/real-cluster.sh");
+            let reports = reports_dir(env);
+            let pods = PodLog::start(env, "app=swarm-worker");
+            env.install_crds().await;
+            env.start_operator().await;
+            env.watch_reports(&env.example.pool_name(), reports.clone());
 
-    // The policy first (declared after the environment: removed before the cluster is shared).
-    let _remove = RemovePolicy(env.kubectl.clone());
-    env.kubectl.ok(&["apply", "-k", POLICY_DIR]).await;
-    assert_type_checked(&env).await;
+            // The policy first (held by the body: removed before the cluster is shared).
+            let _remove = RemovePolicy(env.kubectl.clone());
+            env.kubectl.ok(&["apply", "-k", POLICY_DIR]).await;
+            assert_type_checked(env).await;
+            install_rust_workers(env, &reports).await;
+            let mark = env.request_mark().await;
+            let ready = migrate_and_scale(env, &reports, &pods).await;
+            assert_no_pod_deleted(env, mark).await;
+            a_stolen_token_writes_no_other_lease(env, &cluster).await;
+
+            let stats = env.handoff_stats();
+            assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
+            env.assert_exclusive();
+            pods.assert_no_restart();
+            let stops = pods.assert_stopped_within_grace(&reports);
+            let gone = pods.seconds_to_gone();
+            eprintln!(
+                "real-workers-acknowledge: deleted workers: jobs stopped {stops:.1?} s, pod gone \
+                 {gone:.1?} s after the deletion"
+            );
+            // A terminating worker exits once it has acknowledged a version without jobs, long
+            // before its termination deadline (25 s): the operator wrote one at once.
+            assert!(
+                gone.iter().all(|seconds| *seconds < EXIT_WITHIN_SECONDS),
+                "a deleted worker took {gone:.1?} s to exit"
+            );
+            let image = |var| &ready[env.image(var)];
+            eprintln!(
+                "real-workers-acknowledge: pod seen to Ready: Rust {}, Python {}, Go {}",
+                image(WORKER_IMAGE_ENV),
+                image(PYTHON_WORKER_IMAGE_ENV),
+                image(GO_WORKER_IMAGE_ENV)
+            );
+        })
+        .await;
+}
+
+/// deploy/worker-rbac and the example's StatefulSet as acknowledging workers of the Rust
+/// image, with `OnDelete` updates (the template changes later must not replace the running
+/// pods), settled.
+async fn install_rust_workers(env: &Env, reports: &Reports) {
+    let namespace = env.example.namespace();
     let mut documents = vec![env.example.namespace_manifest().clone()];
-    documents.extend(worker_rbac(&env, &namespace).await);
-    let mut workers = acknowledging_workers(&env, &rust_image, &reports);
-    // The template changes below must not replace the running pods.
+    documents.extend(worker_rbac(env, &namespace).await);
+    let mut workers = acknowledging_workers(env, env.image(WORKER_IMAGE_ENV), reports);
     workers[1]["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
     documents.extend(workers);
     env.apply("real-ack-workers.yaml", &documents).await;
-    settle_acknowledged(&env, &reports, env.example.replicas(), CONVERGE).await;
+    settle_acknowledged(env, reports, env.example.replicas(), CONVERGE).await;
+}
 
-    // The template names the Python image; OnDelete keeps the running pods as they are.
-    let sts = env.example.statefulset_name();
-    set_image(&env, &python_image).await;
-    let mark = env.request_mark().await;
-    step(&env, &reports, "scale to 4", || scale(&env, 4), 4).await;
+/// The template names the Python image, and a scale to 4 adds two Python workers; then the Go
+/// image and a scale to 5; a job edit; a scale to 3 (the Go and one Python worker terminate).
+/// Each step settles without a long gap. Returns how long each image's pods took to be Ready.
+async fn migrate_and_scale(
+    env: &Env,
+    reports: &Reports,
+    pods: &PodLog,
+) -> BTreeMap<String, String> {
+    let namespace = env.example.namespace();
+    let (rust_image, python_image, go_image) = (
+        env.image(WORKER_IMAGE_ENV),
+        env.image(PYTHON_WORKER_IMAGE_ENV),
+        env.image(GO_WORKER_IMAGE_ENV),
+    );
+    // OnDelete keeps the running pods as they are.
+    set_image(env, python_image).await;
+    step(env, reports, "scale to 4", || scale(env, 4), 4).await;
     // Then the Go image, for the pod the next scale-up adds.
-    set_image(&env, &go_image).await;
-    step(&env, &reports, "scale to 5", || scale(&env, 5), 5).await;
+    set_image(env, go_image).await;
+    step(env, reports, "scale to 5", || scale(env, 5), 5).await;
     assert_images(
-        &env,
+        env,
         &namespace,
-        &[
-            &rust_image,
-            &rust_image,
-            &python_image,
-            &python_image,
-            &go_image,
-        ],
+        &[rust_image, rust_image, python_image, python_image, go_image],
     )
     .await;
     let mut pool = env.example.pool().clone();
@@ -106,62 +142,47 @@ async fn rust_python_and_go_workers_in_real_pods_hand_jobs_over_without_a_restar
     pool["spec"]["jobs"] = json!(jobs);
     let pool = [pool];
     step(
-        &env,
-        &reports,
+        env,
+        reports,
         "job edit",
         || env.apply("real-ack-edit.yaml", &pool),
         5,
     )
     .await;
     // Read now: the scale-down removes the Go worker's pod.
-    let ready = ready_times(&env, &namespace, &pods).await;
-    step(&env, &reports, "scale to 3", || scale(&env, 3), 3).await;
-    assert_no_pod_deleted(&env, mark).await;
+    let ready = ready_times(env, &namespace, pods).await;
+    step(env, reports, "scale to 3", || scale(env, 3), 3).await;
+    ready
+}
 
-    // One worker's projected token against another pod's Lease.
+/// One worker's projected token, read from the kubelet's volume on the host, against another
+/// pod's Lease: the policy refuses it.
+async fn a_stolen_token_writes_no_other_lease(env: &Env, cluster: &Path) {
+    let namespace = env.example.namespace();
+    let sts = env.example.statefulset_name();
     let (a, b) = (format!("{sts}-0"), format!("{sts}-1"));
-    let uid_a = pod_uid(&env, &namespace, &a).await;
-    let token = std::fs::read_to_string(projected_token(&cluster, &uid_a))
+    let uid_a = pod_uid(env, &namespace, &a).await;
+    let token = std::fs::read_to_string(projected_token(cluster, &uid_a))
         .expect("read the projected token");
     let stolen = env
         .token_kubeconfig(token.trim(), &format!("{a}'s token"), "stolen.kubeconfig")
         .expect("a real cluster");
     let stolen = Kubectl::new(&stolen, &env.scratch("stolen-kube-cache"));
     let mut lease_b: Value =
-        serde_json::from_str(&kubectl_ns(&env, &["get", "lease", &b, "-o", "json"]).await)
+        serde_json::from_str(&kubectl_ns(env, &["get", "lease", &b, "-o", "json"]).await)
             .expect("the Lease as JSON");
     // Without its resourceVersion: an unconditional update, so that B's own renewals in the
     // meantime cannot answer 409 before the admission policy answers.
     let metadata = lease_b["metadata"].as_object_mut().expect("metadata");
     metadata.remove("resourceVersion");
     metadata.remove("managedFields");
-    let forged = write(&env, &stolen, "replace", &lease_b).await;
+    let forged = write(env, &stolen, "replace", &lease_b).await;
     assert_refused(
         &forged,
         &[
             &format!("only the pod named {b} may write it"),
             &format!("this token is bound to pod {a}"),
         ],
-    );
-
-    let stats = env.handoff_stats();
-    assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
-    env.assert_exclusive();
-    pods.assert_no_restart();
-    let stops = pods.assert_stopped_within_grace(&reports);
-    let gone = pods.seconds_to_gone();
-    eprintln!(
-        "real-workers-acknowledge: deleted workers: jobs stopped {stops:.1?} s, pod gone {gone:.1?} s after the deletion"
-    );
-    // A terminating worker exits once it has acknowledged a version without jobs, long before
-    // its termination deadline (25 s): the operator wrote one at once.
-    assert!(
-        gone.iter().all(|seconds| *seconds < EXIT_WITHIN_SECONDS),
-        "a deleted worker took {gone:.1?} s to exit"
-    );
-    eprintln!(
-        "real-workers-acknowledge: pod seen to Ready: Rust {}, Python {}, Go {}",
-        ready[&rust_image], ready[&python_image], ready[&go_image]
     );
 }
 

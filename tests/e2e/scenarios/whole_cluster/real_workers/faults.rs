@@ -32,7 +32,9 @@ use crate::harness::observe::{observe, wait_for};
 use crate::harness::poll::eventually_within;
 use crate::harness::real_cluster::{self, ctr};
 use crate::harness::worker_fleet::Reports;
-use crate::harness::{Env, GO_WORKER_IMAGE_ENV, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV};
+use crate::harness::{
+    Env, GO_WORKER_IMAGE_ENV, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV, scenario,
+};
 use crate::scenarios::acknowledge::{assert_failover_within, failover_bound, jobs_moved_off};
 use crate::scenarios::scale;
 
@@ -62,44 +64,46 @@ enum Kubelet {
 }
 
 /// The faults on a pool of three workers of the image `image_env` names.
-async fn faults(name: &str, image_env: &str, kubelet: Kubelet) {
-    let Some((mut env, images)) = Env::start_alone_with_images(name, &[image_env]).await else {
-        return;
-    };
-    let cluster = env
-        .real_cluster_dir()
-        .expect("the real node's cluster is one of scripts/real-cluster.sh");
-    let reports = reports_dir(&env);
-    let pods = PodLog::start(&env, "app=swarm-worker");
-    env.install_crds().await;
-    env.start_operator().await;
-    env.watch_reports(&env.example.pool_name(), reports.clone());
-    let namespace = env.example.namespace();
-    let mut documents = vec![env.example.namespace_manifest().clone()];
-    documents.extend(worker_rbac(&env, &namespace).await);
-    documents.extend(acknowledging_workers(&env, &images[0], &reports));
-    env.apply("real-ack-workers.yaml", &documents).await;
-    scale(&env, 3).await;
-    settle_acknowledged(&env, &reports, 3, BACK_WITHIN).await;
-    let sts = env.example.statefulset_name();
-    let victim = format!("{sts}-1");
+async fn faults(name: &str, image_env: &'static str, kubelet: Kubelet) {
+    scenario!(name)
+        .image(image_env)
+        .run(async |env| {
+            let cluster = env
+                .real_cluster_dir()
+                .expect("the real node's cluster is one of scripts/real-cluster.sh");
+            let reports = reports_dir(env);
+            let pods = PodLog::start(env, "app=swarm-worker");
+            env.install_crds().await;
+            env.start_operator().await;
+            env.watch_reports(&env.example.pool_name(), reports.clone());
+            let namespace = env.example.namespace();
+            let mut documents = vec![env.example.namespace_manifest().clone()];
+            documents.extend(worker_rbac(env, &namespace).await);
+            documents.extend(acknowledging_workers(env, env.image(image_env), &reports));
+            env.apply("real-ack-workers.yaml", &documents).await;
+            scale(env, 3).await;
+            settle_acknowledged(env, &reports, 3, BACK_WITHIN).await;
+            let sts = env.example.statefulset_name();
+            let victim = format!("{sts}-1");
 
-    killed_process(&env, &cluster, &reports, &victim).await;
-    frozen(&env, &cluster, &reports, &victim).await;
-    cut_off(&env, &cluster, &reports, &victim).await;
-    if kubelet == Kubelet::Stopped {
-        kubelet_stopped(&env, &cluster, &reports, &format!("{sts}-2")).await;
-    }
+            killed_process(env, &cluster, &reports, &victim).await;
+            frozen(env, &cluster, &reports, &victim).await;
+            cut_off(env, &cluster, &reports, &victim).await;
+            if kubelet == Kubelet::Stopped {
+                kubelet_stopped(env, &cluster, &reports, &format!("{sts}-2")).await;
+            }
 
-    let stats = env.handoff_stats();
-    assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
-    env.assert_exclusive();
-    let restarts: i32 = pods.instances().iter().map(|i| i.restarts).sum();
-    let killed = if kubelet == Kubelet::Stopped { 2 } else { 1 };
-    assert!(
-        restarts >= killed,
-        "the killed containers restarted: {restarts}"
-    );
+            let stats = env.handoff_stats();
+            assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
+            env.assert_exclusive();
+            let restarts: i32 = pods.instances().iter().map(|i| i.restarts).sum();
+            let killed = if kubelet == Kubelet::Stopped { 2 } else { 1 };
+            assert!(
+                restarts >= killed,
+                "the killed containers restarted: {restarts}"
+            );
+        })
+        .await;
 }
 
 /// SIGKILL of the worker's process: the container restarts in the same pod and starts fenced.

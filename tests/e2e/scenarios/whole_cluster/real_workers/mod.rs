@@ -53,33 +53,30 @@ enum Rollout {
 /// (it reads the file at once, then every second).
 const REPORTS_WITHIN: Duration = Duration::from_secs(15);
 
-/// A scenario whose workers read the mounted file: its environment, the workers' reports, the
-/// log of their pods, and the documents applied.
+/// What a scenario whose workers read the mounted file set up: the workers' reports, the log
+/// of their pods, and the documents applied.
 struct FileWorkers {
-    env: Env,
     reports: Reports,
     pods: PodLog,
     documents: Vec<Value>,
 }
 
-/// Starts scenario `name` with the CRDs, the operator, and the example under `rollout` with
-/// its workers in containers of the worker image (see [`file_workers`]), applied; `None` (with a
-/// note) where no real node holds the image.
-async fn start_file_workers(name: &str, rollout: Rollout) -> Option<FileWorkers> {
-    let (mut env, images) = Env::start_alone_with_images(name, &[WORKER_IMAGE_ENV]).await?;
-    let reports = reports_dir(&env);
-    let pods = PodLog::start(&env, "app=swarm-worker");
+/// Installs the CRDs, the operator, and the example under `rollout` with its workers in
+/// containers of the worker image (see [`file_workers`]; the scenario asks for
+/// [`WORKER_IMAGE_ENV`]), applied.
+async fn install_file_workers(env: &mut Env, rollout: Rollout) -> FileWorkers {
+    let reports = reports_dir(env);
+    let pods = PodLog::start(env, "app=swarm-worker");
     env.install_crds().await;
     env.start_operator().await;
     env.watch_reports(&env.example.pool_name(), reports.clone());
-    let documents = file_workers(&env, &images[0], rollout, &reports);
+    let documents = file_workers(env, env.image(WORKER_IMAGE_ENV), rollout, &reports);
     env.apply("real-workers.yaml", &documents).await;
-    Some(FileWorkers {
-        env,
+    FileWorkers {
         reports,
         pods,
         documents,
-    })
+    }
 }
 
 /// A fresh directory of the host for the workers' reports, writable by their uid (65532).
