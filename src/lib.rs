@@ -15,8 +15,6 @@
 //! - [`cli`] and [`plugin`]: `swarm-operator plan` and `kubectl swarm`.
 
 #![warn(missing_docs)]
-// Every function fits on a screen (the threshold is in clippy.toml).
-#![warn(clippy::too_many_lines)]
 
 pub mod api;
 pub mod cli;

@@ -1,8 +1,5 @@
 //! `swarm-operator`: the operator binary. Only wiring; the logic lives in the library.
 
-// Every function fits on a screen (the threshold is in clippy.toml).
-#![warn(clippy::too_many_lines)]
-
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -4,9 +4,6 @@
 //! Exit codes: 0 answered; 1 the pool, its config or the job does not exist; 2 bad usage;
 //! 3 no cluster configured, unreachable, or the request was refused.
 
-// Every function fits on a screen (the threshold is in clippy.toml).
-#![warn(clippy::too_many_lines)]
-
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
