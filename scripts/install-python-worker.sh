@@ -7,7 +7,8 @@
 # a virtualenv built from the same requirements file.
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 requirements="${repo_root}/examples/python-worker/requirements.txt"
 venv_dir="${repo_root}/.tools/python-worker"
 python="${venv_dir}/bin/python"
@@ -21,10 +22,7 @@ if [[ -x "${python}" && -f "${stamp}" && "$(cat "${stamp}")" == "${wanted}" ]] &
     exit 0
 fi
 
-if ! command -v python3 >/dev/null 2>&1; then
-    echo "install-python-worker.sh: python3 is required" >&2
-    exit 1
-fi
+command -v python3 >/dev/null 2>&1 || die "python3 is required"
 
 # A fresh virtualenv, so no package of an earlier pin set is left behind.
 rm -rf "${venv_dir}"
@@ -33,8 +31,7 @@ PIP_ROOT_USER_ACTION=ignore "${python}" -m pip install --quiet --disable-pip-ver
     --no-input --no-deps --requirement "${requirements}" >&2
 if ! problems="$("${python}" -m pip check --disable-pip-version-check)"; then
     echo "${problems}" >&2
-    echo "install-python-worker.sh: ${requirements} does not pin every dependency" >&2
-    exit 1
+    die "${requirements} does not pin every dependency"
 fi
 "${python}" -c 'import kubernetes, yaml'
 echo "${wanted}" >"${stamp}"

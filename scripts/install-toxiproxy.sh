@@ -9,24 +9,16 @@
 # cheap.
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache_root="${SWARM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/swarm-operator}"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=scripts/lib/go-build.sh
+source "${repo_root}/scripts/lib/go-build.sh"
 module=github.com/Shopify/toxiproxy/v2
-
-say() { echo "install-toxiproxy.sh: $*" >&2; }
-die() {
-    say "$*"
-    exit 1
-}
-
-version="$(awk -v m="${module}" '$1 == m && $2 ~ /^v/ { print $2; exit }
-    $1 == "require" && $2 == m && $3 ~ /^v/ { print $3; exit }' "${repo_root}/hack/toxiproxy/go.mod")"
+version="$(pinned toxiproxy "${module}")"
 [[ -n "${version}" ]] || die "cannot read the pinned ${module} version from hack/toxiproxy/go.mod"
 out="${cache_root}/toxiproxy-${version}"
 binary="${out}/toxiproxy-server"
 
-# shellcheck source=scripts/lib/go-build.sh
-source "${repo_root}/scripts/lib/go-build.sh"
 go_build toxiproxy "${out}" "-s -w" -- "${module}/cmd/server"
 # go names the binary after its package directory.
 if [[ -f "${out}/server" && ! -e "${binary}" ]]; then

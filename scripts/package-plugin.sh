@@ -8,19 +8,20 @@
 #                                                        # and linker must be installed)
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 cd "${repo_root}"
 
 target="${1:-$(rustc -vV | sed -n 's/^host: //p')}"
 case "${target}" in
     x86_64-*) arch=amd64 ;;
     aarch64-*) arch=arm64 ;;
-    *) echo "package-plugin.sh: no krew arch for target ${target}" >&2; exit 2 ;;
+    *) say "no krew arch for target ${target}"; exit 2 ;;
 esac
 case "${target}" in
     *-linux-*) os=linux ;;
     *-apple-darwin) os=darwin ;;
-    *) echo "package-plugin.sh: no krew os for target ${target}" >&2; exit 2 ;;
+    *) say "no krew os for target ${target}"; exit 2 ;;
 esac
 
 cargo build --release --locked --bin kubectl-swarm --target "${target}" >&2

@@ -7,7 +7,13 @@
 # 30 s termination grace takes 6 s), PLAYGROUND_DIR (state directory, default .playground/).
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Its messages go to stdout, its errors to stderr.
+script_name=playground
+say_fd=1
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=scripts/lib/components.sh
+source "${repo_root}/scripts/lib/components.sh"
 cd "${repo_root}"
 
 state_dir="${PLAYGROUND_DIR:-${repo_root}/.playground}"
@@ -17,11 +23,9 @@ kubeconfig="${state_dir}/kubeconfig"
 sim_log="${state_dir}/kube-sim.log"
 operator_log="${state_dir}/operator.log"
 
-say() { echo "playground: $*"; }
-die() { echo "playground: $*" >&2; exit 1; }
-
 sim_pid=""
 operator_pid=""
+# shellcheck disable=SC2317 # run by the traps below, which shellcheck 0.9 does not follow.
 cleanup() {
     trap - INT TERM EXIT
     local pid
@@ -29,13 +33,11 @@ cleanup() {
         kill -TERM "${pid}" 2>/dev/null || true
     done
     for pid in ${operator_pid} ${sim_pid}; do
-        # Give each a few seconds to shut down gracefully, then make sure it is gone.
-        for _ in $(seq 50); do
-            kill -0 "${pid}" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "${pid}" 2>/dev/null || true
-        wait "${pid}" 2>/dev/null || true
+        # Give each a few seconds to shut down gracefully, then make sure it is gone (a process
+        # stuck even after SIGKILL is named, and left).
+        if wait_pid_gone "${pid}" 5 || kill_and_wait "${pid}" "$(cat "/proc/${pid}/comm" 2>/dev/null)"; then
+            wait "${pid}" 2>/dev/null || true
+        fi
     done
     if [[ -n "${sim_pid}${operator_pid}" ]]; then
         say "stopped the operator and the simulation (logs kept in ${state_dir})"
@@ -78,16 +80,20 @@ say "kubectl apply -f crds/"
 k apply -f crds/
 k wait --for=condition=Established --timeout=60s crd/swarmpools.swarm.io >/dev/null
 
-http_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+http_port="$(free_ports 1)"
 say "starting swarm-operator, log ${operator_log}"
 KUBECONFIG="${kubeconfig}" "${operator_bin}" run --http-addr "127.0.0.1:${http_port}" \
     >"${operator_log}" 2>&1 &
 operator_pid=$!
 ready_url="http://127.0.0.1:${http_port}/readyz"
-for _ in $(seq 600); do
+ready_deadline=$((SECONDS + 60))
+until python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+    "${ready_url}" 2>/dev/null; do
     kill -0 "${operator_pid}" 2>/dev/null || die "swarm-operator exited; see ${operator_log}"
-    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
-        "${ready_url}" 2>/dev/null && break
+    if ((SECONDS >= ready_deadline)); then
+        say "swarm-operator is not ready after 60 s (${ready_url}); going on, see ${operator_log}"
+        break
+    fi
     sleep 0.1
 done
 

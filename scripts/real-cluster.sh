@@ -30,38 +30,32 @@
 # on a machine builds (see docs/testing.md for what that costs).
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cache_root="${SWARM_CLUSTER_CACHE:-${XDG_CACHE_HOME:-${HOME}/.cache}/swarm-operator}"
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=scripts/lib/components.sh
+source "${repo_root}/scripts/lib/components.sh"
+# shellcheck source=scripts/lib/kubeconfig.sh
+source "${repo_root}/scripts/lib/kubeconfig.sh"
+# shellcheck source=scripts/lib/go-build.sh
+source "${repo_root}/scripts/lib/go-build.sh"
+
+# The globals the functions below read: the fake nodes, the Services' range, whether there is a
+# real node (SWARM_REAL_NODE), the control plane's pinned versions and build directories (and
+# repo_root and cache_root, from common.sh; the real node's, from real-node.sh).
 nodes=(kwok-node-0 kwok-node-1 kwok-node-2)
 service_cidr="10.0.0.0/24"
-
-say() { echo "real-cluster.sh: $*" >&2; }
-die() {
-    say "$*"
-    exit 1
-}
-
-# The version a wrapper module requires of `module`: its go.mod is the one place it is pinned.
-pinned() {
-    awk -v m="$2" '$1 == "replace" || $2 == "=>" { next }
-        { for (i = 1; i < NF; i++) if ($i == m && $(i + 1) ~ /^v/) { print $(i + 1); exit } }' \
-        "${repo_root}/hack/$1/go.mod"
-}
+real_node="${SWARM_REAL_NODE:-1}"
 kube_version="$(pinned kube k8s.io/kubernetes)"
 etcd_version="$(pinned etcd go.etcd.io/etcd/server/v3)"
 kwok_version="$(pinned kwok sigs.k8s.io/kwok)"
 [[ -n "${kube_version}" && -n "${etcd_version}" && -n "${kwok_version}" ]] ||
     die "cannot read the pinned versions from hack/*/go.mod"
-
 kube_bin="${cache_root}/kube-${kube_version}"
 etcd_bin="${cache_root}/etcd-${etcd_version}"
 kwok_bin="${cache_root}/kwok-${kwok_version}"
 
-# shellcheck source=scripts/lib/go-build.sh
-source "${repo_root}/scripts/lib/go-build.sh"
 # shellcheck source=scripts/lib/real-node.sh
 source "${repo_root}/scripts/lib/real-node.sh"
-real_node="${SWARM_REAL_NODE:-1}"
 
 # Builds everything once per version. A second caller (.ci/run starts the build before its
 # lints, scripts/test.sh asks again later) waits for the first one's build and reuses it.
@@ -69,7 +63,7 @@ build_all() {
     mkdir -p "${cache_root}"
     local lock
     exec {lock}>"${cache_root}/real-cluster-build.lock"
-    flock "${lock}"
+    build_lock "${lock}" "${cache_root}/real-cluster-build.lock" "the real cluster's programs"
     build_all_unlocked
     exec {lock}>&-
 }
@@ -98,95 +92,9 @@ build_all_unlocked() {
     fi
 }
 
-# `count` free loopback TCP ports.
-free_ports() {
-    python3 - "$1" <<'EOF'
-import socket, sys
-held = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    held.append(s)
-print(" ".join(str(s.getsockname()[1]) for s in held))
-EOF
-}
-
-# Certificates of a small PKI: one CA, the API server's serving certificate, a client
-# certificate per control-plane identity, and the service-account signing key.
-make_pki() {
-    local pki="$1" ip="$2"
-    command -v openssl >/dev/null 2>&1 || die "openssl is needed to make the cluster's certificates"
-    mkdir -p "${pki}"
-    (
-        cd "${pki}"
-        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=swarm-test-ca" \
-            -keyout ca.key -out ca.crt 2>/dev/null
-        sign() { # name subject extensions
-            openssl req -new -newkey rsa:2048 -nodes -subj "$2" -keyout "$1.key" -out "$1.csr" 2>/dev/null
-            printf '%s\n' "$3" >"$1.ext"
-            openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-                -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-        }
-        sign apiserver "/CN=kube-apiserver" \
-            "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:${ip},DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
-extendedKeyUsage=serverAuth"
-        sign admin "/O=system:masters/CN=swarm-admin" "extendedKeyUsage=clientAuth"
-        sign controller-manager "/CN=system:kube-controller-manager" "extendedKeyUsage=clientAuth"
-        sign scheduler "/CN=system:kube-scheduler" "extendedKeyUsage=clientAuth"
-        # The real node's kubelet and kube-proxy, and the API server's identity towards kubelets
-        # (for logs, exec and port-forward).
-        sign node "/O=system:nodes/CN=system:node:${real_node_name}" "extendedKeyUsage=clientAuth"
-        sign kube-proxy "/CN=system:kube-proxy" "extendedKeyUsage=clientAuth"
-        sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "extendedKeyUsage=clientAuth"
-        openssl genrsa -out service-account.key 2048 2>/dev/null
-        openssl rsa -in service-account.key -pubout -out service-account.pub 2>/dev/null
-    )
-}
-
-# A kubeconfig for client certificate <pki>/<name>.crt, certificates embedded.
-write_kubeconfig() {
-    local file="$1" pki="$2" name="$3" server="$4"
-    cat >"${file}" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-  - name: swarm-test
-    cluster:
-      server: ${server}
-      certificate-authority-data: $(base64 -w0 <"${pki}/ca.crt")
-users:
-  - name: ${name}
-    user:
-      client-certificate-data: $(base64 -w0 <"${pki}/${name}.crt")
-      client-key-data: $(base64 -w0 <"${pki}/${name}.key")
-contexts:
-  - name: swarm-test
-    context:
-      cluster: swarm-test
-      user: ${name}
-current-context: swarm-test
-EOF
-}
-
-# Starts `binary args...` in the background as component `name`: its output goes to
-# <DIR>/logs/<name>.log and its pid to <DIR>/pids/<name>.pid; its command line is kept in
-# <DIR>/cmds/<name> so `restart` starts it again exactly as `up` did.
-start() {
-    local dir="$1" name="$2"
-    shift 2
-    mkdir -p "${dir}/cmds"
-    printf '%s\0' "$@" >"${dir}/cmds/${name}"
-    "$@" >>"${dir}/logs/${name}.log" 2>&1 </dev/null &
-    echo "$!" >"${dir}/pids/${name}.pid"
-}
-
-# The pid of component `name` of the cluster in `dir`, if it is the process `up` started.
-component_pid() {
-    local dir="$1" name="$2" pid
-    [[ -f "${dir}/pids/${name}.pid" ]] || return 1
-    pid="$(cat "${dir}/pids/${name}.pid")"
-    [[ -r "/proc/${pid}/cmdline" ]] && tr '\0' ' ' <"/proc/${pid}/cmdline" | grep -qF "${dir}" || return 1
-    echo "${pid}"
+# The path of the pinned kubectl (scripts/install-kubectl.sh installs it once).
+kubectl_path() {
+    "${repo_root}/scripts/install-kubectl.sh" || die "cannot install kubectl"
 }
 
 # What a component answers once it serves again after a restart.
@@ -198,7 +106,7 @@ wait_serving() {
         ;;
     kube-apiserver)
         local kubectl
-        kubectl="$("${repo_root}/scripts/install-kubectl.sh")" || die "cannot install kubectl"
+        kubectl="$(kubectl_path)"
         wait_for "${dir}" "kube-apiserver to be ready" 120 kube-apiserver \
             "${kubectl}" --kubeconfig "${dir}/kubeconfig" get --raw /readyz
         ;;
@@ -208,38 +116,16 @@ wait_serving() {
 # Kills component `name` (SIGKILL, as a crash or a lost node would), keeps it down `seconds`,
 # then starts it with the command line `up` gave it and waits until it serves.
 restart() {
-    local dir="$1" name="$2" seconds="${3:-0}" pid
+    local dir="$1" name="$2" seconds="${3:-0}"
     [[ -f "${dir}/cmds/${name}" ]] || die "no component ${name} in ${dir} (see ${dir}/cmds)"
-    if pid="$(component_pid "${dir}" "${name}")"; then
-        kill -KILL "${pid}" 2>/dev/null || true
-        while kill -0 "${pid}" 2>/dev/null; do sleep 0.1; done
-    fi
+    kill_component "${dir}" "${name}"
     sleep "${seconds}"
     local cmd=()
     mapfile -d '' -t cmd <"${dir}/cmds/${name}"
     echo "--- restarted by real-cluster.sh at $(date -u +%FT%TZ)" >>"${dir}/logs/${name}.log"
-    start "${dir}" "${name}" "${cmd[@]}"
+    start_component "${dir}" "${name}" "${cmd[@]}"
     wait_serving "${dir}" "${name}"
     say "restarted ${name} (down ${seconds} s)"
-}
-
-# Waits up to `seconds` for `command...` to succeed; on timeout, names `what` and shows the
-# end of the log of `component`.
-wait_for() {
-    local dir="$1" what="$2" seconds="$3" component="$4"
-    shift 4
-    local deadline=$((SECONDS + seconds))
-    until "$@" >/dev/null 2>&1; do
-        if [[ -f "${dir}/pids/${component}.pid" ]] && ! kill -0 "$(cat "${dir}/pids/${component}.pid")" 2>/dev/null; then
-            tail -n 30 "${dir}/logs/${component}.log" >&2 || true
-            die "${component} exited while waiting for ${what} (log: ${dir}/logs/${component}.log)"
-        fi
-        if ((SECONDS >= deadline)); then
-            tail -n 30 "${dir}/logs/${component}.log" >&2 || true
-            die "timed out after ${seconds} s waiting for ${what} (log: ${dir}/logs/${component}.log)"
-        fi
-        sleep 0.5
-    done
 }
 
 up() {
@@ -251,63 +137,78 @@ up() {
     fi
     build_all
     # A failed start leaves nothing running.
-    trap 'down "${dir}" >/dev/null 2>&1' EXIT
+    # shellcheck disable=SC2064 # expanded now on purpose: the directory of this `up`.
+    trap "down $(printf '%q' "${dir}") >/dev/null 2>&1" EXIT
     local kubectl
-    kubectl="$("${repo_root}/scripts/install-kubectl.sh")" || die "cannot install kubectl"
+    kubectl="$(kubectl_path)"
     rm -rf "${dir}/logs" "${dir}/etcd" "${dir}/pki" "${dir}/cmds"
     mkdir -p "${dir}/logs" "${dir}/pids"
     local started=${SECONDS}
     # With a real node the API server serves on this machine's address too: the `kubernetes`
     # Service's endpoint, which kube-proxy sends the pods' in-cluster connections to.
-    local ip=127.0.0.1 bind_flags=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+    local ip=127.0.0.1
     if [[ "${real_node}" != 0 ]]; then
         ip="$(node_ip)"
         [[ -n "${ip}" ]] || die "cannot find this machine's address for the real node (SWARM_REAL_NODE=0 leaves it out)"
-        bind_flags=(--bind-address=0.0.0.0 --advertise-address="${ip}")
     fi
-    make_pki "${dir}/pki" "${ip}"
+    make_pki "${dir}/pki" "${ip}" "${real_node_name}"
     if [[ "${real_node}" != 0 ]]; then
         node_snapshot_host "${dir}"
     fi
-    local pki="${dir}/pki"
 
     local etcd_client etcd_peer apiserver cm_port sched_port kwok_port
     read -r etcd_client etcd_peer apiserver cm_port sched_port kwok_port < <(free_ports 6)
     local server="https://127.0.0.1:${apiserver}"
-    write_kubeconfig "${dir}/kubeconfig" "${pki}" admin "${server}"
-    write_kubeconfig "${dir}/controller-manager.kubeconfig" "${pki}" controller-manager "${server}"
-    write_kubeconfig "${dir}/scheduler.kubeconfig" "${pki}" scheduler "${server}"
-    local admin=("${kubectl}" --kubeconfig "${dir}/kubeconfig")
+    write_kubeconfig "${dir}/kubeconfig" "${dir}/pki" admin "${server}"
+    write_kubeconfig "${dir}/controller-manager.kubeconfig" "${dir}/pki" controller-manager "${server}"
+    write_kubeconfig "${dir}/scheduler.kubeconfig" "${dir}/pki" scheduler "${server}"
 
-    start "${dir}" etcd "${etcd_bin}/etcd" \
+    up_etcd "${dir}" "${etcd_client}" "${etcd_peer}"
+    up_apiserver "${dir}" "${kubectl}" "${apiserver}" "${etcd_client}" "${ip}"
+    up_controllers "${dir}" "${cm_port}" "${sched_port}" "${kwok_port}"
+    up_fake_nodes "${dir}" "${kubectl}" "${sched_port}"
+    local real=""
+    if [[ "${real_node}" != 0 ]]; then
+        node_up "${dir}" "${server}" "${dir}/pki" "${kubectl}"
+        real=" and the real node ${real_node_name} (${ip})"
+    fi
+
+    trap - EXIT
+    say "up in $((SECONDS - started)) s: API server ${server}, ${#nodes[@]} fake nodes${real}"
+    say "kubeconfig: ${dir}/kubeconfig (logs in ${dir}/logs)"
+}
+
+# up_etcd <dir> <client port> <peer port>: etcd, healthy; its client URL in <dir>/etcd-url.
+up_etcd() {
+    local dir="$1" client="$2" peer="$3"
+    start_component "${dir}" etcd "${etcd_bin}/etcd" \
         --name=default --data-dir="${dir}/etcd" --log-level=warn --unsafe-no-fsync=true \
-        --listen-client-urls="http://127.0.0.1:${etcd_client}" \
-        --advertise-client-urls="http://127.0.0.1:${etcd_client}" \
-        --listen-peer-urls="http://127.0.0.1:${etcd_peer}" \
-        --initial-advertise-peer-urls="http://127.0.0.1:${etcd_peer}" \
-        --initial-cluster="default=http://127.0.0.1:${etcd_peer}"
+        --listen-client-urls="http://127.0.0.1:${client}" \
+        --advertise-client-urls="http://127.0.0.1:${client}" \
+        --listen-peer-urls="http://127.0.0.1:${peer}" \
+        --initial-advertise-peer-urls="http://127.0.0.1:${peer}" \
+        --initial-cluster="default=http://127.0.0.1:${peer}"
     wait_for "${dir}" "etcd to be healthy" 60 etcd \
-        curl -fsS "http://127.0.0.1:${etcd_client}/health"
-    echo "http://127.0.0.1:${etcd_client}" >"${dir}/etcd-url"
+        curl -fsS "http://127.0.0.1:${client}/health"
+    echo "http://127.0.0.1:${client}" >"${dir}/etcd-url"
+}
 
+# up_apiserver <dir> <kubectl> <port> <etcd client port> <ip>: kube-apiserver, ready. With a
+# real node (<ip> is this machine's address) it serves on every address, advertising <ip>.
+up_apiserver() {
+    local dir="$1" kubectl="$2" port="$3" etcd_client="$4" ip="$5" pki="$1/pki"
+    local bind_flags=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+    if [[ "${real_node}" != 0 ]]; then
+        bind_flags=(--bind-address=0.0.0.0 --advertise-address="${ip}")
+    fi
     # The audit log records the requests of every ServiceAccount outside kube-system (the
     # operator's among them), so the suite can check what the operator did and that RBAC
     # allowed it.
-    cat >"${dir}/audit-policy.yaml" <<'EOF'
-apiVersion: audit.k8s.io/v1
-kind: Policy
-omitStages: ["RequestReceived", "ResponseStarted"]
-rules:
-  - level: None
-    userGroups: ["system:serviceaccounts:kube-system"]
-  - level: Metadata
-    userGroups: ["system:serviceaccounts"]
-  - level: None
-EOF
-    start "${dir}" kube-apiserver "${kube_bin}/kube-apiserver" \
+    cp "${repo_root}/hack/real-cluster/audit-policy.yaml" "${dir}/audit-policy.yaml"
+    start_component "${dir}" kube-apiserver "${kube_bin}/kube-apiserver" \
         --audit-policy-file="${dir}/audit-policy.yaml" --audit-log-path="${dir}/logs/audit.log" \
         --etcd-servers="http://127.0.0.1:${etcd_client}" \
-        "${bind_flags[@]}" --secure-port="${apiserver}" \
+        "${bind_flags[@]}" --secure-port="${port}" \
         --kubelet-client-certificate="${pki}/apiserver-kubelet-client.crt" \
         --kubelet-client-key="${pki}/apiserver-kubelet-client.key" \
         --kubelet-preferred-address-types=InternalIP \
@@ -320,9 +221,14 @@ EOF
         --service-cluster-ip-range="${service_cidr}" \
         --allow-privileged=true --profiling=false
     wait_for "${dir}" "kube-apiserver to be ready" 120 kube-apiserver \
-        "${admin[@]}" get --raw /readyz
+        "${kubectl}" --kubeconfig "${dir}/kubeconfig" get --raw /readyz
+}
 
-    start "${dir}" kube-controller-manager "${kube_bin}/kube-controller-manager" \
+# up_controllers <dir> <controller-manager port> <scheduler port> <kwok port>: starts the
+# controller-manager, the scheduler and kwok (up_fake_nodes waits for them).
+up_controllers() {
+    local dir="$1" cm_port="$2" sched_port="$3" kwok_port="$4" pki="$1/pki"
+    start_component "${dir}" kube-controller-manager "${kube_bin}/kube-controller-manager" \
         --kubeconfig="${dir}/controller-manager.kubeconfig" \
         --authentication-kubeconfig="${dir}/controller-manager.kubeconfig" \
         --authorization-kubeconfig="${dir}/controller-manager.kubeconfig" \
@@ -331,19 +237,24 @@ EOF
         --service-account-private-key-file="${pki}/service-account.key" \
         --root-ca-file="${pki}/ca.crt" --profiling=false \
         --flex-volume-plugin-dir="${dir}/flexvolume"
-    start "${dir}" kube-scheduler "${kube_bin}/kube-scheduler" \
+    start_component "${dir}" kube-scheduler "${kube_bin}/kube-scheduler" \
         --kubeconfig="${dir}/scheduler.kubeconfig" \
         --authentication-kubeconfig="${dir}/scheduler.kubeconfig" \
         --authorization-kubeconfig="${dir}/scheduler.kubeconfig" \
         --bind-address=127.0.0.1 --secure-port="${sched_port}" --leader-elect=false \
         --profiling=false
-    start "${dir}" kwok "${kwok_bin}/kwok" \
+    start_component "${dir}" kwok "${kwok_bin}/kwok" \
         --kubeconfig="${dir}/kubeconfig" --config="${repo_root}/hack/kwok/stages.yaml" \
         --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
         --node-lease-duration-seconds=40 \
         --server-address="127.0.0.1:${kwok_port}" --node-ip=10.1.0.1 --cidr=10.2.0.0/16
+}
 
-    local node
+# up_fake_nodes <dir> <kubectl> <scheduler port>: the kwok nodes, Ready; then waits for the
+# controller-manager and the scheduler to serve.
+up_fake_nodes() {
+    local dir="$1" scheduler_port="$3" node
+    local admin=("$2" --kubeconfig "${dir}/kubeconfig")
     for node in "${nodes[@]}"; do
         cat <<EOF
 apiVersion: v1
@@ -366,35 +277,7 @@ EOF
     wait_for "${dir}" "kube-controller-manager to run its controllers" 120 kube-controller-manager \
         "${admin[@]}" -n default get serviceaccount default
     wait_for "${dir}" "kube-scheduler to be healthy" 60 kube-scheduler \
-        curl -fsSk "https://127.0.0.1:${sched_port}/healthz"
-
-    local real=""
-    if [[ "${real_node}" != 0 ]]; then
-        node_up "${dir}" "${server}" "${pki}"
-        real=" and the real node ${real_node_name} (${ip})"
-    fi
-
-    trap - EXIT
-    say "up in $((SECONDS - started)) s: API server ${server}, ${#nodes[@]} fake nodes${real}"
-    say "kubeconfig: ${dir}/kubeconfig (logs in ${dir}/logs)"
-}
-
-# Stops component `name` of the cluster in `dir` if it is still the process `up` started (its
-# command line names this directory's files): SIGTERM, then SIGKILL after 15 s.
-stop_component() {
-    local dir="$1" name="$2" pid
-    pid="$(component_pid "${dir}" "${name}")" || {
-        rm -f "${dir}/pids/${name}.pid"
-        return 0
-    }
-    # A frozen (SIGSTOP) component would never act on SIGTERM.
-    kill -CONT "${pid}" 2>/dev/null || true
-    kill -TERM "${pid}" 2>/dev/null || true
-    local deadline=$((SECONDS + 15))
-    while kill -0 "${pid}" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-    kill -KILL "${pid}" 2>/dev/null || true
-    while kill -0 "${pid}" 2>/dev/null; do sleep 0.1; done
-    rm -f "${dir}/pids/${name}.pid"
+        curl -fsSk "https://127.0.0.1:${scheduler_port}/healthz"
 }
 
 down() {

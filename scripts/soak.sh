@@ -13,8 +13,8 @@
 # SWARM_SOAK_OPERATOR_LOG sets the replicas' RUST_LOG.
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-say() { echo "soak.sh: $*" >&2; }
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 usage() {
     say "usage: $0 [--minutes N] [--seed S]"
     exit 2
@@ -45,14 +45,12 @@ for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "soak" and m.get("executable"):
         print(m["executable"])')"
-[[ -x "${driver}" ]] || {
-    say "cannot find the soak driver's executable"
-    exit 1
-}
+[[ -x "${driver}" ]] || die "cannot find the soak driver's executable"
 say "built in $((SECONDS - started)) s"
 
 dir="$(mktemp -d "${TMPDIR:-/tmp}/swarm-soak.XXXXXX")"
 driver_pid=""
+# shellcheck disable=SC2317 # run by the EXIT trap below, which shellcheck 0.9 does not follow.
 cleanup() {
     local code=$?
     # The driver runs in its own process group: whatever it started goes with it.

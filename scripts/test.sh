@@ -26,7 +26,10 @@
 # in the file SWARM_TIMINGS names), and the ten slowest scenarios on the real control plane.
 set -euo pipefail
 
-repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Its messages go to stdout (the CI log), its errors to stderr.
+say_fd=1
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 cd "${repo_root}"
 
 # Where the time went: one "<step>\t<seconds>" line per step.
@@ -43,14 +46,14 @@ mark() {
 # The table printed last, so a regression shows in every CI log.
 report() {
     echo
-    echo "test.sh: where the time went"
+    say "where the time went"
     awk -F '\t' '{ printf "  %-58s %6d s\n", $1, $2; total += $2 }
         END { printf "  %-58s %6d s\n", "total", total }' "${timings}"
     if [[ -n "${go_seconds:-}" ]]; then
         echo "  (the control plane build took ${go_seconds} s, beside the compile and the kube-sim tier)"
     fi
     if [[ -s "${scenario_timings}" ]]; then
-        echo "test.sh: the ten slowest scenarios on the real control plane (seconds running; waiting for the cluster)"
+        say "the ten slowest scenarios on the real control plane (seconds running; waiting for the cluster)"
         sort -t $'\t' -k4,4 -g -r "${scenario_timings}" | head -n 10 |
             awk -F '\t' '{ printf "  %-50s %-9s %6.0f s  %5.0f s  %s\n", $1, $2, $4, $3, $5 }'
     fi
@@ -61,44 +64,44 @@ report() {
 use_tool() {
     local var="$1" tool="$2" path
     if [[ -n "${!var:-}" ]]; then
-        echo "test.sh: using ${tool} from ${var}=${!var}"
-        export "${var}"
+        say "using ${tool} from ${var}=${!var}"
+        export "${var?}"
         return
     fi
-    echo "test.sh: installing or reusing the pinned ${tool} (scripts/install-${tool}.sh)"
+    say "installing or reusing the pinned ${tool} (scripts/install-${tool}.sh)"
     if path="$("scripts/install-${tool}.sh")"; then
-        echo "test.sh: using ${path}"
+        say "using ${path}"
     elif path="$(command -v "${tool}")"; then
-        echo "test.sh: could not install the pinned ${tool}; falling back to ${path}" >&2
+        say "could not install the pinned ${tool}; falling back to ${path}" >&2
     else
-        echo "test.sh: no ${tool}: scripts/install-${tool}.sh failed and none is on PATH" >&2
+        say "no ${tool}: scripts/install-${tool}.sh failed and none is on PATH" >&2
         exit 1
     fi
     export "${var}=${path}"
 }
 
 use_tool KUBECTL kubectl
-echo "test.sh: $("${KUBECTL}" version --client 2>/dev/null | head -n 1 || true)"
+say "$("${KUBECTL}" version --client 2>/dev/null | head -n 1 || true)"
 # promtool checks the alert rules and the operator's /metrics (tests/integration/monitoring.rs, e2e).
 use_tool PROMTOOL promtool
 # The Prometheus Operator's CRDs: the e2e tests validate deploy/monitoring against them.
 if [[ -z "${PROMETHEUS_OPERATOR_CRDS:-}" ]]; then
-    echo "test.sh: fetching or reusing the pinned Prometheus Operator CRDs"
+    say "fetching or reusing the pinned Prometheus Operator CRDs"
     PROMETHEUS_OPERATOR_CRDS="$(scripts/install-prometheus-operator-crds.sh)"
 fi
-echo "test.sh: Prometheus Operator CRDs in ${PROMETHEUS_OPERATOR_CRDS}"
+say "Prometheus Operator CRDs in ${PROMETHEUS_OPERATOR_CRDS}"
 export PROMETHEUS_OPERATOR_CRDS
 
 # The Python protocol worker's pinned client: the end-to-end scenarios run it as a worker
 # process, and its self-test runs after the kube-sim tier.
-echo "test.sh: installing or reusing the Python worker's pinned client (scripts/install-python-worker.sh)"
+say "installing or reusing the Python worker's pinned client (scripts/install-python-worker.sh)"
 python_ok=1
 if SWARM_PYTHON_WORKER="$(scripts/install-python-worker.sh)"; then
     export SWARM_PYTHON_WORKER
-    echo "test.sh: Python worker runs on ${SWARM_PYTHON_WORKER}"
+    say "Python worker runs on ${SWARM_PYTHON_WORKER}"
 else
     python_ok=0
-    echo "test.sh: could not install the Python worker's pinned client" >&2
+    say "could not install the Python worker's pinned client" >&2
 fi
 
 # The control plane (and the soak's toxiproxy) build beside the Rust compile: the compile's
@@ -108,7 +111,7 @@ real_tier=0
 if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; then
     real_tier=1
     go_log="$(mktemp "${TMPDIR:-/tmp}/swarm-go-build.XXXXXX")"
-    echo "test.sh: building or reusing helm, the control plane and toxiproxy in the background (log: ${go_log})"
+    say "building or reusing helm, the control plane and toxiproxy in the background (log: ${go_log})"
     (
         go_start=${SECONDS}
         # helm first: the chart's tests in the kube-sim tier need it (they build it themselves
@@ -123,45 +126,45 @@ if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; th
 fi
 mark "tools (kubectl, promtool, CRDs, the Python worker's client)"
 
-echo "test.sh: compiling the test profile (cargo test --workspace --no-run)"
+say "compiling the test profile (cargo test --workspace --no-run)"
 status=0
 cargo test --workspace --no-run --quiet "$@" || status=$?
 mark "compile the test profile"
 
 # The Go worker (worker-go/): its lints, and its example, which the end-to-end scenarios run
 # beside the Rust and Python workers.
-echo "test.sh: the Go worker module: gofmt, go vet, staticcheck, and its example (scripts/go-worker.sh)"
+say "the Go worker module: gofmt, go vet, staticcheck, and its example (scripts/go-worker.sh)"
 go_worker_ok=1
 if scripts/go-worker.sh check && SWARM_GO_WORKER="$(scripts/go-worker.sh build)"; then
     export SWARM_GO_WORKER
 else
     go_worker_ok=0
     status=1
-    echo "test.sh: the Go worker module failed its checks or its build" >&2
+    say "the Go worker module failed its checks or its build" >&2
 fi
 mark "Go worker: lints and build"
 
 # The operator and worker images, from the binaries just compiled: tests/integration/images.rs
 # checks them against the Dockerfile, and the real-cluster tier runs them on the real node.
 images="$(mktemp -d "${TMPDIR:-/tmp}/swarm-images.XXXXXX")"
-echo "test.sh: building the images without a container engine (scripts/build-images.sh --profile dev --check)"
+say "building the images without a container engine (scripts/build-images.sh --profile dev --check)"
 if scripts/build-images.sh --profile dev --tag dev --out "${images}" --check >"${images}/built.tsv"; then
     export SWARM_IMAGE_ARCHIVES="${images}"
 else
-    echo "test.sh: building the images failed" >&2
+    say "building the images failed" >&2
     status=1
 fi
 mark "images: build from the test profile's binaries"
 
 # --no-fail-fast: one failing test binary must not hide the results of the others.
-echo "test.sh: cargo test --workspace --no-fail-fast $*"
+say "cargo test --workspace --no-fail-fast $*"
 cargo test --workspace --no-fail-fast "$@" || status=$?
-echo "test.sh: kube-sim tier finished with exit code ${status}"
+say "kube-sim tier finished with exit code ${status}"
 mark "kube-sim tier: tests"
 
 # The Python worker speaks the Acknowledge protocol with the official client only; its self-test
 # runs it against the kube-sim binary the tier above built.
-echo "test.sh: the Python protocol worker (examples/python-worker)"
+say "the Python protocol worker (examples/python-worker)"
 if ((python_ok)); then
     "${SWARM_PYTHON_WORKER}" -m unittest discover -s examples/python-worker || status=$?
 else
@@ -171,7 +174,7 @@ mark "Python worker: self-test"
 
 # The Go worker's own tests, those that speak to an API server on kube-sim; the real-cluster
 # tier runs them again against kube-apiserver.
-echo "test.sh: the Go worker's tests on kube-sim (scripts/go-worker.sh test)"
+say "the Go worker's tests on kube-sim (scripts/go-worker.sh test)"
 if ((go_worker_ok)); then
     KUBE_SIM="${CARGO_TARGET_DIR:-${repo_root}/target}/debug/kube-sim" SWARM_WORKER_GO_REQUIRE_CLUSTER=1 \
         scripts/go-worker.sh test -count=1 || status=$?
@@ -185,7 +188,7 @@ if ((real_tier)); then
     mark "control plane build: what was left of it after the kube-sim tier"
     if ((go_status != 0)); then
         cat "${go_log}" >&2
-        echo "test.sh: building the control plane failed" >&2
+        say "building the control plane failed" >&2
         status=${go_status}
     fi
 
@@ -209,7 +212,7 @@ if ((real_tier)); then
         mark "images: load into the real node"
         # The Helm install scenario's helm (built in the background above).
         SWARM_HELM="$(scripts/install-helm.sh)" && export SWARM_HELM
-        echo "test.sh: the Go worker's tests on kube-apiserver (scripts/go-worker.sh test)"
+        say "the Go worker's tests on kube-apiserver (scripts/go-worker.sh test)"
         if ((go_worker_ok)); then
             SWARM_WORKER_GO_KUBECONFIG="${cluster_dir}/kubeconfig" SWARM_WORKER_GO_REQUIRE_CLUSTER=1 \
                 scripts/go-worker.sh test -count=1 || real_status=$?
@@ -219,11 +222,11 @@ if ((real_tier)); then
         # --workspace: the first tier's feature set, so nothing is compiled again. The scenarios
         # that need the cluster to themselves run first, one at a time; then the others side by
         # side, each in its own namespace with its own operator.
-        echo "test.sh: the whole-cluster scenarios on the real control plane, one at a time"
+        say "the whole-cluster scenarios on the real control plane, one at a time"
         cargo test --workspace --locked --test e2e --no-fail-fast -- \
             scenarios::whole_cluster:: --test-threads=1 || real_status=$?
         mark "real-cluster tier: whole-cluster scenarios, one at a time"
-        echo "test.sh: the other scenarios on the real control plane, ${SWARM_E2E_PARALLEL:-6} at a time"
+        say "the other scenarios on the real control plane, ${SWARM_E2E_PARALLEL:-6} at a time"
         cargo test --workspace --locked --test e2e --no-fail-fast -- \
             --skip scenarios::whole_cluster:: --test-threads="${SWARM_E2E_PARALLEL:-6}" || real_status=$?
         mark "real-cluster tier: other scenarios, ${SWARM_E2E_PARALLEL:-6} at a time"
@@ -231,9 +234,9 @@ if ((real_tier)); then
             SWARM_E2E_PYTHON_WORKER_IMAGE SWARM_E2E_GO_WORKER_IMAGE SWARM_HELM
     elif ((go_status == 0)); then
         real_status=1
-        echo "test.sh: the real control plane did not start (logs in ${cluster_dir}/logs)" >&2
+        say "the real control plane did not start (logs in ${cluster_dir}/logs)" >&2
     fi
-    echo "test.sh: real-cluster tier finished with exit code ${real_status}"
+    say "real-cluster tier finished with exit code ${real_status}"
     ((real_status == 0)) || status=${real_status}
     scripts/real-cluster.sh down "${cluster_dir}" || true
     # The real node runs as root on this machine: its mounts, cgroups, interfaces, nftables
@@ -243,12 +246,12 @@ if ((real_tier)); then
 
     # The fault soak on a control plane of its own: a fixed seed, so a failure replays.
     soak_status=0
-    echo "test.sh: scripts/soak.sh --minutes ${SWARM_SOAK_MINUTES:-3} --seed ${SWARM_SOAK_SEED:-1}"
+    say "scripts/soak.sh --minutes ${SWARM_SOAK_MINUTES:-3} --seed ${SWARM_SOAK_SEED:-1}"
     scripts/soak.sh --minutes "${SWARM_SOAK_MINUTES:-3}" --seed "${SWARM_SOAK_SEED:-1}" || soak_status=$?
-    echo "test.sh: fault soak finished with exit code ${soak_status}"
+    say "fault soak finished with exit code ${soak_status}"
     ((soak_status == 0)) || status=${soak_status}
     mark "fault soak (${SWARM_SOAK_MINUTES:-3} minutes, seed ${SWARM_SOAK_SEED:-1})"
 fi
 report
-echo "test.sh: finished in $((SECONDS - run_start)) s with exit code ${status}"
+say "finished in $((SECONDS - run_start)) s with exit code ${status}"
 exit "${status}"

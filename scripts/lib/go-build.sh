@@ -1,15 +1,39 @@
-# Sourced by scripts/real-cluster.sh and scripts/install-toxiproxy.sh: builds Go programs from
-# the wrapper modules in hack/, pinned and cached.
+# shellcheck shell=bash
+# Sourced by scripts/real-cluster.sh (through scripts/lib/real-node.sh too), scripts/go-worker.sh
+# and scripts/install-{helm,toxiproxy,umoci}.sh: builds Go programs from the wrapper modules in
+# hack/, pinned and cached.
 #
-# Every build shares one module cache and one build cache under ${cache_root} (set by the
-# caller), so packages common to the control plane's programs and toxiproxy compile once, and a
-# completed build (its `.built` marker) is never repeated: a change to this repository rebuilds
-# nothing. go.sum must already list every module (-mod=readonly) and the local Go toolchain is
-# used as it is (GOTOOLCHAIN=local).
+#   go_build <module> <out> <ldflags> [go build flags...] -- <packages...>
+#                       builds the packages of wrapper module hack/<module> into directory <out>
+#                       (each binary named after its package's directory), unless a completed
+#                       build is there
+#   build_lock <fd> <lock file> <what>
+#                       takes the lock on <fd> (open on <lock file>), waiting at most
+#                       build_lock_seconds for the build that holds it
+#
+# Every build shares one module cache and one build cache under ${cache_root}, so packages
+# common to the control plane's programs and toxiproxy compile once, and a completed build (its
+# `.built` marker) is never repeated: a change to this repository rebuilds nothing. go.sum must
+# already list every module (-mod=readonly) and the local Go toolchain is used as it is
+# (GOTOOLCHAIN=local).
+#
+# Globals it reads: repo_root and cache_root (common.sh); build_lock_seconds, how long a second
+# build waits for the first one's lock (SWARM_BUILD_LOCK_SECONDS, default an hour: a cold
+# machine builds the control plane in several minutes).
 
-# go_build <module> <out> <ldflags> [go build flags...] -- <packages...>: builds the packages of
-# wrapper module hack/<module> into directory <out> (each binary named after its package's
-# directory), unless a completed build is there. The caller defines `say` and `die`.
+[[ -n "${swarm_lib_go_build:-}" ]] && return 0
+swarm_lib_go_build=1
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+build_lock_seconds="${SWARM_BUILD_LOCK_SECONDS:-3600}"
+
+build_lock() {
+    local fd="$1" file="$2" what="$3"
+    flock -w "${build_lock_seconds}" "${fd}" ||
+        die "waited ${build_lock_seconds} s for another build of ${what} to finish (lock ${file}, held by: $(fuser "${file}" 2>/dev/null || echo unknown))"
+}
+
 go_build() {
     local module="$1" out="$2" ldflags="$3"
     shift 3
@@ -25,7 +49,7 @@ go_build() {
     mkdir -p "${cache_root}"
     local lock
     exec {lock}>"${out}.lock"
-    flock "${lock}"
+    build_lock "${lock}" "${out}.lock" "${module}"
     if [[ -f "${out}/.built" ]]; then
         exec {lock}>&-
         return 0

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/real-cluster.sh: one real node beside the kwok nodes. A kubelet from the
 # control plane's Kubernetes module, containerd 2.x with runc, the CNI reference plugins (ptp and
 # host-local) and kube-proxy in nftables mode, so pods run as real containers and reach the API
@@ -7,10 +8,37 @@
 # cgroups under one root of its own in every hierarchy (`swarm-<id>`), kube-proxy's nftables
 # tables, and the kernel settings the kubelet changes at start (restored). The node is tainted
 # `swarm.io/real-node:NoSchedule`, so the scenarios' kwok workloads never land on it; what is
-# meant to run there tolerates the taint and selects the label `swarm.io/real-node=true`.
+# meant to run there tolerates the taint and selects the label `swarm.io/real-node=true`. Its
+# configuration files are the templates of hack/real-node/, rendered into <DIR>/node.
 #
-# The caller defines repo_root, cache_root, kube_version, say, die, start, wait_for,
-# write_kubeconfig and go_build.
+#   node_build                          builds (once per version) what the node runs
+#   node_ip                             this machine's address for the node
+#   node_snapshot_host <dir>            records what node_down restores (before `up` starts)
+#   node_up <dir> <server> <pki-dir> <kubectl>
+#                                       starts the node, waits until it is Ready
+#   node_down <dir>                     stops it and removes what it left on the machine
+#   node_leftovers <dir>                prints what it left, nothing when clean
+#   ctr_node <dir> <args...>            ctr against its containerd
+#
+# Globals it reads: repo_root and cache_root (common.sh); kube_version, the Kubernetes version
+# of hack/kube/go.mod (read here unless the caller has set it).
+# Globals it sets: real_node_name, real_node_subnet, real_node_gateway, node_host_paths,
+# kubelet_sysctls, containerd_version, cni_version, pause_version, node_debian_pins,
+# node_templates, and the build directories node_bin, containerd_bin, cni_bin, debian_root and
+# pause_archive.
+
+[[ -n "${swarm_lib_real_node:-}" ]] && return 0
+swarm_lib_real_node=1
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+# shellcheck source=scripts/lib/components.sh
+source "${repo_root}/scripts/lib/components.sh"
+# shellcheck source=scripts/lib/kubeconfig.sh
+source "${repo_root}/scripts/lib/kubeconfig.sh"
+# shellcheck source=scripts/lib/debian.sh
+source "${repo_root}/scripts/lib/debian.sh"
+# shellcheck source=scripts/lib/go-build.sh
+source "${repo_root}/scripts/lib/go-build.sh"
 
 real_node_name=real-node
 real_node_subnet=10.244.0.0/24
@@ -24,20 +52,21 @@ node_host_paths=(/var/lib/kubelet /var/log/containers /var/log/pods /var/lib/cni
 kubelet_sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
     kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
+kube_version="${kube_version:-$(pinned kube k8s.io/kubernetes)}"
 containerd_version="$(pinned containerd github.com/containerd/containerd/v2)"
 cni_version="$(pinned cni github.com/containernetworking/plugins)"
-[[ -n "${containerd_version}" && -n "${cni_version}" ]] ||
-    die "cannot read the pinned containerd and CNI versions from hack/{containerd,cni}/go.mod"
+[[ -n "${kube_version}" && -n "${containerd_version}" && -n "${cni_version}" ]] ||
+    die "cannot read the pinned Kubernetes, containerd and CNI versions from hack/{kube,containerd,cni}/go.mod"
 # Debian's runc (built with libseccomp, which RuntimeDefault profiles need) and nft (which
 # kube-proxy's nftables mode runs), unpacked into the cache, never installed on the host.
-debian_pins="${repo_root}/hack/debian/packages"
-debian_key="$(sha256sum "${debian_pins}" | cut -c1-12)"
+node_debian_pins="${repo_root}/hack/debian/packages"
 pause_version=3.10.2
+node_templates="${repo_root}/hack/real-node"
 
 node_bin="${cache_root}/kube-node-${kube_version}"
 containerd_bin="${cache_root}/containerd-${containerd_version}"
 cni_bin="${cache_root}/cni-${cni_version}"
-debian_root="${cache_root}/debian-${debian_key}"
+debian_root="${cache_root}/debian-$(sha256sum "${node_debian_pins}" | cut -c1-12)"
 pause_archive="${cache_root}/pause-${pause_version}-${kube_version}/pause.tar"
 
 # Builds (once per version) everything the node runs.
@@ -55,26 +84,22 @@ node_build() {
         github.com/containernetworking/plugins/plugins/ipam/host-local
     node_debian_packages
     node_pause_image
-    say "kubelet, kube-proxy ${kube_version}; containerd ${containerd_version}; CNI plugins ${cni_version}; $(awk '!/^#/ && NF { printf "%s%s %s", sep, $1, $2; sep = ", " }' "${debian_pins}") (Debian)"
+    say "kubelet, kube-proxy ${kube_version}; containerd ${containerd_version}; CNI plugins ${cni_version}; $(awk '!/^#/ && NF { printf "%s%s %s", sep, $1, $2; sep = ", " }' "${node_debian_pins}") (Debian)"
 }
 
-# apt-get download + dpkg -x of the pinned packages into ${debian_root}.
+# The pinned packages, downloaded and unpacked into ${debian_root}.
 node_debian_packages() {
     [[ -f "${debian_root}/.built" ]] && return 0
-    command -v apt-get >/dev/null 2>&1 || die "apt-get is needed to fetch runc and nft (Debian packages)"
-    local partial="${debian_root}.partial" pkg version
+    local partial="${debian_root}.partial" specs=()
     rm -rf "${partial}"
     mkdir -p "${partial}/debs" "${partial}/root"
-    while read -r pkg version; do
-        [[ -z "${pkg}" || "${pkg}" == \#* ]] && continue
-        (cd "${partial}/debs" && apt-get download "${pkg}=${version}" >/dev/null 2>&1) ||
-            (apt-get update >/dev/null 2>&1 && cd "${partial}/debs" && apt-get download "${pkg}=${version}" >/dev/null) ||
-            die "cannot download the Debian package ${pkg}=${version} (pinned in ${debian_pins})"
-    done <"${debian_pins}"
-    local deb
-    for deb in "${partial}"/debs/*.deb; do dpkg -x "${deb}" "${partial}/root"; done
+    mapfile -t specs < <(debian_pins "${node_debian_pins}")
+    debian_fetch "${partial}/debs" "${specs[@]}" ||
+        die "cannot download runc and nft, the Debian packages pinned in ${node_debian_pins}"
+    debian_unpack "${partial}/root" "${partial}"/debs/*.deb ||
+        die "cannot unpack the Debian packages of ${partial}/debs"
     [[ -x "${partial}/root/usr/sbin/runc" && -x "${partial}/root/usr/sbin/nft" ]] ||
-        die "the packages of ${debian_pins} hold no runc or nft"
+        die "the packages of ${node_debian_pins} hold no runc or nft"
     touch "${partial}/.built"
     rm -rf "${debian_root}"
     mv "${partial}" "${debian_root}"
@@ -152,10 +177,10 @@ node_snapshot_host() {
     return 0
 }
 
-# node_up <dir> <server> <pki>: starts containerd, the kubelet and kube-proxy, waits until the
-# node is Ready.
+# node_up <dir> <server> <pki> <kubectl>: starts containerd, the kubelet and kube-proxy, waits
+# until the node is Ready.
 node_up() {
-    local dir="$1" server="$2" pki="$3" n="$1/node"
+    local dir="$1" server="$2" pki="$3" kubectl="$4" n="$1/node"
     local ip cgroup kubelet_port kubelet_healthz proxy_healthz proxy_metrics
     ip="$(node_ip)"
     [[ -n "${ip}" ]] || die "cannot find this machine's address (ip -4 route get 1.1.1.1)"
@@ -164,145 +189,12 @@ node_up() {
     mkdir -p "${n}"/{containerd,runc,cni/net.d,cni/ipam,kubelet,logs}
     echo "${ip}" >"${n}/ip"
     echo "${cgroup}" >"${n}/cgroup"
-
-    # The kubelet needs its cgroup root to exist; a new cpuset cgroup starts with no CPUs.
-    local mnt
-    while read -r mnt; do
-        mkdir -p "${mnt}/${cgroup}"
-        if [[ -f "${mnt}/cpuset.cpus" ]]; then
-            cat "${mnt}/cpuset.cpus" >"${mnt}/${cgroup}/cpuset.cpus"
-            cat "${mnt}/cpuset.mems" >"${mnt}/${cgroup}/cpuset.mems"
-        fi
-    done < <(cgroup_mounts)
-
-    cat >"${n}/cni/net.d/10-swarm.conflist" <<EOF
-{
-  "cniVersion": "1.0.0",
-  "name": "swarm-real-node",
-  "plugins": [
-    {
-      "type": "ptp",
-      "ipMasq": false,
-      "ipam": {
-        "type": "host-local",
-        "dataDir": "${n}/cni/ipam",
-        "ranges": [[{ "subnet": "${real_node_subnet}", "gateway": "${real_node_gateway}" }]],
-        "routes": [{ "dst": "0.0.0.0/0" }]
-      }
-    }
-  ]
-}
-EOF
-    cat >"${n}/containerd/config.toml" <<EOF
-version = 3
-root = "${n}/containerd/root"
-state = "${n}/containerd/state"
-disabled_plugins = ["io.containerd.nri.v1.nri"]
-
-[grpc]
-  address = "${n}/containerd/containerd.sock"
-[ttrpc]
-  address = "${n}/containerd/containerd.sock.ttrpc"
-
-[plugins.'io.containerd.internal.v1.opt']
-  path = "${n}/containerd/opt"
-[plugins.'io.containerd.cri.v1.images']
-  snapshotter = "overlayfs"
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = "registry.k8s.io/pause:${pause_version}"
-[plugins.'io.containerd.cri.v1.runtime']
-  # No CAP_SYS_RESOURCE here: a negative oom_score_adj cannot be written.
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  cdi_spec_dirs = []
-  enable_criu = false
-  [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-    runtime_type = "io.containerd.runc.v2"
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-      BinaryName = "${debian_root}/root/usr/sbin/runc"
-      Root = "${n}/runc"
-      SystemdCgroup = false
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ["${cni_bin}"]
-    conf_dir = "${n}/cni/net.d"
-    use_internal_loopback = true
-[plugins.'io.containerd.grpc.v1.cri']
-  stream_server_address = "127.0.0.1"
-EOF
-    start "${dir}" containerd env PATH="${containerd_bin}:${PATH}" \
-        "${containerd_bin}/containerd" --config "${n}/containerd/config.toml"
-    wait_for "${dir}" "containerd to serve" 60 containerd ctr_node "${dir}" version
-    ctr_node "${dir}" images import --base-name registry.k8s.io/pause "${pause_archive}" >/dev/null 2>&1 ||
-        die "cannot import the pause image into containerd"
-
+    node_make_cgroup "${cgroup}"
+    node_start_containerd "${dir}"
     write_kubeconfig "${n}/kubelet.kubeconfig" "${pki}" node "${server}"
     write_kubeconfig "${n}/kube-proxy.kubeconfig" "${pki}" kube-proxy "${server}"
-    cat >"${n}/kubelet.yaml" <<EOF
-apiVersion: kubelet.config.k8s.io/v1beta1
-kind: KubeletConfiguration
-# cgroup v1 is all this machine has: 1.37 still supports it when asked.
-failCgroupV1: false
-cgroupDriver: cgroupfs
-cgroupRoot: /${cgroup}
-containerRuntimeEndpoint: unix://${n}/containerd/containerd.sock
-port: ${kubelet_port}
-readOnlyPort: 0
-healthzBindAddress: 127.0.0.1
-healthzPort: ${kubelet_healthz}
-authentication:
-  anonymous:
-    enabled: false
-  webhook:
-    enabled: true
-  x509:
-    clientCAFile: ${pki}/ca.crt
-authorization:
-  mode: Webhook
-failSwapOn: false
-resolvConf: /etc/resolv.conf
-registerWithTaints:
-  - key: swarm.io/real-node
-    effect: NoSchedule
-# The machine's disk is shared with the builds: no eviction or image GC for the tests' sake.
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: 1%
-  imagefs.available: 1%
-  nodefs.inodesFree: 1%
-# Kept under <DIR>, not in /var/log/pods and /usr/libexec/kubernetes.
-podLogsDir: ${n}/pod-logs
-volumePluginDir: ${n}/kubelet/volume-plugins
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-serializeImagePulls: false
-EOF
-    start "${dir}" kubelet "${node_bin}/kubelet" \
-        --config="${n}/kubelet.yaml" --kubeconfig="${n}/kubelet.kubeconfig" \
-        --root-dir="${n}/kubelet" --cert-dir="${n}/kubelet/pki" \
-        --hostname-override="${real_node_name}" --node-ip="${ip}" \
-        --node-labels="swarm.io/real-node=true"
-
-    cat >"${n}/kube-proxy.yaml" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: nftables
-clientConnection:
-  kubeconfig: ${n}/kube-proxy.kubeconfig
-hostnameOverride: ${real_node_name}
-clusterCIDR: ${real_node_subnet}
-healthzBindAddress: 127.0.0.1:${proxy_healthz}
-metricsBindAddress: 127.0.0.1:${proxy_metrics}
-nodePortAddresses: ["primary"]
-# Leave the machine's conntrack settings as they are.
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-EOF
-    start "${dir}" kube-proxy env PATH="${debian_root}/root/usr/sbin:${PATH}" \
-        LD_LIBRARY_PATH="${debian_root}/root/usr/lib/x86_64-linux-gnu" \
-        "${node_bin}/kube-proxy" --config="${n}/kube-proxy.yaml"
+    node_start_kubelet "${dir}" "${pki}" "${ip}" "${cgroup}" "${kubelet_port}" "${kubelet_healthz}"
+    node_start_kube_proxy "${dir}" "${proxy_healthz}" "${proxy_metrics}"
 
     local admin=("${kubectl}" --kubeconfig "${dir}/kubeconfig")
     wait_for "${dir}" "the real node to register" 120 kubelet "${admin[@]}" get node "${real_node_name}"
@@ -312,88 +204,160 @@ EOF
         curl -fsS "http://127.0.0.1:${proxy_healthz}/healthz"
 }
 
+# The kubelet needs its cgroup root to exist in every hierarchy; a new cpuset cgroup starts with
+# no CPUs.
+node_make_cgroup() {
+    local cgroup="$1" mnt
+    while read -r mnt; do
+        mkdir -p "${mnt}/${cgroup}"
+        if [[ -f "${mnt}/cpuset.cpus" ]]; then
+            cat "${mnt}/cpuset.cpus" >"${mnt}/${cgroup}/cpuset.cpus"
+            cat "${mnt}/cpuset.mems" >"${mnt}/${cgroup}/cpuset.mems"
+        fi
+    done < <(cgroup_mounts)
+}
+
+# containerd with the CNI configuration, serving, with the pause image imported.
+node_start_containerd() {
+    local dir="$1" n="$1/node"
+    render "${node_templates}/10-swarm.conflist.tmpl" "${n}/cni/net.d/10-swarm.conflist" \
+        NODE_DIR="${n}" SUBNET="${real_node_subnet}" GATEWAY="${real_node_gateway}"
+    render "${node_templates}/containerd.toml.tmpl" "${n}/containerd/config.toml" \
+        NODE_DIR="${n}" PAUSE_VERSION="${pause_version}" RUNC="${debian_root}/root/usr/sbin/runc" \
+        CNI_BIN_DIR="${cni_bin}"
+    start_component "${dir}" containerd env PATH="${containerd_bin}:${PATH}" \
+        "${containerd_bin}/containerd" --config "${n}/containerd/config.toml"
+    wait_for "${dir}" "containerd to serve" 60 containerd ctr_node "${dir}" --timeout 10s version
+    ctr_node "${dir}" images import --base-name registry.k8s.io/pause "${pause_archive}" >/dev/null 2>&1 ||
+        die "cannot import the pause image into containerd"
+}
+
+# node_start_kubelet <dir> <pki> <ip> <cgroup> <port> <healthz port>
+node_start_kubelet() {
+    local dir="$1" pki="$2" ip="$3" cgroup="$4" port="$5" healthz="$6" n="$1/node"
+    render "${node_templates}/kubelet.yaml.tmpl" "${n}/kubelet.yaml" \
+        NODE_DIR="${n}" CGROUP="${cgroup}" PORT="${port}" HEALTHZ_PORT="${healthz}" PKI_DIR="${pki}"
+    start_component "${dir}" kubelet "${node_bin}/kubelet" \
+        --config="${n}/kubelet.yaml" --kubeconfig="${n}/kubelet.kubeconfig" \
+        --root-dir="${n}/kubelet" --cert-dir="${n}/kubelet/pki" \
+        --hostname-override="${real_node_name}" --node-ip="${ip}" \
+        --node-labels="swarm.io/real-node=true"
+}
+
+# node_start_kube_proxy <dir> <healthz port> <metrics port>
+node_start_kube_proxy() {
+    local dir="$1" healthz="$2" metrics="$3" n="$1/node"
+    render "${node_templates}/kube-proxy.yaml.tmpl" "${n}/kube-proxy.yaml" \
+        NODE_DIR="${n}" NODE_NAME="${real_node_name}" CLUSTER_CIDR="${real_node_subnet}" \
+        HEALTHZ_PORT="${healthz}" METRICS_PORT="${metrics}"
+    start_component "${dir}" kube-proxy env PATH="${debian_root}/root/usr/sbin:${PATH}" \
+        LD_LIBRARY_PATH="${debian_root}/root/usr/lib/x86_64-linux-gnu" \
+        "${node_bin}/kube-proxy" --config="${n}/kube-proxy.yaml"
+}
+
 # Stops the node's processes and removes everything they left on the machine. Safe to run on a
 # node that never started or is half gone.
 node_down() {
-    local dir="$1" n="$1/node" name pid
+    local dir="$1" n="$1/node" cgroup
     [[ -d "${n}" ]] || return 0
-    local cgroup
     cgroup="$(cat "${n}/cgroup" 2>/dev/null || node_cgroup_name "${dir}")"
-    for name in kube-proxy kubelet; do
-        stop_component "${dir}" "${name}"
-    done
-    # The containers' processes: every process in the node's cgroups (the pods' and the
-    # shims'), then the shims and containerd.
-    local round
-    for round in 1 2 3 4 5; do
-        local pids
-        pids="$(node_cgroup_pids "${cgroup}")"
-        [[ -z "${pids}" ]] && break
-        # shellcheck disable=SC2086
-        kill -KILL ${pids} 2>/dev/null || true
+    stop_component "${dir}" kube-proxy
+    stop_component "${dir}" kubelet
+    node_kill_containers "${dir}" "${cgroup}"
+    node_unmount "${n}"
+    node_remove_cgroups "${cgroup}"
+    # What follows is the machine's, not this directory's: only the node's owner removes it.
+    [[ -f "${n}/owner" ]] || return 0
+    node_remove_network
+    node_remove_shim_sockets "${n}"
+    node_remove_host_paths "${n}"
+    node_restore_sysctls "${n}"
+}
+
+# The containers' processes: every process in the node's cgroups (the pods' and the shims'),
+# then the shims and containerd, then whatever still runs from the node's directory.
+node_kill_containers() {
+    local dir="$1" cgroup="$2" pids=() pid
+    for _ in 1 2 3 4 5; do
+        read -r -a pids <<<"$(node_cgroup_pids "${cgroup}")"
+        ((${#pids[@]} == 0)) && break
+        kill -KILL "${pids[@]}" 2>/dev/null || true
         sleep 0.2
     done
     stop_component "${dir}" containerd
-    for pid in $(pgrep -f -- "${n}/" || true); do
+    for pid in $(pgrep -f -- "${dir}/node/" || true); do
         kill -KILL "${pid}" 2>/dev/null || true
     done
+}
 
-    # Mounts under the node's directory (container root file systems, the kubelet's volumes and
-    # its bind-mounted root, network namespaces), deepest first.
-    local mounts
-    for round in 1 2 3; do
+# Mounts under the node's directory (container root file systems, the kubelet's volumes and its
+# bind-mounted root, network namespaces), deepest first.
+node_unmount() {
+    local n="$1" mounts=() mnt
+    for _ in 1 2 3; do
         mapfile -t mounts < <(awk -v p="${n}/" 'index($2, p) == 1 { print $2 }' /proc/self/mounts | sort -r)
         ((${#mounts[@]} == 0)) && break
-        for name in "${mounts[@]}"; do
-            umount "${name}" 2>/dev/null || umount -l "${name}" 2>/dev/null || true
+        for mnt in "${mounts[@]}"; do
+            umount "${mnt}" 2>/dev/null || umount -l "${mnt}" 2>/dev/null || true
         done
     done
-    # cgroups, innermost first.
-    local mnt
+}
+
+# The node's cgroups, innermost first.
+node_remove_cgroups() {
+    local cgroup="$1" mnt
     while read -r mnt; do
         [[ -d "${mnt}/${cgroup}" ]] || continue
         find "${mnt}/${cgroup}" -depth -type d -exec rmdir {} + 2>/dev/null || true
     done < <(cgroup_mounts)
-    # What follows is the machine's, not this directory's: only the node's owner removes it.
-    [[ -f "${n}/owner" ]] || return 0
-    # Host ends of the pods' veth pairs (gone with their namespaces, unless one is held).
-    local link
+}
+
+# Host ends of the pods' veth pairs (gone with their namespaces, unless one is held), and
+# kube-proxy's tables (it has no rules anywhere else in nftables mode).
+node_remove_network() {
+    local link family
     for link in $(ip -o -4 addr show 2>/dev/null | awk -v gw="${real_node_gateway}/32" '$4 == gw { print $2 }'); do
         ip link delete "${link}" 2>/dev/null || true
     done
-    # kube-proxy's tables (it has no rules anywhere else in nftables mode).
-    local family
     for family in ip ip6; do
         node_nft delete table "${family}" kube-proxy 2>/dev/null || true
     done
-    # Shim sockets containerd keeps in /run/containerd/s, whatever its state directory.
-    if [[ -d /run/containerd/s ]]; then
-        local sock
-        for sock in $(ls -A /run/containerd/s); do
-            grep -qxF "${sock}" "${n}/shim-sockets-before" 2>/dev/null || rm -f "/run/containerd/s/${sock}"
-        done
-        if [[ ! -s "${n}/shim-sockets-before" ]]; then
-            rmdir /run/containerd/s /run/containerd 2>/dev/null || true
-        fi
+}
+
+# Shim sockets containerd keeps in /run/containerd/s, whatever its state directory: those that
+# were not there before `up`.
+node_remove_shim_sockets() {
+    local n="$1" sock
+    [[ -d /run/containerd/s ]] || return 0
+    while IFS= read -r sock; do
+        grep -qxF "${sock}" "${n}/shim-sockets-before" 2>/dev/null || rm -f "/run/containerd/s/${sock}"
+    done < <(find /run/containerd/s -mindepth 1 -maxdepth 1 -printf '%f\n')
+    if [[ ! -s "${n}/shim-sockets-before" ]]; then
+        rmdir /run/containerd/s /run/containerd 2>/dev/null || true
     fi
-    # What the daemons wrote outside <DIR>: the links to this node's container logs, and every
-    # path of node_host_paths that did not exist before `up`.
-    local link_path
+}
+
+# What the daemons wrote outside <DIR>: the links to this node's container logs, and every path
+# of node_host_paths that did not exist before `up`.
+node_remove_host_paths() {
+    local n="$1" link_path path
     for link_path in /var/log/containers/*; do
         [[ -L "${link_path}" && "$(readlink "${link_path}")" == "${n}/"* ]] && rm -f "${link_path}"
     done
-    if [[ -f "${n}/host-paths-before" ]]; then
-        local path
-        for path in "${node_host_paths[@]}"; do
-            grep -qxF "${path}" "${n}/host-paths-before" || rm -rf "${path}"
-        done
-    fi
-    if [[ -f "${n}/sysctls-before" ]]; then
-        while IFS='=' read -r key value; do
-            sysctl -qw "${key}=${value}" 2>/dev/null || say "cannot restore ${key}=${value}"
-        done <"${n}/sysctls-before"
-        rm -f "${n}/sysctls-before"
-    fi
+    [[ -f "${n}/host-paths-before" ]] || return 0
+    for path in "${node_host_paths[@]}"; do
+        grep -qxF "${path}" "${n}/host-paths-before" || rm -rf "${path}"
+    done
+}
+
+# The kernel settings as they were before `up`.
+node_restore_sysctls() {
+    local n="$1" key value
+    [[ -f "${n}/sysctls-before" ]] || return 0
+    while IFS='=' read -r key value; do
+        sysctl -qw "${key}=${value}" 2>/dev/null || say "cannot restore ${key}=${value}"
+    done <"${n}/sysctls-before"
+    rm -f "${n}/sysctls-before"
 }
 
 node_nft() {
@@ -411,13 +375,12 @@ node_cgroup_pids() {
 
 # What the node leaves on the machine: prints one line per leftover, nothing when clean.
 node_leftovers() {
-    local dir="$1" n="$1/node" cgroup mnt
+    local dir="$1" n="$1/node" cgroup mnt pid
     cgroup="$(cat "${n}/cgroup" 2>/dev/null || node_cgroup_name "${dir}")"
     awk -v p="${dir}/" 'index($2, p) == 1 { print "mount: " $2 }' /proc/self/mounts
     while read -r mnt; do
         [[ -d "${mnt}/${cgroup}" ]] && echo "cgroup: ${mnt}/${cgroup}"
     done < <(cgroup_mounts)
-    local pid
     for pid in $(pgrep -f -- "${dir}/" || true); do
         [[ "${pid}" == "$$" ]] && continue
         echo "process: ${pid} $(tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null)"
@@ -434,7 +397,13 @@ node_leftovers() {
     if [[ -f "${n}/sysctls-before" ]]; then
         echo "sysctls: not restored (${n}/sysctls-before)"
     fi
-    local path
+    node_host_path_leftovers "${n}"
+}
+
+# The paths of node_host_paths that `up` made and `down` left, and the links to this node's
+# container logs.
+node_host_path_leftovers() {
+    local n="$1" path
     for path in "${node_host_paths[@]}"; do
         [[ -e "${path}" ]] || continue
         if [[ ! -f "${n}/host-paths-before" ]] || ! grep -qxF "${path}" "${n}/host-paths-before"; then
