@@ -15,6 +15,8 @@
 #   scripts/test.sh --test e2e               # extra arguments go to the kube-sim tier's
 #                                            # `cargo test --workspace`
 #   SWARM_REAL_CLUSTER=0 scripts/test.sh     # the kube-sim tier only
+#   scripts/test.sh --quick                  # the inner loop: unit, property and planner
+#                                            # tests, no cluster and no tools (CONTRIBUTING.md)
 #   SWARM_SOAK_MINUTES=30 SWARM_SOAK_SEED=7 scripts/test.sh
 #                                            # a longer fault soak (default: 3 minutes, seed 1)
 #
@@ -31,6 +33,18 @@ say_fd=1
 # shellcheck source=scripts/lib/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 cd "${repo_root}"
+
+# The inner loop: what a change to the planner, the assignment, the protocol or the worker
+# library needs first, in a few minutes, before the tiers below.
+if [[ "${1:-}" == "--quick" ]]; then
+    say "the quick loop: unit tests, the planner's scenarios and handoff simulation, the assignment's properties"
+    cargo test --workspace --locked --lib --bins
+    cargo test --locked --test integration -- planner_scenarios handoff_simulation \
+        deployment_scenarios fenced_write
+    cargo test --locked -p swarm-assign -p swarm-protocol --tests
+    say "the quick loop passed in $((SECONDS)) s"
+    exit 0
+fi
 
 # Where the time went: one "<step>\t<seconds>" line per step.
 timings="${SWARM_TIMINGS:-$(mktemp "${TMPDIR:-/tmp}/swarm-timings.XXXXXX")}"
