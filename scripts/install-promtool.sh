@@ -14,31 +14,9 @@ PROMTOOL_WANTED="2.42.0+ds"
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=scripts/lib/debian.sh
 source "${repo_root}/scripts/lib/debian.sh"
-tools_dir="${repo_root}/.tools"
-install_dir="${tools_dir}/promtool-${PROMETHEUS_DEB_VERSION}"
-bin_dir="${tools_dir}/bin"
-target="${bin_dir}/promtool"
-
 installed_version() {
     # "promtool, version 2.42.0+ds (branch: ...)"
     "$1" --version 2>/dev/null | sed -n 's/^promtool, version \([^ ]*\).*/\1/p' || true
 }
 
-if [[ -x "${target}" && "$(installed_version "${target}")" == "${PROMTOOL_WANTED}" ]]; then
-    echo "${target}"
-    exit 0
-fi
-
-work="$(mktemp -d)"
-trap 'rm -rf "${work}"' EXIT
-debian_fetch "${work}" "prometheus=${PROMETHEUS_DEB_VERSION}" ||
-    die "cannot fetch Debian's prometheus ${PROMETHEUS_DEB_VERSION}; install promtool ${PROMTOOL_WANTED} and set PROMTOOL"
-debian_unpack "${work}/root" "${work}"/prometheus_*.deb
-mkdir -p "${install_dir}" "${bin_dir}"
-cp "${work}/root/usr/bin/promtool" "${install_dir}/promtool"
-ln -sfn "../promtool-${PROMETHEUS_DEB_VERSION}/promtool" "${target}"
-
-got="$(installed_version "${target}")"
-[[ "${got}" == "${PROMTOOL_WANTED}" ]] ||
-    die "installed promtool reports version '${got}', expected ${PROMTOOL_WANTED}"
-echo "${target}"
+debian_install_tool promtool "prometheus=${PROMETHEUS_DEB_VERSION}" "${PROMTOOL_WANTED}" installed_version

@@ -64,3 +64,31 @@ debian_unpack() {
         }
     done
 }
+
+# debian_install_tool <tool> <package=version> <wanted> <version_of>: installs /usr/bin/<tool> of
+# the pinned Debian package into <repo>/.tools/<tool>-<version>, links .tools/bin/<tool> to it and
+# prints that path. An installed binary for which the function <version_of> prints <wanted> is
+# reused. Reads repo_root.
+debian_install_tool() {
+    local tool="$1" pin="$2" wanted="$3" version_of="$4"
+    local package="${pin%%=*}" version="${pin#*=}"
+    local target="${repo_root}/.tools/bin/${tool}" install_dir="${repo_root}/.tools/${tool}-${version}"
+    if [[ -x "${target}" && "$("${version_of}" "${target}")" == "${wanted}" ]]; then
+        echo "${target}"
+        return 0
+    fi
+    local work got
+    work="$(mktemp -d)"
+    debian_fetch "${work}" "${pin}" || {
+        rm -rf "${work}"
+        die "cannot fetch Debian's ${package} ${version}; install ${tool} ${wanted} from elsewhere"
+    }
+    debian_unpack "${work}/root" "${work}/${package}"_*.deb
+    mkdir -p "${install_dir}" "${repo_root}/.tools/bin"
+    cp "${work}/root/usr/bin/${tool}" "${install_dir}/${tool}"
+    rm -rf "${work}"
+    ln -sfn "../${tool}-${version}/${tool}" "${target}"
+    got="$("${version_of}" "${target}")"
+    [[ "${got}" == "${wanted}" ]] || die "installed ${tool} reports version '${got}', expected ${wanted}"
+    echo "${target}"
+}
