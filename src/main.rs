@@ -58,7 +58,8 @@ struct RunArgs {
     /// their turn in the order they were triggered.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     max_concurrent_reconciles: u16,
-    /// Address of the /healthz, /readyz and /metrics endpoints.
+    /// Address of the /healthz, /readyz and /metrics endpoints (port 0: a free port, logged
+    /// at start).
     #[arg(long, default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
     /// Run as one of several replicas: only the holder of a Lease reconciles, the others
@@ -174,6 +175,12 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(args.http_addr)
             .await
             .with_context(|| format!("binding {}", args.http_addr))?;
+        // The bound address, not the flag: `--http-addr 127.0.0.1:0` picks a free port, and
+        // whoever started the process learns it from this line.
+        info!(
+            addr = %listener.local_addr().context("reading the bound address")?,
+            "serving /healthz, /readyz and /metrics"
+        );
 
         let state = Arc::new(HttpState::new(registry));
 

@@ -23,6 +23,7 @@ pub mod manifests;
 pub mod observe;
 pub mod operator;
 pub mod poll;
+pub mod ports;
 pub mod promtool;
 pub mod real_cluster;
 pub mod sim_inspect;

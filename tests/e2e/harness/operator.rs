@@ -1,7 +1,7 @@
 //! The operator under test: the built binary, run as its own process.
 
 use std::fs::File;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -11,27 +11,36 @@ use super::poll::eventually_within;
 /// How long the operator may take to start and sync its caches.
 const STARTUP: Duration = Duration::from_secs(60);
 
+/// What the operator logs, with the address it bound, once its HTTP server listens.
+const LISTENING: &str = "serving /healthz, /readyz and /metrics";
+
 /// A running `swarm-operator`, killed when dropped.
 pub struct Operator {
     child: tokio::process::Child,
-    http_addr: SocketAddr,
+    /// Known once the process has logged it (see [`LISTENING`]).
+    http_addr: Option<SocketAddr>,
     log: PathBuf,
+    /// Where this process's part of `log` starts: a replica restarted under the same name
+    /// appends to its predecessor's log.
+    log_start: u64,
 }
 
 impl Operator {
     /// Starts `swarm-operator run [extra_args]` with `KUBECONFIG=kubeconfig` and
-    /// `POD_NAME=pod_name` (its identity, as in a cluster), its health endpoints on a free
-    /// loopback port, and everything it prints appended to `log`.
+    /// `POD_NAME=pod_name` (its identity, as in a cluster), its health endpoints on a
+    /// loopback port it picks itself (a port chosen here and bound there could be taken in
+    /// between by any of the scenarios running beside it), and everything it prints appended
+    /// to `log`.
     pub fn spawn(kubeconfig: &Path, extra_args: &[&str], pod_name: &str, log: &Path) -> Operator {
-        let http_addr = free_loopback_addr();
         let out = File::options()
             .create(true)
             .append(true)
             .open(log)
             .unwrap_or_else(|e| panic!("cannot open {}: {e}", log.display()));
+        let log_start = out.metadata().expect("stat the operator log").len();
         let err = out.try_clone().expect("duplicate the log file handle");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
-            .args(["run", "--http-addr", &http_addr.to_string()])
+            .args(["run", "--http-addr", "127.0.0.1:0"])
             .args(extra_args)
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", pod_name)
@@ -48,20 +57,24 @@ impl Operator {
             .expect("spawn the swarm-operator binary");
         Operator {
             child,
-            http_addr,
+            http_addr: None,
             log: log.to_path_buf(),
+            log_start,
         }
     }
 
     /// Waits until `/readyz` answers 200 (the operator's caches have synced); fails the test
     /// at once if the process exits first.
     pub async fn wait_ready(&mut self, http: &reqwest::Client) {
-        let url = format!("http://{}/readyz", self.http_addr);
-        let log = self.log.clone();
+        let (log, log_start) = (self.log.clone(), self.log_start);
         let child = &mut self.child;
+        let http_addr = &mut self.http_addr;
         eventually_within("the operator to report ready on /readyz", STARTUP, || {
             let exited = child.try_wait().expect("poll the operator process");
-            let request = http.get(&url).send();
+            if http_addr.is_none() {
+                *http_addr = bound_addr(&read_log(&log), log_start);
+            }
+            let request = http_addr.map(|addr| http.get(format!("http://{addr}/readyz")).send());
             let log = log.clone();
             async move {
                 if let Some(status) = exited {
@@ -70,6 +83,9 @@ impl Operator {
                         read_log(&log)
                     );
                 }
+                let Some(request) = request else {
+                    return Err(format!("no \"{LISTENING}\" in its log yet"));
+                };
                 match request.await {
                     Ok(response) if response.status().is_success() => Ok(()),
                     Ok(response) => Err(format!("/readyz answered {}", response.status())),
@@ -83,7 +99,7 @@ impl Operator {
     /// What `/metrics` serves to a client that does not ask for OpenMetrics (the classic
     /// Prometheus text format, as `curl` and `promtool` read it).
     pub async fn metrics(&self, http: &reqwest::Client) -> String {
-        let url = format!("http://{}/metrics", self.http_addr);
+        let url = format!("http://{}/metrics", self.addr());
         let response = http.get(&url).send().await.expect("GET /metrics");
         assert!(
             response.status().is_success(),
@@ -95,10 +111,16 @@ impl Operator {
 
     /// `/readyz`: its status code and body.
     pub async fn readyz(&self, http: &reqwest::Client) -> (u16, String) {
-        let url = format!("http://{}/readyz", self.http_addr);
+        let url = format!("http://{}/readyz", self.addr());
         let response = http.get(&url).send().await.expect("GET /readyz");
         let status = response.status().as_u16();
         (status, response.text().await.unwrap_or_default())
+    }
+
+    /// The address its HTTP server listens on.
+    fn addr(&self) -> SocketAddr {
+        self.http_addr
+            .expect("the operator has started (wait_ready) before its endpoints are used")
     }
 
     /// Sends `signal` (`STOP`, `CONT`, ...) to the process.
@@ -135,8 +157,31 @@ pub fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// A loopback address with a port that was free a moment ago.
-fn free_loopback_addr() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local address")
+/// The address in the [`LISTENING`] line that `log` holds after byte `start`.
+fn bound_addr(log: &str, start: u64) -> Option<SocketAddr> {
+    let own = log.get(usize::try_from(start).ok()?..)?;
+    let line = own.lines().find(|line| line.contains(LISTENING))?;
+    let value = line
+        .split_whitespace()
+        .find_map(|field| field.strip_prefix("addr="))?;
+    value.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bound_address_is_read_from_this_process_s_part_of_the_log() {
+        let earlier = "2026-11-29T15:55:30Z  INFO swarm_operator: serving /healthz, /readyz and /metrics addr=127.0.0.1:1111\n";
+        let own = "2026-11-29T15:56:00Z  INFO swarm_operator: starting swarm-operator version=\"0.1.0\"\n\
+                   2026-11-29T15:56:00Z  INFO swarm_operator: serving /healthz, /readyz and /metrics addr=127.0.0.1:2222\n";
+        let log = format!("{earlier}{own}");
+        assert_eq!(
+            bound_addr(&log, earlier.len() as u64),
+            Some("127.0.0.1:2222".parse().unwrap())
+        );
+        assert_eq!(bound_addr(earlier, earlier.len() as u64), None);
+        assert_eq!(bound_addr("", 0), None);
+    }
 }

@@ -14,7 +14,7 @@
 //! [`Reports`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,6 +24,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube_sim::controllers::prober::PROBE_ADDRESS_ANNOTATION;
 use serde_json::{Value, json};
+
+use crate::harness::ports;
 
 mod kubelet_prober;
 mod process;
@@ -396,12 +398,10 @@ pub fn with_readiness_probe(mut workload: Value) -> Value {
     workload
 }
 
-/// A free loopback address for one worker's readiness endpoint. The port is free when picked;
-/// the worker binds it moments later (port 0 would leave the fleet not knowing where).
+/// A free loopback address for one worker's readiness endpoint (port 0 would leave the fleet
+/// not knowing where it listens).
 fn health_address() -> String {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind a free loopback port");
-    let port = listener.local_addr().expect("a bound port").port();
-    format!("{}:{port}", Ipv4Addr::LOCALHOST)
+    format!("{}:{}", Ipv4Addr::LOCALHOST, ports::loopback_port())
 }
 
 /// Adds the fleet's finalizer to a running pod and the address its worker will serve readiness
