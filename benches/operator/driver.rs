@@ -24,6 +24,7 @@ use tokio::task::JoinHandle;
 
 use crate::cluster::{is_ready, load_config};
 use crate::process::Requests;
+use crate::worker_identity;
 
 /// The user agent of the load driver's requests.
 pub const USER_AGENT: &str = "swarm-operator-bench-workers";
@@ -130,8 +131,15 @@ pub struct LoadDriver {
 
 impl LoadDriver {
     /// Starts following the pods of `namespace` with a client of its own from `kubeconfig`;
-    /// `permit` overrides the library's permit (30 s, a fence read every 15 s).
-    pub async fn start(kubeconfig: &Path, namespace: &str, permit: Option<Duration>) -> Self {
+    /// `permit` overrides the library's permit (30 s, a fence read every 15 s). On a real
+    /// control plane the workers authenticate as the worker ServiceAccount (see
+    /// [`worker_identity`]); kube-sim checks no credentials.
+    pub async fn start(
+        kubeconfig: &Path,
+        namespace: &str,
+        permit: Option<Duration>,
+        real: bool,
+    ) -> Self {
         let mut config = load_config(kubeconfig).await;
         config.headers.push((
             http::header::USER_AGENT,
@@ -144,10 +152,16 @@ impl LoadDriver {
             "requests of the load driver",
             counter.clone(),
         );
-        let clients = Clients::new(&config, &counter);
+        let pod_watch = http2_client(config.clone(), counter.clone());
+        let workers = if real {
+            worker_identity::worker_config(&config, &pod_watch, namespace).await
+        } else {
+            config
+        };
+        let clients = Clients::new(&workers, &counter);
         let state = Arc::new(Mutex::new(State::default()));
         let pods = tokio::spawn(follow_pods(
-            clients,
+            (pod_watch, clients),
             namespace.to_owned(),
             permit,
             state.clone(),
@@ -211,14 +225,15 @@ impl LoadDriver {
     }
 }
 
-/// Watches the namespace's pods and keeps one worker per Ready pod.
+/// Watches the namespace's pods (with `pod_watch`, the benchmark's own identity) and keeps one
+/// worker per Ready pod (with `clients`).
 async fn follow_pods(
-    clients: Clients,
+    (pod_watch, clients): (Client, Clients),
     namespace: String,
     permit: Option<Duration>,
     state: Arc<Mutex<State>>,
 ) {
-    let pods: Api<Pod> = Api::namespaced(clients.of(""), &namespace);
+    let pods: Api<Pod> = Api::namespaced(pod_watch, &namespace);
     let mut events = std::pin::pin!(watcher(pods, watcher::Config::default()).default_backoff());
     let spread = fence::read_interval(permit.unwrap_or(fence::DEFAULT_PERMIT));
     let mut listed = Vec::new();

@@ -58,6 +58,7 @@ mod pools;
 mod process;
 mod report;
 mod served;
+mod worker_identity;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::apiserver::{self, Sample};
 use crate::cluster::{
-    Cluster, changed, configmap_watch_bytes, poll, settled, wait_for, worker_config_map_versions,
+    Cluster, ControlPlane, changed, configmap_watch_bytes, poll, settled, wait_for,
+    worker_config_map_versions,
 };
 use crate::driver::{self, LoadDriver};
 use crate::pools::{Pools, config_map_name, first_configs_written, pool_name, pool_versions};
@@ -51,7 +52,8 @@ pub async fn start_load_driver(
         return None;
     }
     let permit = permit_seconds.map(Duration::from_secs);
-    let driver = LoadDriver::start(&cluster.kubeconfig, &cluster.namespace, permit).await;
+    let real = matches!(cluster.plane, ControlPlane::Real);
+    let driver = LoadDriver::start(&cluster.kubeconfig, &cluster.namespace, permit, real).await;
     let expected = cell.pools * cell.workers;
     wait_for("a worker for every pod", PHASE_LIMIT, || async {
         (driver.running() == expected).then_some(())

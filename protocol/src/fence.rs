@@ -59,6 +59,16 @@ pub fn retry_delay(failures: u32, permit: Duration) -> Duration {
     doubled.min(retry_cap(permit))
 }
 
+/// The wait before the next read after the API server shed one (429 Too Many Requests: API
+/// Priority and Fairness rejecting what it cannot queue): a quarter of the permit plus `draw`
+/// (in [0, 1)) times another quarter, 7.5 s to 15 s by default. A shed read is not a fault to
+/// retry quickly: thousands of workers retrying every [`retry_cap`] would send the overloaded
+/// server several times their resting rate and keep it overloaded, while this keeps them within
+/// a third of it above, spread at random, and still leaves one more read before the permit lapses.
+pub fn shed_retry_delay(permit: Duration, draw: f64) -> Duration {
+    permit / 4 + (permit / 4).mul_f64(draw.clamp(0.0, 1.0))
+}
+
 /// How long the operator waits, on its own clock, from the answer to a write that revoked jobs
 /// from a worker with permit `permit` until it may grant them elsewhere without an
 /// acknowledgement: `permit * (1 + ρ) / (1 - ρ) + grace`. A permit measured from a send before
@@ -78,6 +88,14 @@ mod tests {
         assert_eq!(ready_within(DEFAULT_PERMIT), Duration::from_secs(18));
         assert_eq!(read_timeout(DEFAULT_PERMIT), Duration::from_secs(30));
         assert_eq!(retry_cap(DEFAULT_PERMIT), Duration::from_millis(3750));
+        assert_eq!(
+            shed_retry_delay(DEFAULT_PERMIT, 0.0),
+            Duration::from_millis(7500)
+        );
+        assert_eq!(
+            shed_retry_delay(DEFAULT_PERMIT, 1.0),
+            Duration::from_secs(15)
+        );
         let wait = revoke_wait(DEFAULT_PERMIT, Duration::from_secs(2));
         assert!(wait > Duration::from_millis(33_220) && wait < Duration::from_millis(33_230));
     }

@@ -213,6 +213,8 @@ struct TimingCase {
     read_timeout_seconds: f64,
     ready_within_seconds: f64,
     retry_seconds: Vec<f64>,
+    /// The shortest and the longest wait after a shed read.
+    shed_retry_seconds: (f64, f64),
     grace_seconds: u64,
     revoke_wait_seconds: f64,
 }
@@ -252,6 +254,12 @@ fn the_fence_timing() {
                 "{name}, {failures} failures: {delay:?}"
             );
         }
+        let (shortest, longest) = case.shed_retry_seconds;
+        assert!(
+            seconds(fence::shed_retry_delay(permit, 0.0), shortest)
+                && seconds(fence::shed_retry_delay(permit, 1.0), longest),
+            "{name}: a shed read's wait"
+        );
         let grace = Duration::from_secs(case.grace_seconds);
         let wait = fence::revoke_wait(permit, grace);
         assert!(

@@ -15,7 +15,7 @@
 
 use std::time::Duration;
 
-use swarm_protocol::fence::{read_interval, ready_within, retry_delay};
+use swarm_protocol::fence::{read_interval, ready_within, retry_delay, shed_retry_delay};
 use tokio::time::Instant;
 
 use crate::handoff::{Entry, Handoff};
@@ -99,6 +99,14 @@ impl Fence {
     pub fn read_failed(&mut self, now: Instant) {
         self.failures = self.failures.saturating_add(1);
         self.next_read = now + retry_delay(self.failures, self.permit);
+    }
+
+    /// The API server shed a fence read at `now` (429): the next read goes a quarter to half
+    /// the permit later, at `draw` (in [0, 1)) between the two, not after the quick retries of
+    /// a failure (see [`shed_retry_delay`]). It counts as a failure for the retries after it.
+    pub fn read_shed(&mut self, now: Instant, draw: f64) {
+        self.failures = self.failures.saturating_add(1);
+        self.next_read = now + shed_retry_delay(self.permit, draw);
     }
 
     /// A watch event for the ConfigMap came at `now`: it proves nothing, but the next read is
@@ -319,6 +327,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_shed_read_is_tried_again_a_quarter_to_half_the_permit_later_and_a_failure_soon() {
+        let start = Instant::now();
+        let mut fence = Fence::new(Duration::from_secs(30), start);
+        fence.read(start, Entry::new(Some(1), ["a"]));
+        let shed_at = start + Duration::from_secs(15);
+        fence.read_shed(shed_at, 0.5);
+        assert_eq!(fence.next_read_at(), shed_at + Duration::from_millis(11_250));
+        // Still within the permit: one more read fits before it lapses at 30 s.
+        assert!(fence.next_read_at() < start + Duration::from_secs(30));
+        let failed_at = fence.next_read_at();
+        fence.read_failed(failed_at);
+        assert!(fence.next_read_at() - failed_at <= Duration::from_millis(3750));
     }
 
     #[test]

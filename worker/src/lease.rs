@@ -14,6 +14,8 @@ use swarm_protocol::lease::{Holder, renewed};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+use crate::backoff::Retry;
+
 /// Writes the Lease with `permit` as its duration until `acked`'s sender is dropped: at once,
 /// then whenever `acked` changes, retrying a failed write after a growing delay (a change
 /// meanwhile is written at once). Each success is published on `written`: the acknowledged
@@ -64,33 +66,6 @@ pub(crate) async fn keep(
     }
 }
 
-/// The delays between failed writes: 1 s doubling up to half the permit, each drawn at random
-/// from its upper half, so that thousands of workers that lost the API server at once come back
-/// spread out instead of all every second.
-#[derive(Debug, Default)]
-struct Retry {
-    failures: u32,
-}
-
-impl Retry {
-    const FIRST: Duration = Duration::from_secs(1);
-
-    fn next_delay(&mut self, ceiling: Duration) -> Duration {
-        let doubled = Self::FIRST.saturating_mul(1 << self.failures.min(16));
-        self.failures = self.failures.saturating_add(1);
-        let delay = doubled.min(ceiling);
-        delay / 2 + delay.mul_f64(jitter() / 2.0)
-    }
-}
-
-/// A number in [0, 1) that differs between workers and between calls (no cryptography
-/// needed: only a spread).
-fn jitter() -> f64 {
-    use std::hash::{BuildHasher, RandomState};
-    let bits = RandomState::new().hash_one(std::time::SystemTime::now());
-    (bits >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// Why a Lease write failed.
 #[derive(Debug, thiserror::Error)]
 enum WriteError {
@@ -138,38 +113,6 @@ async fn write(
                 *current = None;
             }
             Err(error) => return Err(error),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retries_back_off_from_a_second_to_half_the_permit_with_jitter() {
-        let ceiling = Duration::from_secs(10);
-        let mut retry = Retry::default();
-        let delays: Vec<Duration> = (0..8).map(|_| retry.next_delay(ceiling)).collect();
-        for (delay, upper) in delays.iter().zip([1, 2, 4, 8, 10, 10, 10, 10]) {
-            let upper = Duration::from_secs(upper);
-            assert!(
-                *delay >= upper / 2 && *delay <= upper,
-                "{delay:?} not in {:?}..={upper:?}: {delays:?}",
-                upper / 2
-            );
-        }
-        let spread: std::collections::BTreeSet<_> = (0..20)
-            .map(|_| Retry::default().next_delay(ceiling))
-            .collect();
-        assert!(spread.len() > 1, "no jitter: {spread:?}");
-    }
-
-    #[test]
-    fn a_short_permit_retries_within_half_of_it() {
-        let mut retry = Retry::default();
-        for _ in 0..5 {
-            assert!(retry.next_delay(Duration::from_millis(500)) <= Duration::from_millis(500));
         }
     }
 }

@@ -16,6 +16,7 @@
 //! - [`report`]: the optional JSON-lines report of what runs.
 //! - [`settings`]: who the worker is, from the pod's environment.
 
+mod backoff;
 pub mod fence;
 pub mod handoff;
 pub mod health;

@@ -15,10 +15,8 @@ use swarm_protocol::config::{CONFIG_KEY, ParseError, WorkerConfig};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, warn};
 
+use crate::backoff::Retry;
 use crate::handoff::Entry;
-
-/// How long to wait before watching again after a failed watch.
-const RETRY: Duration = Duration::from_secs(2);
 
 /// This pod's entry of a `config.yml` text, or why it cannot be read.
 pub fn parse(text: &str, pod: &str) -> Result<Entry, ParseError> {
@@ -48,6 +46,18 @@ pub(crate) enum ReadError {
     Unreadable(ParseError),
     #[error("no answer in time")]
     TimedOut,
+}
+
+impl ReadError {
+    /// Whether the API server shed the read (429 Too Many Requests), rather than failed it.
+    pub(crate) fn is_shed(&self) -> bool {
+        matches!(self, ReadError::Api(error) if is_shed(error))
+    }
+}
+
+/// Whether `error` is the API server shedding load (429 Too Many Requests).
+pub(crate) fn is_shed(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 429)
 }
 
 /// One fence read of the ConfigMap `name`: a GET with no `resourceVersion` (a quorum read),
@@ -85,21 +95,26 @@ pub(crate) async fn read(
 
 /// Watches the ConfigMap `name` and wakes `wake` on each event, until aborted. It starts from
 /// the resourceVersion of the first fence read (`seen`), so it reports only changes after it;
-/// after a 410 it watches without one, from the object as it is.
+/// after a 410 it watches without one, from the object as it is. A watch that cannot be
+/// started again is retried after a growing delay, up to `ceiling`: it only brings reads
+/// forward, and thousands of workers re-watching every second would keep an API server that
+/// sheds load overloaded.
 pub(crate) async fn follow(
     api: Api<ConfigMap>,
     name: String,
     mut seen: watch::Receiver<Option<String>>,
     wake: Arc<Notify>,
+    ceiling: Duration,
 ) {
     let mut from = match seen.wait_for(Option::is_some).await {
         Ok(first) => first.clone().unwrap_or_default(),
         Err(_) => return,
     };
+    let mut retry = Retry::default();
     loop {
-        match watch_from(&api, &name, &mut from, &wake).await {
+        match watch_from(&api, &name, &mut from, &wake, &mut retry).await {
             WatchEnd::Expired => from.clear(),
-            WatchEnd::Failed => tokio::time::sleep(RETRY).await,
+            WatchEnd::Failed => tokio::time::sleep(retry.next_delay(ceiling)).await,
         }
     }
 }
@@ -120,11 +135,15 @@ async fn watch_from(
     name: &str,
     version: &mut String,
     wake: &Notify,
+    retry: &mut Retry,
 ) -> WatchEnd {
     let params = WatchParams::default().fields(&format!("metadata.name={name}"));
     loop {
         let stream = match api.watch(&params, version).await {
-            Ok(stream) => stream,
+            Ok(stream) => {
+                *retry = Retry::default();
+                stream
+            }
             Err(kube::Error::Api(status)) if status.code == 410 => return WatchEnd::Expired,
             Err(error) => {
                 warn!(config_map = %name, %error, "cannot watch the ConfigMap");

@@ -27,7 +27,7 @@ use crate::permit::Permit;
 use crate::report::Report;
 use crate::settings::{PartialSettings, Settings};
 use crate::source::{self, Found, ReadError};
-use crate::{health, lease};
+use crate::{backoff, health, lease};
 
 /// What the application does with its jobs. The worker calls these one at a time, never for a
 /// job in a state it is not in: `stop` only for a job it started.
@@ -357,6 +357,7 @@ impl Worker {
                 settings.own_config_map(),
                 seen_rx,
                 wake.clone(),
+                fence::read_interval(settings.permit),
             )),
             tokio::spawn(async move {
                 shutdown.await;
@@ -555,7 +556,11 @@ impl Shell {
             }
             Err(error) => {
                 self.failing = true;
-                self.fence.read_failed(Instant::now());
+                if error.is_shed() {
+                    self.fence.read_shed(Instant::now(), backoff::jitter());
+                } else {
+                    self.fence.read_failed(Instant::now());
+                }
                 let retry_in = self.fence.next_read_at() - Instant::now();
                 warn!(%error, ?retry_in, until = ?self.fence.until(), "fence read failed");
             }
