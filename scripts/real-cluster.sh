@@ -2,7 +2,8 @@
 # A real Kubernetes cluster on this machine, for the end-to-end suite: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kwok playing the kubelet for a few fake nodes, and
 # one real node (kubelet, containerd, runc, CNI, kube-proxy: scripts/lib/real-node.sh) whose pods
-# are real containers. SWARM_REAL_NODE=0 leaves the real node out.
+# are real containers. SWARM_REAL_NODE=0 leaves the real node out; SWARM_AUDIT=0 the API
+# server's audit log.
 #
 #   scripts/real-cluster.sh up <DIR>     build once (cached), start, wait until ready
 #   scripts/real-cluster.sh down <DIR>   stop exactly the processes `up` started in <DIR>
@@ -40,11 +41,13 @@ source "${repo_root}/scripts/lib/kubeconfig.sh"
 source "${repo_root}/scripts/lib/go-build.sh"
 
 # The globals the functions below read: the fake nodes, the Services' range, whether there is a
-# real node (SWARM_REAL_NODE), the control plane's pinned versions and build directories (and
+# real node (SWARM_REAL_NODE), whether the API server writes an audit log (SWARM_AUDIT), the
+# control plane's pinned versions and build directories (and
 # repo_root and cache_root, from common.sh; the real node's, from real-node.sh).
 nodes=(kwok-node-0 kwok-node-1 kwok-node-2)
 service_cidr="10.0.0.0/24"
 real_node="${SWARM_REAL_NODE:-1}"
+audit="${SWARM_AUDIT:-1}"
 kube_version="$(pinned kube k8s.io/kubernetes)"
 etcd_version="$(pinned etcd go.etcd.io/etcd/server/v3)"
 kwok_version="$(pinned kwok sigs.k8s.io/kwok)"
@@ -203,10 +206,15 @@ up_apiserver() {
     fi
     # The audit log records the requests of every ServiceAccount outside kube-system (the
     # operator's among them), so the suite can check what the operator did and that RBAC
-    # allowed it.
-    cp "${repo_root}/hack/real-cluster/audit-policy.yaml" "${dir}/audit-policy.yaml"
+    # allowed it. SWARM_AUDIT=0 (the benchmark's clusters) leaves it out: written as each
+    # request is answered, it would cost 10,000 workers' reads more than serving them does.
+    local audit_flags=()
+    if [[ "${audit}" != 0 ]]; then
+        cp "${repo_root}/hack/real-cluster/audit-policy.yaml" "${dir}/audit-policy.yaml"
+        audit_flags=(--audit-policy-file="${dir}/audit-policy.yaml" --audit-log-path="${dir}/logs/audit.log")
+    fi
     start_component "${dir}" kube-apiserver "${kube_bin}/kube-apiserver" \
-        --audit-policy-file="${dir}/audit-policy.yaml" --audit-log-path="${dir}/logs/audit.log" \
+        "${audit_flags[@]}" \
         --etcd-servers="http://127.0.0.1:${etcd_client}" \
         "${bind_flags[@]}" --secure-port="${port}" \
         --kubelet-client-certificate="${pki}/apiserver-kubelet-client.crt" \
