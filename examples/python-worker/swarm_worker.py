@@ -99,6 +99,15 @@ def retry_delay(failures, permit):
     return min(RETRY_SECONDS * 2 ** (min(max(failures, 1), 16) - 1), permit / 8)
 
 
+def shed_retry_delay(permit, draw):
+    """The wait before the next read after the API server shed one (429 Too Many Requests): a
+    quarter of the permit plus `draw` (in [0, 1)) times another quarter. Workers turned away
+    together come back spread out and at about their resting rate, not the quick retries of a
+    failure that would keep an overloaded server overloaded; one more read still fits before
+    the permit lapses."""
+    return permit / 4 + permit / 4 * min(max(draw, 0.0), 1.0)
+
+
 def lease_retry_delay(failures, ceiling, draw=random.random):
     """The wait after the `failures`-th failed Lease write in a row: 1 s doubling up to
     `ceiling`, drawn from its upper half, so that workers that lost the API server together come
@@ -174,6 +183,13 @@ class Fence:
         lapsed = self._lapse(at)
         self.failures += 1
         self.next_read_at = at + retry_delay(self.failures, self.permit)
+        return self._stopping(lapsed)
+
+    def read_shed(self, at, draw):
+        """The API server shed a read (429): the next goes F/4 to F/2 later, at `draw`."""
+        lapsed = self._lapse(at)
+        self.failures += 1
+        self.next_read_at = at + shed_retry_delay(self.permit, draw)
         return self._stopping(lapsed)
 
     def watch(self, at):
@@ -532,7 +548,14 @@ class Worker:
             sent = time.monotonic()
             try:
                 text, resource_version = get()
-            except (ApiException, *CONNECTION_ERRORS) as error:
+            except ApiException as error:
+                log.warning("fence read failed: %s", error)
+                if error.status == 429:
+                    self.read_shed()
+                else:
+                    self.read_failed()
+                continue
+            except CONNECTION_ERRORS as error:
                 log.warning("fence read failed: %s", error)
                 self.read_failed()
                 continue
@@ -552,6 +575,10 @@ class Worker:
     def read_failed(self):
         with self._changed:
             self._apply(self.fence.read_failed(time.monotonic()))
+
+    def read_shed(self):
+        with self._changed:
+            self._apply(self.fence.read_shed(time.monotonic(), random.random()))
 
     def apply_read(self, sent, version, jobs):
         with self._changed:
@@ -640,6 +667,16 @@ def follow_config(core, env, worker):
     name = worker_config_map(env)
     worker.first_read.wait()
     resource_version = worker.resource_version
+    # A watch that cannot start again is retried 1 s doubling to half the permit, spread at
+    # random: thousands of workers re-watching every second would keep an overloaded API
+    # server overloaded.
+    failures = 0
+
+    def pause():
+        nonlocal failures
+        failures += 1
+        time.sleep(lease_retry_delay(failures, worker.fence.permit / 2))
+
     while True:
         try:
             stream = watch.Watch()
@@ -648,9 +685,11 @@ def follow_config(core, env, worker):
                     field_selector=f"metadata.name={name}",
                     resource_version=resource_version, timeout_seconds=WATCH_SECONDS,
                     _request_timeout=(REQUEST_TIMEOUT[0], WATCH_SECONDS + 30)):
+                failures = 0
                 if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                     worker.watched()
             # The server closed the watch after timeoutSeconds: carry on from where it was.
+            failures = 0
             resource_version = stream.resource_version or resource_version
         except ApiException as error:
             # 410 Gone arrives as an ERROR event when the history no longer reaches back.
@@ -659,14 +698,14 @@ def follow_config(core, env, worker):
                 resource_version = None
             else:
                 resource_version = stream.resource_version or resource_version
-                time.sleep(RETRY_SECONDS)
+                pause()
         except CONNECTION_ERRORS as error:
             log.warning("watch of ConfigMap %s failed: %s", name, error)
             resource_version = stream.resource_version or resource_version
-            time.sleep(RETRY_SECONDS)
+            pause()
         except Exception:  # noqa: BLE001 - a dead watch only slows changes down; keep it up
             log.exception("unexpected error watching ConfigMap %s", name)
-            time.sleep(RETRY_SECONDS)
+            pause()
 
 
 def serve_health(worker, host, port):

@@ -71,6 +71,9 @@ class ProtocolVectorsTest(unittest.TestCase):
                 delays = [sw.retry_delay(failures, permit)
                           for failures in range(1, len(case["retrySeconds"]) + 1)]
                 self.assertEqual(delays, case["retrySeconds"])
+                shortest, longest = case["shedRetrySeconds"]
+                self.assertAlmostEqual(sw.shed_retry_delay(permit, 0.0), shortest)
+                self.assertAlmostEqual(sw.shed_retry_delay(permit, 1.0), longest)
 
     def test_fence_traces(self):
         for trace in vectors("fence.json")["traces"]:
