@@ -22,5 +22,9 @@
 //   - the protocol's rules without I/O: [Fence] (what runs and until when, when to read,
 //     readiness, what to acknowledge, when a terminating worker is done);
 //   - [Settings] from the pod's environment, overridable by [Option]s given to [New];
-//   - [Worker.Run], which drives [Jobs] through all of it against the API server.
+//   - [Worker.Run], which drives [Jobs] through all of it against the API server, retries what
+//     fails, and returns a [*RefusedError] with every job stopped when the API server refuses
+//     the worker's own requests for good (401, or 403 from RBAC or the Lease admission policy).
+//
+// Run also sends klog's lines, and with them client-go's, to the worker's logger.
 package swarmworker

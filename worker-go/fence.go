@@ -83,6 +83,13 @@ func (f *Fence) Failed(at time.Time) {
 	f.nextRead = at.Add(RetryDelay(f.failures, f.permit))
 }
 
+// Shed records a read the API server shed at at (429): the next one goes a quarter to half
+// the permit later, at draw (in [0, 1)) between the two.
+func (f *Fence) Shed(at time.Time, draw float64) {
+	f.failures++
+	f.nextRead = at.Add(ShedRetryDelay(f.permit, draw))
+}
+
 // Watched records a watch event at at: it proves nothing, and asks for a read at once.
 func (f *Fence) Watched(at time.Time) {
 	f.nextRead = at

@@ -86,3 +86,18 @@ func TestAPermitLapsesExactlyFAfterTheSend(t *testing.T) {
 		t.Fatal("lapsed twice")
 	}
 }
+
+func TestAShedReadIsTriedAgainAQuarterToHalfThePermitLater(t *testing.T) {
+	start := time.Unix(1000, 0)
+	f := NewFence(DefaultPermit, start)
+	shedAt := start.Add(15 * time.Second)
+	f.Shed(shedAt, 0.5)
+	if got, want := f.NextRead().Sub(shedAt), 11250*time.Millisecond; got != want {
+		t.Fatalf("next read %v after the shed read, want %v", got, want)
+	}
+	failedAt := f.NextRead()
+	f.Failed(failedAt)
+	if got := f.NextRead().Sub(failedAt); got > RetryCap(DefaultPermit) {
+		t.Fatalf("a failure after a shed read waits %v, more than %v", got, RetryCap(DefaultPermit))
+	}
+}

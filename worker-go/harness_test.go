@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -258,6 +259,13 @@ func (j *testJobs) Stop(_ context.Context, job string) {
 	j.events = append(j.events, "stop "+job)
 }
 
+// running are the jobs started and not stopped, sorted.
+func (j *testJobs) running() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Sorted(maps.Keys(j.permits))
+}
+
 func (j *testJobs) log() []string {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -268,8 +276,11 @@ func (j *testJobs) log() []string {
 type runningWorker struct {
 	worker   *Worker
 	jobs     *testJobs
+	logs     *syncBuffer
 	shutdown chan struct{}
 	exit     chan Exit
+	err      chan error // what Run returned with exit, sent first
+	cancel   context.CancelFunc
 }
 
 // readyz is what the worker's /readyz answers.
@@ -284,38 +295,70 @@ func (w *runningWorker) readyz(t *testing.T) int {
 }
 
 // startWorker runs the library's worker for testPod through client (the cluster's unless
-// given), with a short permit and readiness on a free port of the loopback.
+// given), with a short permit and readiness on a free port of the loopback. Run must not
+// return an error.
 func (e *testEnv) startWorker(client kubernetes.Interface, opts ...Option) *runningWorker {
 	e.t.Helper()
 	if client == nil {
 		client = e.c.client
 	}
+	opts = append([]Option{
+		WithNamespace(e.namespace), WithPodUID(e.podUID), WithReport(e.report), WithClient(client),
+		WithTerminationDeadline(15 * time.Second),
+	}, opts...)
+	var w *runningWorker
+	// Registered first, so that it runs once runWorker's cleanup has ended the worker.
+	e.t.Cleanup(func() {
+		if w == nil {
+			return
+		}
+		select {
+		case err := <-w.err:
+			if err != nil {
+				e.t.Errorf("Run: %v", err)
+			}
+		default:
+		}
+	})
+	w = runWorker(e.t, opts...)
+	return w
+}
+
+// runWorker runs the library's worker for testPod with the options of the tests (a short
+// permit, readiness on a free port of the loopback, no environment), then opts; the worker is
+// canceled when the test ends.
+func runWorker(t *testing.T, opts ...Option) *runningWorker {
+	t.Helper()
 	logs := &syncBuffer{}
 	opts = append([]Option{
 		WithLookupEnv(func(string) (string, bool) { return "", false }),
-		WithPodName(testPod), WithNamespace(e.namespace), WithPodUID(e.podUID), WithPool("swarm"),
-		WithConfigMap(testConfigMap), WithReport(e.report), WithPermit(testPermit), WithHealthAddr("127.0.0.1:0"),
-		WithTerminationDeadline(15 * time.Second), WithClient(client),
+		WithPodName(testPod), WithNamespace("swarm-go"), WithPodUID("00000000-0000-0000-0000-00000000000a"),
+		WithPool("swarm"), WithConfigMap(testConfigMap), WithPermit(testPermit), WithHealthAddr("127.0.0.1:0"),
 		WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 	}, opts...)
-	w := &runningWorker{jobs: &testJobs{}, shutdown: make(chan struct{}), exit: make(chan Exit, 1)}
+	w := &runningWorker{jobs: &testJobs{}, logs: logs, shutdown: make(chan struct{}), exit: make(chan Exit, 1), err: make(chan error, 1)}
 	worker, err := New(append(opts, WithShutdown(w.shutdown))...)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	w.worker = worker
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { w.exit <- worker.Run(ctx, w.jobs) }()
-	e.t.Cleanup(func() {
+	w.cancel = cancel
+	go func() {
+		exit, err := worker.Run(ctx, w.jobs)
+		w.err <- err
+		w.exit <- exit
+	}()
+	t.Cleanup(func() {
 		cancel()
 		select {
 		case exit := <-w.exit:
 			w.exit <- exit
 		case <-time.After(10 * time.Second):
-			e.t.Error("the worker did not return after its context ended")
+			t.Error("the worker did not return after its context ended")
 		}
-		if e.t.Failed() {
-			e.t.Logf("worker log:\n%s", logs.String())
+		if t.Failed() {
+			t.Logf("worker log:\n%s", logs.String())
 		}
 	})
 	return w

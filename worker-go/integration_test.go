@@ -1,6 +1,7 @@
 package swarmworker
 
 import (
+	"errors"
 	"net/http"
 	"slices"
 	"strings"
@@ -316,4 +317,29 @@ func (e *testEnv) checkLeaseIsOurs() *coordinationv1.Lease {
 		e.t.Fatalf("owners %+v", owners)
 	}
 	return lease
+}
+
+func TestIntegrationARefusedAcknowledgementEndsRunWithEveryJobStoppedAndReported(t *testing.T) {
+	e := newTestEnv(t)
+	refuser, client := newRefuser(t, e.c, "update", "leases", rbacForbidden("update", leases, testPod))
+	e.writeConfig(1, "a")
+	w := e.startWorker(client)
+	e.waitAcked(1)
+
+	refuser.on.Store(true)
+	e.writeConfig(2, "a", "b")
+	exit, err := w.returned(t)
+	var refused *RefusedError
+	if !errors.As(err, &refused) || exit.Reason != Refused || refused.Verb != "update" || refused.Kind != "Lease" {
+		t.Fatalf("Run returned %+v, %v", exit, err)
+	}
+	if got := strings.Join(w.jobs.log(), ", "); got != "start a, start b, stop a, stop b" {
+		t.Fatalf("jobs: %s", got)
+	}
+	if last := e.changes()[len(e.changes())-1]; len(last.Running) != 0 {
+		t.Fatalf("the report still shows jobs running: %v", e.running())
+	}
+	if acked, _ := AckedVersion(e.lease()); acked != 1 {
+		t.Fatalf("acked %d", acked)
+	}
 }

@@ -2,6 +2,7 @@ package swarmworker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -19,17 +20,20 @@ type leaseWrite struct {
 
 // leaseKeeper writes the worker's Lease when the worker starts and on each acknowledgement,
 // and at no other time: nothing is written to stay a member. A failed write is retried after
-// 1 s, doubling up to F/2, with jitter; it never stops a job, only permits do.
+// 1 s, doubling up to F/2, with jitter; it never stops a job, only permits do. A refusal (a
+// 401 or 403) is not retried: the keeper reports it, and Run stops every job and returns.
 type leaseKeeper struct {
-	leases  coordinationclient.LeaseInterface
-	holder  Holder
-	permit  time.Duration // the Lease's leaseDurationSeconds
-	ack     *latest[uint64]
-	written *latest[leaseWrite]
-	log     *slog.Logger
+	leases   coordinationclient.LeaseInterface
+	holder   Holder
+	permit   time.Duration // the Lease's leaseDurationSeconds
+	ack      *latest[uint64]
+	written  *latest[leaseWrite]
+	refusals refusals
+	log      *slog.Logger
 }
 
-// keep writes the Lease until ctx ends, publishing each success on written.
+// keep writes the Lease until ctx ends, publishing each success on written, or until a request
+// is refused for good, which it reports.
 func (k *leaseKeeper) keep(ctx context.Context) {
 	var current *coordinationv1.Lease
 	var backoff retry
@@ -47,8 +51,12 @@ func (k *leaseKeeper) keep(ctx context.Context) {
 			continue
 		}
 		err := k.writeInTime(ctx, &current, want)
+		var refused *RefusedError
 		switch {
 		case ctx.Err() != nil:
+			return
+		case errors.As(err, &refused):
+			k.refusals.report(refused)
 			return
 		case err == nil:
 			backoff, due = retry{}, false
@@ -85,7 +93,7 @@ func (k *leaseKeeper) write(ctx context.Context, current **coordinationv1.Lease,
 			switch {
 			case apierrors.IsNotFound(err):
 			case err != nil:
-				return err
+				return k.failed(err, "get")
 			default:
 				*current = read
 			}
@@ -93,7 +101,9 @@ func (k *leaseKeeper) write(ctx context.Context, current **coordinationv1.Lease,
 		lease := RenewedLease(*current, k.holder, acked, k.permit, time.Now())
 		var stored *coordinationv1.Lease
 		var err error
+		verb := "update"
 		if *current == nil {
+			verb = "create"
 			stored, err = k.leases.Create(ctx, lease, metav1.CreateOptions{})
 		} else {
 			stored, err = k.leases.Update(ctx, lease, metav1.UpdateOptions{})
@@ -104,9 +114,17 @@ func (k *leaseKeeper) write(ctx context.Context, current **coordinationv1.Lease,
 		}
 		changed := apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) || apierrors.IsNotFound(err)
 		if !changed || attempt >= attempts {
-			return err
+			return k.failed(err, verb)
 		}
 		k.log.Debug("Lease changed since read; retrying", "lease", k.holder.Pod)
 		*current = nil
 	}
+}
+
+// failed is err, or the [*RefusedError] it is when retrying cannot cure it.
+func (k *leaseKeeper) failed(err error, verb string) error {
+	if refused := refusal(err, verb, "Lease", k.holder.Namespace, k.holder.Pod); refused != nil {
+		return refused
+	}
+	return err
 }

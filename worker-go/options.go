@@ -82,7 +82,8 @@ func WithClient(client kubernetes.Interface) Option {
 	return func(o *options) { o.client = client }
 }
 
-// WithLogger logs to logger instead of slog.Default().
+// WithLogger logs to logger instead of slog.Default(). Once [Worker.Run] has started, klog's
+// lines, and with them client-go's, go to logger too (with the attribute logger=klog).
 func WithLogger(logger *slog.Logger) Option {
 	return func(o *options) { o.log = logger }
 }

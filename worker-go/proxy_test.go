@@ -1,12 +1,17 @@
 package swarmworker
 
 import (
+	"bytes"
+	"encoding/json"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -108,4 +113,51 @@ func pipe(from, to net.Conn) {
 	_, _ = io.Copy(to, from)
 	from.Close()
 	to.Close()
+}
+
+// refuser answers the requests of one verb on one resource with a status of its own once on,
+// as RBAC or an admission policy in front of the API server would; every other request goes
+// through.
+type refuser struct {
+	verb, resource string
+	status         metav1.Status
+	on             atomic.Bool
+	next           http.RoundTripper
+}
+
+// newRefuser is an idle refuser of verb on resource in front of c, and a client through it.
+func newRefuser(t *testing.T, c *cluster, verb, resource string, status metav1.Status) (*refuser, kubernetes.Interface) {
+	t.Helper()
+	r := &refuser{verb: verb, resource: resource, status: status}
+	config := rest.CopyConfig(c.config)
+	config.WrapTransport = func(next http.RoundTripper) http.RoundTripper {
+		r.next = next
+		return r
+	}
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, client
+}
+
+func (r *refuser) RoundTrip(request *http.Request) (*http.Response, error) {
+	if verb, resource := requestOf(request); !r.on.Load() || verb != r.verb || resource != r.resource {
+		return r.next.RoundTrip(request)
+	}
+	status := r.status
+	status.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}
+	status.Status = metav1.StatusFailure
+	body, err := json.Marshal(&status)
+	if err != nil {
+		return nil, err
+	}
+	if request.Body != nil {
+		request.Body.Close()
+	}
+	return &http.Response{
+		StatusCode: int(status.Code), Status: http.StatusText(int(status.Code)), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Request: request,
+	}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"sync"
@@ -34,6 +35,7 @@ type shell struct {
 	written  *latest[leaseWrite] // from the Lease keeper: its last success
 
 	shutdown   <-chan struct{}
+	refusals   refusals // from every request: a refusal that ends Run
 	configMaps coreclient.ConfigMapInterface
 	settings   Settings
 	log        *slog.Logger
@@ -73,6 +75,11 @@ func (s *shell) send(ctx context.Context) {
 		case apierrors.IsNotFound(err):
 			// No ConfigMap: no jobs.
 		default:
+			if refused := refusal(err, "get", "ConfigMap", s.settings.Namespace, s.settings.OwnConfigMap()); refused != nil {
+				// The read stays in flight: no other is sent, and Run ends.
+				s.refusals.report(refused)
+				return
+			}
 			answer.err = err
 		}
 		answer.read.SentAt = sent
@@ -103,7 +110,11 @@ func (s *shell) answered(ctx context.Context, answer readAnswer) {
 	s.inFlight = false
 	now := time.Now()
 	if answer.err != nil {
-		s.fence.Failed(now)
+		if apierrors.IsTooManyRequests(answer.err) {
+			s.fence.Shed(now, rand.Float64())
+		} else {
+			s.fence.Failed(now)
+		}
 		s.log.Warn("fence read failed", "configMap", s.settings.OwnConfigMap(), "error", answer.err,
 			"retryIn", s.fence.NextRead().Sub(now))
 		return
@@ -223,6 +234,13 @@ func (s *shell) terminate(ctx context.Context) {
 // abort stops every job when Run's context ends.
 func (s *shell) abort(ctx context.Context) {
 	s.log.Info("canceled: stopping every job")
+	s.ready.revoke()
+	s.stopAll(ctx)
+}
+
+// refused stops every job when the API server refused a request for good.
+func (s *shell) refused(ctx context.Context, refused *RefusedError) {
+	s.log.Error("refused: stopping every job", "error", refused)
 	s.ready.revoke()
 	s.stopAll(ctx)
 }

@@ -16,17 +16,20 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 )
 
-// watchRetry is how long to wait before watching again after a watch failed.
-const watchRetry = 2 * time.Second
-
 // source WATCHes the worker's own ConfigMap by metadata.name, for speed only: an event proves
 // nothing (a watch may be served from the API server's cache) and changes nothing by itself;
 // it makes the worker send a fence read at once.
 type source struct {
 	configMaps coreclient.ConfigMapInterface
+	namespace  string
 	name       string
 	events     chan<- struct{} // buffered: one pending event stands for any number
+	refusals   refusals
 	log        *slog.Logger
+	// retryCeiling bounds the wait before watching again after a failed watch: 1 s doubling
+	// to it, spread at random, since thousands of workers re-watching every second would keep
+	// an overloaded API server overloaded.
+	retryCeiling time.Duration
 }
 
 // watchEnd says why a watch ended, so a failing one is not retried in a tight loop.
@@ -38,14 +41,26 @@ const (
 	watchExpired watchEnd = iota
 	// watchFailed: watch again after a pause.
 	watchFailed
+	// watchRefused: the API server refused the watch for good; it was reported.
+	watchRefused
 )
 
-// follow watches until ctx ends: from the object as it is, then from the last resourceVersion
-// seen, again from the object as it is after a 410.
+// follow watches until ctx ends or the watch is refused: from the object as it is, then from
+// the last resourceVersion seen, again from the object as it is after a 410.
 func (s *source) follow(ctx context.Context) {
+	var backoff retry
 	for ctx.Err() == nil {
-		if s.watch(ctx) == watchFailed {
-			sleep(ctx, watchRetry)
+		started := time.Now()
+		end := s.watch(ctx)
+		if end != watchFailed || time.Since(started) > s.retryCeiling {
+			// It ran: a failure now is not one of a row.
+			backoff = retry{}
+		}
+		switch end {
+		case watchRefused:
+			return
+		case watchFailed:
+			sleep(ctx, backoff.next(s.retryCeiling))
 		}
 	}
 }
@@ -86,10 +101,12 @@ func (s *source) watchFromNow(ctx context.Context) (string, watchEnd, bool) {
 	defer cancel()
 	watcher, err := s.lister().WatchWithContext(ctx, metav1.ListOptions{AllowWatchBookmarks: true})
 	if err != nil {
-		s.log.Warn("cannot watch the ConfigMap", "configMap", s.name, "error", err)
-		return "", watchFailed, true
+		return "", s.failed(err), true
 	}
 	defer watcher.Stop()
+	// A watch that ignores its context (client-go's fake clientset's does) ends with it too, or
+	// Run would never return.
+	defer context.AfterFunc(ctx, watcher.Stop)()
 	version := ""
 	for event := range watcher.ResultChan() {
 		if end, over := s.handle(event); over {
@@ -111,16 +128,26 @@ func (s *source) handle(event watch.Event) (watchEnd, bool) {
 		default:
 		}
 	case watch.Error:
+		// client-go's RetryWatcher hands a 401 or 403 on as an error event.
 		err := apierrors.FromObject(event.Object)
 		var status apierrors.APIStatus
 		if errors.As(err, &status) && status.Status().Code == http.StatusGone {
 			s.log.Debug("watch expired; watching from now", "configMap", s.name)
 			return watchExpired, true
 		}
-		s.log.Warn("watch failed; watching again", "configMap", s.name, "error", err)
-		return watchFailed, true
+		return s.failed(err), true
 	}
 	return watchFailed, false
+}
+
+// failed reports a refusal of the watch, or logs a failure it retries.
+func (s *source) failed(err error) watchEnd {
+	if refused := refusal(err, "watch", "ConfigMap", s.namespace, s.name); refused != nil {
+		s.refusals.report(refused)
+		return watchRefused
+	}
+	s.log.Warn("watch failed; watching again", "configMap", s.name, "error", err)
+	return watchFailed
 }
 
 // lister watches the one ConfigMap by name: RBAC cannot name one ConfigMap per pod, so the

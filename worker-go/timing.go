@@ -52,6 +52,16 @@ func RetryDelay(failures uint, permit time.Duration) time.Duration {
 	return min(doubled, RetryCap(permit))
 }
 
+// ShedRetryDelay is the wait before the next read after the API server shed one (429 Too Many
+// Requests): a quarter of the permit plus draw (in [0, 1)) times another quarter. Workers
+// turned away together come back spread out and at about their resting rate, not at the quick
+// retries of a failure that would keep an overloaded server overloaded; one more read still
+// fits before the permit lapses.
+func ShedRetryDelay(permit time.Duration, draw float64) time.Duration {
+	draw = min(max(draw, 0), 1)
+	return permit/4 + time.Duration(float64(permit/4)*draw)
+}
+
 // RevokeWait is how long the operator waits, on its own clock, from the answer to a write that
 // revoked jobs from a worker with this permit until it may grant them elsewhere without an
 // acknowledgement: permit (1 + ρ) / (1 − ρ) + grace. The worker uses it nowhere; it is here

@@ -243,6 +243,7 @@ type fenceVectors struct {
 		ReadTimeoutSeconds float64
 		ReadyWithinSeconds float64
 		RetrySeconds       []float64
+		ShedRetrySeconds   [2]float64
 		GraceSeconds       int64
 		RevokeWaitSeconds  float64
 	}
@@ -292,6 +293,9 @@ func TestVectorFenceTiming(t *testing.T) {
 			if got := RetryDelay(uint(i+1), permit); !closeTo(got, expect) {
 				t.Errorf("permit %v, %d failures: retry after %v, want %vs", permit, i+1, got, expect)
 			}
+		}
+		if shortest, longest := ShedRetryDelay(permit, 0), ShedRetryDelay(permit, 1); !closeTo(shortest, c.ShedRetrySeconds[0]) || !closeTo(longest, c.ShedRetrySeconds[1]) {
+			t.Errorf("permit %v: a shed read waits %v to %v, want %vs", permit, shortest, longest, c.ShedRetrySeconds)
 		}
 		grace := time.Duration(c.GraceSeconds) * time.Second
 		if got := RevokeWait(permit, grace); !closeTo(got, c.RevokeWaitSeconds) {

@@ -43,6 +43,9 @@ const (
 	DeadlineReached
 	// Canceled: the context given to Run ended; every job was stopped.
 	Canceled
+	// Refused: the API server refused a request for the worker's own objects for good (Run
+	// returns the [*RefusedError]); every job was stopped.
+	Refused
 )
 
 // String names the reason.
@@ -54,6 +57,8 @@ func (r ExitReason) String() string {
 		return "DeadlineReached"
 	case Canceled:
 		return "Canceled"
+	case Refused:
+		return "Refused"
 	}
 	return fmt.Sprintf("ExitReason(%d)", int(r))
 }
@@ -94,7 +99,18 @@ func (w *Worker) HealthAddr() net.Addr {
 // shutdown signal (SIGTERM or SIGINT unless [WithShutdown] says otherwise) it stops every job,
 // answers not ready, starts no job again, and returns once it has acknowledged a version whose
 // entry has no jobs, or at the termination deadline. A Worker runs once.
-func (w *Worker) Run(ctx context.Context, jobs Jobs) Exit {
+//
+// Failed requests are retried, except a refusal retrying cannot cure: a 401 or 403 on a fence
+// read or the watch of its ConfigMap, or on a read or write of its Lease (RBAC, or the Lease
+// admission policy). Then Run stops every job and returns Exit{Reason: Refused} and a
+// [*RefusedError] saying which request was refused, why, and what to fix; the error is nil
+// otherwise. No job runs once Run has returned.
+//
+// Run also sends klog's lines, and with them client-go's, to the worker's logger (see
+// [WithLogger]) instead of stderr: klog's logger is set once per process, and its lines go to
+// the logger of the Run started last.
+func (w *Worker) Run(ctx context.Context, jobs Jobs) (Exit, error) {
+	routeKlog(w.log)
 	shutdown := w.shutdown
 	if shutdown == nil {
 		signals, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -136,20 +152,23 @@ func (w *Worker) start(ctx context.Context, jobs Jobs, shutdown <-chan struct{},
 		ack:        newLatest[uint64](),
 		written:    newLatest[leaseWrite](),
 		shutdown:   shutdown,
+		refusals:   newRefusals(),
 		configMaps: w.client.CoreV1().ConfigMaps(settings.Namespace),
 		settings:   settings,
 		log:        w.log,
 		tasks:      tasks,
 	}
 	keeper := &leaseKeeper{
-		leases:  w.client.CoordinationV1().Leases(settings.Namespace),
-		holder:  Holder{Pod: settings.PodName, Namespace: settings.Namespace, UID: settings.PodUID, Pool: settings.Pool},
-		permit:  settings.Permit,
-		ack:     s.ack,
-		written: s.written,
-		log:     w.log,
+		leases:   w.client.CoordinationV1().Leases(settings.Namespace),
+		holder:   Holder{Pod: settings.PodName, Namespace: settings.Namespace, UID: settings.PodUID, Pool: settings.Pool},
+		permit:   settings.Permit,
+		ack:      s.ack,
+		written:  s.written,
+		refusals: s.refusals,
+		log:      w.log,
 	}
-	watch := &source{configMaps: s.configMaps, name: settings.OwnConfigMap(), events: events, log: w.log}
+	watch := &source{configMaps: s.configMaps, namespace: settings.Namespace, name: settings.OwnConfigMap(),
+		events: events, refusals: s.refusals, log: w.log, retryCeiling: ReadInterval(settings.Permit)}
 	w.log.Info("fenced by reads of the worker's own ConfigMap", "configMap", watch.name, "lease", settings.PodName,
 		"permit", settings.Permit, "readEvery", settings.ReadEvery())
 	s.spawn(func() { keeper.keep(ctx) })
@@ -159,7 +178,7 @@ func (w *Worker) start(ctx context.Context, jobs Jobs, shutdown <-chan struct{},
 
 // run is the event loop: lapsed permits first, then a read when one is due, then whatever
 // comes.
-func (s *shell) run(ctx context.Context) Exit {
+func (s *shell) run(ctx context.Context) (Exit, error) {
 	terminate := s.shutdown
 	var deadline <-chan time.Time
 	readTimer, lapseTimer := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
@@ -183,7 +202,10 @@ func (s *shell) run(ctx context.Context) Exit {
 		select {
 		case <-ctx.Done():
 			s.abort(ctx)
-			return Exit{Reason: Canceled}
+			return Exit{Reason: Canceled}, nil
+		case refused := <-s.refusals:
+			s.refused(ctx, refused)
+			return Exit{Reason: Refused}, refused
 		case <-lapseDue:
 		case <-readDue:
 		case answer := <-s.reads:
@@ -201,11 +223,11 @@ func (s *shell) run(ctx context.Context) Exit {
 			deadline = time.After(s.settings.TerminationDeadline)
 		case <-deadline:
 			s.log.Warn("termination deadline reached without an acknowledgement of a version without jobs")
-			return Exit{Reason: DeadlineReached}
+			return Exit{Reason: DeadlineReached}, nil
 		}
 		if written, ok := s.written.take(); ok && s.fence.Done(written.acked) {
 			s.log.Info("terminated: acknowledged a version without jobs", "version", *written.acked)
-			return Exit{Reason: Acknowledged, Version: *written.acked}
+			return Exit{Reason: Acknowledged, Version: *written.acked}, nil
 		}
 	}
 }

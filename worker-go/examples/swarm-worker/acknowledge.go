@@ -18,7 +18,13 @@ func acknowledging(a args, log *slog.Logger) {
 		log.Error("cannot start the worker", "error", err)
 		os.Exit(2)
 	}
-	exit := worker.Run(context.Background(), &loggingJobs{log: log})
+	exit, err := worker.Run(context.Background(), &loggingJobs{log: log})
+	if err != nil {
+		// Refused for good (RBAC or the Lease admission policy): every job has stopped, and
+		// the message says what to fix.
+		log.Error("stopping: refused", "pod", a.podName, "error", err)
+		os.Exit(1)
+	}
 	log.Info("stopping", "pod", a.podName, "exit", exit.Reason.String(), "version", exit.Version)
 }
 

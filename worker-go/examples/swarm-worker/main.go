@@ -20,7 +20,8 @@
 //	POD_NAME=swarm-worker-0 go run ./examples/swarm-worker --config ./config.yml
 //
 // It exits with 2 when it cannot start (a missing or invalid setting, or a health address in
-// use).
+// use), with 1 when the API server refuses its requests for good (a 401 or 403: its RBAC, or
+// the Lease admission policy).
 package main
 
 import (
