@@ -568,6 +568,14 @@ class FenceTest(unittest.TestCase):
         change = self.fence.read(3.1, 3.0, 3, [])
         self.assertEqual((change.ack, self.fence.acked_empty), (3, True))
 
+    def test_a_shed_read_is_tried_again_a_quarter_to_half_the_permit_later(self):
+        self.fence.read_shed(15.0, 0.5)
+        self.assertEqual(self.fence.next_read_at, 26.25)
+        # One more read still fits in the permit, which lapses at 30.
+        self.assertLess(self.fence.next_read_at, 30.0)
+        self.fence.read_failed(26.25)
+        self.assertLessEqual(self.fence.next_read_at - 26.25, 3.75)
+
     def test_lease_writes_back_off_from_a_second_to_half_the_permit_with_jitter(self):
         uppers = [1, 2, 4, 8, 15, 15]
         for failures, upper in enumerate(uppers, start=1):
