@@ -336,7 +336,10 @@ mod tests {
         fence.read(start, Entry::new(Some(1), ["a"]));
         let shed_at = start + Duration::from_secs(15);
         fence.read_shed(shed_at, 0.5);
-        assert_eq!(fence.next_read_at(), shed_at + Duration::from_millis(11_250));
+        assert_eq!(
+            fence.next_read_at(),
+            shed_at + Duration::from_millis(11_250)
+        );
         // Still within the permit: one more read fits before it lapses at 30 s.
         assert!(fence.next_read_at() < start + Duration::from_secs(30));
         let failed_at = fence.next_read_at();
