@@ -7,6 +7,12 @@
 //! `rollout.ackTimeoutSeconds` is handed to the `DeletePods` bookkeeping: its pod is deleted,
 //! paced like any stale worker, and its replacement reads the current config at start.
 //!
+//! The timeout is a progress deadline, as a Deployment's is: it runs from the write or from the
+//! pool's last acknowledgement, whichever is later. While acknowledgements keep coming the API
+//! server is taking them, if slowly (a large rollout, or its shedding of requests under load),
+//! and restarting the workers still waited for would only add to its load; once none has come
+//! for the timeout, the workers still waited for are stuck and are restarted.
+//!
 //! This is only about restarts and status. What keeps a moved job on one worker is the handoff
 //! (see [`super::handoff`]), which releases a revoked job on its holder's acknowledgement.
 
@@ -51,7 +57,8 @@ impl AwaitingAcks {
     /// whose instance acknowledged their entry's version are done; `touched` workers (whose jobs
     /// `config` changes) owe an acknowledgement from now; a new instance gets a fresh `timeout`;
     /// a worker without a running pod owes nothing (its next pod reads the config at start);
-    /// and a worker past `timeout` leaves these records for a refresh.
+    /// an acknowledgement restarts every other worker's clock (the pool progresses); and a
+    /// worker past `timeout` leaves these records for a refresh.
     #[allow(clippy::too_many_arguments, reason = "one input per rule above")]
     pub fn step<'a>(
         &mut self,
@@ -76,6 +83,11 @@ impl AwaitingAcks {
             });
         }
         self.settle(config, workers, acks, now, &mut progress);
+        if !progress.acknowledged.is_empty() {
+            for awaiting in self.entries.values_mut() {
+                awaiting.since = awaiting.since.max(now);
+            }
+        }
         self.entries.retain(|pod, awaiting| {
             if now.duration_since(awaiting.since) < timeout {
                 return true;

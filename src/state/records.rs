@@ -48,7 +48,8 @@ pub struct Holders {
 pub struct Awaiting {
     /// Uid of the pod instance that must acknowledge.
     pub uid: String,
-    /// Since when: the write that changed its jobs, or the start of this instance if later.
+    /// Since when: the write that changed its jobs, the start of this instance or the pool's
+    /// last acknowledgement, whichever is latest (the ack timeout runs from it).
     pub since: Timestamp,
 }
 

@@ -100,12 +100,13 @@ fn printer_columns_are_name_statefulset_ready_jobs_version_phase_age_and_wide_un
 }
 
 #[test]
-fn spec_schema_enforces_a_set_of_non_empty_jobs_and_shows_defaults() {
+fn spec_schema_enforces_non_empty_jobs_in_an_atomic_list_and_shows_defaults() {
     let crd = crd();
     let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
     assert_eq!(spec["required"], json!(["jobs", "selector"]));
     let props = &spec["properties"];
-    assert_eq!(props["jobs"]["x-kubernetes-list-type"], "set");
+    // Atomic: a `set` costs the API server field ownership per job on every write.
+    assert_eq!(props["jobs"]["x-kubernetes-list-type"], "atomic");
     assert_eq!(props["jobs"]["items"]["minLength"], 1);
     assert_eq!(props["strategy"]["default"], "Sticky");
     assert_eq!(

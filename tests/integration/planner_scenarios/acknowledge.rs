@@ -196,6 +196,10 @@ fn under_acknowledge_a_silent_worker_is_restarted_after_the_timeout_and_the_pool
     let revoked = world.config();
     world.ack(0, revoked.version);
     world.ack(2, revoked.version);
+    world.reconcile();
+    // Worker 0's revoked jobs go to worker 2, which acknowledges them; worker 1 stays silent.
+    world.ack(2, world.config().version);
+    world.reconcile();
     world.now += SignedDuration::from_secs(30);
     world.reconcile();
     assert!(world.deleted.is_empty(), "within ackTimeoutSeconds");
@@ -225,6 +229,44 @@ fn under_acknowledge_a_silent_worker_is_restarted_after_the_timeout_and_the_pool
         Some(Phase::Balanced)
     );
     assert_eq!(names(&world.deleted), ["swarm-worker-1"]);
+}
+
+#[test]
+fn under_acknowledge_the_timeout_runs_from_the_pools_last_acknowledgement_like_a_progress_deadline()
+{
+    let mut world = acknowledging(4);
+    world.scale(5);
+    world.settle_pods();
+    world.reconcile();
+    world.ack(4, world.config().version);
+    world.reconcile();
+    let revoked = world.config();
+    assert_eq!(in_transit_from(&revoked, "swarm-worker-3").len(), 1);
+    // A loaded API server takes one acknowledgement every 40 s: 120 s in all, twice the
+    // 60 s timeout, and nobody is restarted while they keep coming.
+    for ordinal in 0..3 {
+        world.now += SignedDuration::from_secs(40);
+        world.ack(ordinal, revoked.version);
+        world.reconcile();
+        assert!(world.deleted.is_empty(), "acknowledgements keep coming");
+    }
+    // The last worker stays silent: 60 s after the pool's last acknowledgement it is stuck.
+    world.now += SignedDuration::from_secs(50);
+    world.reconcile();
+    assert!(
+        world.deleted.is_empty(),
+        "50 s after the last acknowledgement"
+    );
+    world.now += SignedDuration::from_secs(11);
+    for _ in 0..3 {
+        world.reconcile();
+    }
+    assert!(world.all_reasons.contains(&reason::ACK_TIMED_OUT));
+    assert_eq!(
+        names(&world.deleted),
+        ["swarm-worker-3"],
+        "the silent worker only"
+    );
 }
 
 #[test]
