@@ -77,7 +77,11 @@ fn a_worker_reads_its_entry_of_config_yml() {
     for case in vectors::<Vec<ConfigCase>>("config.json") {
         let parsed = WorkerConfig::parse(&case.text);
         if let (Err(error), Some(refusal)) = (&parsed, &case.refusal) {
-            assert!(error.to_string().contains(refusal), "{}: {error}", case.name);
+            assert!(
+                error.to_string().contains(refusal),
+                "{}: {error}",
+                case.name
+            );
         }
         let read = parsed.ok().map(|config| Entry {
             version: config.version,
