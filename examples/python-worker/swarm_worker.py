@@ -317,10 +317,10 @@ def _version(node, path):
     """A version: missing or null reads as 0; else an unquoted whole number (any tag)."""
     if node is None or _is_null(node, path):
         return 0
-    literal_int = node.style == "|" and node.explicit == _CORE + "int"
     value = None
-    if isinstance(node, yaml.ScalarNode) and (node.style is None or literal_int):
-        value = _whole(node.value)
+    if isinstance(node, yaml.ScalarNode):
+        literal_int = node.style == "|" and node.explicit == _CORE + "int"
+        value = _whole(node.value) if node.style is None or literal_int else None
     if value is None:
         raise ConfigError(f"{path}: expected an unquoted whole number from 0 to 2^64-1, "
                           f"found {_shown(node)}")
@@ -382,6 +382,13 @@ def read_config(text, pod_name):
     if not isinstance(root, yaml.MappingNode) or (root.explicit or "").startswith("!"):
         raise ConfigError(f"config.yml must be a mapping without a local tag, found "
                           f"{root.explicit or ''} {_shown(root)}".replace("  ", " "))
+    try:
+        return _read_root(root, pod_name)
+    except ConfigError as error:
+        raise ConfigError(f"config.yml is not a worker config: {error}") from None
+
+
+def _read_root(root, pod_name):
     fields = _fields(root, "config.yml", ("version", "workloads", "transit"))
     version = _version(fields.get("version"), "version")
     entries = {}
