@@ -10,6 +10,9 @@
 #   scripts/go-worker.sh test [ARGS]    go test ./... ARGS; its tests against an API server
 #                                       run on kube-sim (KUBE_SIM) or the one
 #                                       SWARM_WORKER_GO_KUBECONFIG names
+#   scripts/go-worker.sh fuzz [SECONDS] each fuzz target (func FuzzXxx) of the module for
+#                                       SECONDS (default 20); an input that fails is kept in
+#                                       worker-go/testdata/fuzz/, which go test then runs
 #
 # Go's caches live in ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}/{gomod,gocache}; a build
 # after a change to worker-go/ compiles that module only.
@@ -54,6 +57,18 @@ check() {
     say "gofmt, go vet and staticcheck ${version}: clean"
 }
 
+# Targets one at a time: go test fuzzes one target per run.
+fuzz() {
+    local seconds="${1:-20}" target targets
+    cd "${module_dir}"
+    mapfile -t targets < <(grep -ho '^func Fuzz[A-Za-z0-9_]*' ./*_test.go | cut -d ' ' -f 2)
+    ((${#targets[@]})) || die "no fuzz target in ${module_dir}"
+    for target in "${targets[@]}"; do
+        say "fuzzing ${target} for ${seconds} s"
+        go test -run '^$' -fuzz="^${target}\$" -fuzztime="${seconds}s" .
+    done
+}
+
 case "${1:-}" in
 build)
     shift
@@ -64,6 +79,10 @@ test)
     shift
     cd "${module_dir}"
     go test ./... "$@"
+    ;;
+fuzz)
+    shift
+    fuzz "$@"
     ;;
 -h | --help) usage 0 ;;
 *) usage 2 ;;

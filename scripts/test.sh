@@ -195,6 +195,14 @@ if ((go_worker_ok)); then
 fi
 mark "Go worker: tests on kube-sim"
 
+# Bounded runs of the Go worker's fuzz targets (its readers of config.yml and index.yml); the
+# Rust property tests and the Python worker's Hypothesis tests ran with their suites above.
+say "fuzzing the Go worker's readers, ${SWARM_FUZZ_SECONDS:-20} s a target (scripts/go-worker.sh fuzz)"
+if ((go_worker_ok)); then
+    scripts/go-worker.sh fuzz "${SWARM_FUZZ_SECONDS:-20}" || status=$?
+fi
+mark "Go worker: fuzz targets"
+
 if ((real_tier)); then
     go_status=0
     wait "${go_build_pid}" || go_status=$?

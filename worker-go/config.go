@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
 )
 
 // Config is a config.yml as a worker reads it: the version, each pod's workload, and the jobs
@@ -32,58 +32,73 @@ type Workload struct {
 // ErrEmptyConfig is the error for a config.yml that is empty or only whitespace.
 var ErrEmptyConfig = errors.New("config.yml is empty")
 
-// rawConfig is config.yml as read, before defaults; pointers tell null from missing.
-type rawConfig struct {
-	Version   *uint64                 `json:"version"`
-	Workloads map[string]*rawWorkload `json:"workloads"`
-	Transit   map[string]*[]string    `json:"transit"`
-}
-
-type rawWorkload struct {
-	Version *uint64   `json:"version"`
-	Jobs    *[]string `json:"jobs"`
-}
-
-// ParseConfig reads a config.yml text as swarm_protocol::config::WorkerConfig::parse does:
-// unknown fields are ignored, missing versions read as 0, missing or null job lists as empty.
+// ParseConfig reads a config.yml text by the protocol's rules (docs/worker-protocol.md,
+// "Reading config.yml"), as swarm_protocol::config::WorkerConfig::parse does: the document is a
+// mapping; unknown fields are ignored; missing or null versions read as 0, missing or null job
+// lists as empty; names are any scalar's text. Every entry and the jobs in transit are checked,
+// and an error says which field is wrong and why.
 func ParseConfig(text string) (*Config, error) {
 	if strings.TrimSpace(text) == "" {
 		return nil, ErrEmptyConfig
 	}
-	// A document that is not a mapping (a list, a scalar, null) is no config.
-	var shape any
-	if err := yaml.Unmarshal([]byte(text), &shape); err != nil {
+	root, err := document(text)
+	if err != nil {
+		return nil, fmt.Errorf("config.yml is not YAML: %w", err)
+	}
+	if root == nil {
+		return nil, errors.New("config.yml holds no document, so no mapping")
+	}
+	if root.Kind != yaml.MappingNode || localTag(root) {
+		return nil, fmt.Errorf("config.yml must be a mapping without a local tag, found %s", shown(root))
+	}
+	config, err := readConfig(root)
+	if err != nil {
 		return nil, fmt.Errorf("config.yml is not a worker config: %w", err)
-	}
-	if _, ok := shape.(map[string]any); !ok {
-		return nil, fmt.Errorf("config.yml is not a worker config: not a mapping")
-	}
-	var raw rawConfig
-	if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
-		return nil, fmt.Errorf("config.yml is not a worker config: %w", err)
-	}
-	config := &Config{
-		Version:   deref(raw.Version),
-		Workloads: make(map[string]Workload, len(raw.Workloads)),
-		Transit:   make(map[string][]string, len(raw.Transit)),
-	}
-	for pod, workload := range raw.Workloads {
-		var read Workload
-		if workload != nil {
-			read = Workload{Version: deref(workload.Version), Jobs: deref(workload.Jobs)}
-		}
-		if read.Jobs == nil {
-			read.Jobs = []string{}
-		}
-		config.Workloads[pod] = read
-	}
-	for pod, jobs := range raw.Transit {
-		// Pods without jobs in transit are left out, as the operator writes it.
-		if jobs != nil && len(*jobs) > 0 {
-			config.Transit[pod] = *jobs
-		}
 	}
 	return config, nil
+}
+
+func readConfig(root *yaml.Node) (*Config, error) {
+	fields, err := structFields(root, "config.yml", "version", "workloads", "transit")
+	if err != nil {
+		return nil, err
+	}
+	config := &Config{Workloads: map[string]Workload{}, Transit: map[string][]string{}}
+	if config.Version, err = version(fields["version"], "version"); err != nil {
+		return nil, err
+	}
+	err = eachPair(fields["workloads"], "workloads", func(pod string, value *yaml.Node) error {
+		workload, err := readWorkload(value, "workloads."+pod)
+		config.Workloads[pod] = workload
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = eachPair(fields["transit"], "transit", func(pod string, value *yaml.Node) error {
+		jobs, err := names(value, "transit."+pod)
+		// Pods without jobs in transit are left out, as the operator writes it.
+		if len(jobs) > 0 {
+			config.Transit[pod] = jobs
+		} else {
+			delete(config.Transit, pod)
+		}
+		return err
+	})
+	return config, err
+}
+
+func readWorkload(node *yaml.Node, path string) (Workload, error) {
+	fields, err := structFields(node, path, "version", "jobs")
+	if err != nil {
+		return Workload{}, err
+	}
+	v, err := version(fields["version"], path+".version")
+	if err != nil {
+		return Workload{}, err
+	}
+	jobs, err := names(fields["jobs"], path+".jobs")
+	return Workload{Version: v, Jobs: jobs}, err
 }
 
 // Entry is the workload of pod, and whether the config has one. A pod without an entry runs
@@ -114,12 +129,4 @@ func ParseEntry(text, pod string) (Observed, error) {
 		jobs = []string{}
 	}
 	return Observed{Version: config.Version, Jobs: jobs}, nil
-}
-
-func deref[T any](value *T) T {
-	var zero T
-	if value == nil {
-		return zero
-	}
-	return *value
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -40,7 +41,35 @@ func (l ReportLine) Render() string {
 		// Strings and integers always encode.
 		panic(err)
 	}
-	return string(bytes.TrimSuffix(out.Bytes(), []byte("\n")))
+	return unescapeLineSeparators(string(bytes.TrimSuffix(out.Bytes(), []byte("\n"))))
+}
+
+// unescapeLineSeparators writes U+2028 and U+2029 as UTF-8, as serde_json does, where
+// encoding/json escapes them for JavaScript; an escaped backslash before a `u` is kept.
+func unescapeLineSeparators(line string) string {
+	if !strings.Contains(line, `\u202`) {
+		return line
+	}
+	var out strings.Builder
+	for i := 0; i < len(line); i++ {
+		if line[i] != '\\' {
+			out.WriteByte(line[i])
+			continue
+		}
+		switch rest := line[i:]; {
+		case strings.HasPrefix(rest, `\u2028`):
+			out.WriteString("\u2028")
+			i += 5
+		case strings.HasPrefix(rest, `\u2029`):
+			out.WriteString("\u2029")
+			i += 5
+		default:
+			// An escape pair, copied whole so that its second byte is never read as one.
+			out.WriteString(rest[:2])
+			i++
+		}
+	}
+	return out.String()
 }
 
 // Timestamp is t in RFC 3339, UTC, with nine fraction digits, so lines of one run sort by time

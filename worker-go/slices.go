@@ -2,8 +2,10 @@ package swarmworker
 
 import (
 	"errors"
+	"fmt"
 
-	"sigs.k8s.io/yaml"
+	"go.yaml.in/yaml/v3"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 // SliceName is the name of the ConfigMap worker pod reads its entry from under
@@ -22,23 +24,41 @@ type Index struct {
 	Workers map[string]uint64 `json:"workers"`
 }
 
-// ParseIndex reads an index.yml text; its version is required, its workers default to none,
-// and unknown fields are ignored.
+// ParseIndex reads an index.yml text as swarm_protocol::slices::Index::parse does: a mapping
+// whose version is required (an unquoted whole number, as in config.yml), whose workers map
+// each pod name to the version of its ConfigMap and default to none, and whose unknown fields
+// are ignored. An error says which field is wrong and why.
 func ParseIndex(text string) (Index, error) {
-	var raw struct {
-		Version *uint64           `json:"version"`
-		Workers map[string]uint64 `json:"workers"`
+	root, err := document(text)
+	if err != nil {
+		return Index{}, fmt.Errorf("index.yml is not YAML: %w", err)
 	}
-	if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
-		return Index{}, err
-	}
-	if raw.Version == nil {
+	if root == nil || (isPlain(root) && root.Value == "") {
 		return Index{}, errors.New("index.yml has no version")
 	}
-	if raw.Workers == nil {
-		raw.Workers = map[string]uint64{}
+	if root.Kind != yaml.MappingNode {
+		return Index{}, fmt.Errorf("index.yml must be a mapping, found %s", shown(root))
 	}
-	return Index{Version: *raw.Version, Workers: raw.Workers}, nil
+	fields, err := structFields(root, "index.yml", "version", "workers")
+	if err != nil {
+		return Index{}, err
+	}
+	if fields["version"] == nil {
+		return Index{}, errors.New("index.yml has no version")
+	}
+	index := Index{Workers: map[string]uint64{}}
+	if index.Version, err = whole(fields["version"], "index.yml version"); err != nil {
+		return Index{}, err
+	}
+	workers := resolved(fields["workers"])
+	if workers != nil && !(isPlain(workers) && workers.Value == "") && workers.Kind != yaml.MappingNode {
+		return Index{}, fmt.Errorf("index.yml workers: expected a mapping, found %s", shown(workers))
+	}
+	err = eachPair(workers, "index.yml workers", func(pod string, value *yaml.Node) error {
+		index.Workers[pod], err = whole(value, "index.yml workers."+pod)
+		return err
+	})
+	return index, err
 }
 
 // Render is the index as YAML text.
@@ -47,7 +67,7 @@ func (i Index) Render() string {
 	if workers == nil {
 		workers = map[string]uint64{}
 	}
-	text, err := yaml.Marshal(Index{Version: i.Version, Workers: workers})
+	text, err := sigsyaml.Marshal(Index{Version: i.Version, Workers: workers})
 	if err != nil {
 		// Integers and strings always marshal.
 		panic(err)

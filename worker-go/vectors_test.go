@@ -88,10 +88,15 @@ func TestVectorConfig(t *testing.T) {
 		Text   string `json:"text"`
 		Pod    string `json:"pod"`
 		Expect *entry `json:"expect"`
+		// Refusal is what a refusal's message must name.
+		Refusal string `json:"refusal"`
 	}
 	readVectors(t, "config.json", &cases)
 	for _, c := range cases {
 		observed, err := ParseEntry(c.Text, c.Pod)
+		if err != nil && !strings.Contains(err.Error(), c.Refusal) {
+			t.Errorf("%s: the refusal %q does not name %q", c.Name, err, c.Refusal)
+		}
 		var read *entry
 		if err == nil {
 			read = &entry{Version: observed.Version, Jobs: observed.Jobs}
@@ -114,6 +119,11 @@ func TestVectorSlices(t *testing.T) {
 			Text   string `json:"text"`
 			Expect Index  `json:"expect"`
 		} `json:"indexes"`
+		Unusable []struct {
+			Name    string `json:"name"`
+			Text    string `json:"text"`
+			Refusal string `json:"refusal"`
+		} `json:"unusable"`
 	}
 	readVectors(t, "slices.json", &slicesFile)
 	for _, c := range slicesFile.Names {
@@ -133,6 +143,11 @@ func TestVectorSlices(t *testing.T) {
 		again, err := ParseIndex(c.Expect.Render())
 		if err != nil || !reflect.DeepEqual(again, c.Expect) {
 			t.Errorf("%s: rendered and read back %+v (%v)", c.Name, again, err)
+		}
+	}
+	for _, c := range slicesFile.Unusable {
+		if _, err := ParseIndex(c.Text); err == nil || !strings.Contains(err.Error(), c.Refusal) {
+			t.Errorf("%s: refusal %v does not name %q", c.Name, err, c.Refusal)
 		}
 	}
 }

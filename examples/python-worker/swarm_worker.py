@@ -241,19 +241,173 @@ def worker_config_map(env):
     return f"{env['SWARM_CONFIG_MAP']}.{env['POD_NAME']}"
 
 
-def parse_config(text, pod_name):
-    """Returns (config version, this worker's jobs) of a config.yml, or None if unusable. Keys
-    other than `version` and this pod's entry of `workloads` (e.g. `transit`) are ignored."""
+class ConfigError(ValueError):
+    """Why a config.yml is unusable: the field and what is wrong with it."""
+
+
+class _Composer(yaml.SafeLoader):
+    """Composes a YAML text into nodes without YAML 1.1's reading of plain scalars (`yes` is
+    true, `010` is 8), keeping each node's explicit tag (`explicit`, None when untagged): the
+    reader below resolves what it reads as the protocol says, as the Rust crate does."""
+
+    def compose_scalar_node(self, anchor):
+        return self._tagged(super().compose_scalar_node, anchor)
+
+    def compose_sequence_node(self, anchor):
+        return self._tagged(super().compose_sequence_node, anchor)
+
+    def compose_mapping_node(self, anchor):
+        return self._tagged(super().compose_mapping_node, anchor)
+
+    def _tagged(self, compose, anchor):
+        tag = self.peek_event().tag
+        node = compose(anchor)
+        node.explicit = tag
+        return node
+
+
+_CORE = "tag:yaml.org,2002:"
+_NULLS = ("null", "Null", "NULL", "~")
+
+
+def _is_plain(node):
+    return isinstance(node, yaml.ScalarNode) and node.style is None
+
+
+def _is_null(node, path):
+    """Whether an optional value is absent: a plain null (untagged, or tagged !!null)."""
+    if not _is_plain(node):
+        return False
+    if node.explicit == _CORE + "null":
+        if node.value not in _NULLS:
+            raise ConfigError(f"{path}: {node.value!r} tagged !!null is not null")
+        return True
+    return node.explicit is None and node.value in ("",) + _NULLS
+
+
+def _digits(text, base):
+    """The value of `text`, digits of `base` only (no sign, no `_`), or None."""
+    allowed = "0123456789abcdef"[:base]
+    if not text or any(c not in allowed for c in text.lower()):
+        return None
+    return int(text, base)
+
+
+def _whole(text):
+    """An unquoted version, read as YAML 1.2's core schema reads an integer: decimal without
+    leading zeros, or 0x, 0o, 0b; an optional `+`; from 0 to 2^64-1. None otherwise."""
+    unsigned = text[1:] if text.startswith("+") else text
+    for prefix, base in (("0x", 16), ("0o", 8), ("0b", 2)):
+        rest = unsigned[2:]
+        if unsigned.startswith(prefix) and not rest.startswith(("+", "-")):
+            value = _digits(rest, base)
+            if value is not None and value < 2**64:
+                return value
+        elif unsigned.startswith(prefix):
+            return None
+    digits = text[1:] if text[:1] in "+-" else text
+    if unsigned.startswith(("+", "-")) or (len(digits) > 1 and digits[0] == "0"
+                                          and digits.isascii() and digits.isdigit()):
+        return None
+    value = _digits(unsigned, 10)
+    return value if value is not None and value < 2**64 else None
+
+
+def _version(node, path):
+    """A version: missing or null reads as 0; else an unquoted whole number (any tag)."""
+    if node is None or _is_null(node, path):
+        return 0
+    value = None
+    if isinstance(node, yaml.ScalarNode):
+        literal_int = node.style == "|" and node.explicit == _CORE + "int"
+        value = _whole(node.value) if node.style is None or literal_int else None
+    if value is None:
+        raise ConfigError(f"{path}: expected an unquoted whole number from 0 to 2^64-1, "
+                          f"found {_shown(node)}")
+    return value
+
+
+def _name(node, path):
+    """A pod or job name: any scalar's text, as written (`1` is the job "1")."""
+    if not isinstance(node, yaml.ScalarNode):
+        raise ConfigError(f"{path}: expected a name, found {_shown(node)}")
+    return node.value
+
+
+def _shown(node):
+    if isinstance(node, yaml.ScalarNode):
+        return repr(node.value) if node.style else node.value or "nothing"
+    return "a mapping" if isinstance(node, yaml.MappingNode) else "a list"
+
+
+def _items(node, path, kind):
+    """The items of an optional mapping or list: none when null or an empty plain scalar."""
+    if node is None or _is_null(node, path) or (_is_plain(node) and node.value == ""):
+        return []
+    if isinstance(node, kind):
+        return node.value
+    expected = "a mapping" if kind is yaml.MappingNode else "a list"
+    raise ConfigError(f"{path}: expected {expected}, found {_shown(node)}")
+
+
+def _fields(node, path, names):
+    """The known fields of a mapping (the others are ignored), each given once."""
+    fields = {}
+    for key, value in _items(node, path, yaml.MappingNode):
+        key = _name(key, f"{path} key")
+        if key in names:
+            if key in fields:
+                raise ConfigError(f"{path}: duplicate field {key}")
+            fields[key] = value
+    return fields
+
+
+def _jobs(node, path):
+    jobs = _items(node, path, yaml.SequenceNode)
+    return [_name(job, f"{path}[{i}]") for i, job in enumerate(jobs)]
+
+
+def read_config(text, pod_name):
+    """(config version, this worker's jobs) of a config.yml, by the protocol's rules
+    (docs/worker-protocol.md, "Reading config.yml"), or ConfigError saying what is wrong. Every
+    entry and the jobs in transit are checked, though only this pod's entry is used."""
+    if not (text or "").strip():
+        raise ConfigError("config.yml is empty")
     try:
-        document = yaml.safe_load(text or "")
-    except yaml.YAMLError:
+        root = yaml.compose(text, Loader=_Composer)
+    except (yaml.YAMLError, RecursionError) as error:
+        raise ConfigError(f"config.yml is not YAML: {error}") from None
+    if root is None:
+        raise ConfigError("config.yml holds no document, so no mapping")
+    if not isinstance(root, yaml.MappingNode) or (root.explicit or "").startswith("!"):
+        raise ConfigError(f"config.yml must be a mapping without a local tag, found "
+                          f"{root.explicit or ''} {_shown(root)}".replace("  ", " "))
+    try:
+        return _read_root(root, pod_name)
+    except ConfigError as error:
+        raise ConfigError(f"config.yml is not a worker config: {error}") from None
+
+
+def _read_root(root, pod_name):
+    fields = _fields(root, "config.yml", ("version", "workloads", "transit"))
+    version = _version(fields.get("version"), "version")
+    entries = {}
+    for key, value in _items(fields.get("workloads"), "workloads", yaml.MappingNode):
+        pod = _name(key, "workloads key")
+        entry = _fields(value, f"workloads.{pod}", ("version", "jobs"))
+        _version(entry.get("version"), f"workloads.{pod}.version")
+        entries[pod] = _jobs(entry.get("jobs"), f"workloads.{pod}.jobs")
+    for key, value in _items(fields.get("transit"), "transit", yaml.MappingNode):
+        _jobs(value, f"transit.{_name(key, 'transit key')}")
+    return version, entries.get(pod_name, [])
+
+
+def parse_config(text, pod_name):
+    """read_config, or None if the text is unusable."""
+    try:
+        return read_config(text, pod_name)
+    except ConfigError:
         return None
-    if not isinstance(document, dict) or not isinstance(document.get("version"), int):
-        return None
-    workloads = document.get("workloads")
-    entry = workloads.get(pod_name) if isinstance(workloads, dict) else None
-    jobs = entry.get("jobs") if isinstance(entry, dict) else None
-    return document["version"], [str(job) for job in jobs or []]
 
 
 DEFAULT_TERMINATION_SECONDS = 25
@@ -344,7 +498,8 @@ def report_line(pod, uid, version, running, at, until=None):
     line = {"pod": pod, "uid": uid, "version": version, "running": list(running), "at": at}
     if until is not None:
         line["until"] = until
-    return json.dumps(line, separators=(",", ":"))
+    # Non-ASCII as UTF-8, not \u escapes: the bytes serde_json writes.
+    return json.dumps(line, separators=(",", ":"), ensure_ascii=False)
 
 
 class Report:
@@ -563,9 +718,10 @@ class Worker:
                 log.exception("fence read failed")
                 self.read_failed()
                 continue
-            parsed = (None, []) if text is None else parse_config(text, self.pod_name)
-            if parsed is None:
-                log.warning("fence read found a %s without a numeric version", CONFIG_KEY)
+            try:
+                parsed = (None, []) if text is None else read_config(text, self.pod_name)
+            except ConfigError as error:
+                log.warning("fence read found an unusable %s: %s", CONFIG_KEY, error)
                 self.read_failed()
                 continue
             self.resource_version = resource_version

@@ -36,6 +36,10 @@ class ProtocolVectorsTest(unittest.TestCase):
                 expect = case["expect"]
                 want = None if expect is None else (expect["version"], expect["jobs"])
                 self.assertEqual(sw.parse_config(case["text"], case["pod"]), want)
+                if expect is None:
+                    with self.assertRaises(sw.ConfigError) as refused:
+                        sw.read_config(case["text"], case["pod"])
+                    self.assertIn(case.get("refusal", ""), str(refused.exception))
 
     def test_own_config_map(self):
         for case in vectors("slices.json")["names"]:

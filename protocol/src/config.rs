@@ -22,8 +22,10 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{MapAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeStruct};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The ConfigMap key holding `config.yml`, in the pool's ConfigMap and in each worker's own.
 pub const CONFIG_KEY: &str = "config.yml";
@@ -91,13 +93,15 @@ impl WorkerConfig {
         serde_yaml::to_string(self).expect("strings and integers always serialize to YAML")
     }
 
-    /// Reads a `config.yml`. Unknown fields are ignored; missing versions read as 0 (the
-    /// predecessor wrote none at the top level) and missing or null job lists as empty.
+    /// Reads a `config.yml` by the rules of `docs/worker-protocol.md` (the vectors in
+    /// `protocol/vectors/config.json` hold every worker to them): the document is a mapping;
+    /// unknown fields are ignored; missing or null versions read as 0 (the predecessor wrote
+    /// none at the top level) and missing or null job lists as empty.
     pub fn parse(text: &str) -> Result<WorkerConfig, ParseError> {
         if text.trim().is_empty() {
             return Err(ParseError::Empty);
         }
-        let raw: RawConfig = serde_yaml::from_str(text).map_err(ParseError::Yaml)?;
+        let Root(raw) = serde_yaml::from_str(text).map_err(ParseError::Yaml)?;
         let workloads = raw
             .workloads
             .unwrap_or_default()
@@ -177,6 +181,27 @@ impl Serialize for WorkerConfig {
             config.serialize_field("transit", &Transit(&self.transit))?;
         }
         config.end()
+    }
+}
+
+/// The document as read: a mapping. serde_yaml reads an empty document (or one of comments
+/// only) as an empty mapping when asked for a struct, which would make any such text a config
+/// of version 0; asked for any value, it says what the document is.
+struct Root(RawConfig);
+
+impl<'de> Deserialize<'de> for Root {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Mapping;
+        impl<'de> Visitor<'de> for Mapping {
+            type Value = RawConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mapping with version and workloads")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawConfig, A::Error> {
+                RawConfig::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer.deserialize_any(Mapping).map(Root)
     }
 }
 

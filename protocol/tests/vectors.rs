@@ -61,6 +61,9 @@ struct ConfigCase {
     text: String,
     pod: String,
     expect: Option<Entry>,
+    /// What a refusal's message must name.
+    #[serde(default)]
+    refusal: Option<String>,
 }
 
 #[derive(Debug, Deserialize, PartialEq)]
@@ -72,7 +75,15 @@ struct Entry {
 #[test]
 fn a_worker_reads_its_entry_of_config_yml() {
     for case in vectors::<Vec<ConfigCase>>("config.json") {
-        let read = WorkerConfig::parse(&case.text).ok().map(|config| Entry {
+        let parsed = WorkerConfig::parse(&case.text);
+        if let (Err(error), Some(refusal)) = (&parsed, &case.refusal) {
+            assert!(
+                error.to_string().contains(refusal),
+                "{}: {error}",
+                case.name
+            );
+        }
+        let read = parsed.ok().map(|config| Entry {
             version: config.version,
             jobs: config
                 .workload(&case.pod)
@@ -88,6 +99,15 @@ fn a_worker_reads_its_entry_of_config_yml() {
 struct Slices {
     names: Vec<SliceName>,
     indexes: Vec<IndexCase>,
+    /// Index texts the operator refuses, each with what the refusal must name.
+    unusable: Vec<Unusable>,
+}
+
+#[derive(Deserialize)]
+struct Unusable {
+    name: String,
+    text: String,
+    refusal: String,
 }
 
 #[derive(Deserialize)]
@@ -120,6 +140,14 @@ fn a_worker_reads_its_own_config_map_and_the_operator_its_index() {
         );
         let again = Index::parse(&case.expect.render()).unwrap();
         assert_eq!(again, case.expect, "{}: rendered and read back", case.name);
+    }
+    for case in slices.unusable {
+        let error = Index::parse(&case.text).expect_err(&case.name);
+        assert!(
+            error.to_string().contains(&case.refusal),
+            "{}: {error}",
+            case.name
+        );
     }
 }
 
