@@ -220,7 +220,8 @@ pub fn max_unavailable(
                     if !percent.is_empty() && percent.bytes().all(|b| b.is_ascii_digit()) =>
                 {
                     let percent: u128 = percent.parse().map_err(|_| invalid())?;
-                    let n = percent * replicas as u128 / 100;
+                    // Saturating: a percentage of 39 digits would overflow the product.
+                    let n = percent.saturating_mul(replicas as u128) / 100;
                     usize::try_from(n).unwrap_or(usize::MAX)
                 }
                 Some(_) => return Err(invalid()),

@@ -146,3 +146,95 @@ fn check_ownership(pool: &SwarmPool, cm: &ConfigMap, name: &str) -> Result<(), F
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Label keys, values and operators as a user might mistype them.
+    fn label_text() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9./_-]{0,12}|\\PC{0,8}|In|NotIn|Exists|DoesNotExist"
+    }
+
+    fn selector() -> impl Strategy<Value = LabelSelector> {
+        let labels = prop::collection::btree_map(label_text(), label_text(), 0..3);
+        let requirement = (
+            label_text(),
+            label_text(),
+            prop::option::of(prop::collection::vec(label_text(), 0..3)),
+        )
+            .prop_map(|(key, operator, values)| LabelSelectorRequirement {
+                key,
+                operator,
+                values,
+            });
+        (
+            prop::option::of(labels),
+            prop::option::of(prop::collection::vec(requirement, 0..3)),
+        )
+            .prop_map(|(match_labels, match_expressions)| LabelSelector {
+                match_labels,
+                match_expressions,
+            })
+    }
+
+    /// Found by the property below: the percentage times the replicas overflowed.
+    #[test]
+    fn a_percentage_of_39_digits_is_a_count_not_an_overflow() {
+        let huge = IntOrString::String(format!("{}%", u128::MAX));
+        assert_eq!(rollout::max_unavailable(&huge, 3), Ok(usize::MAX));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any selector is taken or refused naming spec.selector, never a panic.
+        #[test]
+        fn any_selector_is_taken_or_refused_naming_spec_selector(selector in selector()) {
+            if let Err(failure) = pool_selector(&selector, WorkloadKind::default()) {
+                prop_assert!(failure.message.contains("spec.selector"), "{}", failure.message);
+            }
+        }
+
+        /// Any rollout.maxUnavailable is a count of at least 1, or refused quoting the value.
+        #[test]
+        fn any_max_unavailable_is_at_least_one_or_refused_quoting_it(
+            value in prop_oneof![
+                any::<i32>().prop_map(IntOrString::Int),
+                "[-+ 0-9%.]{0,8}|[1-9][0-9]{30,45}%|\\PC{0,8}".prop_map(IntOrString::String),
+            ],
+            replicas in 0_usize..100_000,
+        ) {
+            match rollout::max_unavailable(&value, replicas) {
+                Ok(n) => prop_assert!(n >= 1),
+                Err(error) => {
+                    let given = match &value {
+                        IntOrString::Int(n) => n.to_string(),
+                        IntOrString::String(text) => text.clone(),
+                    };
+                    prop_assert!(error.to_string().contains(&format!("{given:?}")), "{}", error);
+                }
+            }
+        }
+
+        /// Any job list is taken, or refused naming the empty position or the repeated job.
+        #[test]
+        fn any_job_list_is_taken_or_refused_naming_the_job(jobs in prop::collection::vec("[ab]{0,2}|\\PC{0,4}", 0..8)) {
+            match validate_jobs(&jobs) {
+                Ok(()) => prop_assert!(jobs.iter().all(|job| !job.is_empty())),
+                Err(error) => {
+                    let message = error.to_string();
+                    let named = jobs.iter().enumerate().any(|(i, job)| {
+                        (job.is_empty() && message.contains(&format!("spec.jobs[{i}]")))
+                            || message.contains(&format!("{job:?}"))
+                    });
+                    prop_assert!(named, "{}", message);
+                }
+            }
+        }
+    }
+}

@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -182,23 +183,35 @@ pub fn combine<'a>(
     let mut seen: HashMap<&str, Position> = HashMap::with_capacity(listed);
     jobs.reserve_exact(listed - inline.len());
     for (index, job) in inline.iter().enumerate() {
-        seen.insert(job.as_str(), Position::Inline { index });
+        see(&mut seen, job, Position::Inline { index }, sources)?;
     }
     for (source, text) in texts.iter().enumerate() {
         for (line, job) in parse(text) {
-            let position = Position::Source { source, line };
-            if let Some(first) = seen.get(job) {
-                return Err(Unresolved::Duplicate {
-                    job: job.to_owned(),
-                    first: Box::new(first.origin(sources)),
-                    second: Box::new(position.origin(sources)),
-                });
-            }
-            seen.insert(job, position);
+            see(&mut seen, job, Position::Source { source, line }, sources)?;
             jobs.push(job.to_owned());
         }
     }
     Ok(jobs)
+}
+
+/// Records where `job` is listed, or says where it was listed first.
+fn see<'a>(
+    seen: &mut HashMap<&'a str, Position>,
+    job: &'a str,
+    position: Position,
+    sources: &[JobsFromSource],
+) -> Result<(), Unresolved> {
+    match seen.entry(job) {
+        Entry::Occupied(first) => Err(Unresolved::Duplicate {
+            job: job.to_owned(),
+            first: Box::new(first.get().origin(sources)),
+            second: Box::new(position.origin(sources)),
+        }),
+        Entry::Vacant(slot) => {
+            slot.insert(position);
+            Ok(())
+        }
+    }
 }
 
 /// An [`Origin`] by index: `sources[source]` rather than its names.
@@ -485,5 +498,37 @@ mod tests {
         )]));
         assert!(is_labelled(&labelled));
         assert!(matches!(found(Some(&labelled)), Found::ConfigMap(_)));
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any text in a source: its jobs are its lines trimmed, blank lines and comments
+        /// skipped, after `spec.jobs`; or the one job listed twice, named with both places.
+        #[test]
+        fn any_source_text_gives_its_lines_as_jobs_or_names_the_job_listed_twice(
+            inline in proptest::collection::vec("[a-c]{1,2}", 0..4),
+            texts in proptest::collection::vec("[a-c# \\t\\r\\n\\PC]{0,60}", 1..3),
+        ) {
+            let sources: Vec<_> = (0..texts.len()).map(|i| source(&format!("jobs-{i}"), "jobs.txt")).collect();
+            let maps: Vec<_> = texts.iter().enumerate().map(|(i, text)| cm(&format!("jobs-{i}"), &[("jobs.txt", text.as_str())])).collect();
+            let find = |name: &str| maps.iter().find(|cm| cm.metadata.name.as_deref() == Some(name)).map_or(Found::Missing, Found::ConfigMap);
+            let listed: Vec<String> = inline.iter().cloned().chain(texts.iter().flat_map(|text| {
+                text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_owned)
+            })).collect();
+            let unique = listed.iter().collect::<std::collections::HashSet<_>>().len() == listed.len();
+            match combine("ns", &inline, &sources, find) {
+                Ok(jobs) => {
+                    proptest::prop_assert!(unique);
+                    proptest::prop_assert_eq!(jobs, listed);
+                }
+                Err(Unresolved::Duplicate { job, first, second }) => {
+                    proptest::prop_assert!(!unique);
+                    proptest::prop_assert!(listed.iter().filter(|j| **j == job).count() >= 2);
+                    proptest::prop_assert_ne!(first, second);
+                }
+                Err(other) => proptest::prop_assert!(false, "{other}"),
+            }
+        }
     }
 }
