@@ -351,3 +351,51 @@ async fn resolve_jobs(cluster: &Cluster, pool: SwarmPool) -> Result<SwarmPool, P
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("kubectl-swarm").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_replica_count_out_of_range_is_refused_naming_the_flag() {
+        let error = parse(&["plan", "p", "--replicas", "100001"]).unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::ValueValidation);
+        assert!(error.to_string().contains("--replicas"), "{error}");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any arguments parse, or are refused with a message, never a panic; an invalid value
+        /// is refused naming its flag or argument.
+        #[test]
+        fn any_arguments_parse_or_are_refused_saying_what_is_wrong(
+            args in prop::collection::vec(prop_oneof![
+                Just("status"), Just("where"), Just("plan"), Just("--replicas"), Just("-n"),
+                Just("-o"), Just("json"), Just("yaml"), Just("-A"), Just("--"), Just("--context"),
+            ].prop_map(str::to_owned).boxed().prop_union("[a-z0-9=-]{0,8}|\\PC{0,8}".boxed()), 0..6),
+        ) {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            if let Err(error) = parse(&args) {
+                let message = error.to_string();
+                prop_assert!(!message.trim().is_empty());
+                if error.kind() == ErrorKind::InvalidValue || error.kind() == ErrorKind::ValueValidation {
+                    prop_assert!(message.contains("--") || message.contains('<'), "{}", message);
+                }
+            }
+        }
+    }
+}
