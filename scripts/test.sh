@@ -145,6 +145,17 @@ status=0
 cargo test --workspace --no-run --quiet "$@" || status=$?
 mark "compile the test profile"
 
+# What a user installs may depend on (deny.toml): licences, banned crates and sources. The
+# check itself reads only Cargo.lock and the registry cache; `cargo fetch` fills the cache with
+# the crates of other platforms, which the test build did not need.
+say "the dependencies' licences, bans and sources (cargo deny, deny.toml)"
+if cargo_deny="$(scripts/install-cargo-deny.sh)" && cargo fetch --locked --quiet; then
+    "${cargo_deny}" deny --offline --log-level warn check licenses bans sources || status=$?
+else
+    status=1
+fi
+mark "cargo deny: licences, bans, sources"
+
 # The Go worker (worker-go/): its lints, and its example, which the end-to-end scenarios run
 # beside the Rust and Python workers.
 say "the Go worker module: gofmt, go vet, staticcheck, and its example (scripts/go-worker.sh)"
