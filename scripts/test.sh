@@ -197,6 +197,14 @@ else
 fi
 mark "Python worker: self-test"
 
+# The licences of what the Go worker module and the Python worker bring to their users, checked
+# and listed beside them (deny.toml does the same for the Rust crates).
+say "the Go and Python workers' dependencies' licences (scripts/check-dependency-licenses.sh)"
+if ((python_ok)); then
+    scripts/check-dependency-licenses.sh "${SWARM_PYTHON_WORKER}" || status=$?
+fi
+mark "Go and Python dependencies' licences"
+
 # The Go worker's own tests, those that speak to an API server on kube-sim; the real-cluster
 # tier runs them again against kube-apiserver.
 say "the Go worker's tests on kube-sim (scripts/go-worker.sh test)"
