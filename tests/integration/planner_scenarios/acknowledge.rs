@@ -28,6 +28,19 @@ pub(super) fn acknowledging(replicas: usize) -> World {
     world
 }
 
+/// An `acknowledging(replicas)` pool scaled up by one, the new worker having acknowledged its
+/// empty entry: the world and the config that revokes its share from the others.
+fn revoking_for_a_new_worker(replicas: usize) -> (World, WorkerConfig) {
+    let mut world = acknowledging(replicas);
+    world.scale(i32::try_from(replicas + 1).expect("a small pool"));
+    world.settle_pods();
+    world.reconcile();
+    world.ack(replicas, world.config().version);
+    world.reconcile();
+    let revoked = world.config();
+    (world, revoked)
+}
+
 /// Jobs in transit from `pod`.
 pub(super) fn in_transit_from(config: &WorkerConfig, pod: &str) -> BTreeSet<String> {
     config
@@ -187,13 +200,7 @@ fn under_acknowledge_a_terminating_member_is_given_nothing_until_its_replacement
 
 #[test]
 fn under_acknowledge_a_silent_worker_is_restarted_after_the_timeout_and_the_pool_settles() {
-    let mut world = acknowledging(2);
-    world.scale(3);
-    world.settle_pods();
-    world.reconcile();
-    world.ack(2, world.config().version);
-    world.reconcile();
-    let revoked = world.config();
+    let (mut world, revoked) = revoking_for_a_new_worker(2);
     world.ack(0, revoked.version);
     world.ack(2, revoked.version);
     world.reconcile();
@@ -234,13 +241,7 @@ fn under_acknowledge_a_silent_worker_is_restarted_after_the_timeout_and_the_pool
 #[test]
 fn under_acknowledge_the_timeout_runs_from_the_pools_last_acknowledgement_like_a_progress_deadline()
 {
-    let mut world = acknowledging(4);
-    world.scale(5);
-    world.settle_pods();
-    world.reconcile();
-    world.ack(4, world.config().version);
-    world.reconcile();
-    let revoked = world.config();
+    let (mut world, revoked) = revoking_for_a_new_worker(4);
     assert_eq!(in_transit_from(&revoked, "swarm-worker-3").len(), 1);
     // A loaded API server takes one acknowledgement every 40 s: 120 s in all, twice the
     // 60 s timeout, and nobody is restarted while they keep coming.
