@@ -62,9 +62,8 @@ pub struct Context {
     pub(super) written: Written,
     /// Checked before every write: a leader that may have lost its lease writes nothing.
     pub(super) lease: LeaseGuard,
-    /// The turns of reconciles (`--max-concurrent-reconciles` of them), handed out in the
-    /// order asked (see [`super::reconcile`]).
-    pub(super) turns: Semaphore,
+    /// The turns of reconciles (`--max-concurrent-reconciles` of them).
+    pub(super) turns: super::turns::Turns,
     /// The workers' ConfigMap writes in flight, over all reconciles
     /// ([`super::kube_cluster::SLICE_WRITES_IN_FLIGHT`]).
     pub(super) slice_writes: Semaphore,

@@ -16,6 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use tracing::{debug, info};
 
 use super::context::pool_objects;
+use super::turns::Turn;
 use super::workloads::{WorkloadSnapshot, Workloads};
 use super::{Context, fenced_write};
 use crate::Error;
@@ -45,6 +46,38 @@ pub(super) const SLICE_WRITES_IN_FLIGHT: usize = 32;
 
 /// How many workers' ConfigMaps one page of a live list holds.
 const SLICES_PER_PAGE: u32 = 250;
+
+/// Sends `batch`, up to [`SLICE_WRITES_AT_ONCE`] at a time, each within the operator's
+/// [`SLICE_WRITES_IN_FLIGHT`].
+async fn send_slice_writes(
+    ctx: &Context,
+    config_maps: &Api<ConfigMap>,
+    slices: &Api<SliceSummary>,
+    batch: Vec<SliceWrite>,
+) -> Result<Vec<SliceWritten>, Error> {
+    let results: Vec<Result<SliceWritten, Error>> = futures::stream::iter(batch)
+        .map(|write| async move {
+            let _permit = ctx
+                .slice_writes
+                .acquire()
+                .await
+                .expect("the slice write permits are never closed");
+            // The permit may have come after this replica lost its lease.
+            ctx.may_write()?;
+            write_slice(config_maps, slices, write).await
+        })
+        .buffered(SLICE_WRITES_AT_ONCE)
+        .collect()
+        .await;
+    let results = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let applied = results
+        .iter()
+        .filter(|r| matches!(r, SliceWritten::Applied(_)))
+        .count();
+    ctx.metrics.config_writes.inc_by(applied as u64);
+    debug!(applied, "wrote workers' ConfigMaps");
+    Ok(results)
+}
 
 /// One write of a worker's own ConfigMap, fenced by the copy it was planned on: a create when
 /// there was none (which fails if one exists by then), else an apply over that copy's
@@ -194,11 +227,19 @@ pub(super) struct KubeCluster<'a> {
     config_maps: Api<ConfigMap>,
     slices: Api<SliceSummary>,
     pods: Api<PodSummary>,
+    /// This reconcile's turn, lent out during a large batch of writes.
+    turn: Turn<'a>,
 }
 
 impl<'a> KubeCluster<'a> {
-    pub(super) fn new(ctx: &'a Context, pool: &'a SwarmPool, namespace: &'a str) -> Self {
+    pub(super) fn new(
+        ctx: &'a Context,
+        pool: &'a SwarmPool,
+        namespace: &'a str,
+        turn: Turn<'a>,
+    ) -> Self {
         KubeCluster {
+            turn,
             ctx,
             pool,
             key: ObjectRef::from_obj(pool),
@@ -331,6 +372,12 @@ impl Cluster for KubeCluster<'_> {
         )
     }
 
+    /// From the Lease cache, which fills while a reconcile writes.
+    fn acks(&mut self) -> Option<Acks> {
+        (self.pool.spec.rollout.policy == RolloutPolicy::Acknowledge)
+            .then(|| self.ctx.acks(self.namespace, &self.pool.name_any()))
+    }
+
     /// In pages of [`SLICES_PER_PAGE`]: one response of a 1,000-worker pool's ConfigMaps is
     /// several MiB of text, held whole while it is read.
     async fn list_slices(&mut self) -> Result<Vec<SliceSummary>, Error> {
@@ -359,34 +406,16 @@ impl Cluster for KubeCluster<'_> {
         }
     }
 
-    /// Up to [`SLICE_WRITES_AT_ONCE`] at a time, each within the operator's
-    /// [`SLICE_WRITES_IN_FLIGHT`]: a first rollout writes one per worker.
+    /// A first rollout writes one per worker.
     async fn write_slices(&mut self, batch: Vec<SliceWrite>) -> Result<Vec<SliceWritten>, Error> {
         self.ctx.may_write()?;
-        let (config_maps, slices) = (&self.config_maps, &self.slices);
-        let ctx = self.ctx;
-        let results: Vec<Result<SliceWritten, Error>> = futures::stream::iter(batch)
-            .map(|write| async move {
-                let _permit = ctx
-                    .slice_writes
-                    .acquire()
-                    .await
-                    .expect("the slice write permits are never closed");
-                // The turn may have come after this replica lost its lease.
-                ctx.may_write()?;
-                write_slice(config_maps, slices, write).await
-            })
-            .buffered(SLICE_WRITES_AT_ONCE)
-            .collect()
-            .await;
-        let results = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-        let applied = results
-            .iter()
-            .filter(|r| matches!(r, SliceWritten::Applied(_)))
-            .count();
-        self.ctx.metrics.config_writes.inc_by(applied as u64);
-        debug!(configmap = %self.config_map_name, applied, "wrote workers' ConfigMaps");
-        Ok(results)
+        // A first rollout of 1,000 workers writes for minutes: other pools plan meanwhile (the
+        // writes themselves share SLICE_WRITES_IN_FLIGHT).
+        if batch.len() <= SLICE_WRITES_AT_ONCE {
+            return send_slice_writes(self.ctx, &self.config_maps, &self.slices, batch).await;
+        }
+        let writes = send_slice_writes(self.ctx, &self.config_maps, &self.slices, batch);
+        self.turn.lent_during(writes).await
     }
 
     async fn delete(&mut self, delete: &PodDelete) -> Result<Deleted, Error> {

@@ -16,7 +16,8 @@
 //! The modules: `watches` (the watches, their caches and triggers), `workloads` (one module
 //! per workload kind: its caches, watches, pod mapping and live list), `triggers` (which pools
 //! a workload or its pods wake, for every kind), `context` (what is remembered of each pool
-//! between reconciles), `reconcile` (one reconcile, its status and its retries), `events`,
+//! between reconciles), `reconcile` (one reconcile, its status and its retries), `turns`
+//! (the fair turns reconciles take), `events`,
 //! and `kube_cluster` (the round protocol's requests over kube).
 
 pub mod changes;
@@ -29,6 +30,7 @@ mod reconcile;
 pub mod relisting_watch;
 pub mod revoke_clock;
 mod triggers;
+mod turns;
 mod watches;
 mod workloads;
 
@@ -103,7 +105,7 @@ pub async fn run(
         written,
         revokes: RevokeClock::default(),
         lease,
-        turns: Semaphore::new(usize::from(concurrency)),
+        turns: turns::Turns::new(usize::from(concurrency)),
         slice_writes: Semaphore::new(kube_cluster::SLICE_WRITES_IN_FLIGHT),
     });
     controller

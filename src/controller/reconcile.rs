@@ -15,6 +15,7 @@ use tracing::{debug, instrument, warn};
 use super::events::publish_events;
 use super::jobs_sources::{self, Source};
 use super::kube_cluster::{KubeCluster, Snapshot};
+use super::turns::Turn;
 use super::{Context, relisting_watch};
 use crate::Error;
 use crate::api::conditions;
@@ -61,16 +62,9 @@ fn rand_fraction() -> f64 {
 /// later step fails.
 #[instrument(skip(pool, ctx), fields(pool = %pool.name_any(), namespace = pool.namespace().unwrap_or_default()))]
 pub(super) async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result<Action, Error> {
-    // Turns first come, first served. kube-runtime's own bound on concurrent reconciles keeps
-    // the pools waiting for a slot in a hash set and takes the first in its iteration order, so
-    // under load the same pools won every free slot: 100 pools created during each other's
-    // rollouts waited up to a minute for their first reconcile. Its controller now starts
-    // every reconcile at once, and tokio's semaphore queues them fairly.
-    let _turn = ctx
-        .turns
-        .acquire()
-        .await
-        .expect("the turns are never closed");
+    // Turns first come, first served (see `super::turns`); the cluster lends this one out
+    // while it writes a large batch.
+    let turn = ctx.turns.take().await;
     // The pool as it is now: it may have changed while this reconcile waited.
     let Some(pool) = ctx.pools.get(&ObjectRef::from_obj(pool.as_ref())) else {
         return Ok(Action::await_change());
@@ -78,7 +72,7 @@ pub(super) async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result
     let pool = ctx.with_own_status(pool);
     let _timer = ctx.metrics.reconcile_started();
     let mut journal = Journal::default();
-    let result = reconcile_pool(&pool, &ctx, &mut journal).await;
+    let result = reconcile_pool(&pool, &ctx, turn, &mut journal).await;
     ctx.metrics.granted(&journal.granted_after_seconds);
     publish_events(&ctx, &pool, journal.events).await;
     if result.is_ok() {
@@ -87,9 +81,10 @@ pub(super) async fn reconcile(pool: Arc<SwarmPool>, ctx: Arc<Context>) -> Result
     result
 }
 
-async fn reconcile_pool(
-    pool: &SwarmPool,
-    ctx: &Context,
+async fn reconcile_pool<'a>(
+    pool: &'a SwarmPool,
+    ctx: &'a Context,
+    turn: Turn<'a>,
     journal: &mut Journal,
 ) -> Result<Action, Error> {
     let namespace = pool.namespace().ok_or(Error::MissingNamespace)?;
@@ -100,7 +95,7 @@ async fn reconcile_pool(
     let (resolved, unresolved) = jobs_source::resolve(pool, |name| {
         sources.get(name).map_or(Found::Missing, Source::found)
     });
-    let mut cluster = KubeCluster::new(ctx, pool, &namespace);
+    let mut cluster = KubeCluster::new(ctx, pool, &namespace, turn);
     let config_map = cluster.starting_config_map().await?;
     let snapshot = Snapshot::of(ctx, &resolved, unresolved.as_ref(), &namespace, config_map);
     let outcome = match drive(&mut cluster, &snapshot.observed(), journal).await? {

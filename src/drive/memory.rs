@@ -8,12 +8,13 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use super::{Cluster, Deleted, SliceWrite, SliceWritten, Unsettled, Written};
 use crate::planner::rollout::PodDelete;
 use crate::state::cached::{Cacheable, CachedPod};
 use crate::state::config_map::pool_config;
+use crate::state::lease::{Ack, Acks};
 use crate::state::pod_summary::PodSummary;
 use crate::state::revokes::{RevokeLog, RevokeWaits};
 use crate::state::slice_summary::SliceSummary;
@@ -51,6 +52,13 @@ pub struct MemoryCluster {
     /// When set, the operator process dies right after this many more writes and deletes:
     /// the action is done, its caller sees [`MemoryError::Crashed`].
     pub crash_after: Option<usize>,
+    /// How long each write (or batch of workers' ConfigMap writes) takes: both clocks advance
+    /// by it, as under an API server that answers slowly.
+    pub write_takes: SignedDuration,
+    /// The acknowledgements as the operator's Lease cache holds them at the start, and the
+    /// workers (pod, instance uid) that acknowledge each of their entries as soon as it is
+    /// written; `None`: nothing is acknowledged during a reconcile.
+    pub acking: Option<(Acks, Vec<(String, String)>)>,
 }
 
 /// Why an action on a [`MemoryCluster`] failed.
@@ -94,6 +102,14 @@ impl MemoryCluster {
             .max()
             .unwrap_or(0);
         (last + 1).to_string()
+    }
+
+    /// A write took [`MemoryCluster::write_takes`].
+    fn take_time(&mut self) {
+        self.now += self.write_takes;
+        if let Some(instant) = &mut self.instant {
+            *instant += self.write_takes.unsigned_abs();
+        }
     }
 
     /// Records the worker config as it now is.
@@ -183,6 +199,7 @@ impl Cluster for MemoryCluster {
             }
             let applied = self.config_map.clone().expect("just applied");
             self.record_config();
+            self.take_time();
             self.survive().map(|()| Written::Applied(applied))
         };
         ready(result)
@@ -217,6 +234,22 @@ impl Cluster for MemoryCluster {
         self.revokes.at(now)
     }
 
+    fn acks(&mut self) -> Option<Acks> {
+        let (cached, acking) = self.acking.as_ref()?;
+        let mut acks = cached.clone();
+        if let Some(config) = self.configs.last() {
+            for (pod, uid) in acking {
+                let version = config.workload(pod).map_or(config.version, |w| w.version);
+                let ack = Ack {
+                    holder: uid.clone(),
+                    version,
+                };
+                acks.insert(pod.clone(), ack);
+            }
+        }
+        Some(acks)
+    }
+
     fn list_slices(
         &mut self,
     ) -> impl Future<Output = Result<Vec<SliceSummary>, MemoryError>> + Send {
@@ -233,6 +266,7 @@ impl Cluster for MemoryCluster {
             .map(|write| self.write_slice(write))
             .collect();
         self.record_config();
+        self.take_time();
         ready(results)
     }
 

@@ -26,6 +26,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use crate::planner::rollout::PodDelete;
 use crate::planner::{self, Observed, Outcome, PlannedEvent, Step};
 use crate::state::cached::CachedPod;
+use crate::state::lease::Acks;
 use crate::state::revokes::RevokeWaits;
 use crate::state::slice_summary::SliceSummary;
 use crate::state::worker_slices::SliceWrites;
@@ -67,6 +68,11 @@ pub trait Cluster {
     /// written, read or cached) show what they show, and returns since when each has shown
     /// each version: where each revoke wait starts (see [`crate::state::revokes`]).
     fn revoke_waits<'s>(&mut self, slices: impl Iterator<Item = &'s SliceSummary>) -> RevokeWaits;
+
+    /// The workers' acknowledgements as known now (`None`: those of the snapshot). A round
+    /// that follows minutes of writes must see the acknowledgements that came meanwhile, or
+    /// it would count their workers as silent and time them out.
+    fn acks(&mut self) -> Option<Acks>;
 
     /// The workers' own ConfigMaps labelled with the pool, listed from the API server.
     fn list_slices(
@@ -182,9 +188,11 @@ pub async fn drive<C: Cluster + Send>(
         listed_pods: None,
         pods_are_live: false,
         pool_confirmed: false,
+        acks: None,
     };
     for rounds in 1..=MAX_ROUNDS {
         let revokes = cluster.revoke_waits(round.slices.iter().map(AsRef::as_ref));
+        round.acks = cluster.acks();
         let step = planner::next_step(&round.observe(cached, cluster.now(), &revokes));
         if rounds == MAX_ROUNDS && !matches!(step, Step::Done(_)) {
             return Err(Unsettled { rounds }.into());
@@ -237,6 +245,8 @@ struct Round<'a> {
     pods_are_live: bool,
     /// Whether the pool was confirmed to exist in this reconcile.
     pool_confirmed: bool,
+    /// The acknowledgements as known when this round began, if fresher than the snapshot's.
+    acks: Option<Acks>,
 }
 
 impl<'a> Round<'a> {
@@ -256,6 +266,7 @@ impl<'a> Round<'a> {
             worker_config_maps: self.slices.iter().map(AsRef::as_ref).collect(),
             slices_are_live: self.slices_are_live,
             revokes,
+            acks: self.acks.as_ref().unwrap_or(cached.acks),
             now,
             ..cached.clone()
         }

@@ -271,6 +271,37 @@ fn under_acknowledge_the_timeout_runs_from_the_pools_last_acknowledgement_like_a
 }
 
 #[test]
+fn under_acknowledge_a_reconcile_that_writes_for_minutes_sees_the_acknowledgements_that_came_meanwhile()
+ {
+    let mut world = acknowledging(4);
+    // Five jobs more: every worker gains one or two. The API server takes 35 s a write (the
+    // index, then the batch of workers' ConfigMaps), and three workers acknowledge their new
+    // entries while the reconcile goes on.
+    let more = (0..5).map(|i| format!("extra-{i}"));
+    world.pool.spec.jobs.extend(more);
+    world.write_takes = SignedDuration::from_secs(35);
+    world.acking = vec![0, 1, 2];
+    let started = world.now;
+    world.all_reasons.clear();
+    world.reconcile();
+    assert!(world.now.duration_since(started) > SignedDuration::from_secs(60));
+    assert!(
+        world.deleted.is_empty() && !world.all_reasons.contains(&reason::ACK_TIMED_OUT),
+        "acknowledgements came during the writes: {:?}",
+        world.all_reasons
+    );
+    let status = world.pool.status.clone().unwrap();
+    assert_eq!(status.stale_workers, ["swarm-worker-3"]);
+    // The deadline still holds for the worker that stays silent.
+    world.write_takes = SignedDuration::ZERO;
+    world.now += SignedDuration::from_secs(61);
+    for _ in 0..3 {
+        world.reconcile();
+    }
+    assert_eq!(names(&world.deleted), ["swarm-worker-3"]);
+}
+
+#[test]
 fn under_acknowledge_a_started_worker_is_stale_until_it_acknowledges_what_it_runs() {
     let mut world = World::new(example_jobs(), 2);
     world.pool.spec.rollout.policy = RolloutPolicy::Acknowledge;

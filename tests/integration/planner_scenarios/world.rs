@@ -12,6 +12,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 use swarm_operator::api::conditions;
 use swarm_operator::api::crd::{Phase, SwarmPool};
+use swarm_operator::drive::Cluster as _;
 use swarm_operator::drive::memory::{MemoryCluster, block_on};
 use swarm_operator::drive::{Driven, Journal, drive};
 use swarm_operator::planner::{Observed, Outcome, PlannedEvent};
@@ -141,6 +142,11 @@ pub(super) struct World {
     pub(super) status_written: bool,
     /// The ConfigMaps the pool's `spec.jobsFrom` may name, as the operator's cache holds them.
     pub(super) job_sources: Vec<ConfigMap>,
+    /// How long each write takes, the clock running on during a reconcile.
+    pub(super) write_takes: SignedDuration,
+    /// Workers (by ordinal) that acknowledge each entry as soon as it is written, their Lease
+    /// writes reaching the operator's cache while the reconcile that wrote it goes on.
+    pub(super) acking: Vec<usize>,
 }
 
 impl World {
@@ -168,6 +174,8 @@ impl World {
             all_reasons: Vec::new(),
             status_written: false,
             job_sources: Vec::new(),
+            write_takes: SignedDuration::ZERO,
+            acking: Vec::new(),
         };
         for ordinal in 0..replicas {
             let uid = world.uid();
@@ -211,6 +219,12 @@ impl World {
             pods: self.pods.iter().map(PodSummary::from).collect(),
             instant: Some(self.instant()),
             revokes: std::mem::take(&mut self.revokes),
+            write_takes: self.write_takes,
+            acking: (!self.acking.is_empty()).then(|| {
+                let acking = self.acking.iter();
+                let acking = acking.map(|&o| (format!("{STS}-{o}"), self.uid_of(o)));
+                (self.acks.clone(), acking.collect())
+            }),
             ..MemoryCluster::new(self.now)
         };
         let mut journal = Journal::default();
@@ -241,6 +255,8 @@ impl World {
         };
         drop(resolved);
         self.revokes = std::mem::take(&mut cluster.revokes);
+        self.acks = cluster.acks().unwrap_or_else(|| self.acks.clone());
+        self.now = cluster.now;
         self.writes += cluster.written.len();
         self.live_lists += cluster.live_lists;
         self.config_map = cluster.config_map;
