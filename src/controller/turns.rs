@@ -4,8 +4,9 @@
 //! queues them fairly.
 //!
 //! A reconcile lends its turn out while it writes a large batch: the first rollout of a
-//! 1,000-worker pool writes for minutes, and the pools behind it would wait all that time for a
-//! turn to plan in, though the writes themselves share a bound of their own.
+//! 1,000-worker pool writes for minutes, and the pools behind it (a failover, a scale) would
+//! wait all that time for a turn to plan in, though the writes themselves share a bound of
+//! their own.
 
 use std::future::Future;
 
