@@ -169,7 +169,9 @@ pub enum MetricsAccess {
     Insecure,
     /// Over HTTPS with `tls`, the clients `authorizer` allows.
     Authorized {
+        /// The TLS configuration, with the serving certificate.
         tls: Arc<ServerConfig>,
+        /// Who decides each request.
         authorizer: Arc<Authorizer>,
     },
 }

@@ -26,7 +26,7 @@ impl ApiServerReviewer {
     async fn authenticate(&self, token: &str) -> Result<Option<UserInfo>, ReviewError> {
         let review = TokenReview {
             spec: TokenReviewSpec {
-                token: Some(token.to_owned()),
+                token: token.to_owned(),
                 ..TokenReviewSpec::default()
             },
             ..TokenReview::default()

@@ -34,18 +34,31 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why a certificate could not be loaded or made.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
+    /// A file of the directory could not be read.
     #[error("reading {path}")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
+    /// The certificate file has no certificate.
     #[error("{path} holds no PEM certificate")]
-    NoCertificate { path: PathBuf },
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key file has no key.
     #[error("{path} holds no PEM private key")]
-    NoKey { path: PathBuf },
+    NoKey {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The key is not the certificate's, or of a kind rustls cannot sign with.
     #[error("the certificate and key do not make a usable pair")]
     Pair(#[source] rustls::Error),
+    /// No certificate could be made.
     #[error("generating a self-signed certificate")]
     Generate(#[source] rcgen::Error),
 }
@@ -240,11 +253,11 @@ async fn accept_loop(
                 continue;
             }
         };
-        let (acceptor, send) = (acceptor.clone(), send.clone());
+        let (acceptor, handshaken) = (acceptor.clone(), send.clone());
         tokio::spawn(async move {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                 Ok(Ok(tls)) => {
-                    let _ = send.send((tls, peer)).await;
+                    let _ = handshaken.send((tls, peer)).await;
                 }
                 Ok(Err(error)) => tracing::debug!(%peer, error = %error, "TLS handshake failed"),
                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
