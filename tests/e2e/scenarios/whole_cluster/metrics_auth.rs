@@ -23,6 +23,7 @@ async fn metrics_answer_only_a_token_the_api_server_allows_get_on_metrics() {
     scenario!("metrics-auth")
         .real_cluster_only("TokenReview and SubjectAccessReview need a real API server")
         .run(async |env| {
+            env.install_crds().await;
             env.kubectl
                 .ok(&["apply", "-f", "deploy/namespace.yaml"])
                 .await;
