@@ -34,9 +34,16 @@ async fn the_namespaced_overlay_runs_on_a_real_node_and_balances_a_pool_of_its_n
                 .iter()
                 .filter_map(|o| o["kind"].as_str())
                 .collect();
+            // Cluster-wide, only the reviews of /metrics scrapers' tokens (cluster-scoped APIs).
+            let cluster_bindings: Vec<&str> = install
+                .objects
+                .iter()
+                .filter(|o| o["kind"] == "ClusterRoleBinding")
+                .filter_map(|o| o["roleRef"]["name"].as_str())
+                .collect();
             assert!(
-                kinds.contains(&"Role") && !kinds.contains(&"ClusterRoleBinding"),
-                "{kinds:?}"
+                kinds.contains(&"Role") && cluster_bindings == ["swarm-operator-metrics-auth"],
+                "{kinds:?}, cluster-wide: {cluster_bindings:?}"
             );
             let deployment = only(&install.objects, "Deployment");
             assert_restricted(deployment);
