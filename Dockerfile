@@ -59,6 +59,7 @@ ENTRYPOINT ["/usr/local/bin/swarm-go-worker"]
 FROM gcr.io/distroless/static-debian12:nonroot AS operator
 COPY --from=build /out/swarm-operator /usr/local/bin/swarm-operator
 USER 65532:65532
-EXPOSE 8080
+# /healthz and /readyz; /metrics (HTTPS).
+EXPOSE 8080 8443
 ENTRYPOINT ["/usr/local/bin/swarm-operator"]
 CMD ["run"]

@@ -470,7 +470,7 @@ sys.stdout.write("".join(a + "\0" for a in json.load(open(sys.argv[1]))["process
 say "writing the images into ${out} with ${umoci}"
 build_image swarm-operator "swarm-operator, its libraries, CA certificates, passwd" stage_binary "${bin_dir}/swarm-operator" swarm-operator -- \
     --config.entrypoint /usr/local/bin/swarm-operator --config.cmd run \
-    --config.exposedports 8080/tcp
+    --config.exposedports 8080/tcp --config.exposedports 8443/tcp
 build_image swarm-worker "swarm-worker, its libraries, CA certificates, passwd" stage_binary "${bin_dir}/examples/swarm-worker" swarm-worker -- \
     --config.entrypoint /usr/local/bin/swarm-worker
 build_image swarm-go-worker "swarm-go-worker, its libraries, CA certificates, passwd" stage_binary "${target_dir}/go/images/swarm-go-worker" swarm-go-worker -- \

@@ -80,10 +80,10 @@ say "kubectl apply -f crds/"
 k apply -f crds/
 k wait --for=condition=Established --timeout=60s crd/swarmpools.swarm.io >/dev/null
 
-http_port="$(free_ports 1)"
+read -r http_port metrics_port < <(free_ports 2)
 say "starting swarm-operator, log ${operator_log}"
 KUBECONFIG="${kubeconfig}" "${operator_bin}" run --http-addr "127.0.0.1:${http_port}" \
-    >"${operator_log}" 2>&1 &
+    --metrics-addr "127.0.0.1:${metrics_port}" --metrics-insecure >"${operator_log}" 2>&1 &
 operator_pid=$!
 ready_url="http://127.0.0.1:${http_port}/readyz"
 ready_deadline=$((SECONDS + 60))
@@ -126,7 +126,7 @@ Try, in another terminal:
   ${kubectl_hint} -n ${namespace} get pods
   curl -s ${server}/kube-sim/v1/mounts    # what each pod mounted when it started
 
-Operator metrics: http://127.0.0.1:${http_port}/metrics
+Operator metrics: http://127.0.0.1:${metrics_port}/metrics
 Logs: ${operator_log}, ${sim_log}
 Press Ctrl-C to stop everything.
 EOF

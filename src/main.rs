@@ -1,6 +1,7 @@
 //! `swarm-operator`: the operator binary. Only wiring; the logic lives in the library.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,11 +14,13 @@ use prometheus_client::registry::Registry;
 use swarm_operator::api::crd;
 use swarm_operator::cli::plan::{self, PlanArgs};
 use swarm_operator::controller;
-use swarm_operator::runtime::http::HttpState;
+use swarm_operator::runtime::http::{HttpState, MetricsAccess};
 use swarm_operator::runtime::leader::{self, LeaseConfig};
 use swarm_operator::runtime::metrics::Metrics;
+use swarm_operator::runtime::metrics_auth::Authorizer;
+use swarm_operator::runtime::metrics_review::ApiServerReviewer;
 use swarm_operator::runtime::telemetry::{self, LogFormat};
-use swarm_operator::runtime::{api_requests, http};
+use swarm_operator::runtime::{api_requests, http, tls};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
@@ -58,10 +61,23 @@ struct RunArgs {
     /// their turn in the order they were triggered.
     #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     max_concurrent_reconciles: u16,
-    /// Address of the /healthz, /readyz and /metrics endpoints (port 0: a free port, logged
-    /// at start).
+    /// Address of the /healthz and /readyz endpoints, in plain HTTP for the kubelet (port 0:
+    /// a free port, logged at start).
     #[arg(long, default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Address of /metrics: HTTPS, answering only a bearer token the API server authenticates
+    /// and allows `get` on the non-resource URL /metrics (port 0: a free port, logged at
+    /// start).
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    metrics_addr: SocketAddr,
+    /// Serve /metrics in plain HTTP to anyone, for a local run.
+    #[arg(long)]
+    metrics_insecure: bool,
+    /// Directory holding the /metrics serving certificate as `tls.crt` and `tls.key` (a
+    /// mounted kubernetes.io/tls Secret), reloaded when they change [default: a self-signed
+    /// certificate made at start].
+    #[arg(long, value_name = "DIR", conflicts_with = "metrics_insecure")]
+    metrics_cert_dir: Option<PathBuf>,
     /// Run as one of several replicas: only the holder of a Lease reconciles, the others
     /// stand by to take over.
     #[arg(long)]
@@ -172,20 +188,20 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             .context("building the Kubernetes client")?
             .with_layer(&api_requests::counting_layer(metrics.api_requests.clone()))
             .build();
-        let listener = tokio::net::TcpListener::bind(args.http_addr)
-            .await
-            .with_context(|| format!("binding {}", args.http_addr))?;
-        // The bound address, not the flag: `--http-addr 127.0.0.1:0` picks a free port, and
-        // whoever started the process learns it from this line.
-        info!(
-            addr = %listener.local_addr().context("reading the bound address")?,
-            "serving /healthz, /readyz and /metrics"
-        );
+        let listener = bind(args.http_addr, "serving /healthz and /readyz").await?;
+        let metrics_listener = bind(args.metrics_addr, "serving /metrics").await?;
+        let access = metrics_access(&args, &client)?;
 
         let state = Arc::new(HttpState::new(registry));
 
         let stopped = stop_on_signal();
-        let server = tokio::spawn(http::serve(listener, state.clone(), until(stopped.clone())));
+        let server = tokio::spawn(serve(
+            listener,
+            metrics_listener,
+            access,
+            state.clone(),
+            stopped.clone(),
+        ));
 
         let leadership = if args.leader_elect {
             let lease = LeaseConfig {
@@ -219,6 +235,47 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         let controller = run_while_leading(controller, leadership);
         wait_for_shutdown(server, controller, stopped).await
     })
+}
+
+/// A listener on `addr`, its bound address logged with `what`: `--http-addr 127.0.0.1:0` picks
+/// a free port, and whoever started the process learns it from this line.
+async fn bind(addr: SocketAddr, what: &'static str) -> anyhow::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    let bound = listener.local_addr().context("reading the bound address")?;
+    info!(addr = %bound, "{what}");
+    Ok(listener)
+}
+
+/// Who may read `/metrics`: with `--metrics-insecure` anyone, else over HTTPS whoever the API
+/// server allows.
+fn metrics_access(args: &RunArgs, client: &kube::Client) -> anyhow::Result<MetricsAccess> {
+    if args.metrics_insecure {
+        warn!("/metrics in plain HTTP, to anyone (--metrics-insecure)");
+        return Ok(MetricsAccess::Insecure);
+    }
+    let cert = tls::serving_cert(args.metrics_cert_dir.as_deref(), tls::RELOAD_INTERVAL)
+        .context("loading the /metrics serving certificate")?;
+    Ok(MetricsAccess::Authorized {
+        tls: cert.server_config(),
+        authorizer: Arc::new(Authorizer::new(ApiServerReviewer::new(client.clone()))),
+    })
+}
+
+/// Serves the probes and `/metrics` until `stopped`; the first to fail ends both.
+async fn serve(
+    health: tokio::net::TcpListener,
+    metrics: tokio::net::TcpListener,
+    access: MetricsAccess,
+    state: Arc<HttpState>,
+    stopped: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    tokio::try_join!(
+        http::serve(health, state.clone(), until(stopped.clone())),
+        http::serve_metrics(metrics, state, access, until(stopped)),
+    )
+    .map(|_| ())
 }
 
 /// The client configuration: inferred from the environment, with the operator's own user agent,

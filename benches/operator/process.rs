@@ -16,6 +16,8 @@ const TICKS_PER_SECOND: f64 = 100.0;
 pub struct OperatorProcess {
     child: Child,
     http_addr: SocketAddr,
+    /// `/metrics`, in plain HTTP (`--metrics-insecure`: a local process).
+    metrics_addr: SocketAddr,
     /// Largest RSS seen by the sampler since the last [`OperatorProcess::take_peak`], and the
     /// allocator's figures read when it was seen.
     peak: Arc<Mutex<PeakState>>,
@@ -25,13 +27,19 @@ pub struct OperatorProcess {
 impl OperatorProcess {
     /// Starts the release binary against `kubeconfig`, logging at `level` to `log`.
     pub fn spawn(kubeconfig: &Path, log: &Path, level: &str) -> OperatorProcess {
-        let http_addr = {
+        let free_port = || {
             let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
             listener.local_addr().expect("local address")
         };
+        let (http_addr, metrics_addr) = (free_port(), free_port());
         let out = File::create(log).expect("create the operator log");
         let child = Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
             .args(["run", "--http-addr", &http_addr.to_string()])
+            .args([
+                "--metrics-addr",
+                &metrics_addr.to_string(),
+                "--metrics-insecure",
+            ])
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", level)
             .env("NO_COLOR", "1")
@@ -66,7 +74,7 @@ impl OperatorProcess {
         }
         {
             let peak = peak.clone();
-            let url = format!("http://{http_addr}/metrics");
+            let url = format!("http://{metrics_addr}/metrics");
             tokio::spawn(async move {
                 let http = reqwest::Client::new();
                 while new_peaks.recv().await.is_some() {
@@ -86,6 +94,7 @@ impl OperatorProcess {
         OperatorProcess {
             child,
             http_addr,
+            metrics_addr,
             peak,
             stop_sampler,
         }
@@ -158,7 +167,7 @@ impl OperatorProcess {
 
     /// The operator's `swarm_operator_api_requests_total`, by `(verb, resource)`.
     pub async fn requests(&self, http: &reqwest::Client) -> Requests {
-        let url = format!("http://{}/metrics", self.http_addr);
+        let url = format!("http://{}/metrics", self.metrics_addr);
         let text = http
             .get(&url)
             .send()

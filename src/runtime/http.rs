@@ -1,17 +1,23 @@
-//! The HTTP endpoints: `/healthz`, `/readyz` and `/metrics` on one port.
+//! The HTTP endpoints: `/healthz` and `/readyz` in plain HTTP for the kubelet, and `/metrics` on
+//! an address of its own, over HTTPS behind the API server's authentication
+//! ([`crate::runtime::metrics_auth`]) unless served insecurely for a local run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::registry::Registry;
+use tokio_rustls::rustls::ServerConfig;
 
 use crate::runtime::cache_health::CacheHealth;
+use crate::runtime::metrics_auth::{Authorizer, Verdict};
+use crate::runtime::tls::TlsListener;
 
 /// State shared by the handlers.
 pub struct HttpState {
@@ -56,13 +62,56 @@ impl HttpState {
     }
 }
 
-/// The router serving the three endpoints.
-pub fn router(state: Arc<HttpState>) -> Router {
+/// The router of the kubelet's probes: `/healthz` and `/readyz`.
+pub fn health_router(state: Arc<HttpState>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
         .with_state(state)
+}
+
+/// The router of `/metrics`, answering only the clients `authorizer` allows when there is one.
+pub fn metrics_router(state: Arc<HttpState>, authorizer: Option<Arc<Authorizer>>) -> Router {
+    let router = Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(state);
+    match authorizer {
+        Some(authorizer) => router.route_layer(axum::middleware::from_fn_with_state(
+            authorizer,
+            require_review,
+        )),
+        None => router,
+    }
+}
+
+/// Serves the request only when the API server allows its bearer token `get` on `/metrics`.
+async fn require_review(
+    State(authorizer): State<Arc<Authorizer>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match authorizer.check(request.headers()).await {
+        Ok(Verdict::Allowed) => next.run(request).await,
+        Ok(Verdict::Unauthenticated) => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "a bearer token the API server accepts is required\n",
+        )
+            .into_response(),
+        Ok(Verdict::Forbidden) => (
+            StatusCode::FORBIDDEN,
+            "this token may not get the non-resource URL /metrics\n",
+        )
+            .into_response(),
+        Err(error) => {
+            tracing::warn!(error = %error, "could not review a /metrics client's token");
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the token could not be reviewed\n",
+            )
+                .into_response()
+        }
+    }
 }
 
 async fn readyz(State(state): State<Arc<HttpState>>) -> impl IntoResponse {
@@ -103,16 +152,50 @@ async fn metrics(
     }
 }
 
-/// Serves the endpoints on `listener` until `shutdown` resolves.
+/// Serves `/healthz` and `/readyz` on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: Arc<HttpState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    tracing::info!(addr = %listener.local_addr()?, "serving /healthz, /readyz and /metrics");
-    axum::serve(listener, router(state))
+    axum::serve(listener, health_router(state))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// Who may read `/metrics`.
+pub enum MetricsAccess {
+    /// Anyone, in plain HTTP (`--metrics-insecure`, for local runs).
+    Insecure,
+    /// Over HTTPS with `tls`, the clients `authorizer` allows.
+    Authorized {
+        /// The TLS configuration, with the serving certificate.
+        tls: Arc<ServerConfig>,
+        /// Who decides each request.
+        authorizer: Arc<Authorizer>,
+    },
+}
+
+/// Serves `/metrics` on `listener` as `access` says until `shutdown` resolves.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    state: Arc<HttpState>,
+    access: MetricsAccess,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    match access {
+        MetricsAccess::Insecure => {
+            axum::serve(listener, metrics_router(state, None))
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+        MetricsAccess::Authorized { tls, authorizer } => {
+            let router = metrics_router(state, Some(authorizer));
+            axum::serve(TlsListener::new(listener, tls)?, router)
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    }
 }
 
 #[cfg(test)]
@@ -132,7 +215,8 @@ mod tests {
     ) -> (StatusCode, String, String) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = tokio::spawn(async move { axum::serve(listener, router(state)).await });
+        let router = health_router(state.clone()).merge(metrics_router(state, None));
+        let server = tokio::spawn(async move { axum::serve(listener, router).await });
         let mut request = reqwest::Client::new().get(format!("http://{addr}{path}"));
         if let Some(accept) = accept {
             request = request.header("accept", accept);

@@ -663,12 +663,33 @@ fn the_container_has_the_values(container: &Value) {
 #[test]
 fn a_watched_namespace_apart_from_the_release_namespace_gets_the_rules_there() {
     let docs = render("ops", &["--set", "watchNamespace=team-a"]);
-    assert!(
-        !docs
-            .iter()
-            .any(|d| d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding"),
-        "no cluster-wide grant"
+    // Cluster-wide, only the reviews of /metrics scrapers' tokens (cluster-scoped APIs) and the
+    // scrapers' role.
+    let cluster_wide: BTreeSet<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding")
+        .map(|d| {
+            format!(
+                "{} {}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let expected = [
+        "ClusterRole swarm-operator-metrics-auth",
+        "ClusterRole swarm-operator-metrics-reader",
+        "ClusterRoleBinding swarm-operator-metrics-auth",
+    ];
+    assert_eq!(
+        cluster_wide,
+        expected.map(str::to_owned).into(),
+        "no cluster-wide grant but the metrics reviews"
     );
+    let reviews = find(&docs, "ClusterRole", "swarm-operator-metrics-auth");
+    for rule in reviews["rules"].as_sequence().unwrap() {
+        assert_eq!(rule["verbs"].as_sequence().unwrap(), &["create"]);
+    }
     let role = find(&docs, "Role", "swarm-operator");
     assert_eq!(role["metadata"]["namespace"], "team-a");
     let binding = find(&docs, "RoleBinding", "swarm-operator");
@@ -718,4 +739,89 @@ fn the_lease_policy_trusts_this_releases_operator_and_worker_rbac_needs_namespac
         "the error names the value to set: {}",
         run.stderr
     );
+}
+
+/// The operator's arguments as the chart renders them.
+fn args_of(docs: &[Value]) -> Vec<String> {
+    find(docs, "Deployment", "swarm-operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_metrics_certificate_secret_is_mounted_reloaded_and_verified_by_the_service_monitor() {
+    let docs = render(
+        "ops",
+        &[
+            "--set",
+            "monitoring.enabled=true",
+            "--set",
+            "metrics.port=9443",
+            "--set",
+            "metrics.certSecret=operator-metrics-tls",
+            "--set",
+            "monitoring.tlsServerName=swarm-operator-metrics.ops.svc",
+        ],
+    );
+    let args = args_of(&docs);
+    assert!(
+        args.contains(&"--metrics-addr=0.0.0.0:9443".to_owned()),
+        "{args:?}"
+    );
+    let mount_dir = "/var/run/secrets/swarm-operator/metrics-cert";
+    assert!(
+        args.contains(&format!("--metrics-cert-dir={mount_dir}")),
+        "{args:?}"
+    );
+    let pod = &find(&docs, "Deployment", "swarm-operator")["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["volumeMounts"][0]["mountPath"], mount_dir);
+    assert_eq!(
+        container["volumeMounts"][0]["name"],
+        pod["volumes"][0]["name"]
+    );
+    assert_eq!(
+        pod["volumes"][0]["secret"]["secretName"],
+        "operator-metrics-tls"
+    );
+    assert!(
+        container["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "metrics" && p["containerPort"] == 9443)
+    );
+    let service = find(&docs, "Service", "swarm-operator-metrics");
+    assert_eq!(service["spec"]["ports"][0]["port"], 9443);
+    let endpoint = &find(&docs, "ServiceMonitor", "swarm-operator")["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    let tls = &endpoint["tlsConfig"];
+    assert_eq!(tls["serverName"], "swarm-operator-metrics.ops.svc");
+    assert_eq!(tls["ca"]["secret"]["name"], "operator-metrics-tls");
+    assert_eq!(tls["ca"]["secret"]["key"], "ca.crt");
+    assert!(tls.get("insecureSkipVerify").is_none(), "{tls:?}");
+}
+
+#[test]
+fn insecure_metrics_are_plain_http_scraped_without_a_token() {
+    let docs = render(
+        "ops",
+        &[
+            "--set",
+            "monitoring.enabled=true",
+            "--set",
+            "metrics.insecure=true",
+        ],
+    );
+    assert!(args_of(&docs).contains(&"--metrics-insecure".to_owned()));
+    let endpoint = &find(&docs, "ServiceMonitor", "swarm-operator")["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "http");
+    assert_eq!(endpoint["port"], "http");
+    assert!(endpoint.get("bearerTokenFile").is_none());
+    assert!(endpoint.get("tlsConfig").is_none());
+    let service = find(&docs, "Service", "swarm-operator-metrics");
+    assert_eq!(service["spec"]["ports"][0]["name"], "http");
 }

@@ -540,7 +540,10 @@ fn the_python_worker_image_keeps_the_dockerfiles_contract() {
 fn the_dockerfile_parser_reads_the_operator_stage() {
     let operator = dockerfile_stage("operator");
     assert_eq!(operator.binary("operator"), "/usr/local/bin/swarm-operator");
-    assert_eq!(operator.exposed, BTreeSet::from(["8080/tcp".to_owned()]));
+    assert_eq!(
+        operator.exposed,
+        BTreeSet::from(["8080/tcp".to_owned(), "8443/tcp".to_owned()])
+    );
     assert_eq!(operator.cmd, Some(vec!["run".to_owned()]));
 }
 

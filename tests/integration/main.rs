@@ -1,6 +1,6 @@
 //! The operator's integration tests that need no cluster (planner and Deployment scenarios,
 //! the deterministic handoff simulation, the CLIs, the CRD and manifests, the Helm chart against
-//! them, monitoring rules, the container images against the Dockerfile),
+//! them, monitoring rules, /metrics over HTTPS, the container images against the Dockerfile),
 //! one module each, linked into one binary. The end-to-end suite (`tests/e2e/main.rs`) and the
 //! fault soak (`tests/soak/`) are binaries of their own.
 
@@ -20,6 +20,7 @@ mod images;
 mod kubectl;
 mod layers;
 mod manifests;
+mod metrics_https;
 mod monitoring;
 mod planner_scenarios;
 mod plugin_cluster_errors;

@@ -8,7 +8,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use swarm_operator::api::crd::SwarmPool;
@@ -159,6 +159,88 @@ fn rbac_grants_no_write_beyond_what_the_controller_does() {
         let mut want: Vec<String> = allowed.iter().map(|v| (*v).to_owned()).collect();
         want.sort();
         assert_eq!(verbs, want, "{resources}");
+    }
+}
+
+#[test]
+fn the_operator_may_review_metrics_tokens_and_scrapers_get_a_role_for_metrics() {
+    let reviews: ClusterRole =
+        document("deploy/rbac/metrics/metrics_auth_role.yaml", "ClusterRole");
+    let granted: Vec<(String, Vec<String>)> = reviews
+        .rules
+        .unwrap()
+        .into_iter()
+        .map(|rule| {
+            let group = rule.api_groups.unwrap_or_default().join(",");
+            let resources = rule.resources.unwrap_or_default().join(",");
+            (format!("{group}/{resources}"), rule.verbs)
+        })
+        .collect();
+    assert_eq!(
+        granted,
+        [
+            (
+                "authentication.k8s.io/tokenreviews".to_owned(),
+                vec!["create".to_owned()]
+            ),
+            (
+                "authorization.k8s.io/subjectaccessreviews".to_owned(),
+                vec!["create".to_owned()]
+            ),
+        ]
+    );
+    let binding: ClusterRoleBinding = document(
+        "deploy/rbac/metrics/metrics_auth_role_binding.yaml",
+        "ClusterRoleBinding",
+    );
+    assert_eq!(binding.role_ref.name, "swarm-operator-metrics-auth");
+    let subject = &binding.subjects.unwrap()[0];
+    assert_eq!(
+        (subject.kind.as_str(), subject.name.as_str()),
+        ("ServiceAccount", "swarm-operator")
+    );
+    assert_eq!(subject.namespace.as_deref(), Some("swarm-system"));
+
+    let reader: ClusterRole = document(
+        "deploy/rbac/metrics/metrics_reader_role.yaml",
+        "ClusterRole",
+    );
+    assert_eq!(
+        reader.metadata.name.as_deref(),
+        Some("swarm-operator-metrics-reader")
+    );
+    let rule = &reader.rules.unwrap()[0];
+    assert_eq!(
+        rule.non_resource_urls.as_deref(),
+        Some(&["/metrics".to_owned()][..])
+    );
+    assert_eq!(rule.verbs, ["get"]);
+}
+
+#[test]
+fn the_operator_serves_metrics_on_their_own_port_and_probes_in_plain_http() {
+    let deployment: Deployment = document("deploy/manager/deployment.yaml", "Deployment");
+    let container = &deployment.spec.unwrap().template.spec.unwrap().containers[0];
+    let ports: Vec<(Option<&str>, i32)> = container
+        .ports
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|p| (p.name.as_deref(), p.container_port))
+        .collect();
+    assert_eq!(ports, [(Some("http"), 8080), (Some("metrics"), 8443)]);
+    let args = container.args.as_ref().unwrap();
+    assert!(
+        !args.iter().any(|a| a.starts_with("--metrics-insecure")),
+        "{args:?}"
+    );
+    for probe in [&container.liveness_probe, &container.readiness_probe] {
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(get.scheme, None, "plain HTTP");
+        assert_eq!(
+            get.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("http".into())
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! The monitoring component (`deploy/monitoring`): it installs on top of `deploy/`, scrapes the
-//! operator's port, its alerts pass `promtool check rules` and their unit tests, each has a
-//! runbook on the runbook page (`docs/runbooks.md`), and the alerts and the dashboard query only
-//! metrics the operator exports.
+//! operator's `/metrics` port over HTTPS with Prometheus' token, its alerts pass `promtool check
+//! rules` and their unit tests, each has a runbook on the runbook page (`docs/runbooks.md`), and
+//! the alerts and the dashboard query only metrics the operator exports.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -98,6 +98,15 @@ fn the_monitoring_overlay_is_deploy_plus_a_service_monitor_that_scrapes_the_oper
     let endpoint = &monitor["spec"]["endpoints"][0];
     assert_eq!(endpoint["port"], port["name"]);
     assert_eq!(endpoint["path"], "/metrics");
+    assert_eq!(port["targetPort"], "metrics", "not the probes' port");
+    // As Prometheus scrapes an API server: HTTPS with its own ServiceAccount's token, which
+    // the operator has the API server review.
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(
+        endpoint["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    assert_eq!(endpoint["tlsConfig"]["insecureSkipVerify"], true);
     assert_eq!(
         endpoint["honorLabels"], true,
         "the pools' namespace label is kept"

@@ -142,6 +142,8 @@ impl Replica {
         let lease = LEASE.as_secs().to_string();
         tokio::process::Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
             .args(["run", "--http-addr", &self.http_addr, "--leader-elect"])
+            // Two replicas on one host: /metrics on a port each picks (and unused here).
+            .args(["--metrics-addr", "127.0.0.1:0", "--metrics-insecure"])
             .args(["--leader-elect-namespace", LEASE_NAMESPACE])
             .args(["--leader-elect-lease-duration", &lease])
             .env("KUBECONFIG", kubeconfig)

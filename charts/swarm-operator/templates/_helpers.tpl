@@ -134,4 +134,24 @@ it with server-side apply).
 {{- with .Values.watchNamespace }}
 - --namespace={{ . }}
 {{- end }}
+{{- with .Values.metrics }}
+{{- if ne (int64 .port) 8443 }}
+- --metrics-addr=0.0.0.0:{{ .port | int64 }}
+{{- end }}
+{{- if .insecure }}
+- --metrics-insecure
+{{- else if .certSecret }}
+- --metrics-cert-dir={{ include "swarm-operator.metricsCertDir" $ }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Where metrics.certSecret is mounted. */}}
+{{- define "swarm-operator.metricsCertDir" -}}
+/var/run/secrets/swarm-operator/metrics-cert
+{{- end }}
+
+{{/* The scheme of /metrics, also the name of the metrics Service's port. */}}
+{{- define "swarm-operator.metricsScheme" -}}
+{{- if .Values.metrics.insecure }}http{{ else }}https{{ end }}
 {{- end }}

@@ -11,14 +11,27 @@ use super::poll::eventually_within;
 /// How long the operator may take to start and sync its caches.
 const STARTUP: Duration = Duration::from_secs(60);
 
-/// What the operator logs, with the address it bound, once its HTTP server listens.
-const LISTENING: &str = "serving /healthz, /readyz and /metrics";
+/// What the operator logs, with the address it bound, once its probes' server listens.
+const LISTENING: &str = "serving /healthz and /readyz";
+/// What it logs, with the address it bound, once its `/metrics` server listens.
+const METRICS_LISTENING: &str = "serving /metrics";
+
+/// How the operator under test serves `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MetricsServing {
+    /// Plain HTTP to anyone (`--metrics-insecure`), as for any local run.
+    Insecure,
+    /// HTTPS to the tokens the API server allows, as in a pod.
+    Authorized,
+}
 
 /// A running `swarm-operator`, killed when dropped.
 pub struct Operator {
     child: tokio::process::Child,
     /// Known once the process has logged it (see [`LISTENING`]).
     http_addr: Option<SocketAddr>,
+    /// Known once the process has logged it (see [`METRICS_LISTENING`]).
+    metrics_addr: Option<SocketAddr>,
     log: PathBuf,
     /// Where this process's part of `log` starts: a replica restarted under the same name
     /// appends to its predecessor's log.
@@ -27,11 +40,29 @@ pub struct Operator {
 
 impl Operator {
     /// Starts `swarm-operator run [extra_args]` with `KUBECONFIG=kubeconfig` and
-    /// `POD_NAME=pod_name` (its identity, as in a cluster), its health endpoints on a
-    /// loopback port it picks itself (a port chosen here and bound there could be taken in
-    /// between by any of the scenarios running beside it), and everything it prints appended
-    /// to `log`.
+    /// `POD_NAME=pod_name` (its identity, as in a cluster), its health endpoints and its
+    /// `/metrics` on loopback ports it picks itself (a port chosen here and bound there could be
+    /// taken in between by any of the scenarios running beside it), `/metrics` in plain HTTP
+    /// as for any local run (only a process in a pod is scraped with a token), and everything
+    /// it prints appended to `log`.
     pub fn spawn(kubeconfig: &Path, extra_args: &[&str], pod_name: &str, log: &Path) -> Operator {
+        Self::spawn_serving(
+            kubeconfig,
+            extra_args,
+            pod_name,
+            log,
+            MetricsServing::Insecure,
+        )
+    }
+
+    /// Like [`Operator::spawn`], serving `/metrics` as `metrics` says.
+    pub fn spawn_serving(
+        kubeconfig: &Path,
+        extra_args: &[&str],
+        pod_name: &str,
+        log: &Path,
+        metrics: MetricsServing,
+    ) -> Operator {
         let out = File::options()
             .create(true)
             .append(true)
@@ -41,6 +72,8 @@ impl Operator {
         let err = out.try_clone().expect("duplicate the log file handle");
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_swarm-operator"))
             .args(["run", "--http-addr", "127.0.0.1:0"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .args((metrics == MetricsServing::Insecure).then_some("--metrics-insecure"))
             .args(extra_args)
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAME", pod_name)
@@ -58,6 +91,7 @@ impl Operator {
         Operator {
             child,
             http_addr: None,
+            metrics_addr: None,
             log: log.to_path_buf(),
             log_start,
         }
@@ -68,11 +102,14 @@ impl Operator {
     pub async fn wait_ready(&mut self, http: &reqwest::Client) {
         let (log, log_start) = (self.log.clone(), self.log_start);
         let child = &mut self.child;
-        let http_addr = &mut self.http_addr;
+        let (http_addr, metrics_addr) = (&mut self.http_addr, &mut self.metrics_addr);
         eventually_within("the operator to report ready on /readyz", STARTUP, || {
             let exited = child.try_wait().expect("poll the operator process");
             if http_addr.is_none() {
-                *http_addr = bound_addr(&read_log(&log), log_start);
+                *http_addr = bound_addr(&read_log(&log), log_start, LISTENING);
+            }
+            if metrics_addr.is_none() {
+                *metrics_addr = bound_addr(&read_log(&log), log_start, METRICS_LISTENING);
             }
             let request = http_addr.map(|addr| http.get(format!("http://{addr}/readyz")).send());
             let log = log.clone();
@@ -99,7 +136,7 @@ impl Operator {
     /// What `/metrics` serves to a client that does not ask for OpenMetrics (the classic
     /// Prometheus text format, as `curl` and `promtool` read it).
     pub async fn metrics(&self, http: &reqwest::Client) -> String {
-        let url = format!("http://{}/metrics", self.addr());
+        let url = format!("http://{}/metrics", self.metrics_addr());
         let response = http.get(&url).send().await.expect("GET /metrics");
         assert!(
             response.status().is_success(),
@@ -107,6 +144,12 @@ impl Operator {
             response.status()
         );
         response.text().await.expect("read /metrics")
+    }
+
+    /// The address its `/metrics` server listens on.
+    pub fn metrics_addr(&self) -> SocketAddr {
+        self.metrics_addr
+            .expect("the operator has started (wait_ready) before its endpoints are used")
     }
 
     /// `/readyz`: its status code and body.
@@ -157,14 +200,17 @@ pub fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// The address in the [`LISTENING`] line that `log` holds after byte `start`.
-fn bound_addr(log: &str, start: u64) -> Option<SocketAddr> {
+/// The address in the first `what` line with one that `log` holds after byte `start`.
+fn bound_addr(log: &str, start: u64, what: &str) -> Option<SocketAddr> {
     let own = log.get(usize::try_from(start).ok()?..)?;
-    let line = own.lines().find(|line| line.contains(LISTENING))?;
-    let value = line
-        .split_whitespace()
-        .find_map(|field| field.strip_prefix("addr="))?;
-    value.parse().ok()
+    own.lines()
+        .filter(|line| line.contains(what))
+        .find_map(|line| {
+            line.split_whitespace()
+                .find_map(|field| field.strip_prefix("addr="))
+        })?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
@@ -172,16 +218,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_bound_address_is_read_from_this_process_s_part_of_the_log() {
-        let earlier = "2026-11-29T15:55:30Z  INFO swarm_operator: serving /healthz, /readyz and /metrics addr=127.0.0.1:1111\n";
+    fn the_bound_addresses_are_read_from_this_process_s_part_of_the_log() {
+        let earlier = "2026-11-29T15:55:30Z  INFO swarm_operator: serving /healthz and /readyz addr=127.0.0.1:1111\n";
         let own = "2026-11-29T15:56:00Z  INFO swarm_operator: starting swarm-operator version=\"0.1.0\"\n\
-                   2026-11-29T15:56:00Z  INFO swarm_operator: serving /healthz, /readyz and /metrics addr=127.0.0.1:2222\n";
+                   2026-11-29T15:56:00Z  INFO swarm_operator: serving /healthz and /readyz addr=127.0.0.1:2222\n\
+                   2026-11-29T15:56:00Z  INFO swarm_operator: serving /metrics addr=127.0.0.1:3333\n";
         let log = format!("{earlier}{own}");
+        let start = earlier.len() as u64;
         assert_eq!(
-            bound_addr(&log, earlier.len() as u64),
+            bound_addr(&log, start, LISTENING),
             Some("127.0.0.1:2222".parse().unwrap())
         );
-        assert_eq!(bound_addr(earlier, earlier.len() as u64), None);
-        assert_eq!(bound_addr("", 0), None);
+        assert_eq!(
+            bound_addr(&log, start, METRICS_LISTENING),
+            Some("127.0.0.1:3333".parse().unwrap())
+        );
+        assert_eq!(bound_addr(earlier, start, LISTENING), None);
+        assert_eq!(bound_addr("", 0, LISTENING), None);
     }
 }

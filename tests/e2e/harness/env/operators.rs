@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{Env, Share};
-use crate::harness::operator::Operator;
+use crate::harness::operator::{MetricsServing, Operator};
 
 impl Env {
     /// Starts the operator binary and waits until it reports ready.
@@ -29,9 +29,21 @@ impl Env {
     /// Starts the operator binary with `kubeconfig` and `extra_args` (after `run`), and
     /// waits until it reports ready.
     pub async fn start_operator_as(&mut self, kubeconfig: &Path, extra_args: &[&str]) {
+        self.start_operator_serving(kubeconfig, extra_args, MetricsServing::Insecure)
+            .await;
+    }
+
+    /// Like [`Env::start_operator_as`], serving `/metrics` as `metrics` says.
+    pub async fn start_operator_serving(
+        &mut self,
+        kubeconfig: &Path,
+        extra_args: &[&str],
+        metrics: MetricsServing,
+    ) {
         assert!(self.operator.is_none(), "an operator is already running");
         let log = self.scratch(&format!("operator-{}.log", self.operator_logs.len() + 1));
-        let mut operator = Operator::spawn(kubeconfig, extra_args, "swarm-operator-e2e", &log);
+        let mut operator =
+            Operator::spawn_serving(kubeconfig, extra_args, "swarm-operator-e2e", &log, metrics);
         self.operator_logs.push(log);
         operator.wait_ready(&self.http).await;
         self.operator = Some(operator);
@@ -61,6 +73,14 @@ impl Env {
             .expect("the operator runs")
             .metrics(&self.http)
             .await
+    }
+
+    /// Where the operator serves `/metrics`.
+    pub fn operator_metrics_addr(&self) -> std::net::SocketAddr {
+        self.operator
+            .as_ref()
+            .expect("the operator runs")
+            .metrics_addr()
     }
 
     /// The operator's `/readyz`: its status code and body.

@@ -10,6 +10,7 @@
 
 mod control_plane;
 pub(crate) mod deploy;
+mod metrics_auth;
 mod node_loss;
 mod real_node;
 mod real_workers;

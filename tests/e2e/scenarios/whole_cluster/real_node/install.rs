@@ -1,7 +1,8 @@
 //! `deploy/` installed as a user installs it, through an overlay of their own: two replicas in
 //! containers of the real node, under the restricted Pod Security profile its namespace
 //! enforces, Ready by their own `/readyz`, one of them leading, logging JSON and serving
-//! metrics a Prometheus can read; and the leader, in the cluster, balancing the example pool
+//! metrics over HTTPS to a Prometheus whose token has the role, and to no one else; and the
+//! leader, in the cluster, balancing the example pool
 //! through a scale and back.
 
 use std::time::Instant;
@@ -34,13 +35,14 @@ async fn deploy_runs_two_restricted_replicas_on_a_real_node_whose_leader_balance
             let pods = wait_two_replicas_ready(env, &namespace, applied).await;
             replicas::assert_containers_run(&cluster, &pods).await;
             let leader = replicas::wait_one_leader(env, &namespace, &pods).await;
+            let reader = replicas::assert_metrics_need_the_role(env, &namespace, &pods[0]).await;
             for pod in &pods {
                 replicas::wait_readyz(pod).await;
                 replicas::json_log(env, &namespace, &name(pod)).await;
-                replicas::metrics(pod).await;
+                replicas::metrics(pod, &reader).await;
             }
             the_leader_balances_the_pool(env).await;
-            only_the_leader_worked(env, &pods, &leader).await;
+            only_the_leader_worked(env, &pods, &leader, &reader).await;
             install.remove().await;
         })
         .await;
@@ -94,10 +96,10 @@ async fn the_leader_balances_the_pool(env: &Env) {
 }
 
 /// The leader did that work, and only the leader: its reconciliations, and the pool's events.
-async fn only_the_leader_worked(env: &Env, pods: &[Pod], leader: &str) {
+async fn only_the_leader_worked(env: &Env, pods: &[Pod], leader: &str, reader: &str) {
     let leader_pod = pod_of(leader).to_owned();
     for pod in pods {
-        let samples = replicas::metrics(pod).await;
+        let samples = replicas::metrics(pod, reader).await;
         let reconciled = samples["swarm_operator_reconciliations_total"];
         if name(pod) == leader_pod {
             assert!(

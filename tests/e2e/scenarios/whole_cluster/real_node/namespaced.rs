@@ -34,9 +34,16 @@ async fn the_namespaced_overlay_runs_on_a_real_node_and_balances_a_pool_of_its_n
                 .iter()
                 .filter_map(|o| o["kind"].as_str())
                 .collect();
+            // Cluster-wide, only the reviews of /metrics scrapers' tokens (cluster-scoped APIs).
+            let cluster_bindings: Vec<&str> = install
+                .objects
+                .iter()
+                .filter(|o| o["kind"] == "ClusterRoleBinding")
+                .filter_map(|o| o["roleRef"]["name"].as_str())
+                .collect();
             assert!(
-                kinds.contains(&"Role") && !kinds.contains(&"ClusterRoleBinding"),
-                "{kinds:?}"
+                kinds.contains(&"Role") && cluster_bindings == ["swarm-operator-metrics-auth"],
+                "{kinds:?}, cluster-wide: {cluster_bindings:?}"
             );
             let deployment = only(&install.objects, "Deployment");
             assert_restricted(deployment);
@@ -77,12 +84,13 @@ async fn the_namespaced_overlay_runs_on_a_real_node_and_balances_a_pool_of_its_n
             let settled = wait_for(env, "Balanced over 3 workers", |o| balanced(o, 3, &sts)).await;
             assert_invariants(env, &settled).await;
             env.assert_exclusive();
-            let samples = replicas::metrics(
-                pods.iter()
-                    .find(|p| name(p) == pod_of(&leader))
-                    .expect("the leader's pod"),
-            )
-            .await;
+            let leader_pod = pods
+                .iter()
+                .find(|p| name(p) == pod_of(&leader))
+                .expect("the leader's pod");
+            // The namespaced install reviews its scrapers' tokens too.
+            let reader = replicas::assert_metrics_need_the_role(env, &namespace, leader_pod).await;
+            let samples = replicas::metrics(leader_pod, &reader).await;
             assert!(
                 samples["swarm_operator_reconciliations_total"] > 0.0,
                 "the leader {leader} reconciled nothing"

@@ -15,6 +15,7 @@ use crate::harness::Env;
 use crate::harness::poll::eventually_within;
 use crate::harness::promtool;
 use crate::harness::real_cluster::ctr;
+use crate::scenarios::whole_cluster::metrics_auth::{assert_only_the_reader_gets_metrics, scrape};
 
 /// The label selector of the operator's pods (deploy/manager/deployment.yaml).
 pub(super) const SELECTOR: &str = "app.kubernetes.io/name=swarm-operator";
@@ -27,8 +28,10 @@ pub(super) const REPLICAS: usize = 2;
 const NODE: &str = "real-node";
 /// The operator's container in its pod.
 const CONTAINER: &str = "manager";
-/// The port of /healthz, /readyz and /metrics.
+/// The port of /healthz and /readyz, plain HTTP.
 const HTTP_PORT: u16 = 8080;
+/// The port of /metrics, HTTPS behind the API server's authentication.
+const METRICS_PORT: u16 = 8443;
 
 /// The operator's pods in `namespace`, terminating ones included.
 pub(super) async fn operator_pods(env: &Env, namespace: &str) -> Vec<Pod> {
@@ -271,10 +274,35 @@ pub(super) async fn wait_readyz(pod: &Pod) {
     .await;
 }
 
-/// The pod's `/metrics`, checked: promtool accepts it, every sample is a series and a number,
-/// and the operator's own families are there. Returns the samples by series.
-pub(super) async fn metrics(pod: &Pod) -> BTreeMap<String, f64> {
-    let (status, text) = get(pod, "/metrics").await;
+/// `https://<pod IP>:8443/metrics`, as a ServiceMonitor has Prometheus reach it.
+fn metrics_url(pod: &Pod) -> String {
+    let ip = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .unwrap_or_else(|| panic!("{} has no IP", name(pod)));
+    format!("https://{ip}:{METRICS_PORT}/metrics")
+}
+
+/// Who may read the pod's `/metrics` (see [`assert_only_the_reader_gets_metrics`]), and
+/// `/metrics` gone from the probes' port. Returns the reader's token.
+pub(super) async fn assert_metrics_need_the_role(env: &Env, namespace: &str, pod: &Pod) -> String {
+    let reader = assert_only_the_reader_gets_metrics(env, namespace, &metrics_url(pod)).await;
+    let (status, _) = get(pod, "/metrics").await;
+    assert_eq!(
+        status,
+        404,
+        "/metrics left the probes' port of {}",
+        name(pod)
+    );
+    reader
+}
+
+/// The pod's `/metrics` scraped with `token` as Prometheus scrapes it (HTTPS, bearer token),
+/// checked: promtool accepts it, every sample is a series and a number, and the operator's own
+/// families are there. Returns the samples by series.
+pub(super) async fn metrics(pod: &Pod, token: &str) -> BTreeMap<String, f64> {
+    let (status, text) = scrape(&metrics_url(pod), Some(token)).await;
     assert_eq!(status, 200, "/metrics of {}: {text}", name(pod));
     promtool::check_metrics(&text).unwrap_or_else(|why| panic!("{why}\n{text}"));
     let samples: BTreeMap<String, f64> = text
