@@ -72,7 +72,7 @@ async fn a_pool_deletes_and_writes_only_its_own_workers_never_lookalikes_or_anot
             let mut documents = vec![env.example.namespace_manifest().clone()];
             documents.push(lookalike_pod(env));
             env.apply("lookalike.yaml", &documents).await;
-            let before = eventually("the planted pods", || snapshot(env)).await;
+            let before = eventually("the planted pods", || snapshot(&*env)).await;
 
             let mark = env.request_mark().await;
             env.install_example().await;
