@@ -5,9 +5,10 @@
 //! not a pod carrying its workers' labels that its StatefulSet does not control, nor anything
 //! of another namespace holding a StatefulSet, pods and a ConfigMap of the same names. A
 //! worker's pod-bound token under `deploy/worker-rbac` reads no ConfigMap of another namespace,
-//! lists none of its own, rewrites no config, and writes no Lease but its own: none of another
-//! namespace (RBAC), none of another pool's worker (`deploy/worker-lease-policy`). Both take
-//! the cluster alone: the operator watches every namespace, and the policy binds cluster-wide.
+//! may not list its own namespace's (it may watch them), rewrites no config, reads no Secret,
+//! and writes no Lease but its own: none of another namespace (RBAC), none of another pool's
+//! worker (`deploy/worker-lease-policy`). Both take the cluster alone: the operator watches
+//! every namespace, and the policy binds cluster-wide.
 
 use std::collections::BTreeMap;
 
