@@ -229,7 +229,7 @@ async fn placeholder_config_map_without_controller_is_adopted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_pool_over_a_managed_statefulset_fails_with_statefulset_in_use_and_touches_nothing()
-{
+ {
     scenario!("statefulset-in-use")
         .run(async |env| {
             let settled = env.install_example().await;
@@ -244,7 +244,10 @@ async fn a_second_pool_over_a_managed_statefulset_fails_with_statefulset_in_use_
             assert_eq!(ready["reason"], "StatefulSetInUse", "Ready: {ready}");
             let message = str_at(&ready, "/message");
             for name in [env.example.statefulset_name(), env.example.pool_name()] {
-                assert!(message.contains(&name), "the condition names {name}: {message}");
+                assert!(
+                    message.contains(&name),
+                    "the condition names {name}: {message}"
+                );
             }
             let warnings = wait_event(env, stray, "Warning", "StatefulSetInUse").await;
             assert!(warnings.iter().all(|e| !e.note.is_empty()), "{warnings:#?}");
@@ -275,7 +278,9 @@ async fn wait_failed(env: &Env, name: &str) -> Value {
         }
         let mut conditions = status["conditions"].as_array().into_iter().flatten();
         let ready = conditions.find(|c| c["type"] == "Ready");
-        ready.cloned().ok_or_else(|| format!("no Ready condition: {status}"))
+        ready
+            .cloned()
+            .ok_or_else(|| format!("no Ready condition: {status}"))
     })
     .await
 }

@@ -36,7 +36,10 @@ impl Drop for RemoveElsewhere {
         let args = ["delete", "namespace", ELSEWHERE, "--ignore-not-found"];
         let out = self.0.run_blocking(&args);
         if !out.success {
-            eprintln!("note: could not delete namespace {ELSEWHERE}: {}", out.stderr);
+            eprintln!(
+                "note: could not delete namespace {ELSEWHERE}: {}",
+                out.stderr
+            );
         }
     }
 }
@@ -83,7 +86,9 @@ async fn a_pool_deletes_and_writes_only_its_own_workers_never_lookalikes_or_anot
             let settled = wait_for(env, "Balanced over 3 workers", |o| balanced(o, 3, &sts)).await;
             assert_invariants(env, &settled).await;
 
-            let after = snapshot(env).await.expect("the planted objects are still there");
+            let after = snapshot(env)
+                .await
+                .expect("the planted objects are still there");
             assert_eq!(after, before, "the planted objects were touched");
             assert_writes_stay_in_the_pools_namespace(env, mark).await;
         })
@@ -113,7 +118,10 @@ async fn snapshot(env: &Env) -> Result<BTreeMap<String, String>, String> {
     let pools = env.example.namespace();
     let mut seen = BTreeMap::new();
     for (namespace, only) in [(ELSEWHERE, None), (pools.as_str(), Some(&lookalike))] {
-        let out = env.kubectl.ok(&["-n", namespace, "get", "pods", "-o", "json"]).await;
+        let out = env
+            .kubectl
+            .ok(&["-n", namespace, "get", "pods", "-o", "json"])
+            .await;
         let list: Value = serde_json::from_str(&out).expect("kubectl get -o json");
         for pod in list["items"].as_array().into_iter().flatten() {
             let name = pod["metadata"]["name"].as_str().unwrap_or_default();
@@ -128,7 +136,15 @@ async fn snapshot(env: &Env) -> Result<BTreeMap<String, String>, String> {
     let config_map = env.example.config_map_name();
     let out = env
         .kubectl
-        .ok(&["-n", ELSEWHERE, "get", "configmap", &config_map, "-o", "json"])
+        .ok(&[
+            "-n",
+            ELSEWHERE,
+            "get",
+            "configmap",
+            &config_map,
+            "-o",
+            "json",
+        ])
         .await;
     let cm: Value = serde_json::from_str(&out).expect("kubectl get -o json");
     let version = &cm["metadata"]["resourceVersion"];
@@ -166,13 +182,15 @@ async fn assert_writes_stay_in_the_pools_namespace(env: &Env, mark: usize) {
         .filter(|r| r.is_write())
         .filter(|r| {
             r.target().is_some_and(|t| {
-                t.resource == "leases"
-                    || t.namespace.as_ref().is_some_and(|ns| *ns != namespace)
+                t.resource == "leases" || t.namespace.as_ref().is_some_and(|ns| *ns != namespace)
             })
         })
         .map(|r| r.describe())
         .collect();
-    assert!(stray.is_empty(), "writes outside the pool's namespace: {stray:#?}");
+    assert!(
+        stray.is_empty(),
+        "writes outside the pool's namespace: {stray:#?}"
+    );
     let deleted = operator_pod_deletes(env, mark).await.unwrap_or_default();
     let sts = env.example.statefulset_name();
     let workers: Vec<String> = (0..3).map(|i| format!("{sts}-{i}")).collect();
@@ -232,16 +250,25 @@ async fn reads_only_its_namespaces_config_maps_by_name(env: &Env, worker: &Kubec
             "/api/v1/namespaces/{ns}/configmaps?watch=true&fieldSelector=metadata.name%3D{name}&timeoutSeconds=1"
         )
     };
-    let own = worker.run(&["-n", &namespace, "get", "configmap", &name]).await;
+    let own = worker
+        .run(&["-n", &namespace, "get", "configmap", &name])
+        .await;
     assert!(own.success, "it reads its pool's ConfigMap: {own:?}");
     let own_watch = worker.run(&["get", "--raw", &watch(&namespace)]).await;
-    assert!(own_watch.success, "it watches its pool's ConfigMap: {own_watch:?}");
+    assert!(
+        own_watch.success,
+        "it watches its pool's ConfigMap: {own_watch:?}"
+    );
 
     let listed = worker.run(&["-n", &namespace, "get", "configmaps"]).await;
     assert_forbidden(&listed, "cannot list resource \"configmaps\"");
-    let secret = worker.run(&["-n", &namespace, "get", "secret", "any"]).await;
+    let secret = worker
+        .run(&["-n", &namespace, "get", "secret", "any"])
+        .await;
     assert_forbidden(&secret, "cannot get resource \"secrets\"");
-    let theirs = worker.run(&["-n", ELSEWHERE, "get", "configmap", &name]).await;
+    let theirs = worker
+        .run(&["-n", ELSEWHERE, "get", "configmap", &name])
+        .await;
     assert_forbidden(&theirs, "cannot get resource \"configmaps\"");
     assert!(theirs.stderr.contains(ELSEWHERE), "{theirs:?}");
     let their_watch = worker.run(&["get", "--raw", &watch(ELSEWHERE)]).await;
@@ -255,7 +282,16 @@ async fn writes_no_config_and_no_lease_elsewhere(env: &Env, worker: &Kubectl, a:
     let name = env.example.config_map_name();
     let forged = r#"{"data":{"config.yml":"version: 8\nworkloads: {}\n"}}"#;
     let patched = worker
-        .run(&["-n", &namespace, "patch", "configmap", &name, "--type=merge", "-p", forged])
+        .run(&[
+            "-n",
+            &namespace,
+            "patch",
+            "configmap",
+            &name,
+            "--type=merge",
+            "-p",
+            forged,
+        ])
         .await;
     assert_forbidden(&patched, "cannot patch resource \"configmaps\"");
     let deleted = worker.run(&["-n", &namespace, "delete", "lease", a]).await;

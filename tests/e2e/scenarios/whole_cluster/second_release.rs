@@ -37,11 +37,26 @@ async fn a_second_release_of_the_chart_is_refused_instead_of_running_a_second_op
             // The harness applied deploy/rbac for an operator of its own (none runs here): Helm
             // adopts no object it did not create, so it goes first.
             env.kubectl
-                .ok(&["delete", "-k", "deploy/rbac", "--ignore-not-found", "--wait"])
+                .ok(&[
+                    "delete",
+                    "-k",
+                    "deploy/rbac",
+                    "--ignore-not-found",
+                    "--wait",
+                ])
                 .await;
             let _cleanup = Cleanup(&helm, env.kubectl.clone());
-            let first = helm.run(&["install", FIRST, &chart(), "--namespace", OPERATOR_NAMESPACE]);
-            assert!(first.status.success(), "the first release installs: {first:?}");
+            let first = helm.run(&[
+                "install",
+                FIRST,
+                &chart(),
+                "--namespace",
+                OPERATOR_NAMESPACE,
+            ]);
+            assert!(
+                first.status.success(),
+                "the first release installs: {first:?}"
+            );
 
             for namespace in [OPERATOR_NAMESPACE, OTHER_NAMESPACE] {
                 let second = helm.run(&[
@@ -128,7 +143,13 @@ impl Drop for Cleanup<'_> {
             (SECOND, OTHER_NAMESPACE),
         ] {
             let namespace = format!("--namespace={namespace}");
-            let args = ["uninstall", release, "--ignore-not-found", "--wait", &namespace];
+            let args = [
+                "uninstall",
+                release,
+                "--ignore-not-found",
+                "--wait",
+                &namespace,
+            ];
             let out = self.0.run(&args);
             if !out.status.success() {
                 eprintln!("note: helm uninstall {release}: {out:?}");
@@ -137,7 +158,10 @@ impl Drop for Cleanup<'_> {
         let args = ["delete", "namespace", OTHER_NAMESPACE, "--ignore-not-found"];
         let out = self.1.run_blocking(&args);
         if !out.success {
-            eprintln!("note: could not delete namespace {OTHER_NAMESPACE}: {}", out.stderr);
+            eprintln!(
+                "note: could not delete namespace {OTHER_NAMESPACE}: {}",
+                out.stderr
+            );
         }
     }
 }
