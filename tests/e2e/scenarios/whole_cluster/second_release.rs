@@ -34,17 +34,13 @@ async fn a_second_release_of_the_chart_is_refused_instead_of_running_a_second_op
                 kubeconfig: RealCluster::from_env().expect("a real cluster").kubeconfig,
                 home: env.scratch("helm"),
             };
-            // The harness applied deploy/rbac for an operator of its own (none runs here): Helm
-            // adopts no object it did not create, so it goes first.
-            env.kubectl
-                .ok(&[
-                    "delete",
-                    "-k",
-                    "deploy/rbac",
-                    "--ignore-not-found",
-                    "--wait",
-                ])
-                .await;
+            // The harness applied deploy/rbac for an operator of its own (none runs here), and
+            // an earlier install of deploy/ may have left its manager's objects: Helm adopts no
+            // object it did not create, so they go first.
+            for objects in ["deploy/rbac", "deploy/manager"] {
+                let args = ["delete", "-k", objects, "--ignore-not-found", "--wait"];
+                env.kubectl.ok(&args).await;
+            }
             let _cleanup = Cleanup(&helm, env.kubectl.clone());
             let first = helm.run(&[
                 "install",
