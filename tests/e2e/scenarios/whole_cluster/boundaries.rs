@@ -70,7 +70,9 @@ async fn plant_elsewhere(env: &Env, more: Vec<Value>) -> RemoveElsewhere {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_deletes_and_writes_only_its_own_workers_never_lookalikes_or_another_namespaces() {
     scenario!("pool-boundaries")
-        .real_cluster_only("the operator's reach is bounded by a real API server's namespaces")
+        .real_cluster_only(
+            "the lookalikes rely on the real StatefulSet controller's adoption rules",
+        )
         .run(async |env| {
             let _remove = plant_elsewhere(env, vec![env.example.statefulset().clone()]).await;
             let mut documents = vec![env.example.namespace_manifest().clone()];
