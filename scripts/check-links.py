@@ -33,7 +33,8 @@ references too:
 - repository paths, in inline code spans only: a span without spaces that holds a `/` and
   starts with a top-level directory of the repository (`src/`, `sim/`, `.ci/`, ...) names a
   file or directory, from the root or from the markdown file's directory; a `:LINE` or
-  `#anchor` suffix is ignored. Not checked: spans with `*`, `?`, `<`, `>`, `{`, `$`, `[`, `|`
+  `#anchor` suffix is ignored, and a `::item` suffix after a `.rs` file
+  (`tests/e2e/main.rs::name`, `src/lib.rs::tests::name`) names a `fn` of that file. Not checked: spans with `*`, `?`, `<`, `>`, `{`, `$`, `[`, `|`
   or `...`, placeholders such as `DIR` or `NAME`, and paths under `target/`.
 
 Prints each problem as `file:line: reference (why)` and exits 1 if there is any; prints a
@@ -94,6 +95,8 @@ PLACEHOLDER = re.compile(
     r"(?![A-Za-z0-9])"
 )
 LOCATION_SUFFIX = re.compile(r"(?::\d+(?:[:-]\d+)?|#[^/]*)$")
+# `file.rs::module::name`: the function a span names in a Rust file (a test, usually).
+RUST_ITEM = re.compile(r"^(.+?\.rs)::(?:[A-Za-z_][A-Za-z0-9_]*::)*([A-Za-z_][A-Za-z0-9_]*)$")
 
 
 def git_files(root):
@@ -524,6 +527,17 @@ class Checker:
                 return None
         return f"no such file or directory: {os.path.normpath(path)}"
 
+    def item_problem(self, source, path, name):
+        """Why the Rust file `path` (resolved as [`path_problem`] does) defines no `fn name`,
+        or None."""
+        for base in ("", os.path.dirname(source)):
+            resolved = os.path.normpath(os.path.join(base, path))
+            if resolved.replace("\\", "/") in self.files:
+                with open(os.path.join(self.root, resolved), encoding="utf-8") as f:
+                    if re.search(rf"\bfn {re.escape(name)}\b", f.read()):
+                        return None
+        return f"no fn {name} in {os.path.normpath(path)}"
+
     def code_problems(self, page):
         """(line, reference, why) of each stale reference in the inline code spans and fenced
         code blocks of a page: cargo targets in both, repository paths in spans."""
@@ -535,10 +549,13 @@ class Checker:
                 found += self.workspace.problems(words)
         for start, end in page.spans:
             span = page.text[start:end].strip()
-            path = path_reference(span, self.top_dirs)
+            item = RUST_ITEM.match(span)
+            path = path_reference(item.group(1) if item else span, self.top_dirs)
             if path is not None:
                 self.paths_checked += 1
                 why = self.path_problem(page.path, path)
+                if not why and item:
+                    why = self.item_problem(page.path, path, item.group(2))
                 if why:
                     found.append((start, span, why))
         return sorted((page.line_of(offset), reference, why) for offset, reference, why in found)
@@ -590,6 +607,8 @@ def self_test(checker):
          [(3, "--example nothing")]),
         ("`sim/tests/integration/stress.rs:12`, `scripts/DIR/x.sh`", []),
         ("see `sim/tests/stress.rs#L1`", [(1, "sim/tests/stress.rs#L1")]),
+        ("`tests/e2e/main.rs::no_such_test`", [(1, "tests/e2e/main.rs::no_such_test")]),
+        ("`src/runtime/leader.rs::tests::a_lease_without_a_holder_is_released`", []),
     ]  # fmt: skip
     for text, expected in samples:
         found = [(line, ref) for line, ref, _ in checker.code_problems(Page("x.md", text))]

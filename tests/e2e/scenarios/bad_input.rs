@@ -227,6 +227,64 @@ async fn placeholder_config_map_without_controller_is_adopted() {
         .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_pool_over_a_managed_statefulset_fails_with_statefulset_in_use_and_touches_nothing()
+ {
+    scenario!("statefulset-in-use")
+        .run(async |env| {
+            let settled = env.install_example().await;
+            let stray = "swarm-pool-stray";
+            let mut pool = env.example.pool().clone();
+            pool["metadata"]["name"] = json!(stray);
+            pool["spec"]["configMap"] = json!(format!("{stray}-config"));
+            let mark = env.request_mark().await;
+            env.apply("stray-pool.yaml", &[pool]).await;
+
+            let ready = wait_failed(env, stray).await;
+            assert_eq!(ready["reason"], "StatefulSetInUse", "Ready: {ready}");
+            let message = str_at(&ready, "/message");
+            for name in [env.example.statefulset_name(), env.example.pool_name()] {
+                assert!(
+                    message.contains(&name),
+                    "the condition names {name}: {message}"
+                );
+            }
+            let warnings = wait_event(env, stray, "Warning", "StatefulSetInUse").await;
+            assert!(warnings.iter().all(|e| !e.note.is_empty()), "{warnings:#?}");
+            let config = env.config_map(&format!("{stray}-config")).await;
+            assert!(config.is_none(), "the refused pool wrote no ConfigMap");
+            assert_no_config_map_write_or_pod_delete(env, mark).await;
+
+            // The older pool keeps its workers and its config.
+            let now = wait_balanced(env, env.example.replicas()).await;
+            assert_eq!(now.uids(), settled.uids(), "no worker was restarted");
+            assert_eq!(
+                now.config_map_resource_version(),
+                settled.config_map_resource_version()
+            );
+        })
+        .await;
+}
+
+/// Waits until pool `name` reports phase Failed for its current generation; returns its Ready
+/// condition.
+async fn wait_failed(env: &Env, name: &str) -> Value {
+    eventually(&format!("pool {name} Failed"), || async {
+        let pool = env.pool_named(name).await.ok_or("no such pool")?;
+        let generation = &pool["metadata"]["generation"];
+        let status = &pool["status"];
+        if status["phase"] != "Failed" || status["observedGeneration"] != *generation {
+            return Err(format!("status {status}"));
+        }
+        let mut conditions = status["conditions"].as_array().into_iter().flatten();
+        let ready = conditions.find(|c| c["type"] == "Ready");
+        ready
+            .cloned()
+            .ok_or_else(|| format!("no Ready condition: {status}"))
+    })
+    .await
+}
+
 /// The example's Namespace documents.
 fn namespace_documents(env: &Env) -> Vec<Value> {
     env.example

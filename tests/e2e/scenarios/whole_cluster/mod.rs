@@ -8,10 +8,12 @@
 //! [`Share::Cluster`]: crate::harness::env::Share::Cluster
 //! [`WHOLE_CLUSTER`]: crate::harness::env::builder::WHOLE_CLUSTER
 
+mod boundaries;
 mod control_plane;
 pub(crate) mod deploy;
 mod metrics_auth;
 mod node_loss;
 mod real_node;
 mod real_workers;
+mod second_release;
 pub(crate) mod worker_lease_policy;

@@ -50,7 +50,7 @@ async fn a_worker_cannot_forge_another_pods_lease_under_the_worker_lease_policy(
             env.kubectl.ok(&["apply", "-k", POLICY_DIR]).await;
             assert_type_checked(env).await;
             let writers = Writers::of(env, &a).await;
-            wait_enforced(env, &writers, &lease(ns, &b.0, &b.1, 1)).await;
+            wait_enforced(env, &writers.worker, &lease(ns, &b.0, &b.1, 1)).await;
             a_pod_writes_its_own_lease_only(env, &writers, &a, &b).await;
 
             // The garbage collector deletes B's Lease once pod B is gone.
@@ -89,7 +89,7 @@ async fn a_worker_cannot_forge_another_pods_lease_under_the_worker_lease_policy(
 /// token is bound only to a pod of its own account); the operator's ServiceAccount may write
 /// Leases there too (deploy/ lets it only read them), so that its writes get as far as the
 /// policy.
-async fn two_worker_pods(env: &Env) -> ((String, String), (String, String)) {
+pub(super) async fn two_worker_pods(env: &Env) -> ((String, String), (String, String)) {
     let namespace = env.example.namespace();
     let ns = namespace.as_str();
     let mut documents = vec![env.example.namespace_manifest().clone()];
@@ -151,11 +151,10 @@ impl Writers {
 }
 
 /// The API server enforces a new policy once its informer has it: until a forged write of
-/// `forged`, dry run, is refused.
-async fn wait_enforced(env: &Env, writers: &Writers, forged: &Value) {
+/// `forged` by `worker`, dry run, is refused.
+pub(super) async fn wait_enforced(env: &Env, worker: &Kubectl, forged: &Value) {
     let dry_run = env.scratch("dry-run-lease.yaml");
     write_manifest(&dry_run, std::slice::from_ref(forged));
-    let worker = &writers.worker;
     eventually("the policy to refuse a forged Lease", || async {
         let out = worker
             .run(&["create", "--dry-run=server", "-f", path(&dry_run)])
