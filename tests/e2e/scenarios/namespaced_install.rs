@@ -30,10 +30,29 @@ async fn kubectl_apply_k_namespaced_overlay_installs_a_role_and_a_namespaced_ope
                 kinds.contains(&"Role") && kinds.contains(&"RoleBinding"),
                 "{kinds:?}"
             );
-            assert!(
-                !kinds.contains(&"ClusterRole") && !kinds.contains(&"ClusterRoleBinding"),
-                "a single-namespace install grants nothing cluster-wide: {kinds:?}"
+            // Cluster-wide, only the reviews of /metrics scrapers' tokens (cluster-scoped APIs)
+            // and the role a scraper is bound to.
+            let cluster_wide = |kind: &str| -> Vec<&str> {
+                objects
+                    .iter()
+                    .filter(|o| o["kind"] == kind)
+                    .filter_map(|o| o["metadata"]["name"].as_str())
+                    .collect()
+            };
+            assert_eq!(
+                cluster_wide("ClusterRole"),
+                [
+                    "swarm-operator-metrics-auth",
+                    "swarm-operator-metrics-reader"
+                ],
+                "a single-namespace install grants nothing else cluster-wide: {kinds:?}"
             );
+            let bindings: Vec<&str> = objects
+                .iter()
+                .filter(|o| o["kind"] == "ClusterRoleBinding")
+                .filter_map(|o| o["roleRef"]["name"].as_str())
+                .collect();
+            assert_eq!(bindings, ["swarm-operator-metrics-auth"], "{kinds:?}");
             let role = only(&objects, "Role");
             let watched = str_at(role, "/metadata/namespace");
             let deployment = only(&objects, "Deployment");

@@ -83,9 +83,19 @@ async fn cluster_role_grants_every_request_the_operator_makes() {
 }
 
 /// The ClusterRole that deploy/'s ClusterRoleBinding grants the operator's ServiceAccount
-/// (deploy/ also ships the users' aggregated roles, which the operator does not hold).
+/// (deploy/ also ships the users' aggregated roles, which the operator does not hold, and the
+/// metrics reviews' role and binding).
 fn operator_cluster_role(objects: &[Value]) -> &Value {
-    let binding = only(objects, "ClusterRoleBinding");
+    let bindings: Vec<&Value> = objects
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRoleBinding" && o["metadata"]["name"] == "swarm-operator")
+        .collect();
+    assert_eq!(
+        bindings.len(),
+        1,
+        "exactly one ClusterRoleBinding swarm-operator"
+    );
+    let binding = bindings[0];
     let bound_to_operator = binding["subjects"].as_array().is_some_and(|subjects| {
         subjects
             .iter()
