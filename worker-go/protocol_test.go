@@ -29,6 +29,31 @@ func TestAPodReadsItsOwnEntryAndTheConfigVersion(t *testing.T) {
 	}
 }
 
+// yaml.v3 reads a text that starts with a UTF-16 byte order mark as UTF-16; the Rust and Python
+// workers can only be given UTF-8.
+func TestATextThatIsNotUTF8IsRefused(t *testing.T) {
+	utf16 := "\xff\xfe"
+	for _, b := range []byte("version: 1\n") {
+		utf16 += string([]byte{b, 0})
+	}
+	if config, err := ParseConfig(utf16); err == nil || !strings.Contains(err.Error(), "config.yml is not YAML: the text is not UTF-8") {
+		t.Errorf("config.yml in UTF-16: %+v, %v", config, err)
+	}
+	if index, err := ParseIndex(utf16); err == nil || !strings.Contains(err.Error(), "index.yml is not YAML: the text is not UTF-8") {
+		t.Errorf("index.yml in UTF-16: %+v, %v", index, err)
+	}
+}
+
+// The tag `!` is found where yaml.v3 places a node: past a leading byte order mark and over each
+// line break libyaml knows (protocol/vectors/config.json holds \r\n and U+2028 for every worker).
+func TestTheTagBangIsFoundAfterAByteOrderMarkAndEachLineBreak(t *testing.T) {
+	for _, text := range []string{"\ufeffversion: ! ~\n", "x: a\rversion: ! ~\n", "x: a\u0085version: ! ~\n", "x: a\u2029version: ! ~\n"} {
+		if config, err := ParseConfig(text); err == nil || !strings.Contains(err.Error(), "version: expected an unquoted whole number") {
+			t.Errorf("%q: %+v, %v", text, config, err)
+		}
+	}
+}
+
 func TestJobsThatLookLikeNumbersAreJobNames(t *testing.T) {
 	observed, err := ParseEntry("version: 2\nworkloads:\n  w-0:\n    jobs: [1, x]\n", "w-0")
 	if err != nil || strings.Join(observed.Jobs, ",") != "1,x" {

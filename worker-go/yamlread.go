@@ -1,11 +1,14 @@
 package swarmworker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"math/big"
+	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -16,8 +19,14 @@ import (
 
 const quotedOrBlock = yaml.DoubleQuotedStyle | yaml.SingleQuotedStyle | yaml.LiteralStyle | yaml.FoldedStyle
 
-// document is the root node of text's only document; nil when the text holds none.
+// document is the root node of text's only document; nil when the text holds none. A node
+// written with the non-specific tag `!` has it as its tag, as the Rust and Python readers see it.
 func document(text string) (*yaml.Node, error) {
+	// Neither the Rust nor the Python reader can be given other text, and yaml.v3 would read it
+	// as UTF-16, where the positions nonSpecific reads are not the text's.
+	if !utf8.ValidString(text) {
+		return nil, errors.New("the text is not UTF-8")
+	}
 	decoder := yaml.NewDecoder(strings.NewReader(text))
 	var doc, next yaml.Node
 	if err := decoder.Decode(&doc); errors.Is(err, io.EOF) {
@@ -31,7 +40,103 @@ func document(text string) (*yaml.Node, error) {
 	if len(doc.Content) == 0 {
 		return nil, nil
 	}
+	nonSpecific(doc.Content[0], text)
 	return doc.Content[0], nil
+}
+
+// nonSpecific gives the tag `!` back to the nodes under root that text writes with it (or as
+// `!<!>`). yaml.v3 drops that tag and resolves the node as if it had none, so `! {version: 1}`
+// would be a config and `version: ! ~` null, where the Rust and Python readers see a local tag.
+// The node alone cannot tell: only a tag yaml.v3 keeps sets TaggedStyle. But a node's Line and
+// Column are where its properties (anchor, tag) start, so the text from there to the next
+// node's start shows whether a tag was written; if so, and TaggedStyle is unset, it was `!`.
+func nonSpecific(root *yaml.Node, text string) {
+	if !strings.Contains(text, "!") {
+		return
+	}
+	nodes := inTextOrder(root)
+	starts := offsets(nodes, text)
+	for i, node := range nodes {
+		// A block mapping starts where its first key does, and a missing value where the next
+		// node does: a tag at a position two nodes share is the later node's.
+		end := len(text)
+		if i+1 < len(nodes) {
+			end = starts[i+1]
+		}
+		if node.Kind != yaml.AliasNode && node.Style&yaml.TaggedStyle == 0 && tagged(text[starts[i]:end], node.Anchor) {
+			node.Tag = "!"
+			node.Style |= yaml.TaggedStyle
+		}
+	}
+}
+
+// inTextOrder is root and the nodes under it (aliases not followed) by their position in the
+// text; nodes at the same position in the order yaml.v3 read them.
+func inTextOrder(root *yaml.Node) []*yaml.Node {
+	nodes := []*yaml.Node{}
+	var walk func(node *yaml.Node)
+	walk = func(node *yaml.Node) {
+		nodes = append(nodes, node)
+		for _, child := range node.Content {
+			walk(child)
+		}
+	}
+	walk(root)
+	slices.SortStableFunc(nodes, func(a, b *yaml.Node) int {
+		return cmp.Or(cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column))
+	})
+	return nodes
+}
+
+// offsets are the byte offsets in text of nodes, sorted by position. yaml.v3 counts as libyaml
+// does: columns in characters, a line ends at \n, \r, \r\n, U+0085, U+2028 or U+2029, and a
+// leading byte order mark is not counted.
+func offsets(nodes []*yaml.Node, text string) []int {
+	starts := make([]int, len(nodes))
+	offset, line, column := len(text)-len(strings.TrimPrefix(text, "\ufeff")), 1, 1
+	for i, node := range nodes {
+		for (line < node.Line || line == node.Line && column < node.Column) && offset < len(text) {
+			r, size := utf8.DecodeRuneInString(text[offset:])
+			offset += size
+			switch {
+			case r == '\r' && strings.HasPrefix(text[offset:], "\n"):
+				offset++
+				line, column = line+1, 1
+			case strings.ContainsRune(lineBreaks, r):
+				line, column = line+1, 1
+			default:
+				column++
+			}
+		}
+		starts[i] = offset
+	}
+	return starts
+}
+
+const lineBreaks = "\n\r\u0085\u2028\u2029"
+
+// tagged is whether props, the text from a node's start to the next node's, starts with a tag,
+// or with the node's anchor and then a tag (the two come in either order).
+func tagged(props, anchor string) bool {
+	if rest, found := strings.CutPrefix(props, "&"+anchor); found && anchor != "" {
+		props = separation(rest)
+	}
+	return strings.HasPrefix(props, "!")
+}
+
+// separation is text after the blanks, line breaks and comments that may part two properties.
+func separation(text string) string {
+	for {
+		text = strings.TrimLeft(text, " \t\ufeff"+lineBreaks)
+		if !strings.HasPrefix(text, "#") {
+			return text
+		}
+		end := strings.IndexAny(text, lineBreaks)
+		if end < 0 {
+			return ""
+		}
+		text = text[end:]
+	}
 }
 
 // resolved is node, or the node it is an alias of.
