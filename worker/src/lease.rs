@@ -3,6 +3,7 @@
 //! per acknowledgement, and at no other time: fence reads and readiness, not renewals, keep
 //! the worker's jobs. A failed write is retried and never stops a job.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
@@ -15,17 +16,20 @@ use tokio::sync::watch;
 use tracing::{debug, warn};
 
 use crate::backoff::Retry;
+use crate::shed::Shed;
+use crate::source::is_shed;
 
 /// Writes the Lease with `permit` as its duration until `acked`'s sender is dropped: at once,
 /// then whenever `acked` changes, retrying a failed write after a growing delay (a change
-/// meanwhile is written at once). Each success is published on `written`: the acknowledged
-/// version the Lease now carries.
+/// meanwhile is written at once), and holding every write while `shed` does. Each success is
+/// published on `written`: the acknowledged version the Lease now carries.
 pub(crate) async fn keep(
     api: Api<Lease>,
     holder: Holder,
     permit: Duration,
     mut acked: watch::Receiver<Option<u64>>,
     written: watch::Sender<Option<u64>>,
+    shed: Arc<Shed>,
 ) {
     // Half the permit: a write that hangs is given up in time for another to land while the
     // operator still waits for the acknowledgement.
@@ -33,12 +37,15 @@ pub(crate) async fn keep(
     let mut current: Option<Lease> = None;
     let mut retry = Retry::default();
     loop {
+        let pass = shed.admit().await;
         let want = *acked.borrow_and_update();
         let attempt = write(&api, &holder, &mut current, want, permit);
         let result = match tokio::time::timeout(ceiling, attempt).await {
             Ok(answer) => answer.map_err(WriteError::Api),
             Err(_) => Err(WriteError::TimedOut),
         };
+        let was_shed = matches!(&result, Err(WriteError::Api(error)) if is_shed(error));
+        pass.answered(was_shed);
         match result {
             Ok(()) => {
                 retry = Retry::default();
@@ -51,7 +58,12 @@ pub(crate) async fn keep(
                 // The Lease read is kept: a write that timed out but landed makes the next one
                 // conflict, which reads it again; a re-read on every failure would double the
                 // requests of every worker at the moment the API server is slowest.
-                let wait = retry.next_delay(ceiling);
+                // A shed write waits for the worker's hold instead (see `Shed::admit`).
+                let wait = if was_shed {
+                    Duration::ZERO
+                } else {
+                    retry.next_delay(ceiling)
+                };
                 warn!(lease = %holder.pod, %error, retry_in = ?wait, "cannot write the worker Lease");
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}

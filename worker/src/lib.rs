@@ -11,6 +11,7 @@
 //! - [`handoff`]: the rules of that machine that need no clock (the job set, acknowledgements).
 //! - [`lease`]: the Lease writer.
 //! - [`source`]: the fence read and the WATCH that only hurries it.
+//! - `shed`: one backoff for all three of a worker's requests when the API server sheds load.
 //! - [`health`]: `/readyz` and `/healthz`.
 //! - [`permit`]: the deadline each job checks before each unit of work.
 //! - [`report`]: the optional JSON-lines report of what runs.
@@ -24,6 +25,7 @@ pub mod lease;
 pub mod permit;
 pub mod report;
 pub mod settings;
+mod shed;
 pub mod source;
 mod worker;
 

@@ -17,6 +17,7 @@ use tracing::{debug, warn};
 
 use crate::backoff::Retry;
 use crate::handoff::Entry;
+use crate::shed::Shed;
 
 /// This pod's entry of a `config.yml` text, or why it cannot be read.
 pub fn parse(text: &str, pod: &str) -> Result<Entry, ParseError> {
@@ -96,15 +97,16 @@ pub(crate) async fn read(
 /// Watches the ConfigMap `name` and wakes `wake` on each event, until aborted. It starts from
 /// the resourceVersion of the first fence read (`seen`), so it reports only changes after it;
 /// after a 410 it watches without one, from the object as it is. A watch that cannot be
-/// started again is retried after a growing delay, up to `ceiling`: it only brings reads
-/// forward, and thousands of workers re-watching every second would keep an API server that
-/// sheds load overloaded.
+/// started again is retried after a growing delay, up to `ceiling`, or once `shed` lets it
+/// after a 429: it only brings reads forward, and thousands of workers re-watching every
+/// second would keep an API server that sheds load overloaded.
 pub(crate) async fn follow(
     api: Api<ConfigMap>,
     name: String,
     mut seen: watch::Receiver<Option<String>>,
     wake: Arc<Notify>,
     ceiling: Duration,
+    shed: Arc<Shed>,
 ) {
     let mut from = match seen.wait_for(Option::is_some).await {
         Ok(first) => first.clone().unwrap_or_default(),
@@ -112,9 +114,11 @@ pub(crate) async fn follow(
     };
     let mut retry = Retry::default();
     loop {
-        match watch_from(&api, &name, &mut from, &wake, &mut retry).await {
+        match watch_from(&api, &name, &mut from, &wake, &mut retry, &shed).await {
             WatchEnd::Expired => from.clear(),
             WatchEnd::Failed => tokio::time::sleep(retry.next_delay(ceiling)).await,
+            // `shed` holds the next attempt.
+            WatchEnd::Shed => {}
         }
     }
 }
@@ -126,6 +130,8 @@ enum WatchEnd {
     Expired,
     /// The watch failed: watch again after a pause.
     Failed,
+    /// The API server shed the watch (429): watch again once the worker's hold ends.
+    Shed,
 }
 
 /// Watches the ConfigMap from `version` until the watch fails or expires; a watch that times
@@ -136,15 +142,23 @@ async fn watch_from(
     version: &mut String,
     wake: &Notify,
     retry: &mut Retry,
+    shed: &Arc<Shed>,
 ) -> WatchEnd {
     let params = WatchParams::default().fields(&format!("metadata.name={name}"));
     loop {
-        let stream = match api.watch(&params, version).await {
+        let pass = shed.admit().await;
+        let started = api.watch(&params, version).await;
+        pass.answered(matches!(&started, Err(error) if is_shed(error)));
+        let stream = match started {
             Ok(stream) => {
                 *retry = Retry::default();
                 stream
             }
             Err(kube::Error::Api(status)) if status.code == 410 => return WatchEnd::Expired,
+            Err(error) if is_shed(&error) => {
+                debug!(config_map = %name, "watch shed; waiting for the worker's hold to end");
+                return WatchEnd::Shed;
+            }
             Err(error) => {
                 warn!(config_map = %name, %error, "cannot watch the ConfigMap");
                 return WatchEnd::Failed;

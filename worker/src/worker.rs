@@ -26,6 +26,7 @@ use crate::fence::{Action, Fence};
 use crate::permit::Permit;
 use crate::report::Report;
 use crate::settings::{PartialSettings, Settings};
+use crate::shed::Shed;
 use crate::source::{self, Found, ReadError};
 use crate::{backoff, health, lease};
 
@@ -337,6 +338,7 @@ impl Worker {
         let (terminate_tx, terminate) = watch::channel(false);
         let (answers, reads) = mpsc::unbounded_channel();
         let wake = Arc::new(Notify::new());
+        let shed = Shed::new(settings.permit);
         let holder = Holder {
             pod: settings.pod_name.clone(),
             namespace: settings.namespace.clone(),
@@ -351,6 +353,7 @@ impl Worker {
                 settings.permit,
                 ack_rx,
                 written_tx,
+                shed.clone(),
             )),
             tokio::spawn(source::follow(
                 config_maps.clone(),
@@ -358,6 +361,7 @@ impl Worker {
                 seen_rx,
                 wake.clone(),
                 fence::read_interval(settings.permit),
+                shed.clone(),
             )),
             tokio::spawn(async move {
                 shutdown.await;
@@ -377,6 +381,7 @@ impl Worker {
             reading: false,
             answers,
             config_maps,
+            shed,
             settings,
             failing: false,
         };
@@ -469,6 +474,8 @@ struct Shell {
     reading: bool,
     answers: mpsc::UnboundedSender<Answer>,
     config_maps: Api<ConfigMap>,
+    /// Shared with the Lease writer and the watch: what the API server turned away holds all.
+    shed: Arc<Shed>,
     settings: Settings,
     /// The last fence read failed, for the log.
     failing: bool,
@@ -524,18 +531,23 @@ impl Shell {
         }
     }
 
-    /// Sends a fence read now: a GET with no resourceVersion, one at a time, given up only once
-    /// its answer could renew nothing ([`fence::read_timeout`]).
+    /// Sends a fence read as soon as the API server is not shedding the worker's requests: a
+    /// GET with no resourceVersion, one at a time, given up only once its answer could renew
+    /// nothing ([`fence::read_timeout`]).
     fn send_read(&mut self, tasks: &mut Tasks) {
         self.reading = true;
-        let sent = Instant::now();
         let api = self.config_maps.clone();
         let name = self.settings.own_config_map();
         let pod = self.settings.pod_name.clone();
         let timeout = fence::read_timeout(self.settings.permit);
         let answers = self.answers.clone();
+        let shed = self.shed.clone();
         tasks.spawn(async move {
+            let pass = shed.admit().await;
+            // The permit counts from the send, which is after any hold.
+            let sent = Instant::now();
             let result = source::read(&api, &name, &pod, timeout).await;
+            pass.answered(matches!(&result, Err(error) if error.is_shed()));
             let _ = answers.send(Answer { sent, result });
         });
     }

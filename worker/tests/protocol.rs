@@ -31,7 +31,10 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use sim::{Proxy, Reads, config_map_watches, count, gated_client, requests, sim_with};
+use sim::{
+    Proxy, Reads, Shed, config_map_watches, count, gated_client, requests, shedding_client,
+    sim_with,
+};
 use worker::{
     AbortOnDrop, CONFIG_MAP, POD, Recorder, acknowledged, config, eventually, readyz, report_lines,
     reported, spec, strings, worker_of, write_config,
@@ -580,6 +583,62 @@ async fn after_its_watch_expires_a_worker_watches_from_the_object_as_it_is() {
     assert_eq!(
         app.calls(),
         strings(&["start a", "stopping a", "stopped a", "start b"])
+    );
+    sim.shutdown().await;
+}
+
+/// An API server that turns every request away (429) for a while: the worker's fence reads and
+/// Lease writes share one hold, so after the first answers it sends one request at a time, each
+/// a quarter permit or more after the one before, and it runs its jobs once it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_turned_away_holds_all_its_requests_together_and_runs_once_served() {
+    let (sim, client, uid) = sim_with(Some(config(1, &["a"], &[]))).await;
+    let leases: Api<Lease> = Api::namespaced(client, "default");
+    let (shedding, shedding_rx) = watch::channel(true);
+    let shed = Shed::default();
+    let app = Recorder::new();
+    let permit = Duration::from_secs(2);
+    let worker = worker_of(&uid, shedding_client(&sim, shedding_rx, shed.clone()))
+        .permit(permit)
+        .shutdown_on(std::future::pending())
+        .build()
+        .await
+        .unwrap();
+    let _run = AbortOnDrop(tokio::spawn(worker.run(app.clone())));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    shedding.send_replace(false);
+    acknowledged(&leases, 1).await;
+    assert_eq!(app.calls(), strings(&["start a"]));
+
+    let sent = shed.lock().unwrap().clone();
+    let kinds = |from: usize| -> BTreeMap<bool, usize> {
+        let mut kinds = BTreeMap::new();
+        for (_, what) in &sent[from..] {
+            *kinds.entry(what.contains("/leases")).or_default() += 1;
+        }
+        kinds
+    };
+    // The first fence read and the Lease write go together, before any answer.
+    assert_eq!(kinds(0).len(), 2, "{sent:?}");
+    let first_hold = sent.iter().skip(2).map(|(at, _)| *at);
+    let sends: Vec<Instant> = sent
+        .iter()
+        .take(2)
+        .map(|(at, _)| *at)
+        .chain(first_hold)
+        .collect();
+    for pair in sends[1..].windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= permit / 4 - Duration::from_millis(50),
+            "two requests {gap:?} apart while turned away: {sent:?}"
+        );
+    }
+    // One per hold of a quarter to half the permit: 8 s holds 16 at most.
+    assert!(
+        (4..=2 + 16).contains(&sent.len()),
+        "{} requests: {sent:?}",
+        sent.len()
     );
     sim.shutdown().await;
 }

@@ -1,9 +1,14 @@
 //! The API the worker talks to: kube-sim holding this test's Pod, the requests it served, a
-//! client whose fence reads can be held back, and a proxy that can be cut.
+//! client whose fence reads can be held back, a client turned away with 429s, and a proxy that
+//! can be cut.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+
+use http_body_util::{Either, Full};
+use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -121,6 +126,65 @@ pub fn gated_client(sim: &Sim, reads: watch::Receiver<Reads>) -> Client {
     let layer = tower::layer::layer_fn(move |inner| Gate {
         inner,
         reads: reads.clone(),
+    });
+    ClientBuilder::try_from(config)
+        .unwrap()
+        .with_layer(&layer)
+        .build()
+}
+
+/// What a [`shedding_client`] was asked while it shed: when, and the request's method and path.
+pub type Shed = Arc<Mutex<Vec<(Instant, String)>>>;
+
+/// A client layer that answers every request with 429 Too Many Requests, as API Priority and
+/// Fairness does when it cannot queue one, while `shedding` says so, and records each.
+struct Shedder<S> {
+    inner: S,
+    shedding: watch::Receiver<bool>,
+    shed: Shed,
+}
+
+const TOO_MANY_REQUESTS: &str = r#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Too many requests, please try again later.","reason":"TooManyRequests","code":429}"#;
+
+impl<S, B> Service<http::Request<Body>> for Shedder<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<B>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<Either<B, Full<bytes::Bytes>>>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+        if *self.shedding.borrow() {
+            let what = format!("{} {}", request.method(), request.uri());
+            self.shed.lock().unwrap().push((Instant::now(), what));
+            let answer = http::Response::builder()
+                .status(429)
+                .header("content-type", "application/json")
+                .body(Either::Right(Full::from(TOO_MANY_REQUESTS)))
+                .unwrap();
+            return Box::pin(async move { Ok(answer) });
+        }
+        let answer = self.inner.call(request);
+        Box::pin(async move { Ok(answer.await?.map(Either::Left)) })
+    }
+}
+
+/// A client of `sim` turned away with 429s while `shedding` says so; what it sent meanwhile
+/// goes to `shed`.
+pub fn shedding_client(sim: &Sim, shedding: watch::Receiver<bool>, shed: Shed) -> Client {
+    let config = Config::new(sim.url().parse().unwrap());
+    let layer = tower::layer::layer_fn(move |inner| Shedder {
+        inner,
+        shedding: shedding.clone(),
+        shed: shed.clone(),
     });
     ClientBuilder::try_from(config)
         .unwrap()
