@@ -251,10 +251,12 @@ up_controllers() {
         --authorization-kubeconfig="${dir}/scheduler.kubeconfig" \
         --bind-address=127.0.0.1 --secure-port="${sched_port}" --leader-elect=false \
         --profiling=false
+    # kwok renews a node's Lease every quarter of its duration from its watch cache, so every
+    # other update conflicts with its own last one: 20 s renews every 10 s, as a kubelet does.
     start_component "${dir}" kwok "${kwok_bin}/kwok" \
         --kubeconfig="${dir}/kubeconfig" --config="${repo_root}/hack/kwok/stages.yaml" \
         --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
-        --node-lease-duration-seconds=40 \
+        --node-lease-duration-seconds=20 \
         --server-address="127.0.0.1:${kwok_port}" --node-ip=10.1.0.1 --cidr=10.2.0.0/16
 }
 

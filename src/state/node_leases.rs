@@ -2,6 +2,12 @@
 //! them: when each node's kubelet last renewed. A kubelet renews every 10 s; a node whose
 //! Lease has gone unrenewed for [`NODE_SILENCE`] is cut off or lost, and its workers' jobs move
 //! before the node controller would mark it NotReady (40 to 50 s).
+//!
+//! Silence is judged against the freshest renewal of any node as well as against the clock: a
+//! view that is behind as a whole (the operator's watch lagging, or an API server too loaded
+//! to take the kubelets' renewals in time) shows every node silent at once, and taking every
+//! worker out for it would move every job of every pool. As the node lifecycle controller stops
+//! evicting when every node is unhealthy, no node is silent while none renews.
 
 use std::collections::BTreeMap;
 
@@ -11,32 +17,50 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 /// kubelet's renewals.
 pub const NODE_SILENCE: SignedDuration = SignedDuration::from_secs(20);
 
+/// How soon a node that the clock shows silent, but the other nodes' renewals not yet, is
+/// looked at again.
+const RECHECK: SignedDuration = SignedDuration::from_secs(2);
+
 /// When each node's kubelet last renewed its Lease, by node name.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NodeLeases {
     renewed: BTreeMap<String, Timestamp>,
+    /// The latest renewal of any node.
+    freshest: Option<Timestamp>,
 }
 
 impl NodeLeases {
     /// The renewals of `(node, renewTime)` pairs.
     pub fn new(renewed: impl IntoIterator<Item = (String, Timestamp)>) -> Self {
-        Self {
-            renewed: renewed.into_iter().collect(),
-        }
+        let renewed: BTreeMap<String, Timestamp> = renewed.into_iter().collect();
+        let freshest = renewed.values().max().copied();
+        Self { renewed, freshest }
     }
 
-    /// Since when `node`'s Lease has been silent at `now`, if for [`NODE_SILENCE`] or longer.
-    /// A node without a Lease (or whose Leases this operator may not read) is never silent.
+    /// Since when `node`'s Lease has been silent at `now`: unrenewed for [`NODE_SILENCE`] or
+    /// longer by the clock, and that much behind another node's latest renewal. A node without
+    /// a Lease (or whose Leases this operator may not read) is never silent.
     pub fn silent_since(&self, node: &str, now: Timestamp) -> Option<Timestamp> {
         let renewed = *self.renewed.get(node)?;
-        (now.duration_since(renewed) >= NODE_SILENCE).then_some(renewed)
+        let freshest = self.freshest.unwrap_or(renewed);
+        let by_clock = now.duration_since(renewed) >= NODE_SILENCE;
+        let behind_others = freshest.duration_since(renewed) >= NODE_SILENCE;
+        (by_clock && behind_others).then_some(renewed)
     }
 
-    /// How long until `node`'s Lease turns silent at `now` unless renewed.
+    /// How long until `node`'s Lease may turn silent at `now` unless renewed: by the clock, and
+    /// once the clock says so, as soon as another node's renewal could show it behind.
     pub fn silent_in(&self, node: &str, now: Timestamp) -> Option<SignedDuration> {
         let renewed = *self.renewed.get(node)?;
-        let left = NODE_SILENCE - now.duration_since(renewed);
-        left.is_positive().then_some(left)
+        let by_clock = NODE_SILENCE - now.duration_since(renewed);
+        if by_clock.is_positive() {
+            return Some(by_clock);
+        }
+        let freshest = self.freshest.unwrap_or(renewed);
+        let behind_others = NODE_SILENCE - freshest.duration_since(renewed);
+        behind_others
+            .is_positive()
+            .then(|| behind_others.max(RECHECK))
     }
 }
 
@@ -44,10 +68,13 @@ impl NodeLeases {
 mod tests {
     use super::*;
 
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_000 + s).unwrap()
+    }
+
     #[test]
     fn a_node_is_silent_from_twenty_seconds_after_its_last_renewal() {
-        let t = |s: i64| Timestamp::from_second(1_000 + s).unwrap();
-        let leases = NodeLeases::new([("n".to_owned(), t(0))]);
+        let leases = NodeLeases::new([("n".to_owned(), t(0)), ("m".to_owned(), t(20))]);
         assert_eq!(leases.silent_since("n", t(19)), None);
         assert_eq!(
             leases.silent_in("n", t(19)),
@@ -60,5 +87,24 @@ mod tests {
             None,
             "no Lease: unknown"
         );
+    }
+
+    #[test]
+    fn no_node_is_silent_while_none_is_renewed_as_when_the_view_is_behind_as_a_whole() {
+        let leases = NodeLeases::new([("n".to_owned(), t(0)), ("m".to_owned(), t(5))]);
+        assert_eq!(leases.silent_since("n", t(60)), None, "none renewed for 55 s");
+        assert_eq!(leases.silent_since("m", t(60)), None);
+        assert_eq!(
+            leases.silent_in("n", t(60)),
+            Some(SignedDuration::from_secs(15)),
+            "looked at again when another renewal could show it behind"
+        );
+        let one_left = NodeLeases::new([("n".to_owned(), t(0))]);
+        assert_eq!(one_left.silent_since("n", t(600)), None, "a single node");
+        assert_eq!(one_left.silent_in("n", t(600)), Some(NODE_SILENCE));
+        let close = NodeLeases::new([("n".to_owned(), t(0)), ("m".to_owned(), t(19))]);
+        assert_eq!(close.silent_in("n", t(30)), Some(RECHECK));
+        let renewing = NodeLeases::new([("n".to_owned(), t(0)), ("m".to_owned(), t(25))]);
+        assert_eq!(renewing.silent_since("n", t(26)), Some(t(0)));
     }
 }
