@@ -93,6 +93,13 @@ func (a *fakeAPI) refuse(verb, resource string, status metav1.Status) {
 	a.refusals = append(a.refusals, fakeRefusal{verb: verb, resource: resource, status: status})
 }
 
+// stopRefusing answers every request as it did before any refuse.
+func (a *fakeAPI) stopRefusing() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refusals = nil
+}
+
 // shedAll answers every request from now on with a 429, or, shedding false, stops.
 func (a *fakeAPI) shedAll(shedding bool) {
 	a.mu.Lock()

@@ -130,8 +130,14 @@ func TestOnceAProbeIsAnsweredTheWaitingRequestsGoAtOnce(t *testing.T) {
 	answeredAt := time.Now()
 	probe.done(nil)
 	for range 2 {
-		if late := (<-admitted).Sub(answeredAt); late > 50*time.Millisecond {
-			t.Fatalf("a waiting request went %v after the probe's answer", late)
+		select {
+		case at := <-admitted:
+			// Not woken by the answer, they would wait forever: no hold is left to end.
+			if late := at.Sub(answeredAt); late > 500*time.Millisecond {
+				t.Fatalf("a waiting request went %v after the probe's answer", late)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a waiting request did not go once the probe was answered")
 		}
 	}
 }
@@ -196,14 +202,16 @@ func TestAWorkerAnsweredOnly429sSendsOneRequestPerHoldAcrossItsKinds(t *testing.
 	for _, request := range shed {
 		kinds[request.request] = true
 	}
-	if !kinds["get configmaps"] || !kinds["watch configmaps"] || !kinds["get leases"] {
-		t.Fatalf("not every kind of request was shed: %s", timeline(shed))
+	// All three start at once; whichever is answered first holds the others, which may wait
+	// several holds for their turn as the probe.
+	if len(kinds) < 2 {
+		t.Fatalf("one kind of request only was shed: %s", timeline(shed))
 	}
-	// The requests sent before the first 429 was answered go at once; every later one waits
-	// for a hold of at least F/4 after the one before it.
-	const slack = 100 * time.Millisecond
+	// The requests sent before the first 429 was answered go at once (within 0.5 s on a busy
+	// machine); every later one waits for a hold of at least F/4 after the one before it.
+	const burst, slack = 500 * time.Millisecond, 100 * time.Millisecond
 	first := 0
-	for first < len(shed) && shed[first].at.Sub(shed[0].at) < slack {
+	for first < len(shed) && shed[first].at.Sub(shed[0].at) < burst {
 		first++
 	}
 	for i := max(first, 1); i < len(shed); i++ {
