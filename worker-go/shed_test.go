@@ -239,3 +239,37 @@ func timeline(shed []shedRequest) string {
 	}
 	return strings.Join(lines, ", ")
 }
+
+func TestAFenceReadHeldByTheGateCountsItsPermitFromWhenItLeaves(t *testing.T) {
+	api := newFakeAPI(t)
+	api.setConfig(1, "a")
+	const permit = 400 * time.Millisecond // holds of 100 to 200 ms
+	gate := newShed(permit)
+	first, _ := gate.admit(context.Background())
+	first.done(apierrors.NewTooManyRequests("shed", 1))
+	gate.mu.Lock()
+	heldUntil := gate.gate.heldUntil
+	gate.mu.Unlock()
+	var tasks sync.WaitGroup
+	s := &shell{
+		reads:      make(chan readAnswer, 1),
+		refusals:   newRefusals(),
+		configMaps: api.client(t).CoreV1().ConfigMaps("swarm-go"),
+		settings:   Settings{PodName: testPod, Namespace: "swarm-go", ConfigMap: testConfigMap, Permit: permit},
+		shed:       gate,
+		tasks:      &tasks,
+	}
+	s.send(context.Background())
+	defer tasks.Wait()
+	select {
+	case answer := <-s.reads:
+		if answer.err != nil || !slices.Equal(answer.read.Jobs, []string{"a"}) {
+			t.Fatalf("%+v", answer)
+		}
+		if answer.read.SentAt.Before(heldUntil) {
+			t.Fatalf("the read counts from %v before the hold ended", heldUntil.Sub(answer.read.SentAt))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer")
+	}
+}

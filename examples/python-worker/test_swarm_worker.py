@@ -895,6 +895,16 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(self.lease.acknowledged, [1, 3])
         self.assertTrue(self.worker.done.is_set())
 
+    def test_a_fence_read_held_by_the_gate_counts_its_permit_from_when_it_leaves(self):
+        shed = self.worker.shed  # F = 2 s: holds of 0.5 to 1 s
+        with self.assertRaises(self.sw.ApiException), shed.admit():
+            raise self.sw.ApiException(status=429)
+        held_until = shed._gate.held_until
+        threading.Thread(target=self.worker.read_forever,
+                         args=(lambda: (config_yml(1, {POD: ["a"]}), "1"),), daemon=True).start()
+        eventually(lambda: "a" in self.worker.jobs, timeout=5.0, what="a started")
+        self.assertGreaterEqual(self.worker.jobs["a"].permit.until - 2, held_until)
+
     def test_a_worker_whose_last_acknowledged_entry_was_empty_is_done_at_sigterm(self):
         self.worker.apply_read(time.monotonic(), 4, [])
         self.worker.terminate()
