@@ -24,7 +24,9 @@
 //   - [Settings] from the pod's environment, overridable by [Option]s given to [New];
 //   - [Worker.Run], which drives [Jobs] through all of it against the API server, retries what
 //     fails, and returns a [*RefusedError] with every job stopped when the API server refuses
-//     the worker's own requests for good (401, or 403 from RBAC or the Lease admission policy).
+//     the worker's own requests for good (401, or 403 from RBAC or the Lease admission policy),
+//     and holds every request while the API server sheds them (429), with one hold per worker;
+//   - [NewClient], the client it builds, which hands a 429 over at once instead of retrying it.
 //
 // Run also sends klog's lines, and with them client-go's, to the worker's logger.
 package swarmworker

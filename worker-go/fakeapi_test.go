@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +24,8 @@ import (
 // fakeAPI is an API server just large enough for one worker, so that tests of how the worker
 // meets the API server's answers run without a cluster: the worker's own ConfigMap (GET, and
 // a watch that stays open and sends nothing), its Lease (GET, create, update), and, on demand,
-// a refusal of chosen requests, answered as the API server answers them.
+// a refusal of chosen requests, or a 429 to every request, answered as the API server answers
+// them.
 type fakeAPI struct {
 	server *httptest.Server
 	mux    *http.ServeMux
@@ -34,6 +37,14 @@ type fakeAPI struct {
 	refusals []fakeRefusal
 	refused  []string       // "<verb> <resource>" of each request refused
 	served   map[string]int // requests answered otherwise, by "<verb> <resource>"
+	shedding bool           // every request is answered 429, as API Priority and Fairness does
+	shed     []shedRequest  // the requests answered 429
+}
+
+// shedRequest is a request the fake API server shed.
+type shedRequest struct {
+	at      time.Time
+	request string // "<verb> <resource>"
 }
 
 // fakeRefusal refuses each request of verb on resource (configmaps, leases) with status.
@@ -58,13 +69,10 @@ func newFakeAPI(t *testing.T) *fakeAPI {
 	return a
 }
 
-// client is a client of the fake API server, speaking JSON.
+// client is the worker's client (NewClient) of the fake API server.
 func (a *fakeAPI) client(t *testing.T) kubernetes.Interface {
 	t.Helper()
-	client, err := kubernetes.NewForConfig(&rest.Config{
-		Host:          a.server.URL,
-		ContentConfig: rest.ContentConfig{ContentType: "application/json", AcceptContentTypes: "application/json"},
-	})
+	client, err := NewClient(&rest.Config{Host: a.server.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +91,27 @@ func (a *fakeAPI) refuse(verb, resource string, status metav1.Status) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.refusals = append(a.refusals, fakeRefusal{verb: verb, resource: resource, status: status})
+}
+
+// stopRefusing answers every request as it did before any refuse.
+func (a *fakeAPI) stopRefusing() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refusals = nil
+}
+
+// shedAll answers every request from now on with a 429, or, shedding false, stops.
+func (a *fakeAPI) shedAll(shedding bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.shedding = shedding
+}
+
+// shedRequests are the requests answered 429 so far, in the order they came.
+func (a *fakeAPI) shedRequests() []shedRequest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.shed)
 }
 
 // refusedRequests are the requests refused so far, "<verb> <resource>" each.
@@ -109,6 +138,14 @@ func (a *fakeAPI) acked() (uint64, bool) {
 func (a *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	verb, resource := requestOf(r)
 	a.mu.Lock()
+	if a.shedding {
+		a.shed = append(a.shed, shedRequest{at: time.Now(), request: verb + " " + resource})
+		a.mu.Unlock()
+		// As API Priority and Fairness answers: a Retry-After and a text body, no Status.
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
+		return
+	}
 	for _, refusal := range a.refusals {
 		if refusal.verb == verb && refusal.resource == resource {
 			a.refused = append(a.refused, verb+" "+resource)

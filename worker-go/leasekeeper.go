@@ -20,8 +20,9 @@ type leaseWrite struct {
 
 // leaseKeeper writes the worker's Lease when the worker starts and on each acknowledgement,
 // and at no other time: nothing is written to stay a member. A failed write is retried after
-// 1 s, doubling up to F/2, with jitter; it never stops a job, only permits do. A refusal (a
-// 401 or 403) is not retried: the keeper reports it, and Run stops every job and returns.
+// 1 s, doubling up to F/2, with jitter, and one the API server shed (429) once the worker's
+// hold lets it; it never stops a job, only permits do. A refusal (a 401 or 403) is not
+// retried: the keeper reports it, and Run stops every job and returns.
 type leaseKeeper struct {
 	leases   coordinationclient.LeaseInterface
 	holder   Holder
@@ -29,6 +30,7 @@ type leaseKeeper struct {
 	ack      *latest[uint64]
 	written  *latest[leaseWrite]
 	refusals refusals
+	shed     *shed // holds every write while the worker is shed
 	log      *slog.Logger
 }
 
@@ -50,11 +52,23 @@ func (k *leaseKeeper) keep(ctx context.Context) {
 			}
 			continue
 		}
-		err := k.writeInTime(ctx, &current, want)
+		pass, err := k.shed.admit(ctx)
+		if err != nil {
+			return
+		}
+		// The hold may have been long: write the newest acknowledgement.
+		if version, ok := k.ack.take(); ok {
+			want = &version
+		}
+		err = k.writeInTime(ctx, &current, want)
+		pass.done(err)
 		var refused *RefusedError
 		switch {
 		case ctx.Err() != nil:
 			return
+		case apierrors.IsTooManyRequests(err):
+			k.log.Warn("the API server shed the Lease write; writing it once the worker's hold ends", "lease", k.holder.Pod)
+			continue
 		case errors.As(err, &refused):
 			k.refusals.report(refused)
 			return

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -77,7 +78,8 @@ func WithTerminationDeadline(deadline time.Duration) Option {
 }
 
 // WithClient uses client instead of one configured from the environment (a kubeconfig, else
-// in-cluster).
+// in-cluster). Build it with [NewClient]: a client that retries 429s on its own sends an API
+// server that sheds load more than the worker's hold lets through.
 func WithClient(client kubernetes.Interface) Option {
 	return func(o *options) { o.client = client }
 }
@@ -129,16 +131,26 @@ func New(opts ...Option) (*Worker, error) {
 }
 
 // defaultClient is a client from the kubeconfig (KUBECONFIG or ~/.kube/config), or the
-// in-cluster configuration when there is none, speaking JSON.
+// in-cluster configuration when there is none (see [NewClient]).
 func defaultClient() (kubernetes.Interface, error) {
 	loading := clientcmd.NewDefaultClientConfigLoadingRules()
 	config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loading, nil).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("cannot configure a Kubernetes client (in-cluster or kubeconfig): %w", err)
 	}
+	return NewClient(config)
+}
+
+// NewClient is the client [New] builds for config when no [WithClient] is given: it speaks
+// JSON, and hands a 429 (Too Many Requests) to the worker at once instead of retrying it inside
+// the call as client-go does by default, so that the worker's hold spaces every request the API
+// server sheds. Build a client given to [WithClient] with it, or from a config as it sets it.
+func NewClient(config *rest.Config) (kubernetes.Interface, error) {
+	config = rest.CopyConfig(config)
 	// JSON rather than client-go's default protobuf: kube-sim (the repository's test API
 	// server) decodes no Lease in protobuf, and a worker's few small requests gain nothing.
 	config.ContentType = "application/json"
+	withoutShedRetries(config)
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("cannot configure a Kubernetes client (in-cluster or kubeconfig): %w", err)

@@ -33,6 +33,7 @@ type shell struct {
 	events   chan struct{}       // from the watch: read at once
 	ack      *latest[uint64]     // to the Lease keeper: the version to acknowledge
 	written  *latest[leaseWrite] // from the Lease keeper: its last success
+	shed     *shed               // shared with the Lease keeper and the watch
 
 	shutdown   <-chan struct{}
 	refusals   refusals // from every request: a refusal that ends Run
@@ -57,17 +58,23 @@ func (s *shell) spawn(task func()) {
 	}()
 }
 
-// send sends a fence read: a GET with no resourceVersion, which the API server answers from
-// etcd with a quorum read. The permit counts from the send, taken before the request so that
+// send sends a fence read once the API server no longer sheds the worker's requests: a GET
+// with no resourceVersion, which the API server answers from etcd with a quorum read. The
+// permit counts from the send, taken after any hold and before the request so that
 // client-side delays only shorten it. A read is given up only once its answer could renew
 // nothing (ReadTimeout): a slow API server gets no more reads than a quick one.
 func (s *shell) send(ctx context.Context) {
 	s.inFlight = true
 	s.spawn(func() {
+		pass, err := s.shed.admit(ctx)
+		if err != nil {
+			return // Run is over
+		}
 		get, cancel := context.WithTimeout(ctx, ReadTimeout(s.settings.Permit))
 		defer cancel()
 		sent := time.Now()
 		configMap, err := s.configMaps.Get(get, s.settings.OwnConfigMap(), metav1.GetOptions{})
+		pass.done(err)
 		var answer readAnswer
 		switch {
 		case err == nil:

@@ -25,6 +25,7 @@ type source struct {
 	name       string
 	events     chan<- struct{} // buffered: one pending event stands for any number
 	refusals   refusals
+	shed       *shed // holds every (re)start of the watch while the worker is shed
 	log        *slog.Logger
 	// retryCeiling bounds the wait before watching again after a failed watch: 1 s doubling
 	// to it, spread at random, since thousands of workers re-watching every second would keep
@@ -43,6 +44,9 @@ const (
 	watchFailed
 	// watchRefused: the API server refused the watch for good; it was reported.
 	watchRefused
+	// watchShed: the API server shed the watch (429): watch again once the worker's hold
+	// lets it.
+	watchShed
 )
 
 // follow watches until ctx ends or the watch is refused: from the object as it is, then from
@@ -61,6 +65,8 @@ func (s *source) follow(ctx context.Context) {
 			return
 		case watchFailed:
 			sleep(ctx, backoff.next(s.retryCeiling))
+		case watchShed:
+			// The next start waits for the worker's hold in lister's Watch.
 		}
 	}
 }
@@ -146,18 +152,30 @@ func (s *source) failed(err error) watchEnd {
 		s.refusals.report(refused)
 		return watchRefused
 	}
+	if apierrors.IsTooManyRequests(err) {
+		s.log.Debug("the API server shed the watch; watching again once the worker's hold ends", "configMap", s.name)
+		return watchShed
+	}
 	s.log.Warn("watch failed; watching again", "configMap", s.name, "error", err)
 	return watchFailed
 }
 
 // lister watches the one ConfigMap by name: RBAC cannot name one ConfigMap per pod, so the
-// worker may watch them all, but it asks only for its own.
+// worker may watch them all, but it asks only for its own. Each start, the RetryWatcher's
+// restarts too (it retries a failed start every second on its own), waits for the worker's
+// hold and counts through it.
 func (s *source) lister() *cache.ListWatch {
 	selector := fields.OneTermEqualSelector("metadata.name", s.name).String()
 	return &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			pass, err := s.shed.admit(ctx)
+			if err != nil {
+				return nil, err
+			}
 			options.FieldSelector = selector
-			return s.configMaps.Watch(ctx, options)
+			watcher, err := s.configMaps.Watch(ctx, options)
+			pass.done(err)
+			return watcher, err
 		},
 	}
 }

@@ -104,7 +104,9 @@ func (w *Worker) HealthAddr() net.Addr {
 // read or the watch of its ConfigMap, or on a read or write of its Lease (RBAC, or the Lease
 // admission policy). Then Run stops every job and returns Exit{Reason: Refused} and a
 // [*RefusedError] saying which request was refused, why, and what to fix; the error is nil
-// otherwise. No job runs once Run has returned.
+// otherwise. No job runs once Run has returned. A 429 (Too Many Requests) on any request holds
+// all of them: nothing is sent until F/4 to F/2 after it, then one request at a time until one
+// is answered without a 429.
 //
 // Run also sends klog's lines, and with them client-go's, to the worker's logger (see
 // [WithLogger]) instead of stderr: klog's logger is set once per process, and its lines go to
@@ -151,6 +153,7 @@ func (w *Worker) start(ctx context.Context, jobs Jobs, shutdown <-chan struct{},
 		events:     events,
 		ack:        newLatest[uint64](),
 		written:    newLatest[leaseWrite](),
+		shed:       newShed(settings.Permit),
 		shutdown:   shutdown,
 		refusals:   newRefusals(),
 		configMaps: w.client.CoreV1().ConfigMaps(settings.Namespace),
@@ -165,10 +168,11 @@ func (w *Worker) start(ctx context.Context, jobs Jobs, shutdown <-chan struct{},
 		ack:      s.ack,
 		written:  s.written,
 		refusals: s.refusals,
+		shed:     s.shed,
 		log:      w.log,
 	}
 	watch := &source{configMaps: s.configMaps, namespace: settings.Namespace, name: settings.OwnConfigMap(),
-		events: events, refusals: s.refusals, log: w.log, retryCeiling: ReadInterval(settings.Permit)}
+		events: events, refusals: s.refusals, shed: s.shed, log: w.log, retryCeiling: ReadInterval(settings.Permit)}
 	w.log.Info("fenced by reads of the worker's own ConfigMap", "configMap", watch.name, "lease", settings.PodName,
 		"permit", settings.Permit, "readEvery", settings.ReadEvery())
 	s.spawn(func() { keeper.keep(ctx) })

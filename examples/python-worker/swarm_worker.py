@@ -9,7 +9,8 @@ protocol needs nothing from the operator's Rust crates.
 It is fenced by reads: a *fence read*, a GET of its ConfigMap with no resourceVersion (a quorum
 read), sent at `s` and answered before `s + F`, gives the jobs it lists a permit until `s + F`
 on time.monotonic(). It sends one every F/2, retries failures sooner, and reads at once on a
-watch event; a timer of its own stops the jobs whose permit lapses. It writes its Lease only at
+watch event; a timer of its own stops the jobs whose permit lapses. A 429 on any of its requests
+holds them all (`Shed`). It writes its Lease only at
 start and to acknowledge a version it has applied, and serves `/readyz`, which the kubelet
 probes to learn that it is alive. The rules are docs/worker-protocol.md, "Acknowledged
 handoff: the worker protocol"; `Fence` holds them with no I/O.
@@ -24,8 +25,10 @@ pool's ConfigMap, whose name this worker's own ConfigMap name starts with; defau
 SWARM_WORKER_REPORT (optional), KUBECONFIG when run outside a cluster.
 """
 
+import contextlib
 import copy
 import dataclasses
+import functools
 import datetime
 import http.server
 import ipaddress
@@ -114,6 +117,121 @@ def lease_retry_delay(failures, ceiling, draw=random.random):
     back spread out."""
     delay = min(RETRY_SECONDS * 2 ** min(failures - 1, 16), ceiling)
     return delay / 2 + delay * draw() / 2
+
+
+# How a request that went through the shed gate ended.
+ANSWERED = "answered"  # with anything but a 429
+SHED = "shed"  # 429 Too Many Requests
+FAILED = "failed"  # no answer (a broken connection, a timeout), or given up
+
+
+@dataclasses.dataclass(frozen=True)
+class Turn:
+    """What a request that asks to be sent is told: send now (as the probe or not), or ask again
+    at `until`, or, when it is None, once the probe in flight has ended."""
+
+    send: bool = False
+    probe: bool = False
+    until: object = None
+
+
+class Gate:
+    """One hold per worker, with no I/O, on explicit times (docs/worker-protocol.md, "One hold
+    per worker"): a 429 on any request holds every request until `held_until`, then lets one
+    through at a time (the probe) until one is answered without a 429. A backoff per kind of
+    request let each come back on its own and sent an overloaded API server three times as
+    much."""
+
+    def __init__(self):
+        self.held_until = None  # None: not shed
+        self.probing = False
+
+    def ask(self, now):
+        if self.held_until is None:
+            return Turn(send=True)
+        if now < self.held_until:
+            return Turn(until=self.held_until)
+        if self.probing:
+            return Turn()
+        self.probing = True
+        return Turn(send=True, probe=True)
+
+    def ended(self, probe, outcome, shed_until=None):
+        """A request ended: a 429 holds until `shed_until` (a hold only lengthens); a probe
+        answered otherwise ends the hold, one that failed or was given up lets the next request
+        probe. A request sent before the hold began ends nothing: a 429 came after it left."""
+        if probe:
+            self.probing = False
+        if outcome == SHED:
+            self.held_until = (shed_until if self.held_until is None
+                               else max(self.held_until, shed_until))
+        elif outcome == ANSWERED and probe:
+            self.held_until = None
+
+
+def outcome_of(error):
+    """How a request that raised `error` (None: returned) ended."""
+    if error is None:
+        return ANSWERED
+    if isinstance(error, ApiException) and error.status:
+        return SHED if error.status == 429 else ANSWERED
+    return FAILED
+
+
+class Shed:
+    """The gate shared by the worker's threads: every request to the API server goes in
+    `with shed.admit():`, which waits for the hold and learns the answer from what the block
+    raises."""
+
+    def __init__(self, permit_seconds, draw=random.random):
+        self.permit = permit_seconds  # scales the hold: F/4 to F/2
+        self._draw = draw
+        self._gate = Gate()
+        self._changed = threading.Condition()
+
+    @contextlib.contextmanager
+    def admit(self):
+        probe = self._turn()
+        error = None
+        try:
+            yield
+        except BaseException as raised:
+            error = raised
+            raise
+        finally:
+            self._ended(probe, outcome_of(error))
+
+    def gated(self, request):
+        """`request`, each call through the gate (its name and signature kept for watch.Watch,
+        which reads them)."""
+        @functools.wraps(request)
+        def call(*args, **kwargs):
+            with self.admit():
+                return request(*args, **kwargs)
+        return call
+
+    def _turn(self):
+        with self._changed:
+            while not (turn := self._gate.ask(time.monotonic())).send:
+                self._changed.wait(None if turn.until is None else turn.until - time.monotonic())
+            return turn.probe
+
+    def _ended(self, probe, outcome):
+        with self._changed:
+            until = None
+            if outcome == SHED:
+                until = time.monotonic() + shed_retry_delay(self.permit, self._draw())
+            self._gate.ended(probe, outcome, until)
+            self._changed.notify_all()
+
+
+def api_client(configuration):
+    """The worker's client: urllib3 retries a GET or PUT answered 429 with Retry-After, as API
+    Priority and Fairness answers, up to 3 times inside one call (its default Retry(3)), unseen
+    by the worker's hold; this one hands the 429 over on the first answer and keeps the
+    default's retries of a refused connection."""
+    configuration.retries = urllib3.Retry(3, respect_retry_after_header=False)
+    return client.ApiClient(configuration)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -589,13 +707,15 @@ def desired_lease(current, holder, acked, duration_seconds, now):
 
 class LeaseWriter:
     """Writes this pod's Lease once at start and then once per version acknowledged, never to
-    renew it; retries a failed write with backoff. A failed write stops no job: only permits
-    do."""
+    renew it; retries a failed write with backoff, and a shed one (429) once `shed` lets it.
+    A failed write stops no job: only permits do."""
 
-    def __init__(self, coordination, env, permit_seconds, on_written=lambda version: None):
+    def __init__(self, coordination, env, permit_seconds, shed,
+                 on_written=lambda version: None):
         self.coordination = coordination
         self.env = env
         self.permit_seconds = permit_seconds
+        self.shed = shed
         self.on_written = on_written  # called with the version each successful write carries
         self._changed = threading.Condition()
         self._wanted = None  # the version to acknowledge; None until the first one
@@ -616,16 +736,19 @@ class LeaseWriter:
                 while self._started and self._wanted == self.written_version:
                     self._changed.wait()
                 version = self._wanted
-            if self._write(version):
+            outcome = self._write(version)
+            if outcome == ANSWERED:
                 failures = 0
                 with self._changed:
                     self._started, self.written_version = True, version
                 self.on_written(version)
-            else:
+            elif outcome == FAILED:
                 failures += 1
                 time.sleep(lease_retry_delay(failures, self.permit_seconds / 2))
+            # SHED: the next request waits for the worker's hold in shed.admit.
 
     def _write(self, version):
+        """One read-modify-write: ANSWERED once written, SHED or FAILED."""
         for _ in range(5):
             try:
                 if self._lease is None:
@@ -637,23 +760,24 @@ class LeaseWriter:
                     self._lease = self._send(self.coordination.replace_namespaced_lease,
                                              self._desired(self._lease, version),
                                              self.env["POD_NAME"])
-                return True
+                return ANSWERED
             except ApiException as error:
                 # 409: someone else wrote it (or created it first); 404: it was deleted.
                 if error.status not in (404, 409):
                     log.warning("writing the Lease failed: %s %s", error.status, error.reason)
-                    return False
+                    return SHED if error.status == 429 else FAILED
                 self._lease = None
             except CONNECTION_ERRORS as error:
                 log.warning("writing the Lease failed: %s", error)
-                return False
-        return False
+                return FAILED
+        return FAILED
 
     def _read(self):
         try:
-            response = self.coordination.read_namespaced_lease(
-                self.env["POD_NAME"], self.env["POD_NAMESPACE"],
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+            with self.shed.admit():
+                response = self.coordination.read_namespaced_lease(
+                    self.env["POD_NAME"], self.env["POD_NAMESPACE"],
+                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -661,8 +785,9 @@ class LeaseWriter:
         return json.loads(response.data)
 
     def _send(self, method, body, *name):
-        response = method(*name, self.env["POD_NAMESPACE"], body,
-                          _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+        with self.shed.admit():
+            response = method(*name, self.env["POD_NAMESPACE"], body,
+                              _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
         return json.loads(response.data)
 
     def _desired(self, current, version):
@@ -675,11 +800,12 @@ class Worker:
     """Runs the jobs of this pod's entry as the fence allows: sends the fence reads, applies
     them, stops jobs whose permit lapses, answers readiness and acknowledges."""
 
-    def __init__(self, pod_name, report, lease, fence):
+    def __init__(self, pod_name, report, lease, fence, shed=None):
         self.pod_name = pod_name
         self.report = report
         self.lease = lease
         self.fence = fence
+        self.shed = shed or Shed(fence.permit)  # shared with the Lease writer and the watch
         self.jobs = {}  # name -> Job
         self.done = threading.Event()  # set once a terminating worker may exit
         self.first_read = threading.Event()
@@ -699,10 +825,11 @@ class Worker:
             with self._changed:
                 while (wait := self.fence.next_read_at - time.monotonic()) > 0:
                     self._changed.wait(wait)
-            # The permit counts from the send, not the answer.
-            sent = time.monotonic()
             try:
-                text, resource_version = get()
+                with self.shed.admit():
+                    # The permit counts from the send, after any hold, not the answer.
+                    sent = time.monotonic()
+                    text, resource_version = get()
             except ApiException as error:
                 log.warning("fence read failed: %s", error)
                 if error.status == 429:
@@ -819,8 +946,9 @@ def follow_config(core, env, worker):
     """WATCHes this worker's ConfigMap by name, for speed only: each event makes the worker send
     a fence read at once and is not read itself. Starts from the resourceVersion of the first
     fence read (none if the ConfigMap did not exist: the watch then starts with the object as
-    it is); after a 410 it starts again without one."""
+    it is); after a 410 it starts again without one. Each start waits for the worker's hold."""
     name = worker_config_map(env)
+    list_config_maps = worker.shed.gated(core.list_namespaced_config_map)
     worker.first_read.wait()
     resource_version = worker.resource_version
     # A watch that cannot start again is retried 1 s doubling to half the permit, spread at
@@ -837,7 +965,7 @@ def follow_config(core, env, worker):
         try:
             stream = watch.Watch()
             for event in stream.stream(
-                    core.list_namespaced_config_map, env["POD_NAMESPACE"],
+                    list_config_maps, env["POD_NAMESPACE"],
                     field_selector=f"metadata.name={name}",
                     resource_version=resource_version, timeout_seconds=WATCH_SECONDS,
                     _request_timeout=(REQUEST_TIMEOUT[0], WATCH_SECONDS + 30)):
@@ -852,6 +980,9 @@ def follow_config(core, env, worker):
             log.info("watch of ConfigMap %s ended (%s %s)", name, error.status, error.reason)
             if error.status == 410:
                 resource_version = None
+            elif error.status == 429:
+                # The next start waits for the worker's hold.
+                resource_version = stream.resource_version or resource_version
             else:
                 resource_version = stream.resource_version or resource_version
                 pause()
@@ -914,11 +1045,13 @@ def main():
         config.load_incluster_config()
     else:
         config.load_kube_config()
-    core, coordination = client.CoreV1Api(), client.CoordinationV1Api()
+    api = api_client(client.Configuration.get_default_copy())
+    core, coordination = client.CoreV1Api(api), client.CoordinationV1Api(api)
 
     report = Report(os.environ.get("SWARM_WORKER_REPORT"), env["POD_NAME"], env["POD_UID"])
-    lease = LeaseWriter(coordination, env, permit)
-    worker = Worker(env["POD_NAME"], report, lease, Fence(permit, time.monotonic()))
+    shed = Shed(permit)
+    lease = LeaseWriter(coordination, env, permit, shed)
+    worker = Worker(env["POD_NAME"], report, lease, Fence(permit, time.monotonic()), shed)
     lease.on_written = worker.on_written
     report.write(None, [])
 

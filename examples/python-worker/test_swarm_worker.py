@@ -8,6 +8,7 @@ left in $CARGO_TARGET_DIR or the repository's target/ directory.
 """
 
 import datetime
+import http.server
 import json
 import os
 import re
@@ -583,6 +584,219 @@ class FenceTest(unittest.TestCase):
             self.assertEqual(self.sw.lease_retry_delay(failures, 15, draw=lambda: 1.0), upper)
 
 
+class GateTest(unittest.TestCase):
+    """One hold per worker (docs/worker-protocol.md, "One hold per worker"), on made-up times."""
+
+    def setUp(self):
+        self.sw = load_worker()
+        self.gate = self.sw.Gate()
+        self.free = self.sw.Turn(send=True)
+        self.probe = self.sw.Turn(send=True, probe=True)
+        self.for_probe = self.sw.Turn()
+
+    def test_a_shed_request_holds_every_request_then_lets_one_probe_through_at_a_time(self):
+        sw, gate = self.sw, self.gate
+        self.assertEqual((gate.ask(0.0), gate.ask(0.0)), (self.free, self.free))
+        gate.ended(False, sw.SHED, 10.0)
+        # Fence read, Lease write and watch alike wait for the same hold.
+        self.assertEqual([gate.ask(1.0) for _ in range(3)], [sw.Turn(until=10.0)] * 3)
+        self.assertEqual((gate.ask(10.0), gate.ask(10.0), gate.ask(11.0)),
+                         (self.probe, self.for_probe, self.for_probe))
+        gate.ended(True, sw.SHED, 20.0)
+        self.assertEqual(gate.ask(11.0), sw.Turn(until=20.0))
+        self.assertEqual(gate.ask(20.0), self.probe)
+        gate.ended(True, sw.ANSWERED)
+        self.assertEqual((gate.ask(21.0), gate.ask(21.0)), (self.free, self.free))
+
+    def test_a_request_sent_before_the_hold_ends_nothing_and_a_hold_only_lengthens(self):
+        sw, gate = self.sw, self.gate
+        gate.ended(False, sw.SHED, 10.0)
+        gate.ended(False, sw.ANSWERED)
+        self.assertEqual(gate.ask(0.0), sw.Turn(until=10.0))
+        gate.ended(False, sw.SHED, 5.0)
+        self.assertEqual(gate.ask(0.0), sw.Turn(until=10.0))
+        gate.ended(False, sw.SHED, 12.0)
+        self.assertEqual(gate.ask(0.0), sw.Turn(until=12.0))
+
+    def test_a_probe_that_fails_otherwise_or_is_given_up_lets_the_next_request_probe(self):
+        sw, gate = self.sw, self.gate
+        gate.ended(False, sw.SHED, 0.0)
+        self.assertEqual((gate.ask(0.0), gate.ask(0.0)), (self.probe, self.for_probe))
+        gate.ended(True, sw.FAILED)
+        self.assertEqual((gate.ask(0.0), gate.ask(0.0)), (self.probe, self.for_probe))
+        gate.ended(True, sw.ANSWERED)
+        self.assertEqual(gate.ask(0.0), self.free)
+
+    def test_an_answer_other_than_a_429_is_an_answer_and_no_answer_is_a_failure(self):
+        sw = self.sw
+        for error, want in [(None, sw.ANSWERED), (sw.ApiException(status=404), sw.ANSWERED),
+                            (sw.ApiException(status=500), sw.ANSWERED),
+                            (sw.ApiException(status=429), sw.SHED),
+                            (ConnectionResetError(), sw.FAILED), (TimeoutError(), sw.FAILED)]:
+            self.assertEqual(sw.outcome_of(error), want, error)
+
+    def test_once_a_probe_is_answered_the_waiting_requests_go_at_once(self):
+        shed = self.sw.Shed(0.08)  # holds of 20 to 40 ms
+        with self.assertRaises(self.sw.ApiException), shed.admit():
+            raise self.sw.ApiException(status=429)
+        went = []
+
+        def request():
+            with shed.admit():
+                went.append(time.monotonic())
+        with shed.admit():  # the probe, after the hold
+            waiting = [threading.Thread(target=request) for _ in range(2)]
+            for thread in waiting:
+                thread.start()
+            time.sleep(0.1)
+            self.assertEqual(went, [], "a request went while the probe was in flight")
+            answered = time.monotonic()
+        for thread in waiting:
+            thread.join(5)
+        self.assertEqual(len(went), 2, "the waiting requests did not go after the probe")
+        self.assertLess(max(went) - answered, 0.5)
+
+
+class ShedAPI(http.server.ThreadingHTTPServer):
+    """An API server just large enough for one worker: its own ConfigMap (GET, and a watch
+    that sends nothing until broken) and its Lease (GET, POST, PUT). Once a fence read has been
+    answered the version `shed_after`, it breaks the watch and answers every request 429 as API
+    Priority and Fairness does (a Retry-After, a text body), until `shedding` is cleared."""
+
+    daemon_threads = True
+
+    def __init__(self, shed_after):
+        super().__init__(("127.0.0.1", 0), ShedAPIHandler)
+        self.lock = threading.Lock()
+        self.version, self.shed_after = 1, shed_after
+        self.lease = None
+        self.shedding = threading.Event()
+        self.watching = threading.Event()  # a watch is open
+        self.shed = []  # (time.monotonic(), "<verb> <resource>") of each request answered 429
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def acked(self):
+        with self.lock:
+            annotations = ((self.lease or {}).get("metadata") or {}).get("annotations") or {}
+        return annotations.get(ACKED)
+
+    def config_map(self):
+        with self.lock:
+            version = self.version
+            if self.shed_after is not None and version >= self.shed_after:
+                self.shed_after = None  # once
+                self.shedding.set()
+        text = config_yml(version, {POD: ["a"]})
+        return {"apiVersion": "v1", "kind": "ConfigMap", "data": {"config.yml": text},
+                "metadata": {"name": worker_config_map(), "namespace": "ns",
+                             "resourceVersion": str(version)}}
+
+
+class ShedAPIHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *_):
+        pass
+
+    def request_of(self):
+        resource = "leases" if "/leases" in self.path else "configmaps"
+        if self.command != "GET":
+            return {"POST": "create", "PUT": "update"}[self.command], resource
+        return ("watch" if "watch=true" in self.path.lower() else "get"), resource
+
+    def answer(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def handle_request(self):
+        api = self.server
+        verb, resource = self.request_of()
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if api.shedding.is_set():
+            api.shed.append((time.monotonic(), f"{verb} {resource}"))
+            self.send_response(429)
+            self.send_header("Retry-After", "1")
+            self.send_header("Content-Length", "42")
+            self.end_headers()
+            self.wfile.write(b"Too many requests, please try again later.")
+            return
+        if verb == "watch":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            api.watching.set()
+            api.shedding.wait()
+            return
+        if resource == "configmaps":
+            return self.answer(200, api.config_map())
+        with api.lock:
+            if verb != "get":
+                api.lease = json.loads(body)
+                api.lease["metadata"]["resourceVersion"] = str(time.monotonic_ns())
+            lease = api.lease
+        if lease is None:
+            return self.answer(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                     "reason": "NotFound", "code": 404})
+        self.answer(201 if verb == "create" else 200, lease)
+
+    do_GET = do_POST = do_PUT = handle_request  # noqa: N815 - the names http.server calls
+
+
+class ShedWorkerTest(unittest.TestCase):
+    """The worker's threads against an API server that sheds every request for a while."""
+
+    def test_a_worker_answered_only_429s_sends_one_request_per_hold_across_its_kinds(self):
+        sw = load_worker()
+        permit = 6  # F/4 = 1.5 s, longer than the 1 s Retry-After urllib3 would wait
+        # Left serving: the worker's threads have no stop and outlive the test, and would warn
+        # of every failed request through the rest of the run.
+        api = ShedAPI(shed_after=2)
+        configuration = client.Configuration(host=f"http://127.0.0.1:{api.server_address[1]}")
+        api_client = sw.api_client(configuration)
+        core, coordination = client.CoreV1Api(api_client), client.CoordinationV1Api(api_client)
+        env = {"POD_NAME": POD, "POD_NAMESPACE": "ns", "POD_UID": "uid", "SWARM_POOL": "swarm",
+               "SWARM_CONFIG_MAP": CONFIG_MAP}
+        shed = sw.Shed(permit)
+        lease = sw.LeaseWriter(coordination, env, permit, shed)
+        tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(tmp.cleanup)
+        worker = sw.Worker(POD, sw.Report(os.path.join(tmp.name, "report"), POD, "uid"), lease,
+                           sw.Fence(permit, time.monotonic()), shed)
+        lease.on_written = worker.on_written
+        read = (lambda: sw.read_config_map(core, env, permit),)
+        for target, args in [(worker.lapse_forever, ()), (worker.read_forever, read),
+                             (lease.write_forever, ()), (sw.follow_config, (core, env, worker))]:
+            threading.Thread(target=target, args=args, daemon=True).start()
+        eventually(lambda: api.acked() == "1", what="version 1 acknowledged")
+        self.assertTrue(api.watching.wait(10), "no watch")
+        # Version 2 is read and its acknowledgement due when the API server starts shedding: a
+        # fence read, the watch (broken) and the Lease write all have a request to send.
+        with api.lock:
+            api.version = 2
+        worker.watched()
+        self.assertTrue(api.shedding.wait(10), "version 2 was not read")
+        shed_for = 9.0
+        time.sleep(shed_for)
+        api.shedding.clear()
+        requests = list(api.shed)
+        # The watch and the Lease write go at once; the fence read, due F/2 after the last, waits
+        # in the same gate for a turn as the probe.
+        kinds = {request for _, request in requests}
+        self.assertTrue({"watch configmaps", "update leases"} <= kinds, requests)
+        # The requests sent before the first 429 was answered went at once (within 0.5 s on a
+        # busy machine); every later one waits for a hold of at least F/4 after the one before.
+        first = next((i for i, (at, _) in enumerate(requests) if at - requests[0][0] > 0.5),
+                     len(requests))
+        timeline = [(round(at - requests[0][0], 3), request) for at, request in requests]
+        for i in range(max(first, 1), len(requests)):
+            self.assertGreater(requests[i][0] - requests[i - 1][0], permit / 4 - 0.1,
+                               f"request {i} within the hold of F/4 to F/2: {timeline}")
+        self.assertLessEqual(len(requests), first + int(shed_for / (permit / 4)) + 1, timeline)
+        eventually(lambda: api.acked() == "2", what="version 2 acknowledged once answered")
+
+
 class SettingsTest(unittest.TestCase):
     POD = {"POD_NAME": POD, "POD_NAMESPACE": "ns", "POD_UID": "u", "SWARM_POOL": "swarm"}
 
@@ -680,6 +894,16 @@ class WorkerTest(unittest.TestCase):
         self.worker.apply_read(time.monotonic(), 3, [])
         self.assertEqual(self.lease.acknowledged, [1, 3])
         self.assertTrue(self.worker.done.is_set())
+
+    def test_a_fence_read_held_by_the_gate_counts_its_permit_from_when_it_leaves(self):
+        shed = self.worker.shed  # F = 2 s: holds of 0.5 to 1 s
+        with self.assertRaises(self.sw.ApiException), shed.admit():
+            raise self.sw.ApiException(status=429)
+        held_until = shed._gate.held_until
+        threading.Thread(target=self.worker.read_forever,
+                         args=(lambda: (config_yml(1, {POD: ["a"]}), "1"),), daemon=True).start()
+        eventually(lambda: "a" in self.worker.jobs, timeout=5.0, what="a started")
+        self.assertGreaterEqual(self.worker.jobs["a"].permit.until - 2, held_until)
 
     def test_a_worker_whose_last_acknowledged_entry_was_empty_is_done_at_sigterm(self):
         self.worker.apply_read(time.monotonic(), 4, [])
