@@ -45,7 +45,12 @@ pub(crate) async fn keep(
             Err(_) => Err(WriteError::TimedOut),
         };
         let was_shed = matches!(&result, Err(WriteError::Api(error)) if is_shed(error));
-        pass.answered(was_shed);
+        match &result {
+            Ok(()) => pass.ended(None),
+            Err(WriteError::Api(error)) => pass.ended(Some(error)),
+            // No answer: dropped, the pass lets the next request probe.
+            Err(WriteError::TimedOut) => drop(pass),
+        }
         match result {
             Ok(()) => {
                 retry = Retry::default();

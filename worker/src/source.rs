@@ -148,7 +148,7 @@ async fn watch_from(
     loop {
         let pass = shed.admit().await;
         let started = api.watch(&params, version).await;
-        pass.answered(matches!(&started, Err(error) if is_shed(error)));
+        pass.ended(started.as_ref().err());
         let stream = match started {
             Ok(stream) => {
                 *retry = Retry::default();

@@ -156,6 +156,8 @@ impl WorkerBuilder {
     }
 
     /// Uses `client` instead of one inferred from the environment (in-cluster or kubeconfig).
+    /// Build it from a `kube::Config` with `default_retry = false`: kube's own retry of a 429
+    /// would resend requests that the worker holds while the API server sheds load.
     pub fn client(mut self, client: Client) -> Self {
         self.client = Some(client);
         self
@@ -174,7 +176,7 @@ impl WorkerBuilder {
         let settings = self.settings.complete()?;
         let client = match self.client {
             Some(client) => client,
-            None => Client::try_default().await.map_err(Error::Client)?,
+            None => default_client().await?,
         };
         let shutdown = match self.shutdown {
             Some(shutdown) => shutdown,
@@ -191,6 +193,17 @@ impl WorkerBuilder {
             health,
         })
     }
+}
+
+/// A client from the pod's service account (or the kubeconfig), without kube's own retry of
+/// 429, 503 and 504: up to 15 attempts out of the [`Shed`] gate's sight, which would keep
+/// coming back to an overloaded API server however long the gate holds.
+async fn default_client() -> Result<Client, Error> {
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(|error| Error::Client(kube::Error::InferConfig(error)))?;
+    config.default_retry = false;
+    Client::try_from(config).map_err(Error::Client)
 }
 
 /// SIGTERM (what the kubelet sends) or SIGINT (Ctrl-C when run by hand).
@@ -543,11 +556,16 @@ impl Shell {
         let answers = self.answers.clone();
         let shed = self.shed.clone();
         tasks.spawn(async move {
-            let pass = shed.admit().await;
+            let pass = shed.admit_fence_read().await;
             // The permit counts from the send, which is after any hold.
             let sent = Instant::now();
             let result = source::read(&api, &name, &pod, timeout).await;
-            pass.answered(matches!(&result, Err(error) if error.is_shed()));
+            match &result {
+                Ok(_) | Err(ReadError::Unreadable(_)) => pass.ended(None),
+                Err(ReadError::Api(error)) => pass.ended(Some(error)),
+                // No answer: dropped, the pass lets the next request probe.
+                Err(ReadError::TimedOut) => drop(pass),
+            }
             let _ = answers.send(Answer { sent, result });
         });
     }

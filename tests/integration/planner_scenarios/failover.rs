@@ -111,6 +111,21 @@ fn under_acknowledge_a_worker_not_ready_past_the_grace_loses_its_jobs_after_the_
 }
 
 #[test]
+fn under_acknowledge_no_worker_is_taken_out_while_every_nodes_lease_is_behind_at_once() {
+    let mut world = acknowledging(3);
+    let before = world.config();
+    world.node_leases = (0..3).map(|o| (node(o), world.now)).collect();
+    // A minute without a renewal the operator sees, of any node: its view is behind, not every
+    // kubelet gone.
+    world.now += SignedDuration::from_secs(60);
+    world.reconcile();
+    let status = world.pool.status.clone().unwrap();
+    assert!(status.unavailable_workers.is_empty(), "{status:?}");
+    assert_eq!(world.config(), before, "nothing revoked");
+    assert!(world.deleted.is_empty());
+}
+
+#[test]
 fn under_acknowledge_a_worker_on_a_node_whose_lease_is_silent_is_taken_out_of_the_pool() {
     let mut world = acknowledging(3);
     let held = jobs_of(&world.config(), "swarm-worker-2");
@@ -131,8 +146,11 @@ fn under_acknowledge_a_worker_on_a_node_whose_lease_is_silent_is_taken_out_of_th
         "19 s: not yet"
     );
 
-    // node-2's kubelet has not renewed for 20 s: its worker is out, its jobs revoked.
+    // node-2's kubelet has not renewed for 20 s while the others did: its worker is out, its
+    // jobs revoked.
     world.now += SignedDuration::from_secs(1);
+    world.node_leases[0].1 = world.now;
+    world.node_leases[1].1 = world.now;
     world.reconcile();
     let revoked = world.config();
     assert_eq!(in_transit_from(&revoked, "swarm-worker-2"), held);
