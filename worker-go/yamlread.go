@@ -27,6 +27,12 @@ func document(text string) (*yaml.Node, error) {
 	if !utf8.ValidString(text) {
 		return nil, errors.New("the text is not UTF-8")
 	}
+	// The workers' YAML libraries skip U+FEFF in different places (yaml.v3 any number at the
+	// text's start, serde_yaml one there and at the start of some lines, PyYAML one there) and
+	// read it elsewhere as text: all three refuse it. The operator writes it only escaped.
+	if strings.ContainsRune(text, '\ufeff') {
+		return nil, errors.New(`the text holds a byte order mark (U+FEFF); a name with one is written as the escape "\uFEFF"`)
+	}
 	decoder := yaml.NewDecoder(strings.NewReader(text))
 	var doc, next yaml.Node
 	if err := decoder.Decode(&doc); errors.Is(err, io.EOF) {
@@ -89,11 +95,10 @@ func inTextOrder(root *yaml.Node) []*yaml.Node {
 }
 
 // offsets are the byte offsets in text of nodes, sorted by position. yaml.v3 counts as libyaml
-// does: columns in characters, a line ends at \n, \r, \r\n, U+0085, U+2028 or U+2029, and a
-// leading byte order mark is not counted.
+// does: columns in characters, and a line ends at \n, \r, \r\n, U+0085, U+2028 or U+2029.
 func offsets(nodes []*yaml.Node, text string) []int {
 	starts := make([]int, len(nodes))
-	offset, line, column := len(text)-len(strings.TrimPrefix(text, "\ufeff")), 1, 1
+	offset, line, column := 0, 1, 1
 	for i, node := range nodes {
 		for (line < node.Line || line == node.Line && column < node.Column) && offset < len(text) {
 			r, size := utf8.DecodeRuneInString(text[offset:])
@@ -127,7 +132,7 @@ func tagged(props, anchor string) bool {
 // separation is text after the blanks, line breaks and comments that may part two properties.
 func separation(text string) string {
 	for {
-		text = strings.TrimLeft(text, " \t\ufeff"+lineBreaks)
+		text = strings.TrimLeft(text, " \t"+lineBreaks)
 		if !strings.HasPrefix(text, "#") {
 			return text
 		}

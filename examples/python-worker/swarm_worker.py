@@ -368,6 +368,13 @@ class _Composer(yaml.SafeLoader):
     true, `010` is 8), keeping each node's explicit tag (`explicit`, None when untagged): the
     reader below resolves what it reads as the protocol says, as the Rust crate does."""
 
+    def compose_node(self, parent, index):
+        # YAML 1.2 lets a node define an anchor again, and an alias then refers to the latest
+        # definition before it, as the Rust and Go readers have it; PyYAML refuses the second.
+        if not self.check_event(yaml.AliasEvent):
+            self.anchors.pop(self.peek_event().anchor, None)
+        return super().compose_node(parent, index)
+
     def compose_scalar_node(self, anchor):
         return self._tagged(super().compose_scalar_node, anchor)
 
@@ -385,6 +392,7 @@ class _Composer(yaml.SafeLoader):
 
 
 _CORE = "tag:yaml.org,2002:"
+_BYTE_ORDER_MARK = "\ufeff"
 _NULLS = ("null", "Null", "NULL", "~")
 
 
@@ -491,6 +499,11 @@ def read_config(text, pod_name):
     entry and the jobs in transit are checked, though only this pod's entry is used."""
     if not (text or "").strip():
         raise ConfigError("config.yml is empty")
+    # PyYAML skips one U+FEFF at the text's start and reads any other as text, where the Rust
+    # and Go readers skip it in other places: all three refuse it.
+    if _BYTE_ORDER_MARK in text:
+        raise ConfigError("config.yml holds a byte order mark (U+FEFF); a name with one is "
+                          'written as the escape "\\uFEFF"')
     try:
         root = yaml.compose(text, Loader=_Composer)
     except (yaml.YAMLError, RecursionError) as error:

@@ -30,6 +30,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// The ConfigMap key holding `config.yml`, in the pool's ConfigMap and in each worker's own.
 pub const CONFIG_KEY: &str = "config.yml";
 
+/// U+FEFF, refused anywhere in `config.yml` and `index.yml`: the workers' YAML libraries skip it
+/// in different places (yaml.v3 any number at the text's start, serde_yaml one there and at the
+/// start of some lines, PyYAML one there) and read it elsewhere as text. The operator never
+/// writes one: serde_yaml escapes it.
+pub const BYTE_ORDER_MARK: char = '\u{feff}';
+
 /// The whole `config.yml`: a version, the workload of every pod in ordinal order, and the jobs in
 /// transit (revoked from a pod, not yet granted to another) by the pod that last held them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -55,6 +61,11 @@ pub enum ParseError {
     /// The text is empty or only whitespace.
     #[error("config.yml is empty")]
     Empty,
+    /// The text holds U+FEFF outside an escape (see [`BYTE_ORDER_MARK`]).
+    #[error(
+        "config.yml holds a byte order mark (U+FEFF); a name with one is written as the escape \"\\uFEFF\""
+    )]
+    ByteOrderMark,
     /// The text is not YAML of the worker config shape.
     #[error("config.yml is not a worker config: {0}")]
     Yaml(#[source] serde_yaml::Error),
@@ -100,6 +111,9 @@ impl WorkerConfig {
     pub fn parse(text: &str) -> Result<WorkerConfig, ParseError> {
         if text.trim().is_empty() {
             return Err(ParseError::Empty);
+        }
+        if text.contains(BYTE_ORDER_MARK) {
+            return Err(ParseError::ByteOrderMark);
         }
         let Root(raw) = serde_yaml::from_str(text).map_err(ParseError::Yaml)?;
         let workloads = raw

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::BYTE_ORDER_MARK;
+
 /// The pool ConfigMap's key holding the index.
 pub const INDEX_KEY: &str = "index.yml";
 
@@ -28,8 +30,13 @@ pub struct Index {
 }
 
 impl Index {
-    /// Reads an `index.yml` text.
+    /// Reads an `index.yml` text; one holding U+FEFF is refused, as `config.yml` is.
     pub fn parse(text: &str) -> Result<Index, serde_yaml::Error> {
+        if text.contains(BYTE_ORDER_MARK) {
+            return Err(serde::de::Error::custom(format!(
+                "{INDEX_KEY} holds a byte order mark (U+FEFF); a name with one is written as the escape \"\\uFEFF\""
+            )));
+        }
         serde_yaml::from_str(text)
     }
 

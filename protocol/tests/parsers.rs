@@ -168,10 +168,20 @@ proptest! {
 
     #[test]
     fn a_rendered_config_reads_back_whatever_its_names(
-        pods in prop::collection::btree_map("\\PC{0,10}", prop::collection::vec("\\PC{0,10}", 0..4), 0..4),
+        // U+FEFF often: a config.yml may hold it only escaped, as serde_yaml writes it.
+        pods in prop::collection::btree_map("(\\PC|\u{feff}){0,10}", prop::collection::vec("(\\PC|\u{feff}){0,10}", 0..4), 0..4),
         version in any::<u64>(),
     ) {
         let config = WorkerConfig::new(version, pods.into_iter().map(|(pod, jobs)| (pod, Workload { version, jobs })));
         prop_assert_eq!(WorkerConfig::parse(&config.render()).unwrap(), config);
     }
+}
+
+/// The one difference docs/worker-protocol.md names ("Reading config.yml"): serde_yaml gives an
+/// anchor defined again the number of the next new anchor, whose node an alias then reads.
+/// The rule says 2. When this fails, drop the exception from the document.
+#[test]
+fn serde_yaml_reads_an_alias_of_an_anchor_defined_again_as_the_docs_say() {
+    let config = WorkerConfig::parse("a: &x 1\nb: &x 2\nc: &y 3\nversion: *x\n").unwrap();
+    assert_eq!(config.version, 3);
 }
