@@ -92,7 +92,11 @@ mod tests {
     #[test]
     fn no_node_is_silent_while_none_is_renewed_as_when_the_view_is_behind_as_a_whole() {
         let leases = NodeLeases::new([("n".to_owned(), t(0)), ("m".to_owned(), t(5))]);
-        assert_eq!(leases.silent_since("n", t(60)), None, "none renewed for 55 s");
+        assert_eq!(
+            leases.silent_since("n", t(60)),
+            None,
+            "none renewed for 55 s"
+        );
         assert_eq!(leases.silent_since("m", t(60)), None);
         assert_eq!(
             leases.silent_in("n", t(60)),
