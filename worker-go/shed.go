@@ -16,9 +16,9 @@ import (
 // and Fairness): a 429 on any of the worker's requests (fence read, watch, Lease read or write)
 // holds all of them until a random moment F/4 to F/2 after that answer, then lets one request
 // at a time through (the probe: the fence read when one waits, as it is what keeps the jobs
-// running) until one is answered without a 429. With a backoff per kind of
-// request, each came back on its own schedule and an overloaded API server was sent about three
-// times what one hold sends (docs/worker-protocol.md, "One hold per worker").
+// running) until one is answered without a 429. With a backoff per kind of request, each came
+// back on its own schedule and an overloaded API server was sent about three times what one
+// hold sends (docs/worker-protocol.md, "One hold per worker").
 
 // passKind is whether a request went while the worker was not shed, or as the probe.
 type passKind int
