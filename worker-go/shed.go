@@ -15,9 +15,10 @@ import (
 // One hold per worker for an API server that sheds load (429 Too Many Requests, API Priority
 // and Fairness): a 429 on any of the worker's requests (fence read, watch, Lease read or write)
 // holds all of them until a random moment F/4 to F/2 after that answer, then lets one request
-// at a time through (the probe) until one is answered without a 429. With a backoff per kind of
-// request, each came back on its own schedule and an overloaded API server was sent about three
-// times what one hold sends (docs/worker-protocol.md, "One hold per worker").
+// at a time through (the probe: the fence read when one waits, as it is what keeps the jobs
+// running) until one is answered without a 429. With a backoff per kind of request, each came
+// back on its own schedule and an overloaded API server was sent about three times what one
+// hold sends (docs/worker-protocol.md, "One hold per worker").
 
 // passKind is whether a request went while the worker was not shed, or as the probe.
 type passKind int
@@ -44,6 +45,9 @@ type gate struct {
 	held      bool      // shed: nothing before heldUntil, then one probe at a time
 	heldUntil time.Time // with held
 	probing   bool      // a probe is in flight
+	// Fence reads waiting to be sent: the probe is theirs, or a Lease write or a watch could
+	// take every probe while the jobs' permits lapse.
+	fencesWaiting int
 }
 
 // turn is what a request that asks to be sent is told.
@@ -54,14 +58,14 @@ type turn struct {
 	until time.Time
 }
 
-// ask is the turn of a request that asks to be sent at now.
-func (g *gate) ask(now time.Time) turn {
+// ask is the turn of a request that asks to be sent at now; fence for a fence read.
+func (g *gate) ask(now time.Time, fence bool) turn {
 	switch {
 	case !g.held:
 		return turn{send: true, kind: freePass}
 	case now.Before(g.heldUntil):
 		return turn{until: g.heldUntil}
-	case g.probing:
+	case g.probing, !fence && g.fencesWaiting > 0:
 		return turn{}
 	}
 	g.probing = true
@@ -91,7 +95,7 @@ func (g *gate) ended(kind passKind, how outcome, shedUntil time.Time) {
 type shed struct {
 	mu     sync.Mutex
 	gate   gate
-	probed chan struct{} // closed, and replaced, when a probe ends
+	probed chan struct{} // closed, and replaced, when a probe ends or a fence read stops waiting
 	permit time.Duration // scales the hold
 	draw   func() float64
 }
@@ -103,9 +107,29 @@ func newShed(permit time.Duration) *shed {
 // admit waits until a request may be sent, or ctx ends; the pass must be ended with
 // [pass.done] once the request has its answer or is given up.
 func (s *shed) admit(ctx context.Context) (*pass, error) {
+	return s.admitAs(ctx, false)
+}
+
+// admitFenceRead is [shed.admit] for a fence read, which is the probe once a hold ends: it
+// counts as waiting from its call until it is admitted or given up.
+func (s *shed) admitFenceRead(ctx context.Context) (*pass, error) {
+	s.mu.Lock()
+	s.gate.fencesWaiting++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.gate.fencesWaiting--
+		// A request that deferred to this fence read may probe now.
+		s.wake()
+	}()
+	return s.admitAs(ctx, true)
+}
+
+func (s *shed) admitAs(ctx context.Context, fence bool) (*pass, error) {
 	for {
 		s.mu.Lock()
-		t := s.gate.ask(time.Now())
+		t := s.gate.ask(time.Now(), fence)
 		probed := s.probed
 		s.mu.Unlock()
 		if t.send {
@@ -152,9 +176,14 @@ func (p *pass) done(err error) {
 	}
 	s.gate.ended(p.kind, how, until)
 	if p.kind == probePass {
-		close(s.probed)
-		s.probed = make(chan struct{})
+		s.wake()
 	}
+}
+
+// wake wakes the requests waiting for a probe; with s.mu held.
+func (s *shed) wake() {
+	close(s.probed)
+	s.probed = make(chan struct{})
 }
 
 // outcomeOf is how a request that returned err ended.

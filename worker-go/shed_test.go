@@ -26,8 +26,14 @@ func waitUntil(at time.Time) turn { return turn{until: at} }
 
 func checkTurn(t *testing.T, g *gate, at time.Time, want turn) {
 	t.Helper()
-	if got := g.ask(at); got != want {
-		t.Fatalf("at %v: %+v, want %+v", at, got, want)
+	checkAsk(t, g, at, false, want)
+}
+
+// checkAsk checks the turn of a request asking at at, a fence read if fence.
+func checkAsk(t *testing.T, g *gate, at time.Time, fence bool, want turn) {
+	t.Helper()
+	if got := g.ask(at, fence); got != want {
+		t.Fatalf("at %v (fence read %v): %+v, want %+v", at, fence, got, want)
 	}
 }
 
@@ -79,6 +85,23 @@ func TestAProbeThatFailsOtherwiseOrIsGivenUpLetsTheNextRequestProbe(t *testing.T
 	checkTurn(t, &g, t0, forProbe)
 	g.ended(probePass, answeredOutcome, time.Time{})
 	checkTurn(t, &g, t0, sendFree)
+}
+
+func TestOnceAHoldEndsAWaitingFenceReadIsTheProbe(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := time.Second
+	var g gate
+	g.ended(freePass, shedOutcome, t0.Add(s))
+	g.fencesWaiting = 1
+	checkAsk(t, &g, t0, true, waitUntil(t0.Add(s)))
+	// A Lease write or a watch defers to the fence read waiting; the fence read probes.
+	checkAsk(t, &g, t0.Add(s), false, forProbe)
+	checkAsk(t, &g, t0.Add(s), true, sendProbe)
+	checkAsk(t, &g, t0.Add(s), true, forProbe)
+	g.fencesWaiting = 0
+	// The fence read is shed too; with none waiting, any request probes.
+	g.ended(probePass, shedOutcome, t0.Add(2*s))
+	checkAsk(t, &g, t0.Add(2*s), false, sendProbe)
 }
 
 func TestAnAnswerOtherThanA429IsAnAnswerAndNoAnswerIsAFailure(t *testing.T) {
@@ -151,6 +174,67 @@ func TestAWaitingRequestEndsWithItsContext(t *testing.T) {
 	if _, err := s.admit(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("admit returned %v", err)
 	}
+}
+
+// A Lease write waiting through a hold, and a fence read that came after it: the fence read is
+// the probe, and the write goes once it is answered. Without the fence read's turn the write,
+// which asked first, would probe and the jobs' permits would wait on it. Several rounds, as
+// which of two requests woken by one hold's end asks first is the scheduler's choice; a round
+// whose fence read a busy machine started only after the hold tests nothing and is left out.
+func TestALeaseWriteWaitsForTheFenceReadToProbeFirst(t *testing.T) {
+	tested := 0
+	for round := range 10 {
+		order, readInHold := writeThenFenceReadThroughAHold(t)
+		if !readInHold {
+			continue
+		}
+		tested++
+		if !slices.Equal(order, []string{"read", "write"}) {
+			t.Fatalf("round %d: sent %v", round, order)
+		}
+	}
+	if tested < 3 {
+		t.Fatalf("only %d rounds of 10 had the fence read ask within the hold", tested)
+	}
+}
+
+// writeThenFenceReadThroughAHold is the order in which a Lease write, then a fence read 5 ms
+// later, went through one hold of 200 ms, each answered 10 ms after it went; and whether the
+// fence read asked before the hold ended.
+func writeThenFenceReadThroughAHold(t *testing.T) ([]string, bool) {
+	t.Helper()
+	s := newShed(800 * time.Millisecond)
+	s.draw = func() float64 { return 0 }
+	first, err := s.admit(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.done(apierrors.NewTooManyRequests("shed", 1))
+	heldUntil := s.gate.heldUntil
+	var mu sync.Mutex
+	var order []string
+	send := func(name string, admit func(context.Context) (*pass, error)) {
+		pass, err := admit(context.Background())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		mu.Lock()
+		order = append(order, name)
+		mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+		pass.done(nil)
+	}
+	var requests sync.WaitGroup
+	requests.Go(func() { send("write", s.admit) })
+	time.Sleep(5 * time.Millisecond)
+	var readAsked time.Time
+	requests.Go(func() {
+		readAsked = time.Now()
+		send("read", s.admitFenceRead)
+	})
+	requests.Wait()
+	return order, readAsked.Before(heldUntil)
 }
 
 // Three kinds of request against an API server that sheds every one: with one gate they send

@@ -66,7 +66,7 @@ func (s *shell) spawn(task func()) {
 func (s *shell) send(ctx context.Context) {
 	s.inFlight = true
 	s.spawn(func() {
-		pass, err := s.shed.admit(ctx)
+		pass, err := s.shed.admitFenceRead(ctx)
 		if err != nil {
 			return // Run is over
 		}

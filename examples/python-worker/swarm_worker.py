@@ -138,20 +138,24 @@ class Turn:
 class Gate:
     """One hold per worker, with no I/O, on explicit times (docs/worker-protocol.md, "One hold
     per worker"): a 429 on any request holds every request until `held_until`, then lets one
-    through at a time (the probe) until one is answered without a 429. A backoff per kind of
-    request let each come back on its own and sent an overloaded API server three times as
-    much."""
+    through at a time (the probe: the fence read when one waits, as it is what keeps the jobs
+    running) until one is answered without a 429. A backoff per kind of request let each come
+    back on its own and sent an overloaded API server three times as much."""
 
     def __init__(self):
         self.held_until = None  # None: not shed
         self.probing = False
+        # Fence reads waiting to be sent: the probe is theirs, or a Lease write or the watch
+        # could take every probe while the jobs' permits lapse.
+        self.fences_waiting = 0
 
-    def ask(self, now):
+    def ask(self, now, fence=False):
+        """The turn of a request asking at `now`; `fence` for a fence read."""
         if self.held_until is None:
             return Turn(send=True)
         if now < self.held_until:
             return Turn(until=self.held_until)
-        if self.probing:
+        if self.probing or (not fence and self.fences_waiting > 0):
             return Turn()
         self.probing = True
         return Turn(send=True, probe=True)
@@ -190,8 +194,9 @@ class Shed:
         self._changed = threading.Condition()
 
     @contextlib.contextmanager
-    def admit(self):
-        probe = self._turn()
+    def admit(self, fence=False):
+        """`fence` for a fence read, which is the probe once a hold ends."""
+        probe = self._turn(fence)
         error = None
         try:
             yield
@@ -210,11 +215,19 @@ class Shed:
                 return request(*args, **kwargs)
         return call
 
-    def _turn(self):
+    def _turn(self, fence):
         with self._changed:
-            while not (turn := self._gate.ask(time.monotonic())).send:
-                self._changed.wait(None if turn.until is None else turn.until - time.monotonic())
-            return turn.probe
+            # A fence read counts as waiting from its call until it is admitted or given up.
+            self._gate.fences_waiting += int(fence)
+            try:
+                while not (turn := self._gate.ask(time.monotonic(), fence)).send:
+                    self._changed.wait(None if turn.until is None
+                                       else turn.until - time.monotonic())
+                return turn.probe
+            finally:
+                self._gate.fences_waiting -= int(fence)
+                # A request that deferred to this fence read may probe now.
+                self._changed.notify_all()
 
     def _ended(self, probe, outcome):
         with self._changed:
@@ -839,7 +852,7 @@ class Worker:
                 while (wait := self.fence.next_read_at - time.monotonic()) > 0:
                     self._changed.wait(wait)
             try:
-                with self.shed.admit():
+                with self.shed.admit(fence=True):
                     # The permit counts from the send, after any hold, not the answer.
                     sent = time.monotonic()
                     text, resource_version = get()
