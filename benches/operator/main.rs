@@ -21,8 +21,9 @@
 //!
 //! A cell with the suffix `:ack` (`10x10x50:ack`) creates its pools under `rollout.policy:
 //! Acknowledge`, and this process runs the load driver of `driver.rs`: a `swarm-worker` Worker
-//! per worker pod, started once every pod is Ready (spread over one read interval), sharing 512
-//! HTTP/2 connections, with the library's permit (30 s: a fence read every 15 s, the Lease
+//! per worker pod, started as its pod turns Ready, as the kubelet starts a pod's containers
+//! (with `SWARM_BENCH_WORKERS_AFTER_PODS=1`, once every pod is Ready, all within one read
+//! interval: a whole fleet starting at once, as after an outage), sharing 512 HTTP/2 connections, with the library's permit (30 s: a fence read every 15 s, the Lease
 //! written only to acknowledge) unless `SWARM_BENCH_PERMIT_SECONDS` sets one. Nothing restarts: step 2 waits for every worker's
 //! acknowledgement as well, and the cell also reports how long after the last worker pod was
 //! Ready every pool was Balanced, how many pods the operator deleted, the load driver's
@@ -203,8 +204,16 @@ async fn run_cell(
     let dir = tempfile::tempdir().expect("scratch directory");
     let cluster = Cluster::start(dir.path(), real.as_deref(), &format!("bench-{index}")).await;
     let http = reqwest::Client::new();
+    let after_pods = std::env::var_os("SWARM_BENCH_WORKERS_AFTER_PODS").is_some_and(|v| v == "1");
+    let mut driver = None;
+    if !after_pods {
+        driver = phases::start_load_driver(&cluster, cell, permit_seconds).await;
+    }
     let pods_created = phases::create_worker_pods(&cluster, cell).await;
-    let driver = phases::start_load_driver(&cluster, cell, permit_seconds).await;
+    if after_pods {
+        driver = phases::start_load_driver(&cluster, cell, permit_seconds).await;
+    }
+    phases::wait_load_driver(driver.as_ref(), cell).await;
     let baseline = Baseline::read(&cluster, driver.as_ref()).await;
     let operator = phases::start_operator(&cluster, dir.path(), &http).await;
     let mut bench = Bench {

@@ -40,9 +40,8 @@ pub async fn create_worker_pods(cluster: &Cluster, cell: Cell) -> Duration {
     pods_created
 }
 
-/// In an `:ack` cell, starts the load driver and waits until it runs a worker for every pod.
-/// The workers start once their pods exist, spread over one read interval: creating 10,000
-/// pods takes the control plane minutes on its own, which is not what a cell measures.
+/// In an `:ack` cell, starts the load driver: a worker for each Ready pod, those Ready already
+/// spread over one read interval, each later one as its pod turns Ready.
 pub async fn start_load_driver(
     cluster: &Cluster,
     cell: Cell,
@@ -53,7 +52,14 @@ pub async fn start_load_driver(
     }
     let permit = permit_seconds.map(Duration::from_secs);
     let real = matches!(cluster.plane, ControlPlane::Real);
-    let driver = LoadDriver::start(&cluster.kubeconfig, &cluster.namespace, permit, real).await;
+    Some(LoadDriver::start(&cluster.kubeconfig, &cluster.namespace, permit, real).await)
+}
+
+/// Waits until the load driver runs a worker for every pod, and the last has started.
+pub async fn wait_load_driver(driver: Option<&LoadDriver>, cell: Cell) {
+    let Some(driver) = driver else {
+        return;
+    };
     let expected = cell.pools * cell.workers;
     wait_for("a worker for every pod", PHASE_LIMIT, || async {
         (driver.running() == expected).then_some(())
@@ -64,7 +70,6 @@ pub async fn start_load_driver(
         tokio::time::sleep_until(last.into()).await;
     }
     eprintln!("  {expected} workers running in the load driver");
-    Some(driver)
 }
 
 /// The counters read before the operator starts: where the whole cell's window begins.
