@@ -231,7 +231,8 @@ mod tests {
 
     #[test]
     fn a_worker_on_a_silent_node_is_out_even_while_its_pod_says_ready() {
-        let nodes = NodeLeases::new([("n".to_owned(), at(0))]);
+        // Another node renews: the view is current.
+        let nodes = NodeLeases::new([("n".to_owned(), at(0)), ("m".to_owned(), at(19))]);
         let ready = pod(true, None, Some(-600));
         assert_eq!(
             judge(5, &nodes).out(&ready),
