@@ -17,7 +17,6 @@ use tracing::{debug, warn};
 
 use crate::backoff::Retry;
 use crate::shed::Shed;
-use crate::source::is_shed;
 
 /// Writes the Lease with `permit` as its duration until `acked`'s sender is dropped: at once,
 /// then whenever `acked` changes, retrying a failed write after a growing delay (a change
@@ -44,13 +43,15 @@ pub(crate) async fn keep(
             Ok(answer) => answer.map_err(WriteError::Api),
             Err(_) => Err(WriteError::TimedOut),
         };
-        let was_shed = matches!(&result, Err(WriteError::Api(error)) if is_shed(error));
-        match &result {
+        let was_shed = match &result {
             Ok(()) => pass.ended(None),
             Err(WriteError::Api(error)) => pass.ended(Some(error)),
             // No answer: dropped, the pass lets the next request probe.
-            Err(WriteError::TimedOut) => drop(pass),
-        }
+            Err(WriteError::TimedOut) => {
+                drop(pass);
+                false
+            }
+        };
         match result {
             Ok(()) => {
                 retry = Retry::default();

@@ -168,8 +168,8 @@ pub(crate) struct Pass {
 
 impl Pass {
     /// How the request ended, from its error if any: a 429 holds every request of the worker a
-    /// quarter to half the permit, at random.
-    pub(crate) fn ended(mut self, error: Option<&kube::Error>) {
+    /// quarter to half the permit, at random. Returns whether it was shed.
+    pub(crate) fn ended(mut self, error: Option<&kube::Error>) -> bool {
         self.outcome = match error {
             Some(error) if crate::source::is_shed(error) => {
                 let hold = shed_retry_delay(self.shed.permit, jitter());
@@ -178,6 +178,7 @@ impl Pass {
             Some(kube::Error::Api(_)) | None => Outcome::Answered,
             Some(_) => Outcome::Failed,
         };
+        matches!(self.outcome, Outcome::Shed(_))
     }
 
     #[cfg(test)]

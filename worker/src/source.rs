@@ -161,14 +161,14 @@ async fn watch_from(
     loop {
         let pass = shed.admit().await;
         let started = api.watch(&params, version).await;
-        pass.ended(started.as_ref().err());
+        let was_shed = pass.ended(started.as_ref().err());
         let stream = match started {
             Ok(stream) => {
                 *retry = Retry::default();
                 stream
             }
             Err(kube::Error::Api(status)) if status.code == 410 => return WatchEnd::Expired,
-            Err(error) if is_shed(&error) => {
+            Err(_) if was_shed => {
                 debug!(config_map = %name, "watch shed; waiting for the worker's hold to end");
                 return WatchEnd::Shed;
             }

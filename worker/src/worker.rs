@@ -561,8 +561,12 @@ impl Shell {
             let sent = Instant::now();
             let result = source::read(&api, &name, &pod, timeout).await;
             match &result {
-                Ok(_) | Err(ReadError::Unreadable(_)) => pass.ended(None),
-                Err(ReadError::Api(error)) => pass.ended(Some(error)),
+                Ok(_) | Err(ReadError::Unreadable(_)) => {
+                    pass.ended(None);
+                }
+                Err(ReadError::Api(error)) => {
+                    pass.ended(Some(error));
+                }
                 // No answer: dropped, the pass lets the next request probe.
                 Err(ReadError::TimedOut) => drop(pass),
             }
