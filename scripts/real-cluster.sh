@@ -3,7 +3,8 @@
 # kube-controller-manager, kube-scheduler, kwok playing the kubelet for a few fake nodes, and
 # one real node (kubelet, containerd, runc, CNI, kube-proxy: scripts/lib/real-node.sh) whose pods
 # are real containers. SWARM_REAL_NODE=0 leaves the real node out; SWARM_AUDIT=0 the API
-# server's audit log.
+# server's audit log; SWARM_PROFILING=1 serves the API server's /debug/pprof (to the admin
+# kubeconfig) for `go tool pprof`.
 #
 #   scripts/real-cluster.sh up <DIR>     build once (cached), start, wait until ready
 #   scripts/real-cluster.sh down <DIR>   stop exactly the processes `up` started in <DIR>
@@ -41,13 +42,15 @@ source "${repo_root}/scripts/lib/kubeconfig.sh"
 source "${repo_root}/scripts/lib/go-build.sh"
 
 # The globals the functions below read: the fake nodes, the Services' range, whether there is a
-# real node (SWARM_REAL_NODE), whether the API server writes an audit log (SWARM_AUDIT), the
+# real node (SWARM_REAL_NODE), whether the API server writes an audit log (SWARM_AUDIT) and
+# serves profiles (SWARM_PROFILING), the
 # control plane's pinned versions and build directories (and
 # repo_root and cache_root, from common.sh; the real node's, from real-node.sh).
 nodes=(kwok-node-0 kwok-node-1 kwok-node-2)
 service_cidr="10.0.0.0/24"
 real_node="${SWARM_REAL_NODE:-1}"
 audit="${SWARM_AUDIT:-1}"
+profiling="${SWARM_PROFILING:-0}"
 kube_version="$(pinned kube k8s.io/kubernetes)"
 etcd_version="$(pinned etcd go.etcd.io/etcd/server/v3)"
 kwok_version="$(pinned kwok sigs.k8s.io/kwok)"
@@ -227,7 +230,7 @@ up_apiserver() {
         --service-account-key-file="${pki}/service-account.pub" \
         --service-account-signing-key-file="${pki}/service-account.key" \
         --service-cluster-ip-range="${service_cidr}" \
-        --allow-privileged=true --profiling=false
+        --allow-privileged=true --profiling="$([[ "${profiling}" != 0 ]] && echo true || echo false)"
     wait_for "${dir}" "kube-apiserver to be ready" 120 kube-apiserver \
         "${kubectl}" --kubeconfig "${dir}/kubeconfig" get --raw /readyz
 }
