@@ -3,7 +3,7 @@
 #
 #   scripts/install-helm.sh
 #
-# tests/integration/helm_chart.rs renders and lints charts/swarm-operator with it (unless
+# tests/integration/helm_chart/ renders and lints charts/swarm-operator with it (unless
 # SWARM_HELM names a helm binary). It is built as scripts/install-umoci.sh builds umoci
 # (scripts/lib/go-build.sh, static: CGO_ENABLED=0), into
 # ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}/helm-<version>; running it again is cheap.

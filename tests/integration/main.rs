@@ -14,7 +14,7 @@ mod fixtures;
 mod handoff_simulation;
 mod helm_chart;
 mod images;
-// The end-to-end harness's kubectl and the tool finder it uses (monitoring.rs, helm_chart.rs).
+// The end-to-end harness's kubectl and the tool finder it uses (monitoring.rs, helm_chart/).
 #[allow(dead_code)]
 #[path = "../e2e/harness/kubectl.rs"]
 mod kubectl;

@@ -1,5 +1,5 @@
 //! Finding the command-line tools the tests run (also included by tests/integration/main.rs,
-//! for monitoring.rs and helm_chart.rs).
+//! for monitoring.rs and helm_chart/).
 
 use std::env;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,369 @@
+//! The chart's values: `values.schema.json` and the chart's README describe every value and
+//! the schema rejects a wrong type naming it, `helm lint --strict` passes, and each value
+//! reaches the object it sets.
+
+use super::*;
+
+/// The values' paths the schema describes, `a.b` for a property of an object it describes.
+fn schema_paths(schema: &serde_json::Value, prefix: &str, out: &mut BTreeSet<String>) {
+    let Some(properties) = schema["properties"].as_object() else {
+        return;
+    };
+    for (name, property) in properties {
+        let path = format!("{prefix}{name}");
+        if property["properties"].is_object() {
+            schema_paths(property, &format!("{path}."), out);
+        } else {
+            out.insert(path);
+        }
+    }
+}
+
+/// values.yaml's paths, descending into the objects the schema describes property by property.
+fn value_paths(values: &Value, schema: &serde_json::Value, prefix: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (name, value) in values.as_mapping().expect("a mapping") {
+        let name = name.as_str().expect("string keys");
+        let path = format!("{prefix}{name}");
+        let property = &schema["properties"][name];
+        if property["properties"].is_object() {
+            out.extend(value_paths(value, property, &format!("{path}.")));
+        } else {
+            out.insert(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_schema_and_the_charts_readme_describe_every_value() {
+    let schema: serde_json::Value =
+        serde_json::from_str(&read(&format!("{CHART}/values.schema.json"))).expect("JSON");
+    let values: Value = serde_yaml::from_str(&read(&format!("{CHART}/values.yaml"))).unwrap();
+    let mut described = BTreeSet::new();
+    schema_paths(&schema, "", &mut described);
+    // Helm's own, for subcharts; not a value of this chart.
+    described.remove("global");
+    let given = value_paths(&values, &schema, "");
+    assert_eq!(
+        given, described,
+        "values.yaml's values (left) are those values.schema.json describes (right)"
+    );
+    let readme = read(&format!("{CHART}/README.md"));
+    for path in &given {
+        assert!(
+            readme.contains(&format!("| `{path}` |")),
+            "{CHART}/README.md's table has a row for `{path}`"
+        );
+    }
+}
+
+#[test]
+fn the_schema_rejects_a_wrong_type_naming_the_value() {
+    for (value, field) in [
+        ("replicas=two", "replicas"),
+        ("logFormat=yaml", "logFormat"),
+        ("monitoring.enabled=maybe", "monitoring"),
+        (
+            "leaderElection.leaseDurationSeconds=1",
+            "leaseDurationSeconds",
+        ),
+        ("watchNamespace=Not_A_Namespace", "watchNamespace"),
+        ("replica=3", "replica"),
+    ] {
+        for args in [
+            ["template", RELEASE, CHART, "--set", value].as_slice(),
+            ["lint", CHART, "--set", value].as_slice(),
+        ] {
+            let command = args.join(" ");
+            let run = run_helm(args);
+            let said = format!("{}{}", run.stdout, run.stderr);
+            assert!(
+                !run.success,
+                "helm {command} should fail on values.schema.json: {said}"
+            );
+            assert!(
+                said.contains("schema") && said.contains(field),
+                "helm {command} names {field} in a schema error: {said}"
+            );
+        }
+    }
+}
+
+#[test]
+fn helm_lint_passes_with_the_default_and_the_namespaced_values() {
+    for values in [&[][..], &["--set", "watchNamespace=swarm"][..]] {
+        let mut args = vec!["lint", CHART, "--strict"];
+        args.extend_from_slice(values);
+        let run = run_helm(&args);
+        assert!(
+            run.success,
+            "helm {} failed:\n{}{}",
+            args.join(" "),
+            run.stdout,
+            run.stderr
+        );
+    }
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name}"))
+}
+
+/// Every value of the operator's Deployment set to something other than its default.
+const OPERATOR_VALUES: &[&str] = &[
+    "--set",
+    "image.repository=registry.example/swarm-operator,image.tag=v9,image.pullPolicy=Always",
+    "--set",
+    "replicas=3,logFormat=text,logLevel=debug,maxConcurrentReconciles=4",
+    "--set",
+    "leaderElection.namespace=leases,leaderElection.leaseName=ops-lease",
+    "--set",
+    "leaderElection.leaseDurationSeconds=30",
+    "--set",
+    "nodeSelector.pool=system,priorityClassName=system-cluster-critical",
+    "--set",
+    "tolerations[0].key=dedicated,tolerations[0].operator=Exists",
+    "--set",
+    "commonLabels.team=platform,commonAnnotations.owner=platform",
+    "--set",
+    "podLabels.tier=control,podAnnotations.scrape=yes",
+    "--set",
+    "podDisruptionBudget.enabled=false",
+];
+
+#[test]
+fn the_values_reach_the_operator() {
+    let docs = render("ops", OPERATOR_VALUES);
+    let deployment = find(&docs, "Deployment", "swarm-operator");
+    let pod = &deployment["spec"]["template"];
+    the_container_has_the_values(&pod["spec"]["containers"][0]);
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(pod["spec"]["nodeSelector"]["pool"], "system");
+    assert_eq!(pod["spec"]["tolerations"][0]["key"], "dedicated");
+    assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["metadata"]["labels"]["tier"], "control");
+    assert_eq!(pod["metadata"]["labels"]["team"], "platform");
+    assert_eq!(pod["metadata"]["annotations"]["scrape"], "yes");
+    assert_eq!(
+        deployment["spec"]["selector"]["matchLabels"],
+        serde_yaml::from_str::<Value>("app.kubernetes.io/name: swarm-operator").unwrap(),
+        "selectors never change"
+    );
+    for doc in docs
+        .iter()
+        .filter(|d| d["kind"] != "CustomResourceDefinition")
+    {
+        let object = show_key(&key(doc));
+        assert_eq!(doc["metadata"]["labels"]["team"], "platform", "{object}");
+        assert_eq!(
+            doc["metadata"]["annotations"]["owner"], "platform",
+            "{object}"
+        );
+    }
+    assert!(
+        !docs.iter().any(|d| d["kind"] == "PodDisruptionBudget"),
+        "podDisruptionBudget.enabled=false"
+    );
+    // The leader-election Role goes where the Lease is.
+    let role = find(&docs, "Role", "swarm-operator-leader-election");
+    assert_eq!(role["metadata"]["namespace"], "leases");
+    let binding = find(&docs, "RoleBinding", "swarm-operator-leader-election");
+    assert_eq!(binding["metadata"]["namespace"], "leases");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+}
+
+/// The operator's container as [`OPERATOR_VALUES`] render it: its image, its arguments and its
+/// log level.
+fn the_container_has_the_values(container: &Value) {
+    assert_eq!(container["image"], "registry.example/swarm-operator:v9");
+    assert_eq!(container["imagePullPolicy"], "Always");
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        args,
+        [
+            "run",
+            "--log-format=text",
+            "--leader-elect",
+            "--leader-elect-namespace=leases",
+            "--leader-elect-lease-name=ops-lease",
+            "--leader-elect-lease-duration=30",
+            "--max-concurrent-reconciles=4",
+        ]
+    );
+    assert_eq!(container["env"][1]["name"], "RUST_LOG");
+    assert_eq!(container["env"][1]["value"], "debug");
+}
+
+#[test]
+fn a_watched_namespace_apart_from_the_release_namespace_gets_the_rules_there() {
+    let docs = render("ops", &["--set", "watchNamespace=team-a"]);
+    // Cluster-wide, only the reviews of /metrics scrapers' tokens (cluster-scoped APIs) and the
+    // scrapers' role.
+    let cluster_wide: BTreeSet<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "ClusterRoleBinding")
+        .map(|d| {
+            format!(
+                "{} {}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let expected = [
+        "ClusterRole swarm-operator-metrics-auth",
+        "ClusterRole swarm-operator-metrics-reader",
+        "ClusterRoleBinding swarm-operator-metrics-auth",
+    ];
+    assert_eq!(
+        cluster_wide,
+        expected.map(str::to_owned).into(),
+        "no cluster-wide grant but the metrics reviews"
+    );
+    let reviews = find(&docs, "ClusterRole", "swarm-operator-metrics-auth");
+    for rule in reviews["rules"].as_sequence().unwrap() {
+        assert_eq!(rule["verbs"].as_sequence().unwrap(), &["create"]);
+    }
+    let role = find(&docs, "Role", "swarm-operator");
+    assert_eq!(role["metadata"]["namespace"], "team-a");
+    let binding = find(&docs, "RoleBinding", "swarm-operator");
+    assert_eq!(binding["metadata"]["namespace"], "team-a");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    let lease_role = find(&docs, "Role", "swarm-operator-leader-election");
+    assert_eq!(lease_role["metadata"]["namespace"], "ops");
+    let rules = role["rules"].as_sequence().unwrap();
+    assert!(
+        !rules.iter().any(|r| r["verbs"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|v| v == "create")
+            && r["resources"][0] == "leases"),
+        "the leader-election grant stays in the Lease's namespace: {rules:?}"
+    );
+}
+
+#[test]
+fn the_lease_policy_trusts_this_releases_operator_and_worker_rbac_needs_namespaces() {
+    let docs = render("ops", &["--set", "workerLeasePolicy.enabled=true"]);
+    let policy = find(&docs, "ValidatingAdmissionPolicy", "swarm-worker-lease");
+    let trusted = policy["spec"]["variables"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "trusted")
+        .unwrap()["expression"]
+        .as_str()
+        .unwrap();
+    assert!(
+        trusted.contains("'system:serviceaccount:ops:swarm-operator'"),
+        "{trusted}"
+    );
+
+    let run = run_helm(&[
+        "template",
+        RELEASE,
+        CHART,
+        "--set",
+        "workerRbac.enabled=true",
+    ]);
+    assert!(!run.success, "worker RBAC without a namespace renders");
+    assert!(
+        run.stderr.contains("workerRbac.namespaces"),
+        "the error names the value to set: {}",
+        run.stderr
+    );
+}
+
+/// The operator's arguments as the chart renders them.
+fn args_of(docs: &[Value]) -> Vec<String> {
+    find(docs, "Deployment", "swarm-operator")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_metrics_certificate_secret_is_mounted_reloaded_and_verified_by_the_service_monitor() {
+    let docs = render(
+        "ops",
+        &[
+            "--set",
+            "monitoring.enabled=true",
+            "--set",
+            "metrics.port=9443",
+            "--set",
+            "metrics.certSecret=operator-metrics-tls",
+            "--set",
+            "monitoring.tlsServerName=swarm-operator-metrics.ops.svc",
+        ],
+    );
+    let args = args_of(&docs);
+    assert!(
+        args.contains(&"--metrics-addr=0.0.0.0:9443".to_owned()),
+        "{args:?}"
+    );
+    let mount_dir = "/var/run/secrets/swarm-operator/metrics-cert";
+    assert!(
+        args.contains(&format!("--metrics-cert-dir={mount_dir}")),
+        "{args:?}"
+    );
+    let pod = &find(&docs, "Deployment", "swarm-operator")["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    assert_eq!(container["volumeMounts"][0]["mountPath"], mount_dir);
+    assert_eq!(
+        container["volumeMounts"][0]["name"],
+        pod["volumes"][0]["name"]
+    );
+    assert_eq!(
+        pod["volumes"][0]["secret"]["secretName"],
+        "operator-metrics-tls"
+    );
+    assert!(
+        container["ports"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "metrics" && p["containerPort"] == 9443)
+    );
+    let service = find(&docs, "Service", "swarm-operator-metrics");
+    assert_eq!(service["spec"]["ports"][0]["port"], 9443);
+    let endpoint = &find(&docs, "ServiceMonitor", "swarm-operator")["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    let tls = &endpoint["tlsConfig"];
+    assert_eq!(tls["serverName"], "swarm-operator-metrics.ops.svc");
+    assert_eq!(tls["ca"]["secret"]["name"], "operator-metrics-tls");
+    assert_eq!(tls["ca"]["secret"]["key"], "ca.crt");
+    assert!(tls.get("insecureSkipVerify").is_none(), "{tls:?}");
+}
+
+#[test]
+fn insecure_metrics_are_plain_http_scraped_without_a_token() {
+    let docs = render(
+        "ops",
+        &[
+            "--set",
+            "monitoring.enabled=true",
+            "--set",
+            "metrics.insecure=true",
+        ],
+    );
+    assert!(args_of(&docs).contains(&"--metrics-insecure".to_owned()));
+    let endpoint = &find(&docs, "ServiceMonitor", "swarm-operator")["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "http");
+    assert_eq!(endpoint["port"], "http");
+    assert!(endpoint.get("bearerTokenFile").is_none());
+    assert!(endpoint.get("tlsConfig").is_none());
+    let service = find(&docs, "Service", "swarm-operator-metrics");
+    assert_eq!(service["spec"]["ports"][0]["name"], "http");
+}
