@@ -1,4 +1,4 @@
-// Builds helm, with which tests/integration/helm_chart.rs renders and lints charts/swarm-operator
+// Builds helm, with which tests/integration/helm_chart/ renders and lints charts/swarm-operator
 // and the end-to-end suite installs, upgrades and uninstalls it (scripts/install-helm.sh).
 module swarm-operator/hack/helm
 
