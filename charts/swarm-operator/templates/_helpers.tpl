@@ -53,10 +53,28 @@ app.kubernetes.io/name: swarm-worker
 {{- .Values.leaderElection.namespace | default .Release.Namespace }}
 {{- end }}
 
+{{/* The operator's ServiceAccount: the chart's, or an existing one (serviceAccount.create false). */}}
+{{- define "swarm-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "swarm-operator.name" .) }}
+{{- else }}
+{{- required "serviceAccount.name: name the existing ServiceAccount the operator runs as when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The operator's image: by digest when image.digest is set, else by tag (empty: appVersion). */}}
+{{- define "swarm-operator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
 {{/* The operator's ServiceAccount as a subject of a binding. */}}
 {{- define "swarm-operator.subjects" -}}
 - kind: ServiceAccount
-  name: {{ include "swarm-operator.name" . }}
+  name: {{ include "swarm-operator.serviceAccountName" . }}
   namespace: {{ .Release.Namespace }}
 {{- end }}
 

@@ -367,3 +367,110 @@ fn insecure_metrics_are_plain_http_scraped_without_a_token() {
     let service = find(&docs, "Service", "swarm-operator-metrics");
     assert_eq!(service["spec"]["ports"][0]["name"], "http");
 }
+
+/// An existing ServiceAccount, a pinned digest, and the platform's own security contexts,
+/// arguments and environment.
+const PLATFORM_VALUES: &[&str] = &[
+    "--set",
+    "serviceAccount.create=false,serviceAccount.name=ops-operator",
+    "--set",
+    "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    "--set",
+    "podSecurityContext.runAsUser=1000,podSecurityContext.fsGroup=2000",
+    "--set",
+    "securityContext.runAsUser=1000,securityContext.readOnlyRootFilesystem=true",
+    "--set",
+    "extraArgs[0]=--metrics-addr=0.0.0.0:9443",
+    "--set",
+    "extraEnv[0].name=HTTPS_PROXY,extraEnv[0].value=http://proxy:3128",
+];
+
+#[test]
+fn a_platform_teams_service_account_digest_contexts_args_and_env_reach_every_reference() {
+    let docs = render("ops", PLATFORM_VALUES);
+    assert!(
+        !docs.iter().any(|d| d["kind"] == "ServiceAccount"
+            && d["metadata"]["namespace"] == "ops"
+            && d["metadata"]["name"] == "swarm-operator"),
+        "serviceAccount.create=false renders no ServiceAccount of the operator"
+    );
+    let pod = &find(&docs, "Deployment", "swarm-operator")["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "ops-operator");
+    assert_eq!(pod["securityContext"]["runAsUser"], 1000);
+    assert_eq!(pod["securityContext"]["fsGroup"], 2000);
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        "swarm-operator@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "a digest replaces the tag"
+    );
+    assert_eq!(container["securityContext"]["runAsUser"], 1000);
+    let args: Vec<&str> = container["args"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        args.last(),
+        Some(&"--metrics-addr=0.0.0.0:9443"),
+        "{args:?}"
+    );
+    let env = container["env"].as_sequence().unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "HTTPS_PROXY" && e["value"] == "http://proxy:3128"),
+        "{env:?}"
+    );
+    assert!(
+        env.iter().any(|e| e["name"] == "POD_NAME"),
+        "the chart's own stay"
+    );
+    // Every binding of the operator names the account it runs as.
+    for doc in docs.iter().filter(|d| {
+        matches!(
+            d["kind"].as_str(),
+            Some("RoleBinding" | "ClusterRoleBinding")
+        ) && d["subjects"][0]["namespace"] == "ops"
+    }) {
+        assert_eq!(
+            doc["subjects"][0]["name"],
+            "ops-operator",
+            "{}",
+            show_key(&key(doc))
+        );
+    }
+}
+
+#[test]
+fn the_worker_lease_policy_trusts_the_service_account_the_operator_runs_as() {
+    let mut values = PLATFORM_VALUES.to_vec();
+    values.extend(["--set", "workerLeasePolicy.enabled=true"]);
+    let docs = render("ops", &values);
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .expect("the worker Lease policy");
+    let text = serde_yaml::to_string(policy).unwrap();
+    assert!(
+        text.contains("system:serviceaccount:ops:ops-operator"),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_existing_service_account_must_be_named() {
+    let run = run_helm(&[
+        "template",
+        RELEASE,
+        CHART,
+        "--set",
+        "serviceAccount.create=false",
+    ]);
+    assert!(!run.success, "rendered without a ServiceAccount to run as");
+    assert!(
+        run.stderr.contains("serviceAccount.name"),
+        "the error names the value to set: {}",
+        run.stderr
+    );
+}
