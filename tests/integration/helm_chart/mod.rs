@@ -462,5 +462,33 @@ fn the_charts_app_version_is_the_operators() {
     );
 }
 
+#[test]
+fn the_artifact_hub_annotations_name_the_crd_and_the_licence() {
+    let chart = chart_yaml();
+    let annotations = &chart["annotations"];
+    assert_eq!(
+        annotations["artifacthub.io/license"].as_str(),
+        Some(env!("CARGO_PKG_LICENSE")),
+        "{CHART}/Chart.yaml's licence is the workspace's"
+    );
+    let listed: Vec<Value> =
+        serde_yaml::from_str(annotations["artifacthub.io/crds"].as_str().expect("crds")).unwrap();
+    let crd: Value = serde_yaml::from_str(&read("crds/swarmpool.yaml")).unwrap();
+    let served: Vec<&Value> = crd["spec"]["versions"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|version| &version["name"])
+        .collect();
+    assert_eq!(listed.len(), 1, "one CRD: {listed:?}");
+    assert_eq!(listed[0]["name"], crd["metadata"]["name"]);
+    assert_eq!(listed[0]["kind"], crd["spec"]["names"]["kind"]);
+    assert!(
+        served.contains(&&listed[0]["version"]),
+        "{:?} is a version crds/swarmpool.yaml serves ({served:?})",
+        listed[0]["version"]
+    );
+}
+
 /// The values: the schema, the README's table, lint, and each value reaching what it sets.
 mod values;
