@@ -268,17 +268,17 @@ fn the_lease_policy_trusts_this_releases_operator_and_worker_rbac_needs_namespac
         "{trusted}"
     );
 
-    let run = run_helm(&[
-        "template",
-        RELEASE,
-        CHART,
-        "--set",
-        "workerRbac.enabled=true",
-    ]);
-    assert!(!run.success, "worker RBAC without a namespace renders");
+    // Worker RBAC without a namespace to grant it in.
+    assert_refused_naming("workerRbac.enabled=true", "workerRbac.namespaces");
+}
+
+/// `helm template --set <set>` must fail, its error naming `value`, the value to set.
+fn assert_refused_naming(set: &str, value: &str) {
+    let run = run_helm(&["template", RELEASE, CHART, "--set", set]);
+    assert!(!run.success, "helm template --set {set} rendered");
     assert!(
-        run.stderr.contains("workerRbac.namespaces"),
-        "the error names the value to set: {}",
+        run.stderr.contains(value),
+        "the error names the value to set, {value}: {}",
         run.stderr
     );
 }
@@ -460,17 +460,5 @@ fn the_worker_lease_policy_trusts_the_service_account_the_operator_runs_as() {
 
 #[test]
 fn an_existing_service_account_must_be_named() {
-    let run = run_helm(&[
-        "template",
-        RELEASE,
-        CHART,
-        "--set",
-        "serviceAccount.create=false",
-    ]);
-    assert!(!run.success, "rendered without a ServiceAccount to run as");
-    assert!(
-        run.stderr.contains("serviceAccount.name"),
-        "the error names the value to set: {}",
-        run.stderr
-    );
+    assert_refused_naming("serviceAccount.create=false", "serviceAccount.name");
 }
