@@ -14,6 +14,7 @@ mod namespaced_install;
 mod pool_deletion;
 mod qos;
 mod quiet;
+pub(crate) mod real_workers;
 mod restart;
 mod scale_down;
 mod scale_up;

@@ -21,7 +21,7 @@ use crate::scenarios::scale;
 pub(super) const POLICY_DIR: &str = "deploy/worker-lease-policy";
 const POLICY: &str = "swarm-worker-lease";
 /// deploy/worker-rbac's ServiceAccount.
-pub(super) const WORKER_ACCOUNT: &str = "swarm-worker";
+pub(crate) const WORKER_ACCOUNT: &str = "swarm-worker";
 
 /// Unbinds the policy when the scenario ends, passed or failed, before the cluster is shared
 /// again (held by the scenario's body, so dropped before its environment lets the cluster go).

@@ -21,8 +21,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use serde_json::{Value, json};
 
-use super::pod_log::PodLog;
-use super::{acknowledging_workers, reports_dir, settle_acknowledged, worker_rbac};
 use crate::harness::kubectl::Kubectl;
 use crate::harness::poll::CONVERGE;
 use crate::harness::worker_fleet::Reports;
@@ -30,6 +28,10 @@ use crate::harness::{
     Env, GO_WORKER_IMAGE_ENV, PYTHON_WORKER_IMAGE_ENV, WORKER_IMAGE_ENV, scenario,
 };
 use crate::scenarios::acknowledge::{assert_no_long_gap, assert_no_pod_deleted};
+use crate::scenarios::real_workers::pod_log::PodLog;
+use crate::scenarios::real_workers::{
+    acknowledging_workers, reports_dir, settle_acknowledged, worker_rbac,
+};
 use crate::scenarios::whole_cluster::worker_lease_policy::{
     POLICY_DIR, RemovePolicy, assert_refused, assert_type_checked, write,
 };
@@ -294,7 +296,7 @@ async fn ready_times(env: &Env, namespace: &str, pods: &PodLog) -> BTreeMap<Stri
     by_image
         .into_iter()
         .map(|(image, values)| {
-            let (median, worst) = super::median_and_worst(&values);
+            let (median, worst) = crate::scenarios::real_workers::median_and_worst(&values);
             let shown = format!(
                 "{median:.1} s (median), {worst:.1} s (worst) of {}",
                 values.len()

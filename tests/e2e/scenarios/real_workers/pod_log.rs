@@ -17,7 +17,7 @@ const SAMPLE_EVERY: Duration = Duration::from_millis(200);
 
 /// One pod instance, as sampled.
 #[derive(Clone, Debug)]
-pub(super) struct Instance {
+pub(crate) struct Instance {
     pub name: String,
     pub uid: String,
     /// When the log first saw it.
@@ -37,7 +37,7 @@ pub(super) struct Instance {
 }
 
 /// The background sampler; stops when dropped.
-pub(super) struct PodLog {
+pub(crate) struct PodLog {
     instances: Arc<Mutex<BTreeMap<String, Instance>>>,
     task: tokio::task::JoinHandle<()>,
 }

@@ -11,13 +11,13 @@
 //!   them again and becomes a member again;
 //! - a worker's network cut from the API server (its pod's default route removed inside its
 //!   network namespace): its reads fail, it answers not ready, its jobs move, and it rejoins
-//!   when the route returns;
-//! - the node's kubelet stopped (SIGSTOP) and a container killed meanwhile: the node's Lease
-//!   goes silent and every job of its workers is revoked; the kubelet continued, the container
-//!   runs again and the pool settles. This one is the node's, not the worker's: the Rust
-//!   workers' scenario alone takes it.
+//!   when the route returns.
+//!
+//! Each fault touches one container or one pod's network namespace only, so these scenarios
+//! share the real node with the others; stopping the node's kubelet, which every pod on it
+//! would feel, is `whole_cluster::real_workers::kubelet`'s.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -27,8 +27,7 @@ use swarm_operator::planner::membership::START_WINDOW;
 
 use super::pod_log::PodLog;
 use super::{acknowledging_workers, reports_dir, settle_acknowledged, worker_rbac};
-use crate::harness::kubectl::repo_root;
-use crate::harness::observe::{observe, wait_for};
+use crate::harness::observe::wait_for;
 use crate::harness::poll::eventually_within;
 use crate::harness::real_cluster::{self, ctr};
 use crate::harness::worker_fleet::Reports;
@@ -39,71 +38,77 @@ use crate::scenarios::acknowledge::{assert_failover_within, failover_bound, jobs
 use crate::scenarios::scale;
 
 /// How long to wait for a worker back after a fault.
-const BACK_WITHIN: Duration = Duration::from_secs(120);
+pub(crate) const BACK_WITHIN: Duration = Duration::from_secs(120);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_worker_containers_killed_frozen_cut_off_or_orphaned_never_run_a_job_twice() {
-    faults("real-workers-faults", WORKER_IMAGE_ENV, Kubelet::Stopped).await;
+async fn real_worker_containers_killed_frozen_or_cut_off_never_run_a_job_twice() {
+    faults("real-workers-faults", WORKER_IMAGE_ENV).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_worker_containers_killed_frozen_or_cut_off_never_run_a_job_twice() {
-    faults("real-python-faults", PYTHON_WORKER_IMAGE_ENV, Kubelet::Left).await;
+    faults("real-python-faults", PYTHON_WORKER_IMAGE_ENV).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_worker_containers_killed_frozen_or_cut_off_never_run_a_job_twice() {
-    faults("real-go-faults", GO_WORKER_IMAGE_ENV, Kubelet::Left).await;
-}
-
-/// Whether a scenario also stops the node's kubelet.
-#[derive(PartialEq)]
-enum Kubelet {
-    Stopped,
-    Left,
+    faults("real-go-faults", GO_WORKER_IMAGE_ENV).await;
 }
 
 /// The faults on a pool of three workers of the image `image_env` names.
-async fn faults(name: &str, image_env: &'static str, kubelet: Kubelet) {
+async fn faults(name: &str, image_env: &'static str) {
     scenario!(name)
         .image(image_env)
         .run(async |env| {
-            let cluster = env
-                .real_cluster_dir()
-                .expect("the real node's cluster is one of scripts/real-cluster.sh");
-            let reports = reports_dir(env);
-            let pods = PodLog::start(env, "app=swarm-worker");
-            env.install_crds().await;
-            env.start_operator().await;
-            env.watch_reports(&env.example.pool_name(), reports.clone());
-            let namespace = env.example.namespace();
-            let mut documents = vec![env.example.namespace_manifest().clone()];
-            documents.extend(worker_rbac(env, &namespace).await);
-            documents.extend(acknowledging_workers(env, env.image(image_env), &reports));
-            env.apply("real-ack-workers.yaml", &documents).await;
-            scale(env, 3).await;
-            settle_acknowledged(env, &reports, 3, BACK_WITHIN).await;
-            let sts = env.example.statefulset_name();
-            let victim = format!("{sts}-1");
+            let cluster = real_cluster_dir(env);
+            let AcknowledgingPool { reports, pods } =
+                install_acknowledging_pool(env, image_env).await;
+            let victim = format!("{}-1", env.example.statefulset_name());
 
             killed_process(env, &cluster, &reports, &victim).await;
             frozen(env, &cluster, &reports, &victim).await;
             cut_off(env, &cluster, &reports, &victim).await;
-            if kubelet == Kubelet::Stopped {
-                kubelet_stopped(env, &cluster, &reports, &format!("{sts}-2")).await;
-            }
 
             let stats = env.handoff_stats();
             assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
             env.assert_exclusive();
             let restarts: i32 = pods.instances().iter().map(|i| i.restarts).sum();
-            let killed = if kubelet == Kubelet::Stopped { 2 } else { 1 };
-            assert!(
-                restarts >= killed,
-                "the killed containers restarted: {restarts}"
-            );
+            assert!(restarts >= 1, "the killed container restarted: {restarts}");
         })
         .await;
+}
+
+/// The workers of an [`install_acknowledging_pool`], as the scenario watches them.
+pub(crate) struct AcknowledgingPool {
+    pub reports: Reports,
+    pub pods: PodLog,
+}
+
+/// The CRDs, the scenario's operator, and the example's pool under `Acknowledge` with three
+/// workers of the image `image_env` names in containers on the real node, settled.
+pub(crate) async fn install_acknowledging_pool(
+    env: &mut Env,
+    image_env: &'static str,
+) -> AcknowledgingPool {
+    let reports = reports_dir(env);
+    let pods = PodLog::start(env, "app=swarm-worker");
+    env.install_crds().await;
+    env.start_operator().await;
+    env.watch_reports(&env.example.pool_name(), reports.clone());
+    let namespace = env.example.namespace();
+    let mut documents = vec![env.example.namespace_manifest().clone()];
+    documents.extend(worker_rbac(env, &namespace).await);
+    documents.extend(acknowledging_workers(env, env.image(image_env), &reports));
+    env.apply("real-ack-workers.yaml", &documents).await;
+    scale(env, 3).await;
+    settle_acknowledged(env, &reports, 3, BACK_WITHIN).await;
+    AcknowledgingPool { reports, pods }
+}
+
+/// The directory of `scripts/real-cluster.sh`'s cluster, whose node runs the containers.
+pub(crate) fn real_cluster_dir(env: &Env) -> PathBuf {
+    env.real_cluster_dir()
+        .expect("the real node's cluster is one of scripts/real-cluster.sh")
 }
 
 /// SIGKILL of the worker's process: the container restarts in the same pod and starts fenced.
@@ -222,73 +227,9 @@ async fn cut_off(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
     );
 }
 
-/// The kubelet stopped: the node's Lease goes silent, and within the failover bound the operator
-/// has revoked every job of the node's workers (they run on, read and acknowledge the revokes;
-/// the pool has no member on another node, so the jobs wait unassigned); one container killed
-/// meanwhile, which no kubelet restarts; the kubelet back: the node renews its Lease, the
-/// container restarts in its pod and the pool settles.
-async fn kubelet_stopped(env: &Env, cluster: &Path, reports: &Reports, victim: &str) {
-    let before = observe(env).await.expect("observe the pool");
-    let workers: Vec<String> = before
-        .config()
-        .workloads
-        .iter()
-        .map(|(pod, _)| pod.clone())
-        .collect();
-    let workers: Vec<&str> = workers.iter().map(String::as_str).collect();
-    let stopped = Instant::now();
-    real_cluster::script(&["signal", cluster_str(cluster), "kubelet", "STOP"]).await;
-    let continued = ContinueKubelet(cluster.to_path_buf());
-    let id = container_id(&worker_pod(env, victim).await);
-    ctr(cluster, &["tasks", "kill", "-s", "SIGKILL", &id]).await;
-    wait_for(env, "every job off the node's workers", |o| {
-        jobs_moved_off(o, &workers)
-    })
-    .await;
-    let moved = stopped.elapsed();
-    assert_failover_within(victim, moved);
-    let during = observe(env).await.expect("observe the pool");
-    let unavailable = &during.pool["status"]["unavailableWorkers"];
-    assert_eq!(
-        unavailable.as_array().map(Vec::len),
-        Some(workers.len()),
-        "every worker of the silent node is out: {unavailable}"
-    );
-    assert!(
-        unavailable
-            .as_array()
-            .into_iter()
-            .flatten()
-            .all(|w| w["reason"] == "NodeLeaseSilent"),
-        "{unavailable}"
-    );
-    drop(continued);
-    let back = Instant::now();
-    settle_acknowledged(env, reports, 3, BACK_WITHIN).await;
-    eprintln!(
-        "{}: kubelet stopped and {victim}'s container killed: every job off the node's workers {:.1} s later (bound {:?}); kubelet continued: settled {:.1} s later",
-        env.name(),
-        moved.as_secs_f64(),
-        failover_bound(),
-        back.elapsed().as_secs_f64()
-    );
-}
-
-/// SIGCONT to the kubelet when dropped, so a failing scenario leaves the node running.
-struct ContinueKubelet(std::path::PathBuf);
-
-impl Drop for ContinueKubelet {
-    fn drop(&mut self) {
-        let script = repo_root().join("scripts/real-cluster.sh");
-        let _ = std::process::Command::new(script)
-            .args(["signal", cluster_str(&self.0), "kubelet", "CONT"])
-            .status();
-    }
-}
-
 /// Waits until `victim` holds no job and nothing is in transit; fails if that took longer than
 /// the failover bound after `since`. Returns how long it took.
-async fn jobs_move_off(env: &Env, victim: &str, since: Instant) -> Duration {
+pub(crate) async fn jobs_move_off(env: &Env, victim: &str, since: Instant) -> Duration {
     wait_for(env, &format!("{victim}'s jobs on the others"), |o| {
         jobs_moved_off(o, &[victim])
     })
@@ -298,14 +239,14 @@ async fn jobs_move_off(env: &Env, victim: &str, since: Instant) -> Duration {
     moved
 }
 
-async fn worker_pod(env: &Env, name: &str) -> Pod {
+pub(crate) async fn worker_pod(env: &Env, name: &str) -> Pod {
     let api: Api<Pod> = Api::namespaced(env.client.clone(), &env.example.namespace());
     api.get(name)
         .await
         .unwrap_or_else(|e| panic!("GET pod {name}: {e}"))
 }
 
-fn restarts(pod: &Pod) -> i32 {
+pub(crate) fn restarts(pod: &Pod) -> i32 {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
@@ -313,7 +254,7 @@ fn restarts(pod: &Pod) -> i32 {
 }
 
 /// The containerd id of the pod's (one) container.
-fn container_id(pod: &Pod) -> String {
+pub(crate) fn container_id(pod: &Pod) -> String {
     let id = pod
         .status
         .as_ref()
@@ -343,8 +284,4 @@ async fn netns(pid: &str, args: &[&str]) -> String {
     let mut full = vec!["-t", pid, "-n"];
     full.extend_from_slice(args);
     real_cluster::run_ok(Path::new("nsenter"), &full).await
-}
-
-fn cluster_str(cluster: &Path) -> &str {
-    cluster.to_str().expect("UTF-8 cluster path")
 }
