@@ -5,7 +5,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 use swarm_operator::api::crd::{SwarmPool, crd_yaml};
 
-const REGENERATE: &str = "regenerate with: cargo run -q -- crd > crds/swarmpool.yaml && cp crds/swarmpool.yaml deploy/crd/swarmpool.yaml && cp crds/swarmpool.yaml charts/swarm-operator/crds/swarmpool.yaml";
+const REGENERATE: &str = "regenerate with: cargo run -q -- crd > crds/swarmpool.yaml && cp crds/swarmpool.yaml deploy/crd/swarmpool.yaml && cp crds/swarmpool.yaml charts/swarm-operator/files/crds/swarmpool.yaml";
 
 #[test]
 fn committed_crd_files_match_the_rust_types() {
@@ -13,7 +13,7 @@ fn committed_crd_files_match_the_rust_types() {
     for path in [
         "crds/swarmpool.yaml",
         "deploy/crd/swarmpool.yaml",
-        "charts/swarm-operator/crds/swarmpool.yaml",
+        "charts/swarm-operator/files/crds/swarmpool.yaml",
     ] {
         let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
         let committed = std::fs::read_to_string(&file).unwrap_or_default();

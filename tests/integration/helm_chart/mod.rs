@@ -3,17 +3,20 @@
 //! overlay, is compared object by object (apiVersion, kind, namespace, name) and field by field
 //! with `kubectl kustomize` of `deploy/`, `deploy/overlays/namespaced`,
 //! `deploy/overlays/monitoring`, `deploy/worker-rbac` and `deploy/worker-lease-policy`. They
-//! may differ in two ways only, both checked here rather than ignored: the chart adds Helm's own
-//! labels (`helm.sh/chart`, `app.kubernetes.io/managed-by: Helm`, `app.kubernetes.io/instance`
-//! on every object, `app.kubernetes.io/instance` on the operator's pods), and it renders no
-//! Namespace: Helm installs into the release namespace, which `helm install --create-namespace`
-//! creates (a chart that owned its namespace would delete it, and every pool in it, on
-//! `helm uninstall`). The files the chart copies from the repository (the CRD, the alerts, the
-//! dashboard) are byte-identical to theirs; `values.schema.json` describes every value and
-//! rejects a wrong type naming the field; `helm lint --strict` passes.
+//! may differ in three ways only, all checked here rather than ignored: the chart adds Helm's
+//! own labels (`helm.sh/chart`, `app.kubernetes.io/managed-by: Helm`, `app.kubernetes.io/instance`
+//! on every object, `app.kubernetes.io/instance` on the operator's pods), it annotates the CRD
+//! `helm.sh/resource-policy: keep` (`crds.keep`: `helm uninstall` leaves the CRD, and so every
+//! pool), and it renders no Namespace: Helm installs into the release namespace, which
+//! `helm install --create-namespace` creates (a chart that owned its namespace would delete it,
+//! and every pool in it, on `helm uninstall`). The files the chart copies from the repository
+//! (the CRD, the alerts, the dashboard) are byte-identical to theirs; `values.schema.json`,
+//! `values.yaml` and the README's table (written by helm-docs) list the same values, and the
+//! schema rejects a wrong type naming the field; `helm lint --strict` passes.
 //!
 //! helm is the binary `SWARM_HELM` names, else the one `scripts/install-helm.sh` builds once
-//! from the Go module pinned in `hack/helm/go.mod` (several minutes the first time).
+//! from the Go module pinned in `hack/helm/go.mod` (several minutes the first time); helm-docs,
+//! likewise, `SWARM_HELM_DOCS` or `scripts/install-helm-docs.sh` (`hack/helm-docs/go.mod`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -36,44 +39,43 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(repo(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
+/// A pinned Go tool: the binary `env_var` names, else the one `script` builds (once) and prints.
+fn pinned_tool(env_var: &str, script: &str) -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os(env_var).filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(path);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "{env_var}={} does not name a file; unset it to build the pinned one with \
+                 {script}",
+                path.display()
+            ))
+        };
+    }
+    eprintln!("helm_chart: {env_var} is unset: building or reusing the pinned one ({script})");
+    let mut command = Command::new(repo(script));
+    cargo_env::without_test_env(&mut command);
+    let output = command
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {script}: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    match stdout.lines().next_back().map(PathBuf::from) {
+        Some(path) if output.status.success() && path.is_file() => Ok(path),
+        _ => Err(format!(
+            "{script} failed ({}; its output is above, stdout: {stdout:?}). It needs Go the \
+             first time; or set {env_var} to a binary",
+            output.status
+        )),
+    }
+}
+
 /// helm: `SWARM_HELM`, else built (once for all the tests of this module) by
 /// `scripts/install-helm.sh`.
 fn helm() -> &'static Path {
     static HELM: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let helm = HELM.get_or_init(|| {
-        if let Some(path) = std::env::var_os("SWARM_HELM").filter(|p| !p.is_empty()) {
-            let path = PathBuf::from(path);
-            return if path.is_file() {
-                Ok(path)
-            } else {
-                Err(format!(
-                    "SWARM_HELM={} does not name a file; unset it to build the pinned helm \
-                     with scripts/install-helm.sh",
-                    path.display()
-                ))
-            };
-        }
-        eprintln!(
-            "helm_chart: SWARM_HELM is unset: building or reusing the pinned helm \
-             (scripts/install-helm.sh)"
-        );
-        let mut script = Command::new(repo("scripts/install-helm.sh"));
-        cargo_env::without_test_env(&mut script);
-        let output = script
-            .stderr(Stdio::inherit())
-            .output()
-            .map_err(|e| format!("cannot run scripts/install-helm.sh: {e}"))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        match stdout.lines().next_back().map(PathBuf::from) {
-            Some(path) if output.status.success() && path.is_file() => Ok(path),
-            _ => Err(format!(
-                "scripts/install-helm.sh failed ({}; its output is above, stdout: {stdout:?}). \
-                 It needs Go the first time; or set SWARM_HELM to a helm binary",
-                output.status
-            )),
-        }
-    });
-    match helm {
+    match HELM.get_or_init(|| pinned_tool("SWARM_HELM", "scripts/install-helm.sh")) {
         Ok(path) => path,
         Err(message) => panic!("{message}"),
     }
@@ -113,7 +115,8 @@ fn documents(text: &str, what: &str) -> Vec<Value> {
 }
 
 /// `helm template swarm-operator charts/swarm-operator --namespace <namespace> --include-crds
-/// <values>`, as documents.
+/// <values>`, as documents. The CRD is a template; `--include-crds` would add a CRD put back in
+/// `crds/` (which Helm never upgrades), and `by_key` refuses the CRD twice.
 fn render(namespace: &str, values: &[&str]) -> Vec<Value> {
     let mut args = vec![
         "template",
@@ -228,39 +231,37 @@ fn chart_yaml() -> Value {
     serde_yaml::from_str(&read(&format!("{CHART}/Chart.yaml"))).expect("Chart.yaml")
 }
 
-/// Removes from `labels` (at `path` of `object`) the Helm labels named in `expected`, checking
-/// that each is there with its value.
-fn take_labels(
+/// Removes from `entries` (the labels or annotations at `path` of `object`) Helm's, named in
+/// `expected`, checking that each is there with its value.
+fn take_entries(
     object: &str,
     path: &str,
-    labels: Option<&mut Value>,
+    entries: Option<&mut Value>,
     expected: &[(&str, String)],
     problems: &mut Vec<String>,
 ) {
-    let Some(Value::Mapping(labels)) = labels else {
-        problems.push(format!("{object}: {path}: no labels"));
+    let Some(Value::Mapping(entries)) = entries else {
+        problems.push(format!("{object}: {path}: none, where Helm's should be"));
         return;
     };
     for (name, value) in expected {
-        match labels.remove(*name) {
+        match entries.remove(*name) {
             Some(Value::String(got)) if got == *value => {}
             got => problems.push(format!(
-                "{object}: {path}.{name}: Helm's label should be {value:?}, is {}",
+                "{object}: {path}.{name}: should be {value:?} (Helm's), is {}",
                 show(got.as_ref())
             )),
         }
     }
 }
 
-/// The chart's object without the labels only a Helm release has: `helm.sh/chart`,
-/// `app.kubernetes.io/managed-by` and `app.kubernetes.io/instance` on every object the chart
-/// templates (not the CRD, installed as it is from crds/), and `app.kubernetes.io/instance` on
-/// the operator's pods.
-fn without_helm_labels(mut doc: Value, problems: &mut Vec<String>) -> Value {
+/// The chart's object without what only a Helm release has: the labels `helm.sh/chart`,
+/// `app.kubernetes.io/managed-by` and `app.kubernetes.io/instance` on every object (the CRD,
+/// which has no other, loses its `labels` with them), `app.kubernetes.io/instance` on the
+/// operator's pods, and the CRD's annotation `helm.sh/resource-policy: keep` (`crds.keep`,
+/// on by default).
+fn without_helm_metadata(mut doc: Value, problems: &mut Vec<String>) -> Value {
     let object = show_key(&key(&doc));
-    if doc["kind"] == "CustomResourceDefinition" {
-        return doc;
-    }
     let chart = format!(
         "swarm-operator-{}",
         chart_yaml()["version"]
@@ -268,7 +269,7 @@ fn without_helm_labels(mut doc: Value, problems: &mut Vec<String>) -> Value {
             .expect("Chart.yaml version")
     );
     let instance = ("app.kubernetes.io/instance", RELEASE.to_owned());
-    take_labels(
+    take_entries(
         &object,
         "metadata.labels",
         doc.get_mut("metadata").and_then(|m| m.get_mut("labels")),
@@ -280,7 +281,7 @@ fn without_helm_labels(mut doc: Value, problems: &mut Vec<String>) -> Value {
         problems,
     );
     if doc["kind"] == "Deployment" {
-        take_labels(
+        take_entries(
             &object,
             "spec.template.metadata.labels",
             doc.get_mut("spec")
@@ -290,6 +291,26 @@ fn without_helm_labels(mut doc: Value, problems: &mut Vec<String>) -> Value {
             &[instance],
             problems,
         );
+    }
+    if doc["kind"] == "CustomResourceDefinition" {
+        let metadata = doc.get_mut("metadata").expect("metadata");
+        take_entries(
+            &object,
+            "metadata.annotations",
+            metadata.get_mut("annotations"),
+            &[("helm.sh/resource-policy", "keep".to_owned())],
+            problems,
+        );
+        let metadata = metadata.as_mapping_mut().expect("a mapping");
+        for field in ["labels", "annotations"] {
+            if metadata
+                .get(field)
+                .and_then(Value::as_mapping)
+                .is_some_and(serde_yaml::Mapping::is_empty)
+            {
+                metadata.remove(field);
+            }
+        }
     }
     doc
 }
@@ -333,7 +354,7 @@ fn assert_renders(kustomized: Vec<Value>, namespace: &str, values: &[&str], what
         rendered
             .into_iter()
             .filter(|doc| doc["kind"] != "Namespace")
-            .map(|doc| without_helm_labels(doc, &mut problems))
+            .map(|doc| without_helm_metadata(doc, &mut problems))
             .collect(),
         "helm template",
     );
@@ -363,7 +384,7 @@ fn assert_renders(kustomized: Vec<Value>, namespace: &str, values: &[&str], what
     assert!(
         problems.is_empty(),
         "helm template {RELEASE} {CHART} --namespace {namespace}{} differs from {what} \
-         (beyond Helm's labels and the release Namespace):\n  {}",
+         (beyond Helm's labels, the CRD's keep annotation and the release Namespace):\n  {}",
         values.iter().map(|v| format!(" {v}")).collect::<String>(),
         problems.join("\n  ")
     );
@@ -423,8 +444,8 @@ fn worker_rbac_and_the_lease_policy_render_their_kustomizations() {
 fn the_files_the_chart_copies_are_the_repositorys() {
     for (copy, original) in [
         (
-            "charts/swarm-operator/crds/swarmpool.yaml",
-            "deploy/crd/swarmpool.yaml",
+            "charts/swarm-operator/files/crds/swarmpool.yaml",
+            "crds/swarmpool.yaml",
         ),
         (
             "charts/swarm-operator/files/prometheus_rule.yaml",
@@ -490,5 +511,6 @@ fn the_artifact_hub_annotations_name_the_crd_and_the_licence() {
     );
 }
 
-/// The values: the schema, the README's table, lint, and each value reaching what it sets.
+/// The values: the schema, the README's table and helm-docs, lint, and each value reaching what
+/// it sets.
 mod values;

@@ -1,6 +1,7 @@
-//! The chart's values: `values.schema.json` and the chart's README describe every value and
-//! the schema rejects a wrong type naming it, `helm lint --strict` passes, and each value
-//! reaches the object it sets.
+//! The chart's values: `values.schema.json` and the chart's README (its table written by
+//! helm-docs from `values.yaml`) describe every value and the schema rejects a wrong type naming
+//! it, `helm lint --strict` passes, each value reaches the object it sets, and the CRD is
+//! rendered, and kept on uninstall, as `crds.*` say.
 
 use super::*;
 
@@ -35,8 +36,31 @@ fn value_paths(values: &Value, schema: &serde_json::Value, prefix: &str) -> BTre
     out
 }
 
+/// The descriptions of the README's table of values (helm-docs': `| key | type | default |
+/// description |`), by key.
+fn readme_rows(readme: &str) -> BTreeMap<String, String> {
+    let mut rows = BTreeMap::new();
+    let mut in_table = false;
+    for line in readme.lines() {
+        if line.starts_with("|-----|") {
+            in_table = true;
+            continue;
+        }
+        if !in_table || !line.starts_with("| ") {
+            in_table = false;
+            continue;
+        }
+        let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+        let [key, _, _, description] = cells[..] else {
+            panic!("{CHART}/README.md: a row of four cells: {line}");
+        };
+        rows.insert(key.to_owned(), description.to_owned());
+    }
+    rows
+}
+
 #[test]
-fn the_schema_and_the_charts_readme_describe_every_value() {
+fn the_schema_values_yaml_and_the_readmes_table_list_the_same_values() {
     let schema: serde_json::Value =
         serde_json::from_str(&read(&format!("{CHART}/values.schema.json"))).expect("JSON");
     let values: Value = serde_yaml::from_str(&read(&format!("{CHART}/values.yaml"))).unwrap();
@@ -49,11 +73,85 @@ fn the_schema_and_the_charts_readme_describe_every_value() {
         given, described,
         "values.yaml's values (left) are those values.schema.json describes (right)"
     );
-    let readme = read(&format!("{CHART}/README.md"));
-    for path in &given {
+    let rows = readme_rows(&read(&format!("{CHART}/README.md")));
+    let listed: BTreeSet<String> = rows.keys().cloned().collect();
+    assert!(
+        listed == given,
+        "{CHART}/README.md's table has a row for each value of values.yaml, and no other: rows \
+         of no value {:?}, values without a row {:?}. Give an object that values.schema.json \
+         describes as a whole one `# --` comment, and each value of one it describes property \
+         by property its own, then write the table again ({CHART}/README.md says how)",
+        listed.difference(&given).collect::<Vec<_>>(),
+        given.difference(&listed).collect::<Vec<_>>(),
+    );
+    for (key, description) in &rows {
         assert!(
-            readme.contains(&format!("| `{path}` |")),
-            "{CHART}/README.md's table has a row for `{path}`"
+            !description.is_empty(),
+            "{CHART}/README.md: `{key}` has no description: give it a `# -- ` comment in \
+             values.yaml (helm-docs reads ` --` later in it as a key: write it otherwise)"
+        );
+    }
+}
+
+/// helm-docs' arguments, as README.md.gotmpl gives them to write the table.
+const HELM_DOCS_ARGS: &[&str] = &["--sort-values-order", "file", "--skip-version-footer"];
+
+/// helm-docs: `SWARM_HELM_DOCS`, else built (once) by `scripts/install-helm-docs.sh`.
+fn helm_docs() -> PathBuf {
+    pinned_tool("SWARM_HELM_DOCS", "scripts/install-helm-docs.sh").unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Copies directory `from` into `to`, recursively.
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+        let entry = entry.expect("a directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("a file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target)
+                .unwrap_or_else(|e| panic!("{}: {e}", entry.path().display()));
+        }
+    }
+}
+
+#[test]
+fn the_readmes_table_is_what_helm_docs_writes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let chart = dir.path().join("swarm-operator");
+    copy_dir(&repo(CHART), &chart);
+    let output = Command::new(helm_docs())
+        .arg("--chart-search-root")
+        .arg(&chart)
+        .args(HELM_DOCS_ARGS)
+        .output()
+        .expect("run helm-docs");
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "helm-docs failed: {said}");
+    let written = std::fs::read_to_string(chart.join("README.md")).expect("README.md");
+    let committed = read(&format!("{CHART}/README.md"));
+    let command = format!(
+        "\"$(scripts/install-helm-docs.sh)\" --chart-search-root {CHART} {}",
+        HELM_DOCS_ARGS.join(" ")
+    );
+    assert!(
+        committed.contains(&command),
+        "{CHART}/README.md.gotmpl gives the command that writes the table: {command}"
+    );
+    if written != committed {
+        let line = written
+            .lines()
+            .zip(committed.lines())
+            .position(|(a, b)| a != b)
+            .unwrap_or_else(|| written.lines().count().min(committed.lines().count()));
+        panic!(
+            "{CHART}/README.md is not what helm-docs writes from values.yaml and \
+             README.md.gotmpl, from line {}: {:?} committed, {:?} written. Edit values.yaml's \
+             `# --` comments or README.md.gotmpl, never README.md, then run: {command}",
+            line + 1,
+            committed.lines().nth(line).unwrap_or("(end of file)"),
+            written.lines().nth(line).unwrap_or("(end of file)"),
         );
     }
 }
@@ -152,10 +250,7 @@ fn the_values_reach_the_operator() {
         serde_yaml::from_str::<Value>("app.kubernetes.io/name: swarm-operator").unwrap(),
         "selectors never change"
     );
-    for doc in docs
-        .iter()
-        .filter(|d| d["kind"] != "CustomResourceDefinition")
-    {
+    for doc in &docs {
         let object = show_key(&key(doc));
         assert_eq!(doc["metadata"]["labels"]["team"], "platform", "{object}");
         assert_eq!(
@@ -461,4 +556,60 @@ fn the_worker_lease_policy_trusts_the_service_account_the_operator_runs_as() {
 #[test]
 fn an_existing_service_account_must_be_named() {
     assert_refused_naming("serviceAccount.create=false", "serviceAccount.name");
+}
+
+/// The CRDs `helm template --set <values>` renders.
+fn crds(values: &[&str]) -> Vec<Value> {
+    render("ops", values)
+        .into_iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .collect()
+}
+
+const KEEP: &str = "helm.sh/resource-policy";
+
+#[test]
+fn by_default_the_crd_is_rendered_and_kept_on_uninstall() {
+    let crds = crds(&[]);
+    assert_eq!(crds.len(), 1, "one CRD: {crds:?}");
+    assert_eq!(crds[0]["metadata"]["name"], "swarmpools.swarm.io");
+    assert_eq!(
+        crds[0]["metadata"]["annotations"][KEEP], "keep",
+        "crds.keep (the default) annotates the CRD {KEEP}: keep, or helm uninstall deletes it \
+         and every SwarmPool"
+    );
+}
+
+#[test]
+fn crds_keep_false_renders_the_crd_without_the_keep_annotation() {
+    let crds = crds(&["--set", "crds.keep=false"]);
+    assert_eq!(crds.len(), 1, "one CRD: {crds:?}");
+    assert!(
+        crds[0]["metadata"].get("annotations").is_none(),
+        "crds.keep=false: no annotation, {KEEP} least of all: {:?}",
+        crds[0]["metadata"]
+    );
+    // Else, the CRD of crds/ with Helm's labels.
+    let mut crd = crds[0].clone();
+    crd["metadata"]
+        .as_mapping_mut()
+        .expect("metadata")
+        .remove("labels");
+    let source: Value = serde_yaml::from_str(&read("crds/swarmpool.yaml")).unwrap();
+    let mut fields = Vec::new();
+    diff("", Some(&source), Some(&crd), &mut fields);
+    assert!(
+        fields.is_empty(),
+        "the chart's CRD is crds/swarmpool.yaml (the left, \"kustomize\", side): {fields:#?}"
+    );
+}
+
+#[test]
+fn crds_enabled_false_renders_no_crd() {
+    let crds = crds(&["--set", "crds.enabled=false"]);
+    assert!(
+        crds.is_empty(),
+        "crds.enabled=false renders no CRD: {:?}",
+        crds.iter().map(|d| show_key(&key(d))).collect::<Vec<_>>()
+    );
 }
