@@ -25,7 +25,7 @@ ENTRYPOINT ["/usr/local/bin/swarm-worker"]
 
 # The Python example worker (examples/python-worker): its pinned packages, the whole closure,
 # installed with --no-deps (wheels only) where distroless's Debian python3.11 reads them; without
-# console scripts, kubernetes/aio (the asyncio client, which swarm_worker.py does not import) and
+# console scripts, kubernetes/aio (the asyncio client, which swarm_worker does not import) and
 # the kubernetes package's tests, as scripts/build-images.sh leaves them out.
 FROM python:3.11-slim-bookworm AS python-build
 COPY examples/python-worker/requirements.txt /requirements.txt
@@ -37,10 +37,11 @@ RUN pip install --no-cache-dir --disable-pip-version-check --no-deps --no-compil
 
 FROM gcr.io/distroless/python3-debian12:nonroot AS python-worker
 COPY --from=python-build /out/dist-packages /usr/lib/python3/dist-packages
-COPY examples/python-worker/swarm_worker.py /app/swarm_worker.py
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# The worker's package, the files its wheel holds, run as `python -m swarm_worker` from /app.
+COPY examples/python-worker/swarm_worker /app/swarm_worker
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PYTHONPATH=/app
 USER 65532:65532
-ENTRYPOINT ["/usr/bin/python3.11", "/app/swarm_worker.py"]
+ENTRYPOINT ["/usr/bin/python3.11", "-m", "swarm_worker"]
 
 # The Go example worker (worker-go/examples/swarm-worker), static as scripts/go-worker.sh builds it.
 FROM golang:1.26-bookworm AS go-build

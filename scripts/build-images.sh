@@ -34,15 +34,16 @@
 # swarm-go-worker is worker-go/examples/swarm-worker, built static (CGO_ENABLED=0) by
 # `scripts/go-worker.sh build` from the pinned modules of worker-go/go.mod (Go is needed).
 #
-# swarm-python-worker runs examples/python-worker/swarm_worker.py (at /app) with Debian
-# bookworm's python3.11: the packages pinned in hack/debian/python-image-packages, fetched with
-# `apt-get download` and unpacked with `dpkg-deb -x` (never installed), without documentation
+# swarm-python-worker runs the package examples/python-worker/swarm_worker (at /app, as
+# `python3.11 -m swarm_worker` with PYTHONPATH=/app) with Debian bookworm's python3.11: the
+# packages pinned in hack/debian/python-image-packages, fetched with `apt-get download` and
+# unpacked with `dpkg-deb -x` (never installed), without documentation
 # (each package's copyright stays), test suites, pydoc's topics, venv, and the stdlib modules
 # whose libraries are not pinned (sqlite3, crypt, curses, readline, dbm.ndbm, nis). The wheels of
 # examples/python-worker/requirements.txt, the whole closure, go into
 # /usr/lib/python3/dist-packages with `pip install --no-deps --only-binary=:all:` for CPython 3.11
 # on glibc 2.36 (manylinux up to 2_36), without console scripts, kubernetes/aio (the asyncio
-# client, 40 MB that swarm_worker.py never imports) or the kubernetes package's *_test.py; all
+# client, 40 MB that swarm_worker never imports) or the kubernetes package's *_test.py; all
 # byte code is compiled at build time by the image's interpreter (the root filesystem may be
 # read-only: PYTHONDONTWRITEBYTECODE=1). The build fails when
 # any shared object in the image needs a library the image lacks. Packages and wheels are
@@ -155,7 +156,7 @@ trap 'rm -rf "${work}"' EXIT
 
 python_pins="${repo_root}/hack/debian/python-image-packages"
 python_requirements="${repo_root}/examples/python-worker/requirements.txt"
-python_worker="${repo_root}/examples/python-worker/swarm_worker.py"
+python_worker="${repo_root}/examples/python-worker/swarm_worker"
 # The wheels' platform: CPython 3.11 on bookworm's glibc 2.36. pip 23 does not widen a
 # manylinux_2_X platform to the older ones, so each is named.
 wheel_platform=(--only-binary=:all: --implementation cp --python-version 3.11 --abi cp311
@@ -246,9 +247,9 @@ fetch_python_packages() {
 }
 
 # stage_python <rootfs>: python3.11 and the part of its standard library the image keeps, unpacked
-# from the pinned Debian packages; the pinned wheels in /usr/lib/python3/dist-packages;
-# swarm_worker.py at /app; and stage_base's. Fails when a shared object needs a library the image
-# lacks.
+# from the pinned Debian packages; the pinned wheels in /usr/lib/python3/dist-packages; the
+# swarm_worker package at /app; and stage_base's. Fails when a shared object needs a library
+# the image lacks.
 stage_python() {
     local rootfs="$1"
     fetch_python_packages
@@ -275,8 +276,9 @@ stage_python() {
         die "cannot install the wheels of ${python_requirements} from ${python_wheels}"
     rm -rf "${site:?}/bin" "${site}/kubernetes/aio"
     find "${site}/kubernetes" -name '*_test.py' -delete
+    # The package's files as its wheel holds them: a checkout's byte code goes with the rest below.
+    cp -R --no-preserve=all "${python_worker}" "${rootfs}/app/swarm_worker"
     find "${rootfs}" -name __pycache__ -prune -exec rm -rf {} +
-    install -m 0644 "${python_worker}" "${rootfs}/app/swarm_worker.py"
     # Byte code, compiled here by the image's own interpreter: on a read-only root filesystem a
     # worker would otherwise compile the kubernetes client again at every start, seconds that a
     # crashed worker's jobs wait. Unchecked hashes: the files never change, and the build stays
@@ -443,7 +445,6 @@ check_python_image() {
     unpack_check "${name}"
     if ! in_image "${name}" "${output}" /usr/bin/python3.11 -c '
 import sys
-sys.path.insert(0, "/app")
 import kubernetes, urllib3, yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
@@ -477,10 +478,10 @@ build_image swarm-go-worker "swarm-go-worker, its libraries, CA certificates, pa
     --config.entrypoint /usr/local/bin/swarm-go-worker
 python_start=${SECONDS}
 build_image swarm-python-worker \
-    "python3.11 from Debian bookworm (${python_pins#"${repo_root}/"}), the wheels of ${python_requirements#"${repo_root}/"}, swarm_worker.py, CA certificates, passwd" \
+    "python3.11 from Debian bookworm (${python_pins#"${repo_root}/"}), the wheels of ${python_requirements#"${repo_root}/"}, the swarm_worker package, CA certificates, passwd" \
     stage_python -- \
-    --config.entrypoint /usr/bin/python3.11 --config.entrypoint /app/swarm_worker.py \
-    --config.env PYTHONDONTWRITEBYTECODE=1 --config.env PYTHONUNBUFFERED=1
+    --config.entrypoint /usr/bin/python3.11 --config.entrypoint=-m --config.entrypoint swarm_worker \
+    --config.env PYTHONDONTWRITEBYTECODE=1 --config.env PYTHONUNBUFFERED=1 --config.env PYTHONPATH=/app
 say "swarm-python-worker: written in $((SECONDS - python_start)) s"
 if ((check)); then
     check_image swarm-operator

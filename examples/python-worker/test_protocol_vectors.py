@@ -1,4 +1,4 @@
-"""Holds swarm_worker.py to the protocol's test vectors (protocol/vectors/), the files the Rust
+"""Holds swarm_worker to the protocol's test vectors (protocol/vectors/), the files the Rust
 crate swarm-protocol reads too: the same names, config.yml reading, own-ConfigMap name, Lease,
 report line, fence arithmetic and traces, and settings as the operator and the Rust and Go
 workers.

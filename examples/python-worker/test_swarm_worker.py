@@ -1,4 +1,6 @@
-"""Runs swarm_worker.py against kube-sim and checks what the operator relies on.
+"""Runs the installed swarm_worker package (scripts/install-python-worker.sh builds and installs
+its wheel; test_package.py checks that it is this checkout's) against kube-sim and checks what
+the operator relies on.
 
 kube-sim is the binary named by KUBE_SIM, else the one `cargo build -p kube-sim [--release]`
 left in $CARGO_TARGET_DIR or the repository's target/ directory.
@@ -29,7 +31,8 @@ from kubernetes import client, config, watch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-WORKER = os.path.join(HERE, "swarm_worker.py")
+# -I: the installed package, as a user runs it, never the source beside this file.
+WORKER = [sys.executable, "-I", "-m", "swarm_worker"]
 POD = "swarm-worker-0"
 OTHER_POD = "swarm-worker-1"
 CONFIG_MAP = "swarm-config"  # the pool's ConfigMap (SWARM_CONFIG_MAP), which a worker never reads
@@ -187,7 +190,7 @@ class SwarmWorkerTest(unittest.TestCase):
         env.pop("KUBERNETES_SERVICE_HOST", None)
         log = open(self.log, "w")
         self.addCleanup(log.close)
-        self.worker = subprocess.Popen([sys.executable, WORKER], env=env, stderr=log)
+        self.worker = subprocess.Popen(WORKER, env=env, stderr=log)
 
     def health(self, path):
         """The status the worker's health server answers on `path`."""

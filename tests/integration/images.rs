@@ -3,10 +3,10 @@
 //! path, the entrypoint, the cmd, the user and the exposed ports are those of the image's
 //! config; and each image has no shell, the CA certificates, distroless's `nonroot` user and group, and
 //! every shared library its glibc-linked binary needs (the loader at its interpreter path
-//! included). For the `python-worker` stage, the entrypoint (the interpreter and the script),
-//! the user, the environment and the copies: `swarm_worker.py` as it is in the repository, and
-//! a site directory holding every distribution `examples/python-worker/requirements.txt` pins,
-//! at its pinned version.
+//! included). For the `python-worker` stage, the entrypoint (the interpreter, `-m` and the
+//! package), the user, the environment and the copies: the package `swarm_worker` as it is in
+//! the repository, where `PYTHONPATH` finds it, and a site directory holding every distribution
+//! `examples/python-worker/requirements.txt` pins, at its pinned version.
 //!
 //! The archives are read from the directory `SWARM_IMAGE_ARCHIVES` names (`scripts/test.sh`
 //! builds them before the tests); without it, the test builds them itself with
@@ -465,44 +465,108 @@ fn the_go_worker_image_keeps_the_dockerfiles_contract() {
     );
 }
 
-/// The Python worker's image: the interpreter the Dockerfile's base image has runs the script it
-/// copies, beside a site directory with the pinned distributions.
+/// The files under `root`, as paths relative to it, without Python's byte code (the image's is
+/// compiled at build time, a checkout's left by its test runs).
+fn python_sources(root: &Path) -> BTreeSet<PathBuf> {
+    fn walk(dir: &Path, root: &Path, found: &mut BTreeSet<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                if !path.ends_with("__pycache__") {
+                    walk(&path, root, found);
+                }
+            } else {
+                found.insert(path.strip_prefix(root).unwrap().to_owned());
+            }
+        }
+    }
+    let mut found = BTreeSet::new();
+    walk(root, root, &mut found);
+    found
+}
+
+/// The package `module` the entrypoint runs: one of the stage's copies, into the directory its
+/// `PYTHONPATH` names, with the files of the repository's `examples/python-worker/<module>`.
+/// Returns the copy's destination.
+fn check_python_package<'a>(
+    name: &str,
+    stage: &str,
+    want: &'a Stage,
+    image: &Image,
+    module: &str,
+) -> &'a str {
+    let package = want
+        .copies
+        .iter()
+        .find(|c| Path::new(c).file_name() == Some(module.as_ref()))
+        .unwrap_or_else(|| {
+            panic!(
+                "{stage}: the entrypoint's package {module} is not one the stage copies: {:?}",
+                want.copies
+            )
+        });
+    let parent = Path::new(package).parent().unwrap().display();
+    assert!(
+        want.env.contains(&format!("PYTHONPATH={parent}")),
+        "{stage}: PYTHONPATH is not {parent}, where {package} is: {:?}",
+        want.env
+    );
+    let source = Path::new(REPO).join("examples/python-worker").join(module);
+    let files = python_sources(&source);
+    assert!(
+        files.iter().any(|f| f.ends_with("__main__.py")),
+        "{}: no __main__.py for -m",
+        source.display()
+    );
+    assert_eq!(
+        python_sources(&image.path(package)),
+        files,
+        "{name}: the files of {package} are those of {}",
+        source.display()
+    );
+    for file in &files {
+        assert!(
+            std::fs::read(image.path(package).join(file)).unwrap()
+                == std::fs::read(source.join(file)).unwrap(),
+            "{name}: {package}/{} is not {}",
+            file.display(),
+            source.join(file).display()
+        );
+    }
+    package
+}
+
+/// The Python worker's image: the interpreter the Dockerfile's base image has runs the package
+/// it copies (`-m`), beside a site directory with the pinned distributions.
 #[test]
 fn the_python_worker_image_keeps_the_dockerfiles_contract() {
     let (name, stage) = ("swarm-python-worker", "python-worker");
     let want = dockerfile_stage(stage);
     let image = unpack(name);
     check_config(name, &want, &image);
-    let Some([interpreter, script]) = want.entrypoint.as_deref() else {
-        panic!("{stage}: the entrypoint is not [interpreter, script]: {want:?}");
+    let Some([interpreter, flag, module]) = want.entrypoint.as_deref() else {
+        panic!("{stage}: the entrypoint is not [interpreter, -m, package]: {want:?}");
     };
+    assert_eq!(
+        flag, "-m",
+        "{stage}: the entrypoint runs a package: {want:?}"
+    );
     check_executable(name, &image, interpreter);
     check_base(name, &image);
     check_libraries(name, &image, interpreter);
 
-    // The script, as it is in the repository.
-    assert!(
-        want.copies.contains(script),
-        "{stage}: the entrypoint's {script} is not one the stage copies: {:?}",
-        want.copies
-    );
-    let source = Path::new(REPO).join("examples/python-worker/swarm_worker.py");
-    assert_eq!(
-        image.read(script),
-        std::fs::read_to_string(&source).unwrap(),
-        "{name}: {script} is {}",
-        source.display()
-    );
+    // The package, as it is in the repository.
+    let package = check_python_package(name, stage, &want, &image, module);
 
     // The other copy: the site directory, with each pinned distribution at its version.
     let [site] = want
         .copies
         .iter()
-        .filter(|c| *c != script)
+        .filter(|c| *c != package)
         .collect::<Vec<_>>()[..]
     else {
         panic!(
-            "{stage}: copies {:?}, not the script and one site directory",
+            "{stage}: copies {:?}, not the package and one site directory",
             want.copies
         );
     };
@@ -552,11 +616,23 @@ fn the_dockerfile_parser_reads_the_python_worker_stage() {
     let stage = dockerfile_stage("python-worker");
     assert_eq!(
         stage.copies,
-        ["/usr/lib/python3/dist-packages", "/app/swarm_worker.py"]
+        ["/usr/lib/python3/dist-packages", "/app/swarm_worker"]
     );
     assert_eq!(
         stage.env,
-        ["PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"]
+        [
+            "PYTHONDONTWRITEBYTECODE=1",
+            "PYTHONUNBUFFERED=1",
+            "PYTHONPATH=/app"
+        ]
+    );
+    assert_eq!(
+        stage.entrypoint,
+        Some(
+            ["/usr/bin/python3.11", "-m", "swarm_worker"]
+                .map(String::from)
+                .to_vec()
+        )
     );
     assert!(stage.exposed.is_empty() && stage.cmd.is_none());
 }

@@ -42,7 +42,7 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(100);
 pub enum Workers {
     /// `examples/swarm-worker.rs` on the `swarm-worker` library.
     Rust,
-    /// `examples/python-worker/swarm_worker.py` on the official client.
+    /// The package `examples/python-worker/swarm_worker` on the official client.
     Python,
     /// `worker-go/examples/swarm-worker` on the Go module, on client-go.
     Go,

@@ -25,8 +25,9 @@ pub(super) fn spawn(
     let mut command = match program {
         Program::Rust => tokio::process::Command::new(rust_worker()),
         Program::Python => {
+            // The package installed in that environment, as a user runs it.
             let mut command = tokio::process::Command::new(python_worker());
-            command.arg(repo_root().join("examples/python-worker/swarm_worker.py"));
+            command.args(["-m", "swarm_worker"]);
             command
         }
         Program::Go => tokio::process::Command::new(go_worker()),
@@ -137,8 +138,8 @@ pub(super) fn go_worker() -> PathBuf {
         .clone()
 }
 
-/// The Python interpreter with the worker's pinned client: `SWARM_PYTHON_WORKER`, or the
-/// virtual environment `scripts/install-python-worker.sh` makes.
+/// The Python interpreter with the worker's pinned client and the worker's package installed:
+/// `SWARM_PYTHON_WORKER`, or the virtual environment `scripts/install-python-worker.sh` makes.
 pub(super) fn python_worker() -> PathBuf {
     if let Some(path) = std::env::var_os("SWARM_PYTHON_WORKER").filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
@@ -147,7 +148,7 @@ pub(super) fn python_worker() -> PathBuf {
     assert!(
         venv.is_file(),
         "no Python worker environment at {}: run scripts/install-python-worker.sh (scripts/test.sh does), \
-         or set SWARM_PYTHON_WORKER to a python with kubernetes and PyYAML",
+         or set SWARM_PYTHON_WORKER to a python with the swarm-worker package installed",
         venv.display()
     );
     venv

@@ -23,6 +23,8 @@ pool's ConfigMap, whose name this worker's own ConfigMap name starts with; defau
 30), SWARM_WORKER_HEALTH_ADDR (where /readyz and /healthz are served, an IP:port; default
 0.0.0.0:8081; port 0 picks a free one), SWARM_TERMINATION_SECONDS (default 25),
 SWARM_WORKER_REPORT (optional), KUBECONFIG when run outside a cluster.
+
+Run it as `swarm-python-worker` (the console script) or `python -m swarm_worker`.
 """
 
 import contextlib
@@ -1111,7 +1113,3 @@ def main():
         log.info("exiting: acknowledged a version without jobs")
     else:
         log.info("exiting: the termination period ended")
-
-
-if __name__ == "__main__":
-    main()
