@@ -48,6 +48,8 @@ async fn a_second_release_of_the_chart_is_refused_instead_of_running_a_second_op
                 &chart(),
                 "--namespace",
                 OPERATOR_NAMESPACE,
+                // The CRD is in the cluster already (the harness applied crds/).
+                "--take-ownership",
             ]);
             assert!(
                 first.status.success(),
