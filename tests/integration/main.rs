@@ -1,7 +1,7 @@
 //! The operator's integration tests that need no cluster (planner and Deployment scenarios,
 //! the deterministic handoff simulation, the CLIs, the CRD and manifests, the Helm chart against
-//! them, monitoring rules, /metrics over HTTPS, the container images against the Dockerfile),
-//! one module each, linked into one binary. The end-to-end suite (`tests/e2e/main.rs`) and the
+//! them, monitoring rules, /metrics over HTTPS, the container images against the Dockerfile, one
+//! version everywhere a release sets it), one module each, linked into one binary. The end-to-end suite (`tests/e2e/main.rs`) and the
 //! fault soak (`tests/soak/`) are binaries of their own.
 
 mod assignment_plan_cli;
@@ -27,3 +27,4 @@ mod plugin_cluster_errors;
 mod plugin_reports;
 #[path = "../e2e/harness/tools.rs"]
 mod tools;
+mod versions;
