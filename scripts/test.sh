@@ -22,7 +22,7 @@
 #
 # SWARM_E2E_KUBECONFIG=<kubeconfig> runs the kube-sim tier's end-to-end scenarios against that
 # cluster instead (see tests/e2e/main.rs). SWARM_E2E_PARALLEL (default 6) bounds how many end-to-end
-# scenarios share the real control plane at once.
+# scenarios run at once, on kube-sim and on the real control plane.
 #
 # It ends with a table of where the time went (and .ci/run's steps before it, which it records
 # in the file SWARM_TIMINGS names), and the ten slowest scenarios on the real control plane.
@@ -125,12 +125,13 @@ real_tier=0
 if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; then
     real_tier=1
     go_log="$(mktemp "${TMPDIR:-/tmp}/swarm-go-build.XXXXXX")"
-    say "building or reusing helm, the control plane and toxiproxy in the background (log: ${go_log})"
+    say "building or reusing helm, helm-docs, the control plane and toxiproxy in the background (log: ${go_log})"
     (
         go_start=${SECONDS}
-        # helm first: the chart's tests in the kube-sim tier need it (they build it themselves
-        # when this has not yet).
-        scripts/install-helm.sh >/dev/null && scripts/real-cluster.sh build &&
+        # helm and helm-docs first: the chart's tests in the kube-sim tier need them (they
+        # build them themselves when this has not yet).
+        scripts/install-helm.sh >/dev/null && scripts/install-helm-docs.sh >/dev/null &&
+            scripts/real-cluster.sh build &&
             scripts/install-toxiproxy.sh >/dev/null
         code=$?
         echo "go build finished in $((SECONDS - go_start)) s"
@@ -181,9 +182,13 @@ else
 fi
 mark "images: build from the test profile's binaries"
 
-# --no-fail-fast: one failing test binary must not hide the results of the others.
-say "cargo test --workspace --no-fail-fast $*"
-cargo test --workspace --no-fail-fast "$@" || status=$?
+# --no-fail-fast: one failing test binary must not hide the results of the others. The
+# end-to-end scenarios on kube-sim spend most of their time waiting on the simulation's clock,
+# so SWARM_E2E_PARALLEL of them run at once (335 s at 2, the cores, 128 s at 6); every other
+# test binary takes the same bound.
+say "cargo test --workspace --no-fail-fast $*, ${SWARM_E2E_PARALLEL:-6} tests of a binary at a time"
+RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SWARM_E2E_PARALLEL:-6}}" \
+    cargo test --workspace --no-fail-fast "$@" || status=$?
 say "kube-sim tier finished with exit code ${status}"
 mark "kube-sim tier: tests"
 
