@@ -29,7 +29,9 @@
 #     (scripts/install-syft.sh) from its OCI archive;
 #  4. pushes each image with crane (scripts/install-crane.sh) to R/<name>:VERSION, and fails
 #     unless the registry's digest is the archive's manifest digest;
-#  5. packages the chart (helm, scripts/install-helm.sh) and pushes it to oci://R/charts;
+#  5. packages the chart (helm, scripts/install-helm.sh) with its image.repository R/swarm-operator
+#     and image.digest the pushed one's, so it installs the image released with it, and pushes
+#     it to oci://R/charts;
 #  6. tags the commit vVERSION (the operator's release) and worker-go/vVERSION (the Go module's
 #     version: Go finds a module in a subdirectory by tags with its directory as a prefix), and
 #     prints the `git push` that publishes them. It never pushes them itself: Go's module proxy
@@ -197,22 +199,45 @@ sbom_and_push() {
         [[ "${digest}" == "${expected}" && "${pushed}" == *"@${expected}" ]] ||
             die "${registry}/${name}:${version} is ${digest} (push said ${pushed}), not the archive's ${expected}"
         printf '%s\t%s\t%s\n' "${name}" "${registry}/${name}:${version}" "${digest}"
+        [[ "${name}" != swarm-operator ]] || operator_digest="${digest}"
     done
 }
 
-# push_chart: packages the chart, pushes it, prints its line.
+# push_chart: packages the chart, naming the pushed operator image by its registry and digest
+# (so `helm install oci://R/charts/swarm-operator --version VERSION` needs no --set image...),
+# pushes it, prints its line.
 push_chart() {
-    local helm crane package digest plain=() insecure=()
+    local helm crane chart package digest plain=() insecure=()
     helm="$(scripts/install-helm.sh)"
     crane="$(scripts/install-crane.sh)"
     ((plain_http == 0)) || plain=(--plain-http) insecure=(--insecure)
-    "${helm}" package charts/swarm-operator --destination "${out}" >&2 || die "helm package failed (see above)"
+    [[ -n "${operator_digest:-}" ]] || die "no swarm-operator image was pushed: nothing for the chart to name"
+    chart="$(mktemp -d)/swarm-operator"
+    cp -r charts/swarm-operator "${chart}"
+    released_image_values "${chart}/values.yaml" "${registry}/swarm-operator" "${operator_digest}"
+    "${helm}" package "${chart}" --destination "${out}" >&2 || die "helm package failed (see above)"
+    rm -rf "$(dirname "${chart}")"
     package="${out}/swarm-operator-${version}.tgz"
     [[ -f "${package}" ]] || die "helm package wrote no ${package}: is Chart.yaml's version ${version}?"
     "${helm}" push "${package}" "oci://${registry}/charts" "${plain[@]}" >&2 ||
         die "helm push of ${package} to oci://${registry}/charts failed (see above; \`helm registry login ${registry%%/*}\` if it needs credentials)"
     digest="$("${crane}" digest "${insecure[@]}" "${registry}/charts/swarm-operator:${version}")"
     printf '%s\t%s\t%s\n' "swarm-operator chart" "${registry}/charts/swarm-operator:${version}" "${digest}"
+}
+
+# released_image_values <values.yaml> <repository> <digest>: the image block's repository and
+# digest set in place, comments kept; fails unless each line was found once.
+released_image_values() {
+    python3 - "$@" <<'PY'
+import re, sys
+path, repository, digest = sys.argv[1:]
+text = open(path).read()
+for key, value in (("repository", repository), ("digest", digest)):
+    text, n = re.subn(rf"(?m)^(image:\n(?:  .*\n|\n)*?  {key}: ).*$", rf'\g<1>"{value}"', text)
+    if n != 1:
+        sys.exit(f"{path}: no image.{key} line to set")
+open(path, "w").write(text)
+PY
 }
 
 # Tags the release commit (unless --allow-dirty) and says how to publish the tags.
