@@ -12,6 +12,7 @@ use axum::http::header::USER_AGENT;
 use clap::{Args, Parser, Subcommand};
 use prometheus_client::registry::Registry;
 use swarm_operator::api::crd;
+use swarm_operator::cli::check::{self, CheckArgs};
 use swarm_operator::cli::plan::{self, PlanArgs};
 use swarm_operator::controller;
 use swarm_operator::runtime::http::{HttpState, MetricsAccess};
@@ -46,6 +47,9 @@ enum Command {
     Crd,
     /// Print the config.yml the operator would write for a pool.
     Plan(PlanArgs),
+    /// Check an installed operator: SwarmPools served, an operator pod Ready, the Lease held by
+    /// one (the chart's `helm test`).
+    Check(CheckArgs),
 }
 
 #[derive(Args, Debug)]
@@ -121,6 +125,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Some(Command::Plan(args)) => plan::run(&args),
+        Some(Command::Check(args)) => check_install(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -163,6 +168,20 @@ fn one_line(error: &anyhow::Error) -> String {
         }
     }
     line
+}
+
+fn check_install(args: &CheckArgs) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let summary = runtime.block_on(async {
+        let client = kube::Client::try_from(client_config().await?)
+            .context("building the Kubernetes client")?;
+        check::check(&client, args).await
+    })?;
+    println!("swarm-operator works: {summary}");
+    Ok(())
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {

@@ -1,4 +1,5 @@
 //! Subcommands other than `run` and `crd`.
 
+pub mod check;
 pub mod handoff_writes;
 pub mod plan;

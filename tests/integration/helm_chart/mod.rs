@@ -115,8 +115,9 @@ fn documents(text: &str, what: &str) -> Vec<Value> {
 }
 
 /// `helm template swarm-operator charts/swarm-operator --namespace <namespace> --include-crds
-/// <values>`, as documents. The CRD is a template; `--include-crds` would add a CRD put back in
-/// `crds/` (which Helm never upgrades), and `by_key` refuses the CRD twice.
+/// --skip-tests <values>`, as documents. The CRD is a template; `--include-crds` would add a CRD
+/// put back in `crds/` (which Helm never upgrades), and `by_key` refuses the CRD twice. The
+/// `helm test` hook is `test_hook`'s.
 fn render(namespace: &str, values: &[&str]) -> Vec<Value> {
     let mut args = vec![
         "template",
@@ -125,6 +126,7 @@ fn render(namespace: &str, values: &[&str]) -> Vec<Value> {
         "--namespace",
         namespace,
         "--include-crds",
+        "--skip-tests",
     ];
     args.extend_from_slice(values);
     let run = run_helm(&args);
@@ -513,4 +515,5 @@ fn the_artifact_hub_annotations_name_the_crd_and_the_licence() {
 
 /// The values: the schema, the README's table and helm-docs, lint, and each value reaching what
 /// it sets.
+mod test_hook;
 mod values;

@@ -1,8 +1,9 @@
 //! The operator installed with Helm (`charts/swarm-operator`) as a user installs it: `helm
 //! install` with the image built for this run and the pods placed on the real node; the leader,
-//! in the cluster, balances the example pool; a `helm upgrade` that changes a value rolls the
-//! operator's pods while the pool stays Balanced and no job runs twice; and `helm uninstall`
-//! removes the operator but leaves the CRD (`crds.keep`) and the pools, as users expect of CRDs.
+//! in the cluster, balances the example pool, and `helm test` (the chart's check pod) passes; a
+//! `helm upgrade` that changes a value rolls the operator's pods while the pool stays Balanced
+//! and no job runs twice; and `helm uninstall` removes the operator but leaves the CRD
+//! (`crds.keep`) and the pools, as users expect of CRDs.
 //!
 //! It needs helm (`SWARM_HELM`, which `scripts/test.sh` sets from `scripts/install-helm.sh`)
 //! and skips with a note without it, as without the image.
@@ -65,6 +66,7 @@ async fn helm_installs_upgrades_and_uninstalls_the_operator_leaving_the_crd_and_
             env.apply_examples().await;
             let settled = wait_balanced(env, env.example.replicas()).await;
             assert_invariants(env, &settled).await;
+            helm_test_passes(&helm);
             helm_upgrade_rolls_while_the_pool_stays_balanced(env, &helm, &pods).await;
 
             // The new leader works: it takes a scale.
@@ -119,6 +121,21 @@ async fn helm_install(env: &Env, helm: &Helm) -> Vec<Pod> {
         started.elapsed().as_secs_f64()
     );
     pods
+}
+
+/// `helm test`: the chart's hook pod, on the real node, finds the CRD served, the replicas Ready
+/// and a Ready one holding the Lease.
+fn helm_test_passes(helm: &Helm) {
+    let started = Instant::now();
+    let out = helm.ok(&["test".to_owned(), RELEASE.to_owned()]);
+    assert!(
+        out.contains("swarm-operator-test") && out.contains("Succeeded"),
+        "helm test ran the check pod and it succeeded: {out}"
+    );
+    eprintln!(
+        "real-node-helm: helm test passed in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// An upgrade that changes a value of the pod template: the Deployment rolls both replicas
