@@ -65,6 +65,7 @@ cd "${repo_root}"
 #   ca_bundle                       this machine's CA certificates, copied into every image
 #   umoci, rootless                 the umoci binary and its flags for a non-root user
 #   epoch, created                  the images' one time (SOURCE_DATE_EPOCH or the last commit's)
+#   oci_flags                       umoci config's flags for the OCI annotations and labels
 #   work                            the temporary directory of this run (removed at exit)
 #   python_pins, python_requirements, python_worker, wheel_platform, python_debs, python_wheels
 #                                   the Python worker's pins, files and download caches
@@ -150,6 +151,24 @@ rootless=()
 
 epoch="${SOURCE_DATE_EPOCH:-$(git -C "${repo_root}" log -1 --format=%ct 2>/dev/null || echo 0)}"
 created="$(date -u -d "@${epoch}" +%Y-%m-%dT%H:%M:%SZ)"
+# What each image says it is (the Dockerfile's LABELs): its source and licence from Cargo.toml's
+# [workspace.package], its version, the commit built and the images' one time; written as the
+# manifest's OCI annotations and the config's labels.
+mapfile -t oci_annotations < <(python3 - "${repo_root}/Cargo.toml" \
+    "$(git -C "${repo_root}" rev-parse HEAD 2>/dev/null || echo unknown)" "${created}" <<'EOF'
+import sys, tomllib
+manifest, revision, created = sys.argv[1:]
+package = tomllib.load(open(manifest, "rb"))["workspace"]["package"]
+for key, value in (("source", package["repository"]), ("licenses", package["license"]),
+                   ("version", package["version"]), ("revision", revision), ("created", created)):
+    print(f"org.opencontainers.image.{key}={value}")
+EOF
+)
+((${#oci_annotations[@]} == 5)) || die "cannot read the images' annotations from Cargo.toml's [workspace.package]"
+oci_flags=()
+for annotation in "${oci_annotations[@]}"; do
+    oci_flags+=(--manifest.annotation "${annotation}" --config.label "${annotation}")
+done
 
 work="$(mktemp -d "${out}/.build-images.XXXXXX")"
 trap 'rm -rf "${work}"' EXIT
@@ -375,7 +394,7 @@ build_image() {
         --config.user 65532:65532 --config.workingdir /home/nonroot \
         --config.env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         --config.env SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt \
-        "$@"
+        "${oci_flags[@]}" "$@"
     "${umoci}" gc --layout "${layout}"
     tar --sort=name --mtime="@${epoch}" --owner=0 --group=0 --numeric-owner --mode=a+rX,u+w \
         -C "${layout}" -cf "${out}/${name}.tar.partial" oci-layout index.json blobs

@@ -14,7 +14,7 @@
 //! `cargo test --workspace` build that compiles only the example's plain binary; it needs Go
 //! for umoci the first time).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -37,6 +37,8 @@ struct Stage {
     exposed: BTreeSet<String>,
     entrypoint: Option<Vec<String>>,
     cmd: Option<Vec<String>>,
+    /// Its LABEL pairs, values unquoted (`${ARG}` left as written).
+    labels: BTreeMap<String, String>,
 }
 
 /// Parses the stage named `name` (`FROM ... AS <name>`) of the Dockerfile.
@@ -131,6 +133,9 @@ impl Stage {
                 }
             })),
             "ENTRYPOINT" => self.entrypoint = Some(exec_form("ENTRYPOINT")),
+            // The build arguments the labels read; their values are checked through the labels.
+            "ARG" => {}
+            "LABEL" => self.labels.extend(labels(name, args)),
             "CMD" => self.cmd = Some(exec_form("CMD")),
             other => panic!(
                 "the Dockerfile's {name} stage has a {other} instruction that this test does \
@@ -211,6 +216,8 @@ fn read_json(path: &Path) -> Value {
 struct Image {
     _dir: tempfile::TempDir,
     config: Value,
+    /// The manifest's annotations.
+    annotations: Value,
     rootfs: PathBuf,
 }
 
@@ -261,6 +268,7 @@ fn unpack(name: &str) -> Image {
     Image {
         _dir: dir,
         config,
+        annotations: manifest["annotations"].clone(),
         rootfs,
     }
 }
@@ -327,6 +335,90 @@ fn check_config(name: &str, want: &Stage, image: &Image) {
             "{name}: {pair} is not in the image's env {env:?}"
         );
     }
+}
+
+/// A LABEL instruction's `key="value"` pairs (the Dockerfile quotes every value).
+fn labels(stage: &str, args: &str) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    let mut rest = args.trim();
+    while !rest.is_empty() {
+        let (key, value) = rest.split_once("=\"").unwrap_or_else(|| {
+            panic!("the {stage} stage's LABEL is not key=\"value\" pairs: {args}")
+        });
+        let (value, after) = value
+            .split_once('"')
+            .unwrap_or_else(|| panic!("the {stage} stage's LABEL has an unclosed quote: {args}"));
+        pairs.push((key.trim().to_owned(), value.to_owned()));
+        rest = after.trim();
+    }
+    pairs
+}
+
+/// What the image says it is: the manifest's OCI annotations and the config's labels are both
+/// the Dockerfile's LABELs, their build arguments the workspace's version, the commit built
+/// (40 hex digits) and an RFC 3339 time; the source and licence are Cargo.toml's.
+fn check_labels(name: &str, want: &Stage, image: &Image) {
+    let workspace = cargo_workspace_package();
+    let keys: BTreeSet<&str> = want.labels.keys().map(String::as_str).collect();
+    let oci = |what: &str| format!("org.opencontainers.image.{what}");
+    let expected: BTreeSet<String> = ["source", "revision", "version", "licenses", "created"]
+        .iter()
+        .map(|what| oci(what))
+        .collect();
+    assert_eq!(
+        keys,
+        expected.iter().map(String::as_str).collect(),
+        "{name}: the Dockerfile's labels"
+    );
+    for (found, what) in [
+        (&image.annotations, "manifest annotation"),
+        (&image.config["config"]["Labels"], "config label"),
+    ] {
+        let value = |key: &str| {
+            found[key]
+                .as_str()
+                .unwrap_or_else(|| panic!("{name}: no {what} {key}: {found}"))
+                .to_owned()
+        };
+        for (key, written) in &want.labels {
+            let actual = value(key);
+            match written.as_str() {
+                "${VERSION}" => assert_eq!(actual, workspace["version"], "{name}: {what} {key}"),
+                "${REVISION}" => assert!(
+                    actual.len() == 40 && actual.chars().all(|c| c.is_ascii_hexdigit()),
+                    "{name}: {what} {key} is a commit: {actual}"
+                ),
+                "${CREATED}" => assert!(
+                    actual.parse::<k8s_openapi::jiff::Timestamp>().is_ok(),
+                    "{name}: {what} {key} is an RFC 3339 time: {actual}"
+                ),
+                literal => assert_eq!(actual, literal, "{name}: {what} {key}"),
+            }
+        }
+        assert_eq!(
+            value(&oci("source")),
+            workspace["repository"],
+            "{name}: {what} source"
+        );
+        assert_eq!(
+            value(&oci("licenses")),
+            workspace["license"],
+            "{name}: {what} licenses"
+        );
+    }
+}
+
+/// Cargo.toml's `[workspace.package]`, as strings.
+fn cargo_workspace_package() -> BTreeMap<String, String> {
+    let text = std::fs::read_to_string(Path::new(REPO).join("Cargo.toml")).unwrap();
+    let manifest: toml::Table = text.parse().expect("Cargo.toml");
+    // `repository` and `license` are strings; the lists and tables of the section are skipped.
+    manifest["workspace"]["package"]
+        .as_table()
+        .expect("[workspace.package]")
+        .iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+        .collect()
 }
 
 /// `absolute` is in the image and executable by all.
@@ -424,6 +516,7 @@ fn check_image(name: &str, stage: &str) {
     let want = dockerfile_stage(stage);
     let image = unpack(name);
     check_config(name, &want, &image);
+    check_labels(name, &want, &image);
     let binary = want.binary(stage);
     assert_eq!(
         want.entrypoint
@@ -544,6 +637,7 @@ fn the_python_worker_image_keeps_the_dockerfiles_contract() {
     let want = dockerfile_stage(stage);
     let image = unpack(name);
     check_config(name, &want, &image);
+    check_labels(name, &want, &image);
     let Some([interpreter, flag, module]) = want.entrypoint.as_deref() else {
         panic!("{stage}: the entrypoint is not [interpreter, -m, package]: {want:?}");
     };

@@ -20,40 +20,35 @@ fn yaml(path: &str) -> Value {
     serde_yaml::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// The lines of TOML table `[table]` in `text` (up to the next table's header).
-fn table<'a>(text: &'a str, table: &str) -> impl Iterator<Item = &'a str> {
-    let header = format!("[{table}]");
-    text.lines()
-        .skip_while(move |line| line.trim() != header)
-        .skip(1)
-        .take_while(|line| !line.trim_start().starts_with('['))
+fn toml(path: &str) -> toml::Table {
+    read(path).parse().unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// `key = "value"` of a TOML table: the value; `key.workspace = true`: `None`, inherited.
-fn toml_string(text: &str, table_name: &str, key: &str) -> Option<String> {
-    table(text, table_name).find_map(|line| {
-        let (name, value) = line.split_once('=')?;
-        (name.trim() == key).then(|| value.trim().trim_matches('"').to_owned())
-    })
-}
-
-fn inherits(text: &str, key: &str) -> bool {
-    table(text, "package").any(|line| line.replace(' ', "") == format!("{key}.workspace=true"))
+/// `table.key` (dotted: `package.version`) as a string; `None` when absent or not a string.
+fn string(table: &toml::Table, key: &str) -> Option<String> {
+    let mut value = None::<&toml::Value>;
+    for part in key.split('.') {
+        value = match value {
+            None => table.get(part),
+            Some(inner) => inner.get(part),
+        };
+    }
+    value?.as_str().map(str::to_owned)
 }
 
 /// The workspace's members, from the root Cargo.toml's `members = [...]`.
-fn members(root: &str) -> Vec<String> {
-    let list = toml_string(root, "workspace", "members").expect("[workspace] members");
-    list.trim_matches(['[', ']'])
-        .split(',')
-        .map(|member| member.trim().trim_matches('"').to_owned())
-        .filter(|member| !member.is_empty())
+fn members(root: &toml::Table) -> Vec<String> {
+    root["workspace"]["members"]
+        .as_array()
+        .expect("[workspace] members")
+        .iter()
+        .filter_map(|member| member.as_str().map(str::to_owned))
         .collect()
 }
 
 /// Every place that holds the version, as (where, the version found there).
 fn versions() -> Vec<(String, String)> {
-    let root = read("Cargo.toml");
+    let root = toml("Cargo.toml");
     let mut found = Vec::new();
     let mut crates = Vec::new();
     for member in members(&root) {
@@ -62,18 +57,23 @@ fn versions() -> Vec<(String, String)> {
         } else {
             format!("{member}/Cargo.toml")
         };
-        let manifest = read(&path);
-        crates.push(toml_string(&manifest, "package", "name").expect("[package] name"));
-        if !inherits(&manifest, "version") {
-            let version = toml_string(&manifest, "package", "version").unwrap_or_default();
+        let manifest = toml(&path);
+        crates.push(string(&manifest, "package.name").expect("[package] name"));
+        // `version.workspace = true` is a table, not a string.
+        let inherits = manifest["package"]["version"]
+            .get("workspace")
+            .and_then(toml::Value::as_bool);
+        if inherits != Some(true) {
+            let version = string(&manifest, "package.version").unwrap_or_default();
             found.push((
                 format!("{path} [package] version (or version.workspace = true)"),
                 version,
             ));
         }
     }
-    for entry in read("Cargo.lock").split("[[package]]").skip(1) {
-        let field = |key: &str| toml_string(&format!("[p]\n{entry}"), "p", key).unwrap_or_default();
+    let lock = toml("Cargo.lock");
+    for entry in lock["package"].as_array().expect("Cargo.lock [[package]]") {
+        let field = |key: &str| entry[key].as_str().unwrap_or_default().to_owned();
         if crates.contains(&field("name")) {
             found.push((format!("Cargo.lock {}", field("name")), field("version")));
         }
@@ -96,8 +96,8 @@ fn versions() -> Vec<(String, String)> {
         "deploy/manager/kustomization.yaml images swarm-operator newTag".into(),
         tag.into(),
     ));
-    let pyproject = read("examples/python-worker/pyproject.toml");
-    let python = toml_string(&pyproject, "project", "version").unwrap_or_default();
+    let pyproject = toml("examples/python-worker/pyproject.toml");
+    let python = string(&pyproject, "project.version").unwrap_or_default();
     found.push((
         "examples/python-worker/pyproject.toml [project] version".into(),
         python,
@@ -118,8 +118,7 @@ fn versions() -> Vec<(String, String)> {
 
 #[test]
 fn every_place_holds_the_workspace_version() {
-    let root = read("Cargo.toml");
-    let workspace = toml_string(&root, "workspace.package", "version")
+    let workspace = string(&toml("Cargo.toml"), "workspace.package.version")
         .expect("Cargo.toml [workspace.package] version: the one version of every crate");
     assert_eq!(
         workspace,
