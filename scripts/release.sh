@@ -122,6 +122,7 @@ version = sys.argv[1]
 # is written.
 edits = [
     ("Cargo.toml", r'(?m)(^\[workspace\.package\]\n(?:#.*\n)*)version = ".*"$', rf'\g<1>version = "{version}"'),
+    ("Cargo.toml", r'(?m)^(swarm-protocol = \{ path = "protocol", version = "=)[^"]*(" \})$', rf"\g<1>{version}\g<2>"),
     ("charts/swarm-operator/Chart.yaml", r"(?m)^version: .*$", f"version: {version}"),
     ("charts/swarm-operator/Chart.yaml", r"(?m)^appVersion: .*$", f'appVersion: "{version}"'),
     ("deploy/manager/kustomization.yaml", r'(?m)^(    newTag: ).*$', rf'\g<1>"{version}"'),

@@ -157,6 +157,12 @@ else
 fi
 mark "cargo deny: licences, bans, sources"
 
+# The worker library as its users take it: the packaged crates build the example worker outside
+# the workspace.
+say "the packaged swarm-protocol and swarm-worker, built outside the workspace (scripts/check-packages.sh)"
+scripts/check-packages.sh || status=$?
+mark "worker crates: packaged, built outside the workspace"
+
 # The Go worker (worker-go/): its lints, and its example, which the end-to-end scenarios run
 # beside the Rust and Python workers.
 say "the Go worker module: gofmt, go vet, staticcheck, and its example (scripts/go-worker.sh)"

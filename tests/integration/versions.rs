@@ -71,6 +71,11 @@ fn versions() -> Vec<(String, String)> {
             ));
         }
     }
+    let protocol = string(&root, "workspace.dependencies.swarm-protocol.version");
+    found.push((
+        "Cargo.toml [workspace.dependencies] swarm-protocol version (=VERSION)".into(),
+        protocol.map_or_else(String::new, |v| v.trim_start_matches('=').to_owned()),
+    ));
     let lock = toml("Cargo.lock");
     for entry in lock["package"].as_array().expect("Cargo.lock [[package]]") {
         let field = |key: &str| entry[key].as_str().unwrap_or_default().to_owned();
