@@ -13,6 +13,7 @@ use kube::Client;
 use kube::api::{Api, ListParams};
 
 use crate::api::crd::SwarmPool;
+use crate::runtime::leader::identity_pod;
 
 /// Arguments of `swarm-operator check`.
 #[derive(clap::Args, Debug)]
@@ -86,8 +87,8 @@ pub fn judge(observed: &Observed, namespace: &str, selector: &str) -> Result<Str
     }
     match &observed.leader {
         None => {}
-        Some(Ok(Some(holder))) if ready.contains(&holder.as_str()) => {
-            found.push(format!("{holder} leads"));
+        Some(Ok(Some(holder))) if ready.contains(&identity_pod(holder)) => {
+            found.push(format!("{} leads", identity_pod(holder)));
         }
         Some(Ok(holder)) => problems.push(format!(
             "the leader-election Lease is held by {holder:?}, not by a Ready operator pod: \
@@ -185,7 +186,7 @@ mod tests {
     #[test]
     fn a_served_crd_and_a_ready_leader_pass() {
         let verdict = judge(
-            &observed(&[("op-a", true), ("op-b", false)], Some(Some("op-a"))),
+            &observed(&[("op-a", true), ("op-b", false)], Some(Some("op-a_x7k2p"))),
             "swarm-system",
             "app=op",
         );
@@ -197,7 +198,7 @@ mod tests {
 
     #[test]
     fn each_problem_is_named_with_what_to_do() {
-        let mut seen = observed(&[("op-a", false)], Some(Some("op-b")));
+        let mut seen = observed(&[("op-a", false)], Some(Some("op-b_x7k2p")));
         seen.pools = Err("404 page not found".to_owned());
         let problems = judge(&seen, "ns", "app=op").unwrap_err();
         assert_eq!(problems.len(), 3, "{problems:?}");
@@ -206,7 +207,7 @@ mod tests {
             problems[1].contains("describe pods -l app=op"),
             "{problems:?}"
         );
-        assert!(problems[2].contains("Some(\"op-b\")"), "{problems:?}");
+        assert!(problems[2].contains("Some(\"op-b_x7k2p\")"), "{problems:?}");
     }
 
     #[test]

@@ -117,6 +117,12 @@ fn judge(lease: &Lease, config: &LeaseConfig) -> Option<Result<Timestamp, ()>> {
     renewed.checked_add(valid).ok().map(Ok)
 }
 
+/// The pod (or host) name in a holder identity of [`default_identity`]'s form: what precedes
+/// its last underscore.
+pub fn identity_pod(identity: &str) -> &str {
+    identity.rsplit_once('_').map_or(identity, |(pod, _)| pod)
+}
+
 /// This replica's identity: `POD_NAME` in a cluster (else the host name), an underscore, and
 /// a suffix drawn at each start, as client-go's leader election does. A replica restarted under
 /// the same name must not take the Lease its previous life held for its own: it stands by

@@ -48,8 +48,9 @@ fn the_test_pod_checks_the_release_with_the_operators_image_placement_and_lease(
     let pod = the(&docs, "Pod", "swarm-system");
     assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
     assert_eq!(
-        pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"], "before-hook-creation",
-        "a failed check's pod stays for its log"
+        pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"],
+        "before-hook-creation,hook-succeeded",
+        "a passed check leaves nothing behind; a failed one's pod stays for its log"
     );
     assert_ne!(
         pod["metadata"]["labels"]["app.kubernetes.io/name"], "swarm-operator",

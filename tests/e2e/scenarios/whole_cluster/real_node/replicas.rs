@@ -146,9 +146,9 @@ pub(super) async fn holder(env: &Env, namespace: &str) -> Option<String> {
         .filter(|holder| !holder.is_empty())
 }
 
-/// The pod an identity names: `<pod>_<suffix drawn at each start>` (see `leader.rs`).
+/// The pod an identity names: `<pod>_<suffix drawn at each start>`.
 pub(super) fn pod_of(identity: &str) -> &str {
-    identity.rsplit_once('_').map_or(identity, |(pod, _)| pod)
+    swarm_operator::runtime::leader::identity_pod(identity)
 }
 
 /// Waits until `accept` takes the Lease's holder; returns it.
