@@ -72,8 +72,9 @@ fn sbom(name: &str) -> BTreeMap<String, Packages> {
     found
 }
 
-/// Fails, naming them, when `sbom` lacks one of `want`, or (with `exact`) has one more.
-fn check(image: &str, what: &str, want: &Packages, sbom: &Packages, exact: bool) {
+/// Fails, naming them, when `sbom` lacks one of `want`, or (with `exact`) has one more; `from`
+/// says where in the image syft reads them.
+fn check(image: &str, what: &str, from: &str, want: &Packages, sbom: &Packages, exact: bool) {
     assert!(
         !want.is_empty(),
         "{image}: no {what} expected: nothing to check"
@@ -86,12 +87,16 @@ fn check(image: &str, what: &str, want: &Packages, sbom: &Packages, exact: bool)
     };
     assert!(
         missing.is_empty() && extra.is_empty(),
-        "{image}'s SBOM does not list the {what} the image holds: missing {missing:?}, \
-         unexpected {extra:?} (of {} expected). scripts/build-images.sh writes them: the Rust \
-         binaries' .dep-v0 section (scripts/lib/rust-deps.py), /var/lib/dpkg/status.d/<package>",
+        "{image}'s SBOM does not list the {what} the image holds (of {} expected): missing \
+         {missing:?}, unexpected {extra:?}. syft reads them from {from}",
         want.len()
     );
 }
+
+const CRATES_FROM: &str = "the binary's .dep-v0 section, which scripts/build-images.sh \
+    (stage_rust_deps, scripts/lib/rust-deps.py) adds";
+const DEBS_FROM: &str = "/var/lib/dpkg/status.d/<package> and /etc/os-release, which \
+    scripts/build-images.sh writes (stage_host_dpkg_status, stage_deb_dpkg_status)";
 
 /// The crates `cargo tree` resolves for `packages` on the images' platform, as linked: no
 /// build-dependency or proc-macro.
@@ -171,6 +176,7 @@ fn check_rust_image(name: &str, packages: &[&str]) {
     check(
         name,
         "crates",
+        CRATES_FROM,
         &linked_crates(packages),
         sbom.get("cargo").unwrap_or(&empty),
         true,
@@ -178,6 +184,7 @@ fn check_rust_image(name: &str, packages: &[&str]) {
     check(
         name,
         "Debian packages",
+        DEBS_FROM,
         &host_library_packages(&image),
         sbom.get("deb").unwrap_or(&empty),
         true,
@@ -220,6 +227,7 @@ fn the_go_worker_sbom_lists_its_modules() {
     check(
         name,
         "Go modules",
+        "the binary's build information",
         &modules,
         sbom.get("golang").unwrap_or(&empty),
         false,
@@ -246,10 +254,18 @@ fn the_python_worker_sbom_lists_its_wheels_and_debian_packages() {
         .iter()
         .map(|p| normalized(p))
         .collect();
-    check(name, "wheels", &wheels, &listed, true);
+    check(
+        name,
+        "wheels",
+        "the .dist-info directories in /usr/lib/python3/dist-packages",
+        &wheels,
+        &listed,
+        true,
+    );
     check(
         name,
         "Debian packages",
+        DEBS_FROM,
         &pins("hack/debian/python-image-packages", " "),
         sbom.get("deb").unwrap_or(&empty),
         true,
