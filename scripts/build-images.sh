@@ -34,9 +34,10 @@
 # Each image says what it holds, as distroless images do, for syft (scripts/release.sh's SBOMs)
 # and scanners: a dpkg status entry per Debian package at /var/lib/dpkg/status.d/<package> (for
 # the libraries copied from this machine, the entries of the packages dpkg -S names here; dpkg
-# is needed), and in each Rust binary its crates as cargo-auditable writes them, a .dep-v0
-# section (scripts/lib/rust-deps.py, from cargo tree and cargo metadata) added by objcopy to the
-# image's copy; docs/images.md says why not `cargo auditable build`.
+# is needed) with /etc/os-release naming their release; and in each Rust binary its crates as
+# cargo-auditable writes them, a .dep-v0 section (scripts/lib/rust-deps.py, from cargo tree and
+# cargo metadata) added by objcopy to the image's copy; docs/images.md says why not
+# `cargo auditable build`.
 #
 # swarm-go-worker is worker-go/examples/swarm-worker, built static (CGO_ENABLED=0) by
 # `scripts/go-worker.sh build` from the pinned modules of worker-go/go.mod (Go is needed).
@@ -248,9 +249,9 @@ stage_binary() {
 
 # stage_rust_deps <out file> <bin|example> <cargo target>: the crates the root package's target
 # links, as cargo-auditable records them (scripts/lib/rust-deps.py). Not `cargo auditable build`:
-# the images take the binaries the tests built with plain cargo, and this list is the same
-# `cargo metadata` resolve that cargo-auditable reads, with no other tool to pin and no other
-# build of the dependencies.
+# the images take the binaries the tests built with plain cargo, and the list is cargo's own
+# resolve of what the binary links, with no other tool to pin and no second build of every
+# dependency.
 stage_rust_deps() {
     local out="$1" kind="$2" target="$3" triple
     triple="$(rustc -vV | sed -n 's/^host: //p')"

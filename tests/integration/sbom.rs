@@ -207,9 +207,8 @@ fn the_go_worker_sbom_lists_its_modules() {
     let name = "swarm-go-worker";
     let sbom = sbom(name);
     let image = images::unpack(name);
-    let go = std::env::var_os("GO").unwrap_or("go".into());
     let build_info = images::run(
-        Command::new(go)
+        Command::new("go")
             .args(["version", "-m"])
             .arg(image.path("/usr/local/bin/swarm-go-worker")),
     );
