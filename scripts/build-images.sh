@@ -31,6 +31,14 @@
 # configs carry one fixed time, SOURCE_DATE_EPOCH or else the last commit's, so the same
 # binaries give the same digests.
 #
+# Each image says what it holds, as distroless images do, for syft (scripts/release.sh's SBOMs)
+# and scanners: a dpkg status entry per Debian package at /var/lib/dpkg/status.d/<package> (for
+# the libraries copied from this machine, the entries of the packages dpkg -S names here; dpkg
+# is needed) with /etc/os-release naming their release; and in each Rust binary its crates as
+# cargo-auditable writes them, a .dep-v0 section (scripts/lib/rust-deps.py, from cargo tree and
+# cargo metadata) added by objcopy to the image's copy; docs/images.md says why not
+# `cargo auditable build`.
+#
 # swarm-go-worker is worker-go/examples/swarm-worker, built static (CGO_ENABLED=0) by
 # `scripts/go-worker.sh build` from the pinned modules of worker-go/go.mod (Go is needed).
 #
@@ -109,7 +117,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ "${profile}" == release || "${profile}" == dev ]] || die "--profile is release or dev, not ${profile}"
 [[ "${tag}" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "not a valid image tag: ${tag}"
-for tool in cargo go python3 objcopy readelf ldd tar apt-get dpkg-deb sha256sum \
+for tool in cargo rustc go python3 objcopy readelf ldd tar apt-get dpkg dpkg-query dpkg-deb sha256sum \
     $( ((check == 0)) || echo unshare chroot); do
     command -v "${tool}" >/dev/null 2>&1 || die "${tool} is needed (none on PATH)"
 done
@@ -203,15 +211,21 @@ stage_base() {
     install -m 0644 "${ca_bundle}" "${rootfs}/etc/ssl/certs/ca-certificates.crt"
 }
 
-# stage_binary <rootfs> <binary> <name>: the image's files: the stripped binary at
-# /usr/local/bin/<name>, its shared libraries and loader, and stage_base's. No shell, nothing
-# else.
+# stage_binary <rootfs> <binary> <name> [<bin|example> <cargo target>]: the image's files: the
+# stripped binary at /usr/local/bin/<name>, its shared libraries and loader with their Debian
+# packages' status entries, and stage_base's. No shell, nothing else. A Rust binary (its cargo
+# target named) carries its crates in a .dep-v0 section (stage_rust_deps).
 stage_binary() {
-    local rootfs="$1" binary="$2" name="$3"
+    local rootfs="$1" binary="$2" name="$3" cargo_target=("${@:4}")
     [[ -x "${binary}" ]] || die "${binary} was not built"
     stage_base "${rootfs}"
     install -d -m 0755 "${rootfs}/usr/local/bin"
-    objcopy --strip-debug "${binary}" "${rootfs}/usr/local/bin/${name}"
+    local objcopy_flags=(--strip-debug)
+    if ((${#cargo_target[@]})); then
+        stage_rust_deps "${work}/${name}.dep-v0" "${cargo_target[@]}"
+        objcopy_flags+=(--add-section ".dep-v0=${work}/${name}.dep-v0" --set-section-flags ".dep-v0=noload,readonly")
+    fi
+    objcopy "${objcopy_flags[@]}" "${binary}" "${rootfs}/usr/local/bin/${name}"
     chmod 0755 "${rootfs}/usr/local/bin/${name}"
 
     # The loader at the exact path the binary asks for, and each library at the path the
@@ -229,7 +243,62 @@ stage_binary() {
             [[ -e "${rootfs}${lib}" ]] && continue
             install -D -m 0755 "$(readlink -f "${lib}")" "${rootfs}${lib}"
         done
+        stage_host_dpkg_status "${rootfs}" "${interp}" "${libs[@]}"
     fi
+}
+
+# stage_rust_deps <out file> <bin|example> <cargo target>: the crates the root package's target
+# links, as cargo-auditable records them (scripts/lib/rust-deps.py). Not `cargo auditable build`:
+# the images take the binaries the tests built with plain cargo, and the list is cargo's own
+# resolve of what the binary links, with no other tool to pin and no second build of every
+# dependency.
+stage_rust_deps() {
+    local out="$1" kind="$2" target="$3" triple
+    triple="$(rustc -vV | sed -n 's/^host: //p')"
+    python3 "${repo_root}/scripts/lib/rust-deps.py" swarm-operator "${kind}" "${target}" "${triple}" "${out}" ||
+        die "cannot list the crates of ${kind} ${target} (scripts/lib/rust-deps.py; the error is above)"
+}
+
+# stage_host_dpkg_status <rootfs> <path>...: for each Debian package of this machine that owns one
+# of the paths (dpkg -S), its status entry (dpkg-query -s) at /var/lib/dpkg/status.d/<package>, as
+# distroless writes them: what syft's and scanners' dpkg cataloguers read in place of a dpkg
+# database; and this machine's /etc/os-release, the release they come from, without which they
+# cannot name the packages (no purl, no vulnerability match). Fails when a path belongs to no
+# package.
+stage_host_dpkg_status() {
+    local rootfs="$1" path owner packages=()
+    shift
+    for path in "$@"; do
+        # dpkg knows a file by the path its package installed; one reached through a symbolic
+        # link (usr-merge's /lib -> usr/lib) by the link's target.
+        owner="$(dpkg -S "${path}" 2>/dev/null || dpkg -S "$(readlink -f "${path}")" 2>/dev/null)" ||
+            die "${path}: no Debian package of this machine owns it (dpkg -S), so the image's SBOM cannot name it"
+        packages+=("${owner%%: *}")
+    done
+    install -d -m 0755 "${rootfs}/var/lib/dpkg/status.d"
+    install -m 0644 "$(readlink -f /etc/os-release)" "${rootfs}/etc/os-release"
+    local package
+    for package in $(printf '%s\n' "${packages[@]}" | sed 's/, /\n/g' | sort -u); do
+        dpkg-query -s "${package}" | sed '/^Conffiles:/,/^[^ ]/{/^Conffiles:/d;/^ /d}' \
+            >"${rootfs}/var/lib/dpkg/status.d/${package%%:*}" ||
+            die "dpkg-query -s ${package} failed"
+    done
+}
+
+# stage_deb_dpkg_status <rootfs> <deb>...: each unpacked package's control fields (dpkg-deb -f) at
+# /var/lib/dpkg/status.d/<package>, and the release they are pinned from (bookworm) in
+# /etc/os-release, as stage_host_dpkg_status.
+stage_deb_dpkg_status() {
+    local rootfs="$1" deb package
+    shift
+    install -d -m 0755 "${rootfs}/etc" "${rootfs}/var/lib/dpkg/status.d"
+    printf '%s\n' 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"' 'NAME="Debian GNU/Linux"' 'VERSION_ID="12"' \
+        'VERSION="12 (bookworm)"' 'VERSION_CODENAME=bookworm' 'ID=debian' >"${rootfs}/etc/os-release"
+    for deb in "$@"; do
+        package="$(dpkg-deb -f "${deb}" Package)" || die "cannot read ${deb}'s control fields"
+        { dpkg-deb -f "${deb}" && echo 'Status: install ok installed'; } \
+            >"${rootfs}/var/lib/dpkg/status.d/${package}"
+    done
 }
 
 # fetch_python_packages: the pinned Debian packages and wheels, each downloaded once into the
@@ -273,6 +342,7 @@ stage_python() {
     local rootfs="$1"
     fetch_python_packages
     debian_unpack "${rootfs}" "${python_debs}"/*.deb || die "swarm-python-worker: cannot unpack ${python_debs}"
+    stage_deb_dpkg_status "${rootfs}" "${python_debs}"/*.deb
     stage_base "${rootfs}"
 
     # Documentation but the copyrights, iconv's modules, binfmt registrations.
@@ -488,10 +558,10 @@ sys.stdout.write("".join(a + "\0" for a in json.load(open(sys.argv[1]))["process
 }
 
 say "writing the images into ${out} with ${umoci}"
-build_image swarm-operator "swarm-operator, its libraries, CA certificates, passwd" stage_binary "${bin_dir}/swarm-operator" swarm-operator -- \
+build_image swarm-operator "swarm-operator, its libraries, CA certificates, passwd" stage_binary "${bin_dir}/swarm-operator" swarm-operator bin swarm-operator -- \
     --config.entrypoint /usr/local/bin/swarm-operator --config.cmd run \
     --config.exposedports 8080/tcp --config.exposedports 8443/tcp
-build_image swarm-worker "swarm-worker, its libraries, CA certificates, passwd" stage_binary "${bin_dir}/examples/swarm-worker" swarm-worker -- \
+build_image swarm-worker "swarm-worker, its libraries, CA certificates, passwd" stage_binary "${bin_dir}/examples/swarm-worker" swarm-worker example swarm-worker -- \
     --config.entrypoint /usr/local/bin/swarm-worker
 build_image swarm-go-worker "swarm-go-worker, its libraries, CA certificates, passwd" stage_binary "${target_dir}/go/images/swarm-go-worker" swarm-go-worker -- \
     --config.entrypoint /usr/local/bin/swarm-go-worker

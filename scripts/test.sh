@@ -125,12 +125,13 @@ real_tier=0
 if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; then
     real_tier=1
     go_log="$(mktemp "${TMPDIR:-/tmp}/swarm-go-build.XXXXXX")"
-    say "building or reusing helm, helm-docs, the control plane and toxiproxy in the background (log: ${go_log})"
+    say "building or reusing helm, helm-docs, syft, the control plane and toxiproxy in the background (log: ${go_log})"
     (
         go_start=${SECONDS}
-        # helm and helm-docs first: the chart's tests in the kube-sim tier need them (they
-        # build them themselves when this has not yet).
+        # helm, helm-docs and syft first: the chart's and the SBOMs' tests in the kube-sim tier
+        # need them (they build them themselves when this has not yet).
         scripts/install-helm.sh >/dev/null && scripts/install-helm-docs.sh >/dev/null &&
+            scripts/install-syft.sh >/dev/null &&
             scripts/real-cluster.sh build &&
             scripts/install-toxiproxy.sh >/dev/null
         code=$?

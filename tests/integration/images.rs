@@ -159,7 +159,7 @@ impl Stage {
 /// The directory of `swarm-operator.tar`, `swarm-worker.tar`, `swarm-python-worker.tar` and
 /// `swarm-go-worker.tar`:
 /// `SWARM_IMAGE_ARCHIVES`, else built once for all the tests of this module.
-fn archives() -> &'static Path {
+pub(crate) fn archives() -> &'static Path {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
         if let Some(dir) = std::env::var_os("SWARM_IMAGE_ARCHIVES") {
@@ -195,7 +195,7 @@ fn archives() -> &'static Path {
     }
 }
 
-fn run(command: &mut Command) -> String {
+pub(crate) fn run(command: &mut Command) -> String {
     let output = command
         .output()
         .unwrap_or_else(|e| panic!("{command:?}: {e}"));
@@ -213,7 +213,7 @@ fn read_json(path: &Path) -> Value {
 }
 
 /// One image archive unpacked: its config and its layers applied in a root filesystem.
-struct Image {
+pub(crate) struct Image {
     _dir: tempfile::TempDir,
     config: Value,
     /// The manifest's annotations.
@@ -221,7 +221,7 @@ struct Image {
     rootfs: PathBuf,
 }
 
-fn unpack(name: &str) -> Image {
+pub(crate) fn unpack(name: &str) -> Image {
     let archive = archives().join(format!("{name}.tar"));
     assert!(archive.is_file(), "no {}", archive.display());
     let dir = tempfile::tempdir().unwrap();
@@ -274,7 +274,7 @@ fn unpack(name: &str) -> Image {
 }
 
 impl Image {
-    fn path(&self, absolute: &str) -> PathBuf {
+    pub(crate) fn path(&self, absolute: &str) -> PathBuf {
         self.rootfs.join(absolute.trim_start_matches('/'))
     }
 
@@ -284,7 +284,7 @@ impl Image {
     }
 
     /// Every file and link in the image, as absolute paths.
-    fn files(&self) -> Vec<String> {
+    pub(crate) fn files(&self) -> Vec<String> {
         fn walk(dir: &Path, root: &Path, found: &mut Vec<String>) {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let entry = entry.unwrap();

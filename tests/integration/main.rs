@@ -1,8 +1,9 @@
 //! The operator's integration tests that need no cluster (planner and Deployment scenarios,
 //! the deterministic handoff simulation, the CLIs, the CRD and manifests, the Helm chart against
-//! them, monitoring rules, /metrics over HTTPS, the container images against the Dockerfile, one
-//! version everywhere a release sets it), one module each, linked into one binary. The end-to-end suite (`tests/e2e/main.rs`) and the
-//! fault soak (`tests/soak/`) are binaries of their own.
+//! them, monitoring rules, /metrics over HTTPS, the container images against the Dockerfile and
+//! their SBOMs against what they hold, one version everywhere a release sets it), one module
+//! each, linked into one binary. The end-to-end suite (`tests/e2e/main.rs`) and the fault soak
+//! (`tests/soak/`) are binaries of their own.
 
 mod assignment_plan_cli;
 #[path = "../common/cargo_env.rs"]
@@ -25,6 +26,7 @@ mod monitoring;
 mod planner_scenarios;
 mod plugin_cluster_errors;
 mod plugin_reports;
+mod sbom;
 #[path = "../e2e/harness/tools.rs"]
 mod tools;
 mod versions;

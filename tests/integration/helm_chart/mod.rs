@@ -40,7 +40,7 @@ fn read(path: &str) -> String {
 }
 
 /// A pinned Go tool: the binary `env_var` names, else the one `script` builds (once) and prints.
-fn pinned_tool(env_var: &str, script: &str) -> Result<PathBuf, String> {
+pub(crate) fn pinned_tool(env_var: &str, script: &str) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(env_var).filter(|p| !p.is_empty()) {
         let path = PathBuf::from(path);
         return if path.is_file() {
@@ -53,7 +53,7 @@ fn pinned_tool(env_var: &str, script: &str) -> Result<PathBuf, String> {
             ))
         };
     }
-    eprintln!("helm_chart: {env_var} is unset: building or reusing the pinned one ({script})");
+    eprintln!("{env_var} is unset: building or reusing the pinned one ({script})");
     let mut command = Command::new(repo(script));
     cargo_env::without_test_env(&mut command);
     let output = command
