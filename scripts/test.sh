@@ -193,7 +193,7 @@ mark "images: build from the test profile's binaries"
 # end-to-end scenarios on kube-sim spend most of their time waiting on the simulation's clock,
 # so SWARM_E2E_PARALLEL of them run at once (335 s at 2, the cores, 128 s at 6); every other
 # test binary takes the same bound.
-say "cargo test --workspace --no-fail-fast $*, ${SWARM_E2E_PARALLEL:-6} tests of a binary at a time"
+say "cargo test --workspace --no-fail-fast${*:+ $*} (${SWARM_E2E_PARALLEL:-6} tests of a binary at a time)"
 RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SWARM_E2E_PARALLEL:-6}}" \
     cargo test --workspace --no-fail-fast "$@" || status=$?
 say "kube-sim tier finished with exit code ${status}"
