@@ -21,7 +21,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use crate::cargo_env;
+use crate::{cargo_env, versions};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -358,7 +358,11 @@ fn labels(stage: &str, args: &str) -> Vec<(String, String)> {
 /// the Dockerfile's LABELs, their build arguments the workspace's version, the commit built
 /// (40 hex digits) and an RFC 3339 time; the source and licence are Cargo.toml's.
 fn check_labels(name: &str, want: &Stage, image: &Image) {
-    let workspace = cargo_workspace_package();
+    let root = versions::toml("Cargo.toml");
+    let workspace = |key: &str| {
+        versions::string(&root, &format!("workspace.package.{key}"))
+            .unwrap_or_else(|| panic!("Cargo.toml [workspace.package] {key}"))
+    };
     let keys: BTreeSet<&str> = want.labels.keys().map(String::as_str).collect();
     let oci = |what: &str| format!("org.opencontainers.image.{what}");
     let expected: BTreeSet<String> = ["source", "revision", "version", "licenses", "created"]
@@ -383,7 +387,7 @@ fn check_labels(name: &str, want: &Stage, image: &Image) {
         for (key, written) in &want.labels {
             let actual = value(key);
             match written.as_str() {
-                "${VERSION}" => assert_eq!(actual, workspace["version"], "{name}: {what} {key}"),
+                "${VERSION}" => assert_eq!(actual, workspace("version"), "{name}: {what} {key}"),
                 "${REVISION}" => assert!(
                     actual.len() == 40 && actual.chars().all(|c| c.is_ascii_hexdigit()),
                     "{name}: {what} {key} is a commit: {actual}"
@@ -397,28 +401,15 @@ fn check_labels(name: &str, want: &Stage, image: &Image) {
         }
         assert_eq!(
             value(&oci("source")),
-            workspace["repository"],
+            workspace("repository"),
             "{name}: {what} source"
         );
         assert_eq!(
             value(&oci("licenses")),
-            workspace["license"],
+            workspace("license"),
             "{name}: {what} licenses"
         );
     }
-}
-
-/// Cargo.toml's `[workspace.package]`, as strings.
-fn cargo_workspace_package() -> BTreeMap<String, String> {
-    let text = std::fs::read_to_string(Path::new(REPO).join("Cargo.toml")).unwrap();
-    let manifest: toml::Table = text.parse().expect("Cargo.toml");
-    // `repository` and `license` are strings; the lists and tables of the section are skipped.
-    manifest["workspace"]["package"]
-        .as_table()
-        .expect("[workspace.package]")
-        .iter()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-        .collect()
 }
 
 /// `absolute` is in the image and executable by all.

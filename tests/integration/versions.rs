@@ -20,12 +20,12 @@ fn yaml(path: &str) -> Value {
     serde_yaml::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-fn toml(path: &str) -> toml::Table {
+pub(crate) fn toml(path: &str) -> toml::Table {
     read(path).parse().unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// `table.key` (dotted: `package.version`) as a string; `None` when absent or not a string.
-fn string(table: &toml::Table, key: &str) -> Option<String> {
+pub(crate) fn string(table: &toml::Table, key: &str) -> Option<String> {
     let mut value = None::<&toml::Value>;
     for part in key.split('.') {
         value = match value {
