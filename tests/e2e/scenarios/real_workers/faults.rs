@@ -69,11 +69,7 @@ async fn faults(name: &str, image_env: &'static str) {
             frozen(env, &cluster, &reports, &victim).await;
             cut_off(env, &cluster, &reports, &victim).await;
 
-            let stats = env.handoff_stats();
-            assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
-            env.assert_exclusive();
-            let restarts: i32 = pods.instances().iter().map(|i| i.restarts).sum();
-            assert!(restarts >= 1, "the killed container restarted: {restarts}");
+            assert_no_job_twice_and_the_killed_restarted(env, &pods);
         })
         .await;
 }
@@ -82,6 +78,16 @@ async fn faults(name: &str, image_env: &'static str) {
 pub(crate) struct AcknowledgingPool {
     pub reports: Reports,
     pub pods: PodLog,
+}
+
+/// What every fault scenario ends with: no job ran on two containers at once, and the container
+/// it killed restarted.
+pub(crate) fn assert_no_job_twice_and_the_killed_restarted(env: &Env, pods: &PodLog) {
+    let stats = env.handoff_stats();
+    assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
+    env.assert_exclusive();
+    let restarts: i32 = pods.instances().iter().map(|i| i.restarts).sum();
+    assert!(restarts >= 1, "the killed container restarted: {restarts}");
 }
 
 /// The CRDs, the scenario's operator, and the example's pool under `Acknowledge` with three

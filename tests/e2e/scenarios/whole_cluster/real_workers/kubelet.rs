@@ -15,8 +15,8 @@ use crate::harness::worker_fleet::Reports;
 use crate::harness::{Env, WORKER_IMAGE_ENV, scenario};
 use crate::scenarios::acknowledge::{assert_failover_within, failover_bound, jobs_moved_off};
 use crate::scenarios::real_workers::faults::{
-    AcknowledgingPool, BACK_WITHIN, container_id, install_acknowledging_pool, real_cluster_dir,
-    worker_pod,
+    AcknowledgingPool, BACK_WITHIN, assert_no_job_twice_and_the_killed_restarted, container_id,
+    install_acknowledging_pool, real_cluster_dir, worker_pod,
 };
 use crate::scenarios::real_workers::settle_acknowledged;
 
@@ -32,11 +32,7 @@ async fn a_stopped_kubelet_revokes_every_job_of_its_nodes_workers_and_they_run_n
 
             kubelet_stopped(env, &cluster, &reports, &victim).await;
 
-            let stats = env.handoff_stats();
-            assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
-            env.assert_exclusive();
-            let restarts: i32 = pods.instances().iter().map(|i| i.restarts).sum();
-            assert!(restarts >= 1, "the killed container restarted: {restarts}");
+            assert_no_job_twice_and_the_killed_restarted(env, &pods);
         })
         .await;
 }
