@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced by scripts/real-cluster.sh (through scripts/lib/real-node.sh too), scripts/go-worker.sh
-# and scripts/install-{crane,helm,helm-docs,syft,toxiproxy,umoci}.sh: builds Go programs from the
-# wrapper modules in hack/, pinned and cached.
+# and scripts/install-{crane,helm,helm-docs,kustomize,syft,toxiproxy,umoci}.sh: builds Go
+# programs from the wrapper modules in hack/, pinned and cached.
 #
 #   go_build <module> <out> <ldflags> [go build flags...] -- <packages...>
 #                       builds the packages of wrapper module hack/<module> into directory <out>

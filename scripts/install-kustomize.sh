@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds kustomize once, from the Go module pinned in hack/kustomize/go.mod, and prints its path.
+#
+#   scripts/install-kustomize.sh
+#
+# The end-to-end scenario that installs deploy/ at an image digest runs it (as SWARM_KUSTOMIZE,
+# which scripts/test.sh sets from this script): `kustomize edit set image` points the operator's
+# image at the digest pushed to a registry before the tree is installed. It is built as
+# scripts/install-crane.sh builds crane (scripts/lib/go-build.sh, static: CGO_ENABLED=0), into
+# ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}/kustomize-<version>; running it again is cheap.
+set -euo pipefail
+
+# shellcheck source=scripts/lib/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+# shellcheck source=scripts/lib/go-build.sh
+source "${repo_root}/scripts/lib/go-build.sh"
+module=sigs.k8s.io/kustomize/kustomize/v5
+version="$(pinned kustomize "${module}")"
+[[ -n "${version}" ]] || die "cannot read the pinned ${module} version from hack/kustomize/go.mod"
+out="${cache_root}/kustomize-${version}"
+binary="${out}/kustomize"
+
+# `kustomize version` reports the pinned version, stamped as kustomize's releases stamp it
+# ("kustomize/<version>"); their build date is left out, so the binary does not depend on when
+# it was built.
+go_build kustomize "${out}" "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=kustomize/${version}" \
+    -- "${module}"
+[[ -x "${binary}" ]] || die "${binary} is missing; remove ${out} and run again"
+echo "${binary}"
