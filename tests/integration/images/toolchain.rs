@@ -413,16 +413,24 @@ fn the_dockerfiles_cargo_build_is_the_tested_images_release_build() {
     let stages = stages();
     let (_, docker) = stage_running(&stages, "cargo build");
     let script = build_images_release_build();
+    // The `NAME=value` settings before `cargo build`, and its options.
     let parse = |command: &str| {
         let words = shell_words(command);
-        options(&words[2..], CARGO_VALUE_FLAGS)
+        let at = words
+            .iter()
+            .position(|w| w == "cargo")
+            .expect("cargo build");
+        (
+            words[..at].to_vec(),
+            options(&words[at + 2..], CARGO_VALUE_FLAGS),
+        )
     };
     assert_eq!(
         parse(&docker),
         parse(&script),
         "the Dockerfile's build stage runs `{docker}` but scripts/build-images.sh's release \
-         build runs `{script}`: give both the same flags, packages, bin and example (the \
-         tested and released images are build-images.sh's)"
+         build runs `{script}`: give both the same settings, flags, packages, bin and \
+         example (the tested and released images are build-images.sh's)"
     );
     assert!(
         docker.contains("--release") && docker.contains("--locked"),
