@@ -378,7 +378,12 @@ fn build_images_release_build() -> String {
     let builds: Vec<&str> = script
         .lines()
         .map(str::trim)
-        .filter(|line| line.starts_with("cargo build") && line.contains("--release"))
+        .filter(|line| {
+            // `cargo build ...`, after any `NAME=value` settings.
+            let words = shell_words(line);
+            let first = words.iter().position(|w| !w.contains('=')).unwrap_or(0);
+            words[first..].join(" ").starts_with("cargo build") && line.contains("--release")
+        })
         .collect();
     let [build] = builds.as_slice() else {
         panic!(
