@@ -263,7 +263,11 @@ fn tested_rust_images_debian() -> (String, String) {
         assert_eq!(
             release.get("ID").map(String::as_str),
             Some("debian"),
-            "{name}: the tested image's /etc/os-release is not Debian's: {release:?}"
+            "{name}: the tested image's /etc/os-release is not Debian's: {release:?}; the \
+             Dockerfile builds and runs the Rust binaries on Debian (rust:<version>-<codename>, \
+             distroless/cc-debian<N>) because scripts/build-images.sh copies in a Debian \
+             machine's glibc: if the tested images moved off Debian, move the Dockerfile's \
+             Rust stages with them and update this test"
         );
         let interp = interpreter(&image.path(binary));
         assert!(
