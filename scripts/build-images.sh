@@ -24,9 +24,10 @@
 #
 #   ctr -n k8s.io images import --base-name docker.io/library/swarm-operator <out>/swarm-operator.tar
 #
-# There is no musl target here: the binaries are linked with glibc, so the image carries the
-# shared libraries `ldd` names and the dynamic loader at the binary's interpreter path, as
-# distroless/cc does; the binaries' debug info is stripped. The images are written with umoci
+# The binaries are linked with glibc, as the Dockerfile's (built on rust:<version>-bookworm, run
+# on distroless/cc-debian12; tests/integration/images/toolchain.rs holds the two builds equal),
+# so the image carries the shared libraries `ldd` names and the dynamic loader at the binary's
+# interpreter path, as distroless/cc does; the binaries' debug info is stripped. The images are written with umoci
 # (scripts/install-umoci.sh builds the pinned one; UMOCI names another). Files, layers and
 # configs carry one fixed time, SOURCE_DATE_EPOCH or else the last commit's, so the same
 # binaries give the same digests.

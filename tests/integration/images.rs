@@ -13,6 +13,12 @@
 //! `scripts/build-images.sh --profile dev` into the target directory's `tmp/images` (after a
 //! `cargo test --workspace` build that compiles only the example's plain binary; it needs Go
 //! for umoci the first time).
+//!
+//! `toolchain` holds the Dockerfile's builds to the tested images' kind of binary: bases pinned
+//! by digest, glibc on Debian with the tests' Rust, build-images.sh's `cargo build` and
+//! go-worker.sh's `go build`.
+
+mod toolchain;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
