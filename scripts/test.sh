@@ -125,14 +125,15 @@ real_tier=0
 if [[ "${SWARM_REAL_CLUSTER:-1}" != "0" && -z "${SWARM_E2E_KUBECONFIG:-}" ]]; then
     real_tier=1
     go_log="$(mktemp "${TMPDIR:-/tmp}/swarm-go-build.XXXXXX")"
-    say "building or reusing helm, helm-docs, syft, kustomize, the control plane and toxiproxy in the background (log: ${go_log})"
+    say "building or reusing helm, helm-docs, syft, crane, kustomize, the control plane and toxiproxy in the background (log: ${go_log})"
     (
         go_start=${SECONDS}
         # helm, helm-docs and syft first: the chart's and the SBOMs' tests in the kube-sim tier
-        # need them (they build them themselves when this has not yet); kustomize is the
-        # real-cluster tier's.
+        # need them (they build them themselves when this has not yet); crane and kustomize are
+        # the real-cluster tier's.
         scripts/install-helm.sh >/dev/null && scripts/install-helm-docs.sh >/dev/null &&
-            scripts/install-syft.sh >/dev/null && scripts/install-kustomize.sh >/dev/null &&
+            scripts/install-syft.sh >/dev/null && scripts/install-crane.sh >/dev/null &&
+            scripts/install-kustomize.sh >/dev/null &&
             scripts/real-cluster.sh build &&
             scripts/install-toxiproxy.sh >/dev/null
         code=$?
@@ -264,9 +265,10 @@ if ((real_tier)); then
             fi
         done <"${images}/built.tsv"
         mark "images: load into the real node"
-        # The Helm install scenario's helm, and kustomize for the scenario that installs deploy/
-        # at the digest pushed to a registry (both built in the background above).
+        # The release scenario's tools (built in the background above): helm, crane for its
+        # registry, kustomize to pin deploy/ to the pushed digest.
         SWARM_HELM="$(scripts/install-helm.sh)" && export SWARM_HELM
+        SWARM_CRANE="$(scripts/install-crane.sh)" && export SWARM_CRANE
         SWARM_KUSTOMIZE="$(scripts/install-kustomize.sh)" && export SWARM_KUSTOMIZE
         say "the Go worker's tests on kube-apiserver (scripts/go-worker.sh test)"
         if ((go_worker_ok)); then
@@ -287,7 +289,7 @@ if ((real_tier)); then
             --skip scenarios::whole_cluster:: --test-threads="${SWARM_E2E_PARALLEL:-6}" || real_status=$?
         mark "real-cluster tier: other scenarios, ${SWARM_E2E_PARALLEL:-6} at a time"
         unset SWARM_E2E_KUBECONFIG SWARM_E2E_TIMINGS SWARM_E2E_OPERATOR_IMAGE SWARM_E2E_WORKER_IMAGE \
-            SWARM_E2E_PYTHON_WORKER_IMAGE SWARM_E2E_GO_WORKER_IMAGE SWARM_HELM SWARM_KUSTOMIZE
+            SWARM_E2E_PYTHON_WORKER_IMAGE SWARM_E2E_GO_WORKER_IMAGE SWARM_HELM SWARM_CRANE SWARM_KUSTOMIZE
     elif ((go_status == 0)); then
         real_status=1
         say "the real control plane did not start (logs in ${cluster_dir}/logs)" >&2

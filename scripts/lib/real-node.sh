@@ -186,7 +186,7 @@ node_up() {
     [[ -n "${ip}" ]] || die "cannot find this machine's address (ip -4 route get 1.1.1.1)"
     cgroup="$(node_cgroup_name "${dir}")"
     read -r kubelet_port kubelet_healthz proxy_healthz proxy_metrics < <(free_ports 4)
-    mkdir -p "${n}"/{containerd,runc,cni/net.d,cni/ipam,kubelet,logs}
+    mkdir -p "${n}"/{containerd/certs.d,runc,cni/net.d,cni/ipam,kubelet,logs}
     echo "${ip}" >"${n}/ip"
     echo "${cgroup}" >"${n}/cgroup"
     node_make_cgroup "${cgroup}"

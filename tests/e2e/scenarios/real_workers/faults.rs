@@ -96,15 +96,22 @@ pub(crate) async fn install_acknowledging_pool(
     env: &mut Env,
     image_env: &'static str,
 ) -> AcknowledgingPool {
-    let reports = reports_dir(env);
-    let pods = PodLog::start(env, "app=swarm-worker");
     env.install_crds().await;
     env.start_operator().await;
+    let image = env.image(image_env).to_owned();
+    acknowledging_pool(env, &image).await
+}
+
+/// The example's pool under `Acknowledge` with three workers of `image` in containers on the
+/// real node, settled by the operator that runs (the CRDs installed).
+pub(crate) async fn acknowledging_pool(env: &mut Env, image: &str) -> AcknowledgingPool {
+    let reports = reports_dir(env);
+    let pods = PodLog::start(env, "app=swarm-worker");
     env.watch_reports(&env.example.pool_name(), reports.clone());
     let namespace = env.example.namespace();
     let mut documents = vec![env.example.namespace_manifest().clone()];
     documents.extend(worker_rbac(env, &namespace).await);
-    documents.extend(acknowledging_workers(env, env.image(image_env), &reports));
+    documents.extend(acknowledging_workers(env, image, &reports));
     env.apply("real-ack-workers.yaml", &documents).await;
     scale(env, 3).await;
     settle_acknowledged(env, &reports, 3, BACK_WITHIN).await;

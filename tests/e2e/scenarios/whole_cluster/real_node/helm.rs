@@ -1,16 +1,29 @@
-//! The operator installed with Helm (`charts/swarm-operator`) as a user installs it: `helm
-//! install` with the image built for this run and the pods placed on the real node; the leader,
-//! in the cluster, balances the example pool, and `helm test` (the chart's check pod) passes; a
-//! `helm upgrade` that changes a value rolls the operator's pods while the pool stays Balanced
-//! and no job runs twice; and `helm uninstall` removes the operator but leaves the CRD
-//! (`crds.keep`) and the pools, as users expect of CRDs.
+//! The operator as users get it: released by `scripts/release.sh` into a registry
+//! ([`Registry`]), and installed from there as a user installs it, its images pulled by the real
+//! node's kubelet, none loaded by the harness:
 //!
-//! It needs helm (`SWARM_HELM`, which `scripts/test.sh` sets from `scripts/install-helm.sh`)
-//! and skips with a note without it, as without the image.
+//! - `helm install swarm-operator oci://<registry>/charts/swarm-operator --version <first>`
+//!   with no image value (the released chart names its image by digest): both replicas Ready on
+//!   the real node, running the pulled image, one leading; `helm test` (the chart's check pod,
+//!   on the same image) passes;
+//! - a pool of the released example workers (pulled too), three acknowledging containers on the
+//!   real node, becomes Balanced under the installed operator;
+//! - `helm upgrade` to the next release replaces both replicas while the pool stays Balanced,
+//!   and no job runs on two containers at once (what the workers report); the new leader takes
+//!   a scale;
+//! - `helm uninstall` removes the operator and leaves the CRD (`crds.keep`) and the pool;
+//! - `deploy/` through a user's overlay whose image `kustomize edit set image` pins to the
+//!   second release's digest takes the pool over.
+//!
+//! It needs helm, crane and kustomize (`SWARM_HELM`, `SWARM_CRANE`, `SWARM_KUSTOMIZE`, which
+//! `scripts/test.sh` sets from `scripts/install-*.sh`) and the real node, and skips with a note
+//! without them. The releases are cut from this checkout's commit (HEAD), as a maintainer cuts
+//! one: uncommitted changes are not in them.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -19,108 +32,200 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use serde_json::json;
 
-use super::overlay::REAL_NODE;
+use super::overlay::{self, REAL_NODE};
+use super::registry::Registry;
+use super::release::{Released, Releaser, next_versions};
 use super::replicas::{self, LEASE, name};
-use crate::harness::observe::{assert_invariants, balanced, wait_balanced, wait_for};
+use crate::harness::observe::{assert_invariants, balanced, wait_for};
 use crate::harness::poll::eventually_within;
 use crate::harness::real_cluster::OPERATOR_NAMESPACE;
 use crate::harness::sim_inspect::RequestRecord;
-use crate::harness::{Env, OPERATOR_IMAGE_ENV, repo_path, scenario};
+use crate::harness::{Env, scenario};
+use crate::scenarios::real_workers::faults::{
+    AcknowledgingPool, BACK_WITHIN, acknowledging_pool, worker_pod,
+};
+use crate::scenarios::real_workers::settle_acknowledged;
 use crate::scenarios::scale;
 
 const RELEASE: &str = "swarm-operator";
+const OPERATOR: &str = "swarm-operator";
+const WORKER: &str = "swarm-worker";
+
+/// The tools the scenario runs, from `SWARM_HELM`, `SWARM_CRANE` and `SWARM_KUSTOMIZE`.
+struct Tools {
+    helm: PathBuf,
+    crane: PathBuf,
+    kustomize: PathBuf,
+}
+
+impl Tools {
+    /// The three tools, or the variables that are unset.
+    fn from_env() -> Result<Tools, String> {
+        let var = |name: &str| {
+            std::env::var_os(name)
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+        };
+        match (
+            var("SWARM_HELM"),
+            var("SWARM_CRANE"),
+            var("SWARM_KUSTOMIZE"),
+        ) {
+            (Some(helm), Some(crane), Some(kustomize)) => Ok(Tools {
+                helm,
+                crane,
+                kustomize,
+            }),
+            _ => Err("SWARM_HELM, SWARM_CRANE or SWARM_KUSTOMIZE is unset \
+                      (scripts/install-helm.sh, install-crane.sh, install-kustomize.sh build them)"
+                .to_owned()),
+        }
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn helm_installs_upgrades_and_uninstalls_the_operator_leaving_the_crd_and_the_pools() {
-    let Some(helm) = std::env::var_os("SWARM_HELM").filter(|p| !p.is_empty()) else {
-        eprintln!(
-            "note: real-node-helm skipped: SWARM_HELM is unset (scripts/install-helm.sh builds helm)"
-        );
-        return;
+async fn released_into_a_registry_the_operator_installs_upgrades_and_uninstalls_with_helm() {
+    let tools = match Tools::from_env() {
+        Ok(tools) => tools,
+        Err(why) => {
+            eprintln!("note: real-node-release skipped: {why}");
+            return;
+        }
     };
-    scenario!("real-node-helm")
-        .image(OPERATOR_IMAGE_ENV)
+    scenario!("real-node-release")
+        .real_cluster_only("the real node's kubelet pulls the released images")
         .run(async |env| {
-            let kubeconfig = env
+            let Some(cluster) = env
                 .real_cluster_dir()
-                .expect("the real node's cluster is one of scripts/real-cluster.sh")
-                .join("kubeconfig");
-            let helm = Helm {
-                binary: PathBuf::from(helm),
-                kubeconfig,
+                .filter(|dir| dir.join("node").is_dir())
+            else {
+                eprintln!("note: real-node-release skipped: the cluster has no real node");
+                return;
             };
-            // The harness applied deploy/rbac for an operator of its own (none runs here), and
-            // the kustomize installs before this one left their cluster-scoped objects: Helm
-            // adopts no object it did not create, so they go first.
-            env.kubectl
-                .ok(&[
-                    "delete",
-                    "-k",
-                    "deploy/rbac",
-                    "--ignore-not-found",
-                    "--wait",
-                ])
-                .await;
+            let registry = Registry::start(&tools.crane, &env.scratch("registry"), &cluster);
+            let releaser = Arc::new(Releaser::new(&env.scratch("release"), &registry.address));
+            let [first, second] = next_versions();
+            let first = cut(Arc::clone(&releaser), first).await;
+            // The next release compiles while the first one is installed and tried.
+            let second = tokio::spawn(cut(Arc::clone(&releaser), second));
+            let helm = Helm {
+                binary: tools.helm.clone(),
+                kubeconfig: cluster.join("kubeconfig"),
+                chart: format!("oci://{}/charts/swarm-operator", registry.address),
+            };
             let _uninstall = Uninstall(&helm);
-            let pods = helm_install(env, &helm).await;
-            env.apply_examples().await;
-            let settled = wait_balanced(env, env.example.replicas()).await;
-            assert_invariants(env, &settled).await;
-            helm_test_passes(&helm);
-            helm_upgrade_rolls_while_the_pool_stays_balanced(env, &helm, &pods).await;
+            users_install(env, &helm, &first).await;
+            let AcknowledgingPool { reports, .. } =
+                acknowledging_pool(env, &first.pinned(WORKER)).await;
+            assert_pulled(
+                &worker_pod(env, &format!("{}-0", env.example.statefulset_name())).await,
+                &first.pinned(WORKER),
+            );
+            let second = second.await.expect("the second release ran");
+            helm_upgrade_rolls_while_the_pool_stays_balanced(env, &helm, &second).await;
 
             // The new leader works: it takes a scale.
-            let sts = env.example.statefulset_name();
-            scale(env, 3).await;
-            let settled = wait_for(env, "Balanced over 3 workers after the upgrade", |o| {
-                balanced(o, 3, &sts)
-            })
-            .await;
+            scale(env, 2).await;
+            let settled = settle_acknowledged(env, &reports, 2, BACK_WITHIN).await;
             assert_invariants(env, &settled).await;
             let stats = env.handoff_stats();
             assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
             env.assert_exclusive();
             helm_uninstall_leaves_the_crd_and_the_pool(env, &helm).await;
+            kustomize_pins_the_released_digest(env, &tools.kustomize, &second).await;
         })
         .await;
 }
 
-/// `helm install` with the image built for this run and the pods on the real node, until both
-/// replicas are Ready and one leads; returns the replicas' pods.
-async fn helm_install(env: &Env, helm: &Helm) -> Vec<Pod> {
-    let image = env.image(OPERATOR_IMAGE_ENV);
-    let (repository, tag) = image.rsplit_once(':').unwrap_or((image, "latest"));
-    let placement = [
+/// Cuts release `version` on a blocking thread.
+async fn cut(releaser: Arc<Releaser>, version: String) -> Released {
+    tokio::task::spawn_blocking(move || releaser.cut(&version))
+        .await
+        .expect("scripts/release.sh ran")
+}
+
+/// The user's install of `release`: CRD-owning `helm install` from the registry, no image
+/// value, pods placed on the real node; both replicas Ready on the pulled image, one leading;
+/// then `helm test`.
+async fn users_install(env: &Env, helm: &Helm, release: &Released) {
+    // The harness applied deploy/rbac for an operator of its own (none runs here), and the
+    // kustomize installs before this one left their cluster-scoped objects: Helm adopts no
+    // object it did not create, so they go first.
+    env.kubectl
+        .ok(&[
+            "delete",
+            "-k",
+            "deploy/rbac",
+            "--ignore-not-found",
+            "--wait",
+        ])
+        .await;
+    let started = Instant::now();
+    let mut install = vec![
+        "install".to_owned(),
+        RELEASE.to_owned(),
+        helm.chart.clone(),
+        format!("--version={}", release.version),
+        "--plain-http".to_owned(),
+        "--create-namespace".to_owned(),
+        // The CRD is in the cluster already (the harness applied crds/): the release takes it
+        // over, as the chart's README tells a user who applied it by hand.
+        "--take-ownership".to_owned(),
+        "--wait".to_owned(),
+        "--timeout=3m".to_owned(),
+    ];
+    install.extend(placement());
+    helm.ok(&install);
+    let image = release.pinned(OPERATOR);
+    let pods =
+        replicas::wait_ready(env, OPERATOR_NAMESPACE, "both replicas Ready", |_| Ok(())).await;
+    pods.iter().for_each(|pod| assert_pulled(pod, &image));
+    let leader = replicas::wait_one_leader(env, OPERATOR_NAMESPACE, &pods).await;
+    eprintln!(
+        "real-node-release: helm install of {} to both replicas Ready on {image} and {leader} \
+         leading: {:.1} s",
+        release.version,
+        started.elapsed().as_secs_f64()
+    );
+    helm_test_passes(helm);
+}
+
+/// The values that place the operator's pods on the real node (its label, its taint).
+fn placement() -> [String; 4] {
+    [
         "--set-json".to_owned(),
         json!({"nodeSelector": {REAL_NODE: "true"}}).to_string(),
         "--set-json".to_owned(),
         json!({"tolerations": [{"key": REAL_NODE, "operator": "Exists", "effect": "NoSchedule"}]})
             .to_string(),
-    ];
-    let mut install = vec![
-        "install".to_owned(),
-        RELEASE.to_owned(),
-        chart(),
-        "--create-namespace".to_owned(),
-        // The CRD is in the cluster already (the harness applied crds/): the release takes it
-        // over, as the chart's README tells a user who applied it by hand.
-        "--take-ownership".to_owned(),
-        format!("--set=image.repository={repository}"),
-        format!("--set=image.tag={tag}"),
-        "--wait".to_owned(),
-        "--timeout=3m".to_owned(),
-    ];
-    install.extend(placement.iter().cloned());
-    let started = Instant::now();
-    helm.ok(&install);
-    let pods =
-        replicas::wait_ready(env, OPERATOR_NAMESPACE, "both replicas Ready", |_| Ok(())).await;
-    let leader = replicas::wait_one_leader(env, OPERATOR_NAMESPACE, &pods).await;
-    eprintln!(
-        "real-node-helm: helm install to both replicas Ready and {leader} leading: {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    pods
+    ]
+}
+
+/// Every container of `pod` runs `image` (`HOST:PORT/<name>@<digest>`), which the kubelet
+/// pulled: the image it reports running is the registry's, by that digest.
+fn assert_pulled(pod: &Pod, image: &str) {
+    let spec = pod.spec.as_ref().expect("the pod's spec");
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .expect("the pod's container statuses");
+    for container in &spec.containers {
+        assert_eq!(
+            container.image.as_deref(),
+            Some(image),
+            "{}'s image",
+            name(pod)
+        );
+    }
+    for status in statuses {
+        assert_eq!(
+            status.image_id,
+            image,
+            "{}: the image the kubelet runs is the registry's",
+            name(pod)
+        );
+    }
 }
 
 /// `helm test`: the chart's hook pod, on the real node, finds the CRD served, the replicas Ready
@@ -133,43 +238,49 @@ fn helm_test_passes(helm: &Helm) {
         "helm test ran the check pod and it succeeded: {out}"
     );
     eprintln!(
-        "real-node-helm: helm test passed in {:.1} s",
+        "real-node-release: helm test passed in {:.1} s",
         started.elapsed().as_secs_f64()
     );
 }
 
-/// An upgrade that changes a value of the pod template: the Deployment rolls both replicas
-/// (`pods` before it) while the pool, sampled meanwhile, stays Balanced.
-async fn helm_upgrade_rolls_while_the_pool_stays_balanced(env: &Env, helm: &Helm, pods: &[Pod]) {
-    let before: Vec<String> = pods.iter().map(name).collect();
+/// `helm upgrade` to `release`: both replicas replaced by pods of its image while the pool,
+/// sampled meanwhile, stays Balanced.
+async fn helm_upgrade_rolls_while_the_pool_stays_balanced(
+    env: &Env,
+    helm: &Helm,
+    release: &Released,
+) {
+    let image = release.pinned(OPERATOR);
     let started = Instant::now();
     let upgrade = vec![
         "upgrade".to_owned(),
         RELEASE.to_owned(),
-        chart(),
-        "--reuse-values".to_owned(),
-        "--set=logLevel=debug".to_owned(),
+        helm.chart.clone(),
+        format!("--version={}", release.version),
+        "--plain-http".to_owned(),
+        // The user's values on the new chart's defaults: `--reuse-values` would keep the first
+        // chart's defaults too, its image digest among them, and roll nothing.
+        "--reset-then-reuse-values".to_owned(),
         "--wait".to_owned(),
         "--timeout=3m".to_owned(),
     ];
-    // The pool's phase is sampled while the operator rolls.
     let rolling = AtomicBool::new(true);
     let rolled = async {
         let helm = helm.clone();
         tokio::task::spawn_blocking(move || helm.ok(&upgrade))
             .await
             .expect("helm upgrade ran");
-        let rolled =
-            replicas::wait_ready(env, OPERATOR_NAMESPACE, "two new replicas Ready", |pods| {
-                match pods
-                    .iter()
-                    .find(|pod| before.contains(&name(pod)) || !logs_debug(pod))
-                {
-                    Some(pod) => Err(format!("{} is from before the upgrade", name(pod))),
-                    None => Ok(()),
-                }
-            })
-            .await;
+        let rolled = replicas::wait_ready(
+            env,
+            OPERATOR_NAMESPACE,
+            "two replicas of the upgrade Ready",
+            |pods| match pods.iter().find(|pod| running(pod) != Some(image.as_str())) {
+                Some(pod) => Err(format!("{} runs {:?}", name(pod), running(pod))),
+                None => Ok(()),
+            },
+        )
+        .await;
+        rolled.iter().for_each(|pod| assert_pulled(pod, &image));
         let leader = replicas::wait_one_leader(env, OPERATOR_NAMESPACE, &rolled).await;
         rolling.store(false, Ordering::Relaxed);
         leader
@@ -191,8 +302,9 @@ async fn helm_upgrade_rolls_while_the_pool_stays_balanced(env: &Env, helm: &Helm
     };
     let (leader, phases) = tokio::join!(rolled, phases);
     eprintln!(
-        "real-node-helm: helm upgrade to two new replicas Ready and {leader} leading: {:.1} s; \
-         the pool meanwhile: {phases:?}",
+        "real-node-release: helm upgrade to {} to two new replicas Ready and {leader} leading: \
+         {:.1} s; the pool meanwhile: {phases:?}",
+        release.version,
         started.elapsed().as_secs_f64()
     );
     assert_eq!(
@@ -200,6 +312,11 @@ async fn helm_upgrade_rolls_while_the_pool_stays_balanced(env: &Env, helm: &Helm
         BTreeSet::from(["Balanced".to_owned()]),
         "the pool's phases while the operator rolled"
     );
+}
+
+/// The image of the pod's (first) container.
+fn running(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref()?.containers.first()?.image.as_deref()
 }
 
 /// Uninstalled: the operator goes; the CRD and the pool stay. Helm deletes the RBAC with the
@@ -270,24 +387,32 @@ async fn helm_uninstall_leaves_the_crd_and_the_pool(env: &mut Env, helm: &Helm) 
         .await;
 }
 
-/// Whether the operator's container in `pod` logs at debug (the upgrade's value).
-fn logs_debug(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|spec| spec.containers.first())
-        .and_then(|c| c.env.as_ref())
-        .is_some_and(|env| {
-            env.iter()
-                .any(|var| var.name == "RUST_LOG" && var.value.as_deref() == Some("debug"))
-        })
-}
-
-/// The chart's directory.
-fn chart() -> String {
-    repo_path("charts/swarm-operator")
-        .to_str()
-        .expect("UTF-8 repository path")
-        .to_owned()
+/// `deploy/` through a user's overlay whose image `kustomize edit set image` pins to
+/// `release`'s operator digest: both replicas run the pulled image and the leader takes the
+/// pool the uninstall left (a worker more, Balanced); then the install is removed.
+async fn kustomize_pins_the_released_digest(env: &Env, kustomize: &Path, release: &Released) {
+    let image = release.pinned(OPERATOR);
+    let started = Instant::now();
+    let install = overlay::install_with_image_set_by(env, kustomize, "deploy", &image).await;
+    let pods =
+        replicas::wait_ready(env, &install.namespace, "both replicas Ready", |_| Ok(())).await;
+    pods.iter().for_each(|pod| assert_pulled(pod, &image));
+    replicas::wait_one_leader(env, &install.namespace, &pods).await;
+    let sts = env.example.statefulset_name();
+    scale(env, 3).await;
+    let settled = wait_for(
+        env,
+        "Balanced over 3 workers under the kustomize install",
+        |o| balanced(o, 3, &sts),
+    )
+    .await;
+    assert_invariants(env, &settled).await;
+    eprintln!(
+        "real-node-release: deploy/ with kustomize edit set image {image} to Balanced over 3: \
+         {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    install.remove().await;
 }
 
 /// helm against the scenario's cluster, in the operator's namespace.
@@ -295,18 +420,15 @@ fn chart() -> String {
 struct Helm {
     binary: PathBuf,
     kubeconfig: PathBuf,
+    /// The released chart, `oci://<registry>/charts/swarm-operator`.
+    chart: String,
 }
 
 impl Helm {
     /// Runs `helm <args>`, which must succeed; returns its stdout.
     fn ok(&self, args: &[String]) -> String {
-        let output = Command::new(&self.binary)
-            .args(args)
-            .arg(format!("--namespace={OPERATOR_NAMESPACE}"))
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .env("HELM_CACHE_HOME", scratch(&self.kubeconfig, "helm-cache"))
-            .env("HELM_CONFIG_HOME", scratch(&self.kubeconfig, "helm-config"))
-            .env("HELM_DATA_HOME", scratch(&self.kubeconfig, "helm-data"))
+        let output = self
+            .command(args)
             .output()
             .unwrap_or_else(|e| panic!("run {}: {e}", self.binary.display()));
         assert!(
@@ -318,11 +440,21 @@ impl Helm {
         );
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
-}
 
-/// helm's own directories, beside the cluster's kubeconfig rather than in the home directory.
-fn scratch(kubeconfig: &Path, name: &str) -> PathBuf {
-    kubeconfig.with_file_name(name)
+    /// `helm <args>` in the operator's namespace, with helm's own directories beside the
+    /// cluster's kubeconfig rather than in the home directory.
+    fn command(&self, args: &[String]) -> Command {
+        let scratch = |name: &str| self.kubeconfig.with_file_name(name);
+        let mut command = Command::new(&self.binary);
+        command
+            .args(args)
+            .arg(format!("--namespace={OPERATOR_NAMESPACE}"))
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .env("HELM_CACHE_HOME", scratch("helm-cache"))
+            .env("HELM_CONFIG_HOME", scratch("helm-config"))
+            .env("HELM_DATA_HOME", scratch("helm-data"));
+        command
+    }
 }
 
 /// Uninstalls the release if the scenario fails before it does, so no operator in the cluster
@@ -331,10 +463,7 @@ struct Uninstall<'a>(&'a Helm);
 
 impl Drop for Uninstall<'_> {
     fn drop(&mut self) {
-        let _ = Command::new(&self.0.binary)
-            .args(["uninstall", RELEASE, "--ignore-not-found", "--wait"])
-            .arg(format!("--namespace={OPERATOR_NAMESPACE}"))
-            .arg(format!("--kubeconfig={}", self.0.kubeconfig.display()))
-            .output();
+        let args = ["uninstall", RELEASE, "--ignore-not-found", "--wait"].map(str::to_owned);
+        let _ = self.0.command(&args).output();
     }
 }

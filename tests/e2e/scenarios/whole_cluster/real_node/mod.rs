@@ -19,6 +19,8 @@ mod helm;
 mod install;
 mod namespaced;
 mod overlay;
+mod registry;
+mod release;
 mod replicas;
 
 use serde_json::{Value, json};

@@ -35,7 +35,35 @@ pub(super) struct Install {
 /// Writes an overlay of `base` (a kustomization of the repository) into the scenario's scratch
 /// directory and `kubectl apply -k`s it.
 pub(super) async fn install(env: &Env, base: &str, image: &str) -> Install {
-    let dir = write_overlay(&env.scratch("overlay"), &repo_path(base), image);
+    let dir = write_overlay(&env.scratch("overlay"), &repo_path(base), Some(image));
+    apply(env, &dir).await
+}
+
+/// Like [`install`], with the image set as a user pins a released one: `kustomize edit set
+/// image swarm-operator=<image>` (`NAME@DIGEST`) run by `kustomize` in the overlay.
+pub(super) async fn install_with_image_set_by(
+    env: &Env,
+    kustomize: &Path,
+    base: &str,
+    image: &str,
+) -> Install {
+    let dir = write_overlay(&env.scratch("overlay"), &repo_path(base), None);
+    let set = format!("swarm-operator={image}");
+    let output = std::process::Command::new(kustomize)
+        .args(["edit", "set", "image", &set])
+        .current_dir(&dir)
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", kustomize.display()));
+    assert!(
+        output.status.success(),
+        "kustomize edit set image {set} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    apply(env, &dir).await
+}
+
+/// `kubectl apply -k` of the overlay in `dir`.
+async fn apply(env: &Env, dir: &Path) -> Install {
     let dir = dir.to_str().expect("UTF-8 scratch path");
     let objects = apply_kustomization(env, dir).await;
     let namespace = str_at(only(&objects, "Deployment"), "/metadata/namespace");
@@ -47,8 +75,9 @@ pub(super) async fn install(env: &Env, base: &str, image: &str) -> Install {
     }
 }
 
-/// The overlay in `dir`: `kustomization.yaml` (the base, the image) and `placement.yaml`.
-fn write_overlay(dir: &Path, base: &Path, image: &str) -> PathBuf {
+/// The overlay in `dir`: `kustomization.yaml` (the base, and the image if given) and
+/// `placement.yaml`.
+fn write_overlay(dir: &Path, base: &Path, image: Option<&str>) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
     // kustomize takes no absolute path for a base.
     let base = relative(dir, base);
@@ -56,7 +85,7 @@ fn write_overlay(dir: &Path, base: &Path, image: &str) -> PathBuf {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [base.to_str().expect("UTF-8 path")],
-        "images": [image_entry(image)],
+        "images": image.map(image_entry).into_iter().collect::<Vec<_>>(),
         "patches": [{
             "path": "placement.yaml",
             "target": {"kind": "Deployment", "name": "swarm-operator"},
