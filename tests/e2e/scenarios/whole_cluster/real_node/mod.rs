@@ -11,8 +11,10 @@
 //! of a rollout). No operator of the harness runs here: the one in the cluster does the work.
 //!
 //! They need `scripts/real-cluster.sh`'s real node holding the image (`SWARM_E2E_OPERATOR_IMAGE`,
-//! set by `scripts/test.sh` after loading it) and skip with a note otherwise. Each removes what
-//! it installed before it ends, so no operator in the cluster acts on a later scenario's pool.
+//! set by `scripts/test.sh` after loading it) and skip with a note otherwise; but `helm`, whose
+//! operator and workers the kubelet pulls from a registry the scenario releases them into, as
+//! they reach users. Each removes what it installed before it ends, so no operator in the
+//! cluster acts on a later scenario's pool.
 
 mod faults;
 mod helm;
