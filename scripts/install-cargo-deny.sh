@@ -17,7 +17,10 @@ binary="${out}/bin/cargo-deny"
 
 if [[ ! -x "${binary}" ]]; then
     say "building cargo-deny ${CARGO_DENY_VERSION} into ${out} (once)"
-    cargo install cargo-deny --version "${CARGO_DENY_VERSION}" --locked --root "${out}" --quiet >&2 ||
+    # In a temporary target directory of its own, not CARGO_TARGET_DIR: scripts/test.sh builds
+    # it while the workspace's tests build and run there, and Cargo locks a target directory.
+    env -u CARGO_TARGET_DIR cargo install cargo-deny --version "${CARGO_DENY_VERSION}" --locked \
+        --root "${out}" --quiet >&2 ||
         die "cargo install cargo-deny ${CARGO_DENY_VERSION} failed"
 fi
 echo "${binary}"

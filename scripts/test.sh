@@ -151,14 +151,16 @@ mark "compile the test profile"
 
 # What a user installs may depend on (deny.toml): licences, banned crates and sources. The
 # check itself reads only Cargo.lock and the registry cache; `cargo fetch` fills the cache with
-# the crates of other platforms, which the test build did not need.
-say "the dependencies' licences, bans and sources (cargo deny, deny.toml)"
-if cargo_deny="$(scripts/install-cargo-deny.sh)" && cargo fetch --locked --quiet; then
-    "${cargo_deny}" deny --offline --log-level warn check licenses bans sources || status=$?
-else
-    status=1
-fi
-mark "cargo deny: licences, bans, sources"
+# the crates of other platforms, which the test build did not need. Building cargo-deny the
+# first time takes minutes of CPU: it goes on in the background at the lowest priority, beside
+# the steps up to the real cluster, and its result is read after them.
+deny_log="$(mktemp "${TMPDIR:-/tmp}/swarm-cargo-deny.XXXXXX")"
+say "the dependencies' licences, bans and sources (cargo deny, deny.toml), in the background (log: ${deny_log})"
+(
+    cargo_deny="$(nice -n 19 scripts/install-cargo-deny.sh)" && cargo fetch --locked --quiet &&
+        "${cargo_deny}" deny --offline --log-level warn check licenses bans sources
+) >"${deny_log}" 2>&1 &
+deny_pid=$!
 
 # The worker library as its users take it: the packaged crates build the example worker outside
 # the workspace.
@@ -201,15 +203,29 @@ RUST_TEST_THREADS="${RUST_TEST_THREADS:-${SWARM_E2E_PARALLEL:-6}}" \
 say "kube-sim tier finished with exit code ${status}"
 mark "kube-sim tier: tests"
 
-# The Python worker speaks the Acknowledge protocol with the official client only; its self-test
-# runs it against the kube-sim binary the tier above built.
+# The Go worker's own tests, those that speak to an API server on kube-sim (the real-cluster
+# tier runs them again against kube-apiserver), and the Python worker's self-test, which runs
+# it with the official client only against the kube-sim binary the tier above built: both
+# mostly wait on their simulations, so they run side by side; the Go tests' output follows.
+say "the Go worker's tests on kube-sim (scripts/go-worker.sh test), beside the Python worker's self-test"
+go_tests_log="$(mktemp "${TMPDIR:-/tmp}/swarm-go-tests.XXXXXX")"
+go_tests_pid=""
+if ((go_worker_ok)); then
+    KUBE_SIM="${CARGO_TARGET_DIR:-${repo_root}/target}/debug/kube-sim" SWARM_WORKER_GO_REQUIRE_CLUSTER=1 \
+        scripts/go-worker.sh test -count=1 >"${go_tests_log}" 2>&1 &
+    go_tests_pid=$!
+fi
 say "the Python protocol worker (examples/python-worker)"
 if ((python_ok)); then
     "${SWARM_PYTHON_WORKER}" -m unittest discover -s examples/python-worker || status=$?
 else
     status=1
 fi
-mark "Python worker: self-test"
+if [[ -n "${go_tests_pid}" ]]; then
+    wait "${go_tests_pid}" || status=$?
+    cat "${go_tests_log}"
+fi
+mark "Python worker: self-test; Go worker: tests on kube-sim"
 
 # The licences of what the Go worker module and the Python worker bring to their users, checked
 # and listed beside them (deny.toml does the same for the Rust crates).
@@ -219,15 +235,6 @@ if ((python_ok)); then
 fi
 mark "Go and Python dependencies' licences"
 
-# The Go worker's own tests, those that speak to an API server on kube-sim; the real-cluster
-# tier runs them again against kube-apiserver.
-say "the Go worker's tests on kube-sim (scripts/go-worker.sh test)"
-if ((go_worker_ok)); then
-    KUBE_SIM="${CARGO_TARGET_DIR:-${repo_root}/target}/debug/kube-sim" SWARM_WORKER_GO_REQUIRE_CLUSTER=1 \
-        scripts/go-worker.sh test -count=1 || status=$?
-fi
-mark "Go worker: tests on kube-sim"
-
 # Bounded runs of the Go worker's fuzz targets (its readers of config.yml and index.yml); the
 # Rust property tests and the Python worker's Hypothesis tests ran with their suites above.
 say "fuzzing the Go worker's readers, ${SWARM_FUZZ_SECONDS:-20} s a target (scripts/go-worker.sh fuzz)"
@@ -235,6 +242,15 @@ if ((go_worker_ok)); then
     scripts/go-worker.sh fuzz "${SWARM_FUZZ_SECONDS:-20}" || status=$?
 fi
 mark "Go worker: fuzz targets"
+
+deny_status=0
+wait "${deny_pid}" || deny_status=$?
+cat "${deny_log}"
+if ((deny_status != 0)); then
+    say "cargo deny failed (deny.toml; its output is above)" >&2
+    status=${deny_status}
+fi
+mark "cargo deny: licences, bans, sources (what was left of it)"
 
 if ((real_tier)); then
     go_status=0
@@ -278,11 +294,13 @@ if ((real_tier)); then
         mark "Go worker: tests on the real control plane"
         export SWARM_E2E_KUBECONFIG="${cluster_dir}/kubeconfig" SWARM_E2E_TIMINGS="${scenario_timings}"
         # --workspace: the first tier's feature set, so nothing is compiled again. The scenarios
-        # that need the cluster to themselves run first, one at a time; then the others side by
-        # side, each in its own namespace with its own operator.
+        # that need the cluster to themselves run first, one at a time holding it (the harness's
+        # lock); on two test threads, so the release scenario compiles its releases, which needs
+        # no cluster, while the others hold it. Then the others side by side, each in its own
+        # namespace with its own operator.
         say "the whole-cluster scenarios on the real control plane, one at a time"
         cargo test --workspace --locked --test e2e --no-fail-fast -- \
-            scenarios::whole_cluster:: --test-threads=1 || real_status=$?
+            scenarios::whole_cluster:: --test-threads=2 || real_status=$?
         mark "real-cluster tier: whole-cluster scenarios, one at a time"
         say "the other scenarios on the real control plane, ${SWARM_E2E_PARALLEL:-6} at a time"
         cargo test --workspace --locked --test e2e --no-fail-fast -- \

@@ -50,6 +50,14 @@ impl RealCluster {
         })
     }
 
+    /// The directory `scripts/real-cluster.sh up` started the cluster in (beside its
+    /// kubeconfig), whose components `scripts/real-cluster.sh restart` can restart; `None` for
+    /// a cluster it did not start.
+    pub fn dir(&self) -> Option<PathBuf> {
+        let dir = self.kubeconfig.parent()?;
+        dir.join("cmds").is_dir().then(|| dir.to_path_buf())
+    }
+
     /// Deletes `namespace` and waits until it is gone, so a scenario starts clean.
     pub async fn reset_namespace(&self, kubectl: &Kubectl, namespace: &str) {
         // A scenario that failed half-way may have left a finalizer on a pool, which would

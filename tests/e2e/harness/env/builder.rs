@@ -23,7 +23,9 @@ use crate::harness::real_cluster::{OPERATOR_ACCOUNT, OPERATOR_NAMESPACE, RealClu
 use crate::harness::sim_inspect::{HARNESS_USER_AGENT, SimInspector};
 
 /// The module path under which scenarios take a real cluster to themselves: what
-/// `scripts/test.sh` runs first, one at a time (`--test-threads=1 scenarios::whole_cluster::`).
+/// `scripts/test.sh` runs first (`scenarios::whole_cluster::`), on two test threads so that one
+/// can prepare what needs no cluster (the release scenario compiles its releases) while the
+/// other holds the cluster: no two of them ever hold it at once.
 pub const WHOLE_CLUSTER: &str = "scenarios::whole_cluster::";
 
 /// Whether the test or module at `path` (`scenarios::whole_cluster::deploy::deploy_base`, or
@@ -161,7 +163,7 @@ impl Builder {
         assert!(
             takes_cluster_alone(test) == alone,
             "{name}: test {test} and module {module} disagree on taking the cluster alone \
-             (scenarios under {WHOLE_CLUSTER} do, and scripts/test.sh runs them one at a time): \
+             (scenarios under {WHOLE_CLUSTER} do, and scripts/test.sh runs them apart from the others): \
              build the scenario in the module of its test"
         );
     }

@@ -302,9 +302,7 @@ impl Env {
     /// kubeconfig), whose components `scripts/real-cluster.sh restart` can restart; `None` on
     /// the simulation.
     pub fn real_cluster_dir(&self) -> Option<PathBuf> {
-        let cluster = self.real.as_ref()?;
-        let dir = cluster.kubeconfig.parent()?;
-        dir.join("cmds").is_dir().then(|| dir.to_path_buf())
+        self.real.as_ref()?.dir()
     }
 
     /// A kubeconfig that presents `token` (as user `user`) to the real cluster, in the

@@ -23,7 +23,6 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -38,7 +37,7 @@ use super::release::{Released, Releaser, next_versions};
 use super::replicas::{self, LEASE, name};
 use crate::harness::observe::{assert_invariants, balanced, wait_for};
 use crate::harness::poll::eventually_within;
-use crate::harness::real_cluster::OPERATOR_NAMESPACE;
+use crate::harness::real_cluster::{KUBECONFIG_ENV, OPERATOR_NAMESPACE, RealCluster};
 use crate::harness::sim_inspect::RequestRecord;
 use crate::harness::{Env, scenario};
 use crate::scenarios::real_workers::faults::{
@@ -92,37 +91,42 @@ async fn released_into_a_registry_the_operator_installs_upgrades_and_uninstalls_
             return;
         }
     };
+    let Some(cluster) = RealCluster::from_env()
+        .and_then(|cluster| cluster.dir())
+        .filter(|dir| dir.join("node").is_dir())
+    else {
+        eprintln!(
+            "note: real-node-release skipped: it needs a cluster of scripts/real-cluster.sh with \
+             its real node ({KUBECONFIG_ENV}), whose kubelet pulls the released images"
+        );
+        return;
+    };
+    // Cut before the scenario takes the cluster: compiling them needs none, so under
+    // scripts/test.sh it runs while the other whole-cluster scenarios hold it in turn.
+    let releases = cut_releases(tools.crane.clone(), cluster.clone()).await;
+    let Releases {
+        registry,
+        first,
+        second,
+        ..
+    } = &releases;
     scenario!("real-node-release")
         .real_cluster_only("the real node's kubelet pulls the released images")
         .run(async |env| {
-            let Some(cluster) = env
-                .real_cluster_dir()
-                .filter(|dir| dir.join("node").is_dir())
-            else {
-                eprintln!("note: real-node-release skipped: the cluster has no real node");
-                return;
-            };
-            let registry = Registry::start(&tools.crane, &env.scratch("registry"), &cluster);
-            let releaser = Arc::new(Releaser::new(&env.scratch("release"), &registry.address));
-            let [first, second] = next_versions();
-            let first = cut(Arc::clone(&releaser), first).await;
-            // The next release compiles while the first one is installed and tried.
-            let second = tokio::spawn(cut(Arc::clone(&releaser), second));
             let helm = Helm {
                 binary: tools.helm.clone(),
                 kubeconfig: cluster.join("kubeconfig"),
                 chart: format!("oci://{}/charts/swarm-operator", registry.address),
             };
             let _uninstall = Uninstall(&helm);
-            users_install(env, &helm, &first).await;
+            users_install(env, &helm, first).await;
             let AcknowledgingPool { reports, .. } =
                 acknowledging_pool(env, &first.pinned(WORKER)).await;
             assert_pulled(
                 &worker_pod(env, &format!("{}-0", env.example.statefulset_name())).await,
                 &first.pinned(WORKER),
             );
-            let second = second.await.expect("the second release ran");
-            helm_upgrade_rolls_while_the_pool_stays_balanced(env, &helm, &second).await;
+            helm_upgrade_rolls_while_the_pool_stays_balanced(env, &helm, second).await;
 
             // The new leader works: it takes a scale.
             scale(env, 2).await;
@@ -132,16 +136,40 @@ async fn released_into_a_registry_the_operator_installs_upgrades_and_uninstalls_
             assert_eq!(stats.duplicate_job_seconds, 0.0, "{stats:?}");
             env.assert_exclusive();
             helm_uninstall_leaves_the_crd_and_the_pool(env, &helm).await;
-            kustomize_pins_the_released_digest(env, &tools.kustomize, &second).await;
+            kustomize_pins_the_released_digest(env, &tools.kustomize, second).await;
         })
         .await;
 }
 
-/// Cuts release `version` on a blocking thread.
-async fn cut(releaser: Arc<Releaser>, version: String) -> Released {
-    tokio::task::spawn_blocking(move || releaser.cut(&version))
-        .await
-        .expect("scripts/release.sh ran")
+/// A registry for the node of the cluster in `cluster`, and the next two releases cut into it,
+/// on a blocking thread.
+async fn cut_releases(crane: PathBuf, cluster: PathBuf) -> Releases {
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::Builder::new()
+            .prefix("swarm-e2e-real-node-release-")
+            .tempdir()
+            .expect("create a scratch directory");
+        let registry = Registry::start(&crane, &dir.path().join("registry"), &cluster);
+        let releaser = Releaser::new(&dir.path().join("release"), &registry.address);
+        let [first, second] = next_versions().map(|version| releaser.cut(&version));
+        Releases {
+            registry,
+            first,
+            second,
+            _dir: dir,
+        }
+    })
+    .await
+    .expect("scripts/release.sh ran")
+}
+
+/// What the scenario installs: the registry it pulls from and the two releases in it.
+struct Releases {
+    registry: Registry,
+    first: Released,
+    second: Released,
+    /// The registry's blobs and the releases' clone, removed after the registry stops.
+    _dir: tempfile::TempDir,
 }
 
 /// The user's install of `release`: CRD-owning `helm install` from the registry, no image

@@ -3,6 +3,10 @@
 //! into a [`Registry`](super::registry::Registry). What a release printed (each image and the
 //! chart, with its digest) is what the scenario installs.
 //!
+//! The scenario cuts them before it takes the cluster, at the lowest CPU priority: under
+//! `scripts/test.sh`, whose whole-cluster scenarios run on two test threads with one holding the
+//! cluster at a time, the compile overlaps the scenarios that hold it meanwhile.
+//!
 //! The release builds the debug binaries (`SWARM_RELEASE_PROFILE=dev`: a fat-LTO build would
 //! take a quarter of an hour here). Its Cargo target directory starts as hard links to the
 //! compiled dependencies of the test build that runs this binary, so only the workspace's
@@ -77,7 +81,11 @@ impl Releaser {
         let log = self.out.join(format!("release-{version}.log"));
         std::fs::create_dir_all(&self.out).expect("the releases' directory");
         let stderr = std::fs::File::create(&log).expect("the release's log");
-        let output = Command::new(self.clone.join("scripts/release.sh"))
+        // At the lowest priority: it compiles while another scenario holds the cluster, whose
+        // processes (the node's kubelet, the API server, workers racing a deadline) come first.
+        let output = Command::new("nice")
+            .args(["-n", "19"])
+            .arg(self.clone.join("scripts/release.sh"))
             .args([version, "--registry", &self.registry, "--out"])
             .arg(self.out.join(version))
             .current_dir(&self.clone)
