@@ -13,13 +13,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=scripts/lib/go-build.sh
 source "${repo_root}/scripts/lib/go-build.sh"
-module=github.com/google/go-containerregistry
-version="$(pinned crane "${module}")"
-[[ -n "${version}" ]] || die "cannot read the pinned ${module} version from hack/crane/go.mod"
-out="${cache_root}/crane-${version}"
-binary="${out}/crane"
-
 # `crane version` reports the pinned version, as crane's releases set it.
-go_build crane "${out}" "-s -w -X ${module}/cmd/crane/cmd.Version=${version}" -- "${module}/cmd/crane"
-[[ -x "${binary}" ]] || die "${binary} is missing; remove ${out} and run again"
-echo "${binary}"
+install_go_tool crane github.com/google/go-containerregistry \
+    "-s -w -X github.com/google/go-containerregistry/cmd/crane/cmd.Version={version}" \
+    github.com/google/go-containerregistry/cmd/crane

@@ -15,13 +15,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=scripts/lib/go-build.sh
 source "${repo_root}/scripts/lib/go-build.sh"
-module=github.com/norwoodj/helm-docs
-version="$(pinned helm-docs "${module}")"
-[[ -n "${version}" ]] || die "cannot read the pinned ${module} version from hack/helm-docs/go.mod"
-out="${cache_root}/helm-docs-${version}"
-binary="${out}/helm-docs"
-
 # `helm-docs --version` reports the pinned version, without its v, as its releases do.
-go_build helm-docs "${out}" "-s -w -X main.version=${version#v}" -- "${module}/cmd/helm-docs"
-[[ -x "${binary}" ]] || die "${binary} is missing; remove ${out} and run again"
-echo "${binary}"
+install_go_tool helm-docs github.com/norwoodj/helm-docs \
+    "-s -w -X main.version={number}" \
+    github.com/norwoodj/helm-docs/cmd/helm-docs

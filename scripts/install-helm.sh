@@ -13,14 +13,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=scripts/lib/go-build.sh
 source "${repo_root}/scripts/lib/go-build.sh"
-module=helm.sh/helm/v4
-version="$(pinned helm "${module}")"
-[[ -n "${version}" ]] || die "cannot read the pinned ${module} version from hack/helm/go.mod"
-out="${cache_root}/helm-${version}"
-binary="${out}/helm"
-
 # `helm version` reports the pinned version (helm's Makefile sets it the same way for a tag).
-go_build helm "${out}" "-s -w -X ${module}/internal/version.version=${version} -X ${module}/internal/version.metadata=" \
-    -- "${module}/cmd/helm"
-[[ -x "${binary}" ]] || die "${binary} is missing; remove ${out} and run again"
-echo "${binary}"
+install_go_tool helm helm.sh/helm/v4 \
+    "-s -w -X helm.sh/helm/v4/internal/version.version={version} -X helm.sh/helm/v4/internal/version.metadata=" \
+    helm.sh/helm/v4/cmd/helm

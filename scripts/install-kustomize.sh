@@ -14,16 +14,9 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=scripts/lib/go-build.sh
 source "${repo_root}/scripts/lib/go-build.sh"
-module=sigs.k8s.io/kustomize/kustomize/v5
-version="$(pinned kustomize "${module}")"
-[[ -n "${version}" ]] || die "cannot read the pinned ${module} version from hack/kustomize/go.mod"
-out="${cache_root}/kustomize-${version}"
-binary="${out}/kustomize"
-
 # `kustomize version` reports the pinned version, stamped as kustomize's releases stamp it
 # ("kustomize/<version>"); their build date is left out, so the binary does not depend on when
-# it was built.
-go_build kustomize "${out}" "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=kustomize/${version}" \
-    -- "${module}"
-[[ -x "${binary}" ]] || die "${binary} is missing; remove ${out} and run again"
-echo "${binary}"
+# it was built. The package is the module itself, whose binary is named without its /v5.
+install_go_tool kustomize sigs.k8s.io/kustomize/kustomize/v5 \
+    "-s -w -X sigs.k8s.io/kustomize/api/provenance.version=kustomize/{version}" \
+    sigs.k8s.io/kustomize/kustomize/v5 kustomize

@@ -13,13 +13,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=scripts/lib/go-build.sh
 source "${repo_root}/scripts/lib/go-build.sh"
-module=github.com/anchore/syft
-version="$(pinned syft "${module}")"
-[[ -n "${version}" ]] || die "cannot read the pinned ${module} version from hack/syft/go.mod"
-out="${cache_root}/syft-${version}"
-binary="${out}/syft"
-
 # `syft version` and the SBOMs' creator field report the pinned version, as syft's releases set it.
-go_build syft "${out}" "-s -w -X main.version=${version#v}" -- "${module}/cmd/syft"
-[[ -x "${binary}" ]] || die "${binary} is missing; remove ${out} and run again"
-echo "${binary}"
+install_go_tool syft github.com/anchore/syft \
+    "-s -w -X main.version={number}" \
+    github.com/anchore/syft/cmd/syft

@@ -13,12 +13,6 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 # shellcheck source=scripts/lib/go-build.sh
 source "${repo_root}/scripts/lib/go-build.sh"
-module=github.com/opencontainers/umoci
-version="$(pinned umoci "${module}")"
-[[ -n "${version}" ]] || die "cannot read the pinned ${module} version from hack/umoci/go.mod"
-out="${cache_root}/umoci-${version}"
-binary="${out}/umoci"
-
-go_build umoci "${out}" "-s -w" -- "${module}/cmd/umoci"
-[[ -x "${binary}" ]] || die "${binary} is missing; remove ${out} and run again"
-echo "${binary}"
+install_go_tool umoci github.com/opencontainers/umoci \
+    "-s -w" \
+    github.com/opencontainers/umoci/cmd/umoci

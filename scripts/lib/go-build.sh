@@ -7,6 +7,12 @@
 #                       builds the packages of wrapper module hack/<module> into directory <out>
 #                       (each binary named after its package's directory), unless a completed
 #                       build is there
+#   install_go_tool <name> <module> <ldflags> <package> [<binary>]
+#                       a pinned tool: builds <package> of <module>, at the version
+#                       hack/<name>/go.mod pins, into ${cache_root}/<name>-<version> (go_build)
+#                       and prints the path of <binary> there (default: the package's last path
+#                       element); in <ldflags>, {version} is that version (v1.2.3) and {number}
+#                       the same without its v
 #   build_lock <fd> <lock file> <what>
 #                       takes the lock on <fd> (open on <lock file>), waiting at most
 #                       build_lock_seconds for the build that holds it
@@ -75,4 +81,16 @@ go_build() {
     mv "${out}.partial" "${out}"
     say "built ${module} in $((SECONDS - start)) s"
     exec {lock}>&-
+}
+
+install_go_tool() {
+    local name="$1" module="$2" ldflags="$3" package="$4" version out binary
+    version="$(pinned "${name}" "${module}")"
+    [[ -n "${version}" ]] || die "cannot read the pinned ${module} version from hack/${name}/go.mod"
+    out="${cache_root}/${name}-${version}"
+    binary="${out}/${5:-${package##*/}}"
+    ldflags="${ldflags//\{version\}/${version}}"
+    go_build "${name}" "${out}" "${ldflags//\{number\}/${version#v}}" -- "${package}"
+    [[ -x "${binary}" ]] || die "${binary} is missing; remove ${out} and run again"
+    echo "${binary}"
 }
