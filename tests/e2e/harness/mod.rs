@@ -17,6 +17,7 @@ pub mod cargo_env;
 pub mod derived_mounts;
 pub mod duplicates;
 pub mod env;
+pub mod helm;
 pub mod inspect;
 pub mod kubectl;
 pub mod manifests;

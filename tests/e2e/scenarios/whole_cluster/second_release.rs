@@ -6,9 +6,7 @@
 //! skips with a note without it; it takes the cluster alone, as the chart's RBAC is
 //! cluster-wide.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
+use crate::harness::helm::Helm;
 use crate::harness::kubectl::Kubectl;
 use crate::harness::real_cluster::{OPERATOR_NAMESPACE, RealCluster};
 use crate::harness::{Env, repo_path, scenario};
@@ -20,7 +18,7 @@ const OTHER_NAMESPACE: &str = "swarm-again";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_release_of_the_chart_is_refused_instead_of_running_a_second_operator() {
-    let Some(binary) = std::env::var_os("SWARM_HELM").filter(|p| !p.is_empty()) else {
+    let Some(binary) = Helm::binary_from_env() else {
         eprintln!(
             "note: second-release skipped: SWARM_HELM is unset (scripts/install-helm.sh builds helm)"
         );
@@ -29,11 +27,11 @@ async fn a_second_release_of_the_chart_is_refused_instead_of_running_a_second_op
     scenario!("second-release")
         .real_cluster_only("Helm installs into a real API server")
         .run(async |env| {
-            let helm = Helm {
-                binary: PathBuf::from(binary),
-                kubeconfig: RealCluster::from_env().expect("a real cluster").kubeconfig,
-                home: env.scratch("helm"),
-            };
+            let helm = Helm::new(
+                binary,
+                RealCluster::from_env().expect("a real cluster").kubeconfig,
+                env.scratch("helm"),
+            );
             // The harness applied deploy/rbac for an operator of its own (none runs here), and
             // an earlier install of deploy/ may have left its manager's objects: Helm adopts no
             // object it did not create, so they go first.
@@ -106,28 +104,6 @@ fn chart() -> String {
         .to_str()
         .expect("UTF-8 repository path")
         .to_owned()
-}
-
-/// helm against the scenario's cluster, its cache and configuration in `home`.
-struct Helm {
-    binary: PathBuf,
-    kubeconfig: PathBuf,
-    home: PathBuf,
-}
-
-impl Helm {
-    /// Runs `helm <args>`.
-    fn run(&self, args: &[&str]) -> Output {
-        let home = |name: &str| self.home.join(name);
-        Command::new(&self.binary)
-            .args(args)
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .env("HELM_CACHE_HOME", home("helm-cache"))
-            .env("HELM_CONFIG_HOME", home("helm-config"))
-            .env("HELM_DATA_HOME", home("helm-data"))
-            .output()
-            .unwrap_or_else(|e| panic!("run {}: {e}", self.binary.display()))
-    }
 }
 
 /// Uninstalls whatever release got in and removes the second namespace, passed or failed.

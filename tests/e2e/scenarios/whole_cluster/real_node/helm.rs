@@ -22,7 +22,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -35,6 +34,7 @@ use super::overlay::{self, REAL_NODE};
 use super::registry::Registry;
 use super::release::{Released, Releaser, next_versions};
 use super::replicas::{self, LEASE, name};
+use crate::harness::helm::Helm;
 use crate::harness::observe::{assert_invariants, balanced, wait_for};
 use crate::harness::poll::eventually_within;
 use crate::harness::real_cluster::{KUBECONFIG_ENV, OPERATOR_NAMESPACE, RealCluster};
@@ -104,20 +104,16 @@ async fn released_into_a_registry_the_operator_installs_upgrades_and_uninstalls_
     // Cut before the scenario takes the cluster: compiling them needs none, so under
     // scripts/test.sh it runs while the other whole-cluster scenarios hold it in turn.
     let releases = cut_releases(tools.crane.clone(), cluster.clone()).await;
-    let Releases {
-        registry,
-        first,
-        second,
-        ..
-    } = &releases;
+    let Releases { first, second, .. } = &releases;
     scenario!("real-node-release")
         .real_cluster_only("the real node's kubelet pulls the released images")
         .run(async |env| {
-            let helm = Helm {
-                binary: tools.helm.clone(),
-                kubeconfig: cluster.join("kubeconfig"),
-                chart: format!("oci://{}/charts/swarm-operator", registry.address),
-            };
+            let helm = Helm::new(
+                tools.helm.clone(),
+                cluster.join("kubeconfig"),
+                env.scratch("helm"),
+            )
+            .in_namespace(OPERATOR_NAMESPACE);
             let _uninstall = Uninstall(&helm);
             users_install(env, &helm, first).await;
             let AcknowledgingPool { reports, .. } =
@@ -153,7 +149,7 @@ async fn cut_releases(crane: PathBuf, cluster: PathBuf) -> Releases {
         let releaser = Releaser::new(&dir.path().join("release"), &registry.address);
         let [first, second] = next_versions().map(|version| releaser.cut(&version));
         Releases {
-            registry,
+            _registry: registry,
             first,
             second,
             _dir: dir,
@@ -165,7 +161,8 @@ async fn cut_releases(crane: PathBuf, cluster: PathBuf) -> Releases {
 
 /// What the scenario installs: the registry it pulls from and the two releases in it.
 struct Releases {
-    registry: Registry,
+    /// Serving until the scenario ends; the releases' references name it.
+    _registry: Registry,
     first: Released,
     second: Released,
     /// The registry's blobs and the releases' clone, removed after the registry stops.
@@ -192,7 +189,7 @@ async fn users_install(env: &Env, helm: &Helm, release: &Released) {
     let mut install = vec![
         "install".to_owned(),
         RELEASE.to_owned(),
-        helm.chart.clone(),
+        release.chart(),
         format!("--version={}", release.version),
         "--plain-http".to_owned(),
         "--create-namespace".to_owned(),
@@ -260,7 +257,7 @@ fn assert_pulled(pod: &Pod, image: &str) {
 /// and a Ready one holding the Lease.
 fn helm_test_passes(helm: &Helm) {
     let started = Instant::now();
-    let out = helm.ok(&["test".to_owned(), RELEASE.to_owned()]);
+    let out = helm.ok(&["test", RELEASE]);
     assert!(
         out.contains("swarm-operator-test") && out.contains("Succeeded"),
         "helm test ran the check pod and it succeeded: {out}"
@@ -283,7 +280,7 @@ async fn helm_upgrade_rolls_while_the_pool_stays_balanced(
     let upgrade = vec![
         "upgrade".to_owned(),
         RELEASE.to_owned(),
-        helm.chart.clone(),
+        release.chart(),
         format!("--version={}", release.version),
         "--plain-http".to_owned(),
         // The user's values on the new chart's defaults: `--reuse-values` would keep the first
@@ -366,12 +363,7 @@ async fn helm_uninstall_leaves_the_crd_and_the_pool(env: &mut Env, helm: &Helm) 
         );
     }
     let mark = env.request_mark().await;
-    helm.ok(&[
-        "uninstall".to_owned(),
-        RELEASE.to_owned(),
-        "--wait".to_owned(),
-        "--timeout=3m".to_owned(),
-    ]);
+    helm.ok(&["uninstall", RELEASE, "--wait", "--timeout=3m"]);
     eventually_within(
         "the operator's pods gone",
         Duration::from_secs(120),
@@ -443,55 +435,14 @@ async fn kustomize_pins_the_released_digest(env: &Env, kustomize: &Path, release
     install.remove().await;
 }
 
-/// helm against the scenario's cluster, in the operator's namespace.
-#[derive(Clone)]
-struct Helm {
-    binary: PathBuf,
-    kubeconfig: PathBuf,
-    /// The released chart, `oci://<registry>/charts/swarm-operator`.
-    chart: String,
-}
-
-impl Helm {
-    /// Runs `helm <args>`, which must succeed; returns its stdout.
-    fn ok(&self, args: &[String]) -> String {
-        let output = self
-            .command(args)
-            .output()
-            .unwrap_or_else(|e| panic!("run {}: {e}", self.binary.display()));
-        assert!(
-            output.status.success(),
-            "helm {} failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    /// `helm <args>` in the operator's namespace, with helm's own directories beside the
-    /// cluster's kubeconfig rather than in the home directory.
-    fn command(&self, args: &[String]) -> Command {
-        let scratch = |name: &str| self.kubeconfig.with_file_name(name);
-        let mut command = Command::new(&self.binary);
-        command
-            .args(args)
-            .arg(format!("--namespace={OPERATOR_NAMESPACE}"))
-            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
-            .env("HELM_CACHE_HOME", scratch("helm-cache"))
-            .env("HELM_CONFIG_HOME", scratch("helm-config"))
-            .env("HELM_DATA_HOME", scratch("helm-data"));
-        command
-    }
-}
-
 /// Uninstalls the release if the scenario fails before it does, so no operator in the cluster
 /// outlives it.
 struct Uninstall<'a>(&'a Helm);
 
 impl Drop for Uninstall<'_> {
     fn drop(&mut self) {
-        let args = ["uninstall", RELEASE, "--ignore-not-found", "--wait"].map(str::to_owned);
-        let _ = self.0.command(&args).output();
+        let _ = self
+            .0
+            .run(&["uninstall", RELEASE, "--ignore-not-found", "--wait"]);
     }
 }

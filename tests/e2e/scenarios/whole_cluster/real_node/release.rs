@@ -153,6 +153,16 @@ impl Released {
         }
     }
 
+    /// The released chart's repository, `oci://HOST:PORT/charts/swarm-operator`, for `helm
+    /// install <it> --version <version>`.
+    pub fn chart(&self) -> String {
+        let (reference, _) = &self.published["swarm-operator chart"];
+        let repository = reference
+            .strip_suffix(&format!(":{}", self.version))
+            .expect("a tagged reference");
+        format!("oci://{repository}")
+    }
+
     /// Image `name` by digest (`HOST:PORT/<name>@sha256:...`), as a pod names it to be pinned.
     pub fn pinned(&self, name: &str) -> String {
         let (reference, digest) = &self.published[name];
