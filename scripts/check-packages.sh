@@ -18,8 +18,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 cd "${repo_root}"
 
 target_dir="${CARGO_TARGET_DIR:-${repo_root}/target}"
-version="$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)"
-[[ -n "${version}" ]] || die "no version in Cargo.toml's [workspace.package]"
+# The packaged crates' version, as Cargo resolves it (both inherit the workspace's).
+version="$(cargo metadata --format-version 1 --no-deps --locked --offline | python3 -c '
+import json, sys
+print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "swarm-protocol"))')"
+[[ -n "${version}" ]] || die "cargo metadata names no version of swarm-protocol"
 
 # --exclude-lockfile: a library's users resolve its dependencies themselves; and with
 # `publish = false` Cargo cannot resolve swarm-protocol from a registry to write one.
