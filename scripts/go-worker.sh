@@ -12,7 +12,10 @@
 #                                       SWARM_WORKER_GO_KUBECONFIG names
 #   scripts/go-worker.sh fuzz [SECONDS] each fuzz target (func FuzzXxx) of the module for
 #                                       SECONDS (default 20); an input that fails is kept in
-#                                       worker-go/testdata/fuzz/, which go test then runs
+#                                       worker-go/testdata/fuzz/, which go test then runs.
+#                                       With 1x instead: each target's seed corpus and one input
+#                                       more, which builds the fuzzing instrumentation of every
+#                                       package into the build cache (minutes on a new machine)
 #
 # Go's caches live in ${SWARM_CLUSTER_CACHE:-~/.cache/swarm-operator}/{gomod,gocache}; a build
 # after a change to worker-go/ compiles that module only.
@@ -59,13 +62,15 @@ check() {
 
 # Targets one at a time: go test fuzzes one target per run.
 fuzz() {
-    local seconds="${1:-20}" target targets
+    local seconds="${1:-20}" target targets fuzztime
+    fuzztime="${seconds}s"
+    [[ "${seconds}" == 1x ]] && fuzztime=1x
     cd "${module_dir}"
     mapfile -t targets < <(grep -ho '^func Fuzz[A-Za-z0-9_]*' ./*_test.go | cut -d ' ' -f 2)
     ((${#targets[@]})) || die "no fuzz target in ${module_dir}"
     for target in "${targets[@]}"; do
-        say "fuzzing ${target} for ${seconds} s"
-        go test -run '^$' -fuzz="^${target}\$" -fuzztime="${seconds}s" .
+        say "fuzzing ${target} for ${fuzztime}"
+        go test -run '^$' -fuzz="^${target}\$" -fuzztime="${fuzztime}" .
     done
 }
 

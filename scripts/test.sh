@@ -149,18 +149,29 @@ status=0
 cargo test --workspace --no-run --quiet "$@" || status=$?
 mark "compile the test profile"
 
-# What a user installs may depend on (deny.toml): licences, banned crates and sources. The
-# check itself reads only Cargo.lock and the registry cache; `cargo fetch` fills the cache with
-# the crates of other platforms, which the test build did not need. Building cargo-deny the
-# first time takes minutes of CPU: it goes on in the background at the lowest priority, beside
-# the steps up to the real cluster, and its result is read after them.
-deny_log="$(mktemp "${TMPDIR:-/tmp}/swarm-cargo-deny.XXXXXX")"
-say "the dependencies' licences, bans and sources (cargo deny, deny.toml), in the background (log: ${deny_log})"
+# Checks that nothing after them needs, and whose first run on a new machine is minutes of CPU
+# (building cargo-deny and staticcheck, and the fuzzing instrumentation of every package the Go
+# worker's fuzz targets build): one lane in the background at the lowest priority, beside the
+# steps that follow, which mostly wait on simulations and pods. Its output and result are read
+# at the end, before the fuzz targets run. cargo deny checks what a user installs may depend on
+# (deny.toml): licences, banned crates and sources. It reads only Cargo.lock and the registry
+# cache; `cargo fetch` fills the cache with the crates of other platforms, which the test build
+# did not need.
+checks_log="$(mktemp "${TMPDIR:-/tmp}/swarm-background-checks.XXXXXX")"
+say "in the background: cargo deny, the Go worker's lints, its fuzz targets' build (log: ${checks_log})"
 (
-    cargo_deny="$(nice -n 19 scripts/install-cargo-deny.sh)" && cargo fetch --locked --quiet &&
-        "${cargo_deny}" deny --offline --log-level warn check licenses bans sources
-) >"${deny_log}" 2>&1 &
-deny_pid=$!
+    renice -n 19 -p "${BASHPID}" >/dev/null
+    checks_status=0
+    say "the dependencies' licences, bans and sources (cargo deny, deny.toml)"
+    cargo_deny="$(scripts/install-cargo-deny.sh)" && cargo fetch --locked --quiet &&
+        "${cargo_deny}" deny --offline --log-level warn check licenses bans sources || checks_status=1
+    say "the Go worker module: gofmt, go vet, staticcheck (scripts/go-worker.sh check)"
+    scripts/go-worker.sh check || checks_status=1
+    say "the Go worker's fuzz targets, once over their seed corpus (scripts/go-worker.sh fuzz 1x)"
+    scripts/go-worker.sh fuzz 1x || checks_status=1
+    exit "${checks_status}"
+) >"${checks_log}" 2>&1 &
+checks_pid=$!
 
 # The worker library as its users take it: the packaged crates build the example worker outside
 # the workspace.
@@ -168,18 +179,18 @@ say "the packaged swarm-protocol and swarm-worker, built outside the workspace (
 scripts/check-packages.sh || status=$?
 mark "worker crates: packaged, built outside the workspace"
 
-# The Go worker (worker-go/): its lints, and its example, which the end-to-end scenarios run
-# beside the Rust and Python workers.
-say "the Go worker module: gofmt, go vet, staticcheck, and its example (scripts/go-worker.sh)"
+# The Go worker's example (worker-go/), which the end-to-end scenarios run beside the Rust and
+# Python workers.
+say "the Go worker's example (scripts/go-worker.sh build)"
 go_worker_ok=1
-if scripts/go-worker.sh check && SWARM_GO_WORKER="$(scripts/go-worker.sh build)"; then
+if SWARM_GO_WORKER="$(scripts/go-worker.sh build)"; then
     export SWARM_GO_WORKER
 else
     go_worker_ok=0
     status=1
-    say "the Go worker module failed its checks or its build" >&2
+    say "the Go worker's example failed to build" >&2
 fi
-mark "Go worker: lints and build"
+mark "Go worker: build"
 
 # The operator and worker images, from the binaries just compiled: tests/integration/images.rs
 # checks them against the Dockerfile, and the real-cluster tier runs them on the real node.
@@ -234,23 +245,6 @@ if ((python_ok)); then
     scripts/check-dependency-licenses.sh "${SWARM_PYTHON_WORKER}" || status=$?
 fi
 mark "Go and Python dependencies' licences"
-
-# Bounded runs of the Go worker's fuzz targets (its readers of config.yml and index.yml); the
-# Rust property tests and the Python worker's Hypothesis tests ran with their suites above.
-say "fuzzing the Go worker's readers, ${SWARM_FUZZ_SECONDS:-20} s a target (scripts/go-worker.sh fuzz)"
-if ((go_worker_ok)); then
-    scripts/go-worker.sh fuzz "${SWARM_FUZZ_SECONDS:-20}" || status=$?
-fi
-mark "Go worker: fuzz targets"
-
-deny_status=0
-wait "${deny_pid}" || deny_status=$?
-cat "${deny_log}"
-if ((deny_status != 0)); then
-    say "cargo deny failed (deny.toml; its output is above)" >&2
-    status=${deny_status}
-fi
-mark "cargo deny: licences, bans, sources (what was left of it)"
 
 if ((real_tier)); then
     go_status=0
@@ -328,6 +322,23 @@ if ((real_tier)); then
     ((soak_status == 0)) || status=${soak_status}
     mark "fault soak (${SWARM_SOAK_MINUTES:-3} minutes, seed ${SWARM_SOAK_SEED:-1})"
 fi
+checks_status=0
+wait "${checks_pid}" || checks_status=$?
+cat "${checks_log}"
+if ((checks_status != 0)); then
+    say "cargo deny or the Go worker's lints failed (their output is above)" >&2
+    status=${checks_status}
+fi
+mark "in the background: cargo deny, Go lints, the fuzz targets' build (what was left of it)"
+
+# Bounded runs of the Go worker's fuzz targets (its readers of config.yml and index.yml); the
+# Rust property tests and the Python worker's Hypothesis tests ran with their suites above.
+say "fuzzing the Go worker's readers, ${SWARM_FUZZ_SECONDS:-20} s a target (scripts/go-worker.sh fuzz)"
+if ((go_worker_ok)); then
+    scripts/go-worker.sh fuzz "${SWARM_FUZZ_SECONDS:-20}" || status=$?
+fi
+mark "Go worker: fuzz targets"
+
 report
 say "finished in $((SECONDS - run_start)) s with exit code ${status}"
 exit "${status}"
