@@ -43,7 +43,7 @@ impl Helm {
     }
 
     /// `helm <args>`, not yet run.
-    pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
+    fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
         let home = |name: &str| self.home.join(name);
         let mut command = Command::new(&self.binary);
         if let Some(namespace) = &self.namespace {

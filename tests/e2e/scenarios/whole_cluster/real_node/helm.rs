@@ -34,7 +34,7 @@ use super::overlay::{self, REAL_NODE};
 use super::registry::Registry;
 use super::release::{Released, Releaser, next_versions};
 use super::replicas::{self, LEASE, name};
-use crate::harness::helm::Helm;
+use crate::harness::helm::{HELM_ENV, Helm};
 use crate::harness::observe::{assert_invariants, balanced, wait_for};
 use crate::harness::poll::eventually_within;
 use crate::harness::real_cluster::{KUBECONFIG_ENV, OPERATOR_NAMESPACE, RealCluster};
@@ -65,11 +65,7 @@ impl Tools {
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from)
         };
-        match (
-            var("SWARM_HELM"),
-            var("SWARM_CRANE"),
-            var("SWARM_KUSTOMIZE"),
-        ) {
+        match (var(HELM_ENV), var("SWARM_CRANE"), var("SWARM_KUSTOMIZE")) {
             (Some(helm), Some(crane), Some(kustomize)) => Ok(Tools {
                 helm,
                 crane,

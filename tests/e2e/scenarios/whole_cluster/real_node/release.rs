@@ -156,20 +156,21 @@ impl Released {
     /// The released chart's repository, `oci://HOST:PORT/charts/swarm-operator`, for `helm
     /// install <it> --version <version>`.
     pub fn chart(&self) -> String {
-        let (reference, _) = &self.published["swarm-operator chart"];
-        let repository = reference
-            .strip_suffix(&format!(":{}", self.version))
-            .expect("a tagged reference");
-        format!("oci://{repository}")
+        format!("oci://{}", self.repository("swarm-operator chart"))
     }
 
     /// Image `name` by digest (`HOST:PORT/<name>@sha256:...`), as a pod names it to be pinned.
     pub fn pinned(&self, name: &str) -> String {
-        let (reference, digest) = &self.published[name];
-        let repository = reference
+        let (_, digest) = &self.published[name];
+        format!("{}@{digest}", self.repository(name))
+    }
+
+    /// Where artifact `name` was pushed: its reference without the `:<version>` tag.
+    fn repository(&self, name: &str) -> &str {
+        let (reference, _) = &self.published[name];
+        reference
             .strip_suffix(&format!(":{}", self.version))
-            .expect("a tagged reference");
-        format!("{repository}@{digest}")
+            .expect("a tagged reference")
     }
 }
 
